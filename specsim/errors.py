@@ -1,0 +1,54 @@
+"""Exception types raised by specsim.
+
+Every error caused by bad input names the offending field and the rule it broke, so that a
+user sees *what* to fix rather than a silently wrong number.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class SpecsimError(Exception):
+    """Base class of every exception specsim raises on purpose."""
+
+
+class SpecsimValueError(SpecsimError, ValueError):
+    """An input value broke a rule.
+
+    Parameters
+    ----------
+    field : str
+        Name of the offending field, as the caller spelled it (e.g. ``"rates[2]"``,
+        ``"num_speculative_tokens"``).
+    rule : str
+        The rule that was broken, in words (e.g. ``"must lie in [0, 1]"``).
+    value : Any, optional
+        The offending value, shown in the message.
+    allowed : Iterable, optional
+        The allowed values, when they form a short list.
+    """
+
+    def __init__(self, field: str, rule: str, value: Any = None, allowed: Iterable[Any] | None = None):
+        self.field = field
+        self.rule = rule
+        self.value = value
+        self.allowed = list(allowed) if allowed is not None else None
+        msg = f"{field}: {rule}"
+        if value is not None:
+            msg += f" (got {value!r})"
+        if self.allowed is not None:
+            msg += f"; allowed: {', '.join(map(str, self.allowed))}"
+        super().__init__(msg)
+
+
+class DataError(SpecsimError):
+    """A data file or a parsed vLLM output is malformed or inconsistent."""
+
+
+class NotCollectedError(SpecsimError):
+    """A metric that was asked for was not collected (for example, no spec-decode counters in a
+    Prometheus scrape).  Never reported as zero."""
+
+
+class RunError(SpecsimError):
+    """A real vLLM run failed (server did not start, benchmark failed, interrupted)."""

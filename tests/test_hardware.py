@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from specsim.errors import SpecsimValueError
-from specsim.hardware import PRECISIONS, Hardware, list_hardware, load_hardware, measure_copy_bandwidth
+from specsim.hardware import PRECISIONS, list_hardware, load_hardware, measure_copy_bandwidth
 
 GIB = 2**30
 

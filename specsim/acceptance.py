@@ -499,6 +499,10 @@ class Acceptance:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Acceptance is immutable; use with_temperature / fit / with_extrapolation")
 
+    def __reduce__(self):
+        # pickling / copy go through the JSON description (the instance is immutable)
+        return (Acceptance.from_dict, (self.to_dict(),))
+
     def _replace(self, **changes: Any) -> "Acceptance":
         kw = dict(data=self._data, family=self._family, params=self._params, cov=self._cov,
                   n_support=self._n_support, temperature=self._temperature, label=self._label,

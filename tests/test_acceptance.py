@@ -1,8 +1,9 @@
 """Tests of specsim.acceptance.Acceptance (per-position acceptance as a survival curve)."""
 from __future__ import annotations
 
+import copy
 import json
-import math
+import pickle
 
 import numpy as np
 import pytest
@@ -465,6 +466,9 @@ def test_to_dict_json_round_trip():
         assert back.is_extrapolated(10).tolist() == obj.is_extrapolated(10).tolist()
         if obj.has_counts:
             np.testing.assert_allclose(back.mal_interval(ns)[1], obj.mal_interval(ns)[1], rtol=1e-6)
+        clone = pickle.loads(pickle.dumps(obj))
+        np.testing.assert_allclose(clone.cumulative(20), obj.cumulative(20), rtol=1e-9)
+        assert copy.deepcopy(obj).label == obj.label
 
 
 # --------------------------------------------------------------------------------------------

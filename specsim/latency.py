@@ -1,0 +1,553 @@
+"""Forward-step latency models: a calibratable roofline and a measured-table interpolator.
+
+Every latency model answers one question: how many seconds does ONE forward step of ``model``
+take for ``batch`` sequences x ``q`` query tokens each, at KV context ``context`` tokens, after a
+tensor-parallel split over ``tp`` GPUs.  All models broadcast over numpy arrays of
+``batch`` / ``q`` / ``context`` (no Python loops over grid points), and every model says
+whether it is calibrated against measurements or datasheet-only (``calibrated``, ``describe()``).
+
+The roofline (DESIGN.md section 4; Williams, Waterman & Patterson, "Roofline", CACM 2009)::
+
+    t = max(bytes / (eta_bw * BW), flops / (eta_f * F_dtype)) + t_allreduce + t_fixed
+
+bytes = weights touched (``model.step_weight_bytes``) + KV read (``batch * model.kv_bytes_per_seq``),
+flops = ``model.step_flops``, both divided by ``tp``; ``t_fixed = fixed_s + per_layer_s * layers``.
+Activation traffic (the contract's third byte term) is left out on purpose: it is ~T*h bytes per
+GEMM against ~h^2 bytes of weights, i.e. a few percent where memory-bound, and it only matters
+at large T, where compute dominates; the calibrated ``eta_bw`` absorbs what is left.
+
+Models passed in are duck-typed (``specsim.architecture.ModelSpec`` or any object with the same
+methods: ``step_weight_bytes(tokens, precision)``, ``kv_bytes_per_seq(context, kv_precision)``,
+``step_flops(batch, q, context)``, ``hidden_size``, ``num_layers``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from .errors import SpecsimValueError
+
+PRECISIONS = ("bf16", "fp16", "fp8", "mxfp4", "int4", "fp32")
+_ACT_BYTES = {"fp32": 4.0}  # activation bytes per element; every other precision runs bf16/fp16 activations
+
+
+def _check_precision(name: str, value: str) -> str:
+    if value not in PRECISIONS:
+        raise SpecsimValueError(name, "unknown precision string", value, PRECISIONS)
+    return value
+
+
+def default_kv_precision(precision: str) -> str:
+    """KV-cache dtype used when none is given.
+
+    vLLM's ``kv_cache_dtype="auto"`` stores the KV cache in the model's activation dtype, which is
+    bf16 for weight-quantized checkpoints (fp8, mxfp4, int4) and the weight dtype otherwise.
+    """
+    _check_precision("precision", precision)
+    return precision if precision in ("bf16", "fp16", "fp32") else "bf16"
+
+
+def _check_tp(tp: Any) -> int:
+    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
+        raise SpecsimValueError("tp", "must be an integer >= 1", tp)
+    return int(tp)
+
+
+def _grid(batch: Any, q: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Broadcast and validate batch (>=1), q (>=1), context (>=0)."""
+    try:
+        b, qq, c = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(q, dtype=float),
+                                       np.asarray(context, dtype=float))
+    except ValueError as exc:
+        raise SpecsimValueError("batch/q/context", "shapes must broadcast together",
+                                (np.shape(batch), np.shape(q), np.shape(context))) from exc
+    for name, arr, lo in (("batch", b, 1.0), ("q", qq, 1.0), ("context", c, 0.0)):
+        if not np.all(np.isfinite(arr)) or np.any(arr < lo):
+            raise SpecsimValueError(name, f"must be finite and >= {lo:g}", arr[(~np.isfinite(arr)) | (arr < lo)][:3])
+    return b, qq, c
+
+
+@runtime_checkable
+class LatencyModel(Protocol):
+    """What every latency model offers (docs/architecture.md, "latency.py")."""
+
+    calibrated: bool
+
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                     context: Any, kv_precision: str | None = None) -> np.ndarray: ...
+
+    def breakdown(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                  context: Any, kv_precision: str | None = None) -> dict[str, np.ndarray]: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achieved fractions of datasheet peaks plus fixed costs, per (hardware, engine).
+
+    Parameters
+    ----------
+    bandwidth : float, default 0.7
+        eta_bw, achieved / datasheet HBM bandwidth, in (0, 1].  0.7 is the usual attainable
+        fraction of HBM peak for large streaming GEMV reads (STREAM-like copies on H100/MI300X reach
+        roughly 70-90 % of peak); it is an uncalibrated prior, replaced by ``calibrate()``.
+    compute : float, default 0.55
+        eta_f, achieved / dense datasheet FLOP/s, in (0, 1].  ~0.5-0.6 is typical model-FLOPs
+        utilisation of inference GEMMs at moderate shapes; uncalibrated prior.
+    fixed_s : float, default 2e-4
+        Seconds per forward step independent of size: graph replay / kernel-launch gaps and input
+        preparation.  Assumed order of magnitude for CUDA/HIP-graph decode in vLLM; calibrate it.
+    per_layer_s : float, default 0.0
+        Extra seconds per decoder layer per forward (per-kernel launch gaps that scale with depth).
+        0 by default (contract); a calibration may move fixed cost here.
+    allreduce_latency_s : float, default 8e-6
+        Latency of ONE all-reduce call (seconds), added to its bandwidth term.  Assumed order of a
+        one-shot custom all-reduce of a small message over NVLink / xGMI; calibrate for TP > 1.
+    """
+
+    bandwidth: float = 0.7
+    compute: float = 0.55
+    fixed_s: float = 2.0e-4
+    per_layer_s: float = 0.0
+    allreduce_latency_s: float = 8.0e-6
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth", "compute"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and 0.0 < v <= 1.0):
+                raise SpecsimValueError(f"Efficiency.{name}", "must lie in (0, 1]", v)
+        for name in ("fixed_s", "per_layer_s", "allreduce_latency_s"):
+            v = getattr(self, name)
+            if not (np.isfinite(v) and v >= 0.0):
+                raise SpecsimValueError(f"Efficiency.{name}", "must be finite and >= 0 seconds", v)
+
+    def replace(self, **changes: float) -> "Efficiency":
+        """A copy with some fields changed (validated)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise SpecsimValueError("Efficiency field", "unknown field", sorted(unknown),
+                                    [f.name for f in dataclasses.fields(self)])
+        return dataclasses.replace(self, **changes)
+
+
+class Roofline:
+    """Roofline forward-time model (see the module docstring for the formula).
+
+    Parameters
+    ----------
+    hardware : Hardware
+        ``specsim.hardware.Hardware`` (uses ``mem_bandwidth_bytes_per_s``, ``peak_flops(precision)``,
+        ``link_bandwidth_bytes_per_s``, ``name``).
+    efficiency : Efficiency, optional
+        Defaults to ``Efficiency()`` (datasheet priors).
+    calibrated : bool, default False
+        Whether ``efficiency`` came from measurements (set by ``calibrate()``).
+    smooth_p : float, optional
+        If given, the hard ``max(mem, comp)`` becomes the p-norm ``(mem^p + comp^p)^(1/p)``
+        (over-estimates by at most 2^(1/p) at the ridge point; smoother for fits).  Default: hard max.
+    source : str, optional
+        Free text recorded in ``describe()`` (e.g. which measurements calibrated it).
+
+    Notes
+    -----
+    Tensor parallelism: weight bytes, KV bytes and FLOPs divide by ``tp`` (Megatron-style column/row
+    split, vocab-parallel lm_head); each decoder layer adds 2 all-reduces (after attention and
+    after the MLP, Shoeybi et al. 2019, Megatron-LM) of ``T*h`` activations (2 bytes, 4 for fp32),
+    ring cost ``2 (tp-1)/tp * bytes / link_bw + allreduce_latency_s`` (Patarasuk & Yuan 2009).
+    Expert parallelism over the same GPUs is treated to first order the same way (expert weights
+    split over the group, dispatch/combine traffic ~ the all-reduce volume).  KV heads replicated
+    when ``tp > num_kv_heads`` are not modeled (KV is simply divided by ``tp``).
+    """
+
+    def __init__(self, hardware: Any, efficiency: Efficiency | None = None, calibrated: bool = False, *,
+                 smooth_p: float | None = None, source: str | None = None):
+        for attr in ("mem_bandwidth_bytes_per_s", "peak_flops", "link_bandwidth_bytes_per_s"):
+            if not hasattr(hardware, attr):
+                raise SpecsimValueError("hardware", f"must provide `{attr}` (specsim.hardware.Hardware)",
+                                        type(hardware).__name__)
+        if efficiency is None:
+            efficiency = Efficiency()
+        if not isinstance(efficiency, Efficiency):
+            raise SpecsimValueError("efficiency", "must be an Efficiency", type(efficiency).__name__)
+        if smooth_p is not None and not (np.isfinite(smooth_p) and smooth_p >= 1.0):
+            raise SpecsimValueError("smooth_p", "must be >= 1 (or None for a hard max)", smooth_p)
+        self.hardware = hardware
+        self.efficiency = efficiency
+        self.calibrated = bool(calibrated)
+        self.smooth_p = smooth_p
+        self.source = source
+
+    def with_efficiency(self, efficiency: Efficiency, *, calibrated: bool | None = None,
+                        source: str | None = None) -> "Roofline":
+        """Same hardware, other efficiencies."""
+        return Roofline(self.hardware, efficiency, self.calibrated if calibrated is None else calibrated,
+                        smooth_p=self.smooth_p, source=source if source is not None else self.source)
+
+    def pass_overhead_s(self, num_layers: int) -> float:
+        """Fixed seconds charged to one forward of ``num_layers`` layers: ``fixed_s + per_layer_s*layers``."""
+        return self.efficiency.fixed_s + self.efficiency.per_layer_s * float(num_layers)
+
+    def breakdown(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                  context: Any, kv_precision: str | None = None) -> dict[str, np.ndarray]:
+        """Per-term seconds of one forward step.
+
+        Parameters
+        ----------
+        model : ModelSpec-like
+            See the module docstring for the methods used.
+        tp : int, default 1
+            Tensor-parallel degree.
+        precision : str, default "bf16"
+            Weight precision (one of ``PRECISIONS``); picks bytes/weight and the peak FLOP/s dtype.
+        batch, q, context : array_like
+            Sequences in the step (>= 1), query tokens per sequence (>= 1; q = N+1 in verification),
+            KV context length in tokens (>= 0).  Broadcast together.
+        kv_precision : str, optional
+            KV-cache dtype; default ``default_kv_precision(precision)``.
+
+        Returns
+        -------
+        dict of ndarray (broadcast shape)
+            ``weights_s, kv_s, memory_s (= weights_s + kv_s), compute_s, allreduce_s, fixed_s,
+            total_s`` in seconds.
+
+        Raises
+        ------
+        SpecsimValueError
+            Bad tp / precision / shapes / negative or non-finite sizes.
+        """
+        tp = _check_tp(tp)
+        _check_precision("precision", precision)
+        kvp = default_kv_precision(precision) if kv_precision is None else _check_precision("kv_precision", kv_precision)
+        b, qq, c = _grid(batch, q, context)
+        eff, hw = self.efficiency, self.hardware
+        tokens = b * qq
+        w_bytes = np.asarray(model.step_weight_bytes(tokens, precision), dtype=float) / tp
+        kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
+        flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
+        bw = eff.bandwidth * float(hw.mem_bandwidth_bytes_per_s)
+        weights_s = np.broadcast_to(w_bytes / bw, b.shape)
+        kv_s = np.broadcast_to(kv_bytes / bw, b.shape)
+        memory_s = weights_s + kv_s
+        compute_s = np.broadcast_to(flops / (eff.compute * float(hw.peak_flops(precision))), b.shape)
+        if self.smooth_p is None:
+            roof = np.maximum(memory_s, compute_s)
+        else:
+            p = self.smooth_p
+            hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
+            roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+        if tp > 1:
+            calls = 2.0 * float(model.num_layers)
+            msg = tokens * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0)
+            per_call = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s) + eff.allreduce_latency_s
+            allreduce_s = calls * per_call
+        else:
+            allreduce_s = np.zeros_like(b)
+        fixed = np.full(b.shape, self.pass_overhead_s(model.num_layers))
+        total = roof + allreduce_s + fixed
+        return {"weights_s": weights_s, "kv_s": kv_s, "memory_s": memory_s, "compute_s": compute_s,
+                "allreduce_s": allreduce_s, "fixed_s": fixed, "total_s": total}
+
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                     context: Any, kv_precision: str | None = None) -> np.ndarray:
+        """Seconds of one forward step, ndarray of the broadcast shape (see ``breakdown``)."""
+        return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                              kv_precision=kv_precision)["total_s"]
+
+    def describe(self) -> str:
+        e = self.efficiency
+        kind = "calibrated" if self.calibrated else "datasheet-only (uncalibrated priors)"
+        s = (f"Roofline on {getattr(self.hardware, 'name', '?')} [{kind}]: eta_bw={e.bandwidth:.3g}, "
+             f"eta_f={e.compute:.3g}, fixed={e.fixed_s * 1e6:.3g} us/forward, "
+             f"per_layer={e.per_layer_s * 1e6:.3g} us, allreduce_latency={e.allreduce_latency_s * 1e6:.3g} us")
+        if self.smooth_p is not None:
+            s += f", smooth max p={self.smooth_p:g}"
+        return s + (f"; source: {self.source}" if self.source else "")
+
+    def __repr__(self) -> str:  # pragma: no cover - cosmetic
+        return f"<{self.describe()}>"
+
+
+class MeasuredLatency:
+    """Forward time interpolated from a measured table (same interface as ``Roofline``).
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        Columns ``batch`` (>= 1), ``q`` (>= 1), ``context`` (>= 0 tokens), ``seconds`` (> 0): one
+        forward step of the measured model.  Repeated points are averaged.
+    model_name, tp, precision : optional
+        What the table measured.  When given, calls for another model (``model.name``), TP degree
+        or precision raise ``SpecsimValueError`` instead of returning a number for the wrong thing.
+    max_extrapolation : float, default 1.0
+        Allowed factor beyond the table's range on every axis: a point with
+        ``lo / f <= x <= hi * f`` is accepted; parts outside ``[lo, hi]`` are evaluated at the
+        nearest table edge (clamped, reported by ``breakdown()["clamped"]``).  The default 1.0
+        allows no extrapolation at all.
+    outside : {"error", "clamp"}, default "error"
+        What to do beyond ``max_extrapolation``: raise ``SpecsimValueError`` (default) or clamp
+        to the table's edge and flag the point.
+    source : str, optional
+        Where the measurements come from (shown by ``describe()``).
+
+    Notes
+    -----
+    Interpolation is piecewise linear in (log batch, log q, context) over the axes that vary in
+    the table: a full grid uses ``scipy.interpolate.RegularGridInterpolator``, scattered points
+    ``LinearNDInterpolator`` (Delaunay), one varying axis ``numpy.interp``.  Both reproduce the
+    table's own points exactly.  A scattered table queried inside its box but outside the convex
+    hull of its points is treated as outside (error, or nearest point with the clamp flag).
+    """
+
+    calibrated = True
+
+    def __init__(self, table: pd.DataFrame, *, model_name: str | None = None, tp: int | None = None,
+                 precision: str | None = None, max_extrapolation: float = 1.0, outside: str = "error",
+                 source: str | None = None):
+        from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, RegularGridInterpolator
+
+        if not isinstance(table, pd.DataFrame):
+            raise SpecsimValueError("table", "must be a pandas DataFrame", type(table).__name__)
+        missing = [c for c in ("batch", "q", "context", "seconds") if c not in table.columns]
+        if missing:
+            raise SpecsimValueError("table", "missing columns", missing, ["batch", "q", "context", "seconds"])
+        if len(table) == 0:
+            raise SpecsimValueError("table", "must have at least one row", 0)
+        if outside not in ("error", "clamp"):
+            raise SpecsimValueError("outside", "unknown policy", outside, ["error", "clamp"])
+        if not (np.isfinite(max_extrapolation) and max_extrapolation >= 1.0):
+            raise SpecsimValueError("max_extrapolation", "must be a finite factor >= 1", max_extrapolation)
+        t = table[["batch", "q", "context", "seconds"]].astype(float)
+        _grid(t["batch"].to_numpy(), t["q"].to_numpy(), t["context"].to_numpy())
+        if not np.all(np.isfinite(t["seconds"])) or np.any(t["seconds"] <= 0):
+            raise SpecsimValueError("table.seconds", "must be finite and > 0", t["seconds"][t["seconds"] <= 0].tolist()[:3])
+        t = t.groupby(["batch", "q", "context"], as_index=False)["seconds"].mean()
+        self.table = t
+        self.model_name, self.tp, self.precision = model_name, tp, precision
+        self.max_extrapolation, self.outside, self.source = float(max_extrapolation), outside, source
+        coords = np.column_stack([np.log(t["batch"]), np.log(t["q"]), t["context"]])
+        self._lo, self._hi = coords.min(axis=0), coords.max(axis=0)
+        self._active = [i for i in range(3) if self._hi[i] > self._lo[i]]
+        y = t["seconds"].to_numpy()
+        act = coords[:, self._active]
+        self._mode, self._interp, self._nearest = "constant", None, None
+        if len(self._active) == 1:
+            order = np.argsort(act[:, 0])
+            self._mode, self._interp = "interp1d", (act[order, 0], y[order])
+        elif len(self._active) >= 2:
+            axes = [np.unique(act[:, j]) for j in range(act.shape[1])]
+            if int(np.prod([len(a) for a in axes])) == len(y):
+                values = np.full([len(a) for a in axes], np.nan)
+                idx = tuple(np.searchsorted(a, act[:, j]) for j, a in enumerate(axes))
+                values[idx] = y
+                self._mode, self._interp = "grid", RegularGridInterpolator(axes, values, method="linear")
+            else:
+                self._mode, self._interp = "scattered", LinearNDInterpolator(act, y)
+                self._nearest = NearestNDInterpolator(act, y)
+        self._const = float(y.mean())
+
+    def _check_call(self, model: Any, tp: int, precision: str) -> None:
+        name = getattr(model, "name", None)
+        if self.model_name is not None and name != self.model_name:
+            raise SpecsimValueError("model", f"this table measured {self.model_name!r}", name, [self.model_name])
+        if self.tp is not None and tp != self.tp:
+            raise SpecsimValueError("tp", "differs from the measured table's TP", tp, [self.tp])
+        if self.precision is not None and precision != self.precision:
+            raise SpecsimValueError("precision", "differs from the measured table's precision", precision, [self.precision])
+
+    def breakdown(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                  context: Any, kv_precision: str | None = None) -> dict[str, np.ndarray]:
+        """Interpolated seconds: ``{"total_s": ndarray, "clamped": bool ndarray}``.
+
+        Raises
+        ------
+        SpecsimValueError
+            Wrong model / tp / precision for this table, bad shapes, or (``outside="error"``) a
+            point beyond ``max_extrapolation`` of the table's range; the message names the axis.
+        """
+        self._check_call(model, _check_tp(tp), precision)
+        b, qq, c = _grid(batch, q, context)
+        pts = np.stack([np.log(b), np.log(qq), c], axis=-1)
+        f = self.max_extrapolation
+        lo_ok = np.array([self._lo[0] - np.log(f), self._lo[1] - np.log(f), self._lo[2] / f])
+        hi_ok = np.array([self._hi[0] + np.log(f), self._hi[1] + np.log(f), self._hi[2] * f])
+        tol = 1e-9 * np.maximum(1.0, np.abs(np.concatenate([self._lo, self._hi]))).reshape(2, 3).max(axis=0)
+        beyond = (pts < lo_ok - tol) | (pts > hi_ok + tol)
+        if self.outside == "error" and np.any(beyond):
+            ax = int(np.argmax(beyond.reshape(-1, 3).any(axis=0)))
+            name = ("batch", "q", "context")[ax]
+            lo, hi = self._lo[ax], self._hi[ax]
+            rng = (np.exp(lo), np.exp(hi)) if ax < 2 else (lo, hi)
+            bad = pts[..., ax][beyond[..., ax]]
+            bad = np.exp(bad) if ax < 2 else bad
+            raise SpecsimValueError(name, f"outside the measured table range [{rng[0]:g}, {rng[1]:g}] by more "
+                                    f"than the allowed factor {f:g} (MeasuredLatency refuses to extrapolate)",
+                                    bad[:3].tolist())
+        clamped = np.any((pts < self._lo - tol) | (pts > self._hi + tol), axis=-1)
+        pts = np.clip(pts, self._lo, self._hi)
+        flat = pts.reshape(-1, 3)[:, self._active]
+        if self._mode == "constant":
+            out = np.full(flat.shape[0], self._const)
+        elif self._mode == "interp1d":
+            out = np.interp(flat[:, 0], *self._interp)
+        else:
+            out = np.asarray(self._interp(flat), dtype=float)
+            if self._mode == "scattered":
+                hull = ~np.isfinite(out)
+                if np.any(hull):
+                    if self.outside == "error":
+                        raise SpecsimValueError("batch/q/context", "outside the convex hull of the scattered "
+                                                "measured points (MeasuredLatency refuses to extrapolate)",
+                                                np.exp(flat[hull][:1]).tolist() if flat.shape[1] else None)
+                    out[hull] = self._nearest(flat[hull])
+                    clamped.reshape(-1)[hull] = True
+        total = out.reshape(b.shape)
+        return {"total_s": total, "clamped": clamped}
+
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+                     context: Any, kv_precision: str | None = None) -> np.ndarray:
+        """Interpolated seconds of one forward step (ndarray of the broadcast shape)."""
+        return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                              kv_precision=kv_precision)["total_s"]
+
+    def describe(self) -> str:
+        what = self.model_name or "unnamed model"
+        return (f"MeasuredLatency [calibrated: measured table, {len(self.table)} points, {self._mode}] for {what}"
+                f" (tp={self.tp}, precision={self.precision}); batch {np.exp(self._lo[0]):g}-{np.exp(self._hi[0]):g},"
+                f" q {np.exp(self._lo[1]):g}-{np.exp(self._hi[1]):g}, context {self._lo[2]:g}-{self._hi[2]:g};"
+                f" extrapolation factor {self.max_extrapolation:g}, outside={self.outside}"
+                + (f"; source: {self.source}" if self.source else ""))
+
+
+_FIT_PARAMS = ("bandwidth", "compute", "fixed_s", "per_layer_s", "allreduce_latency_s")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Result of ``calibrate()``.
+
+    Attributes
+    ----------
+    latency : Roofline
+        The calibrated roofline (``calibrated=True``).
+    params : dict[str, float]
+        Fitted values of the requested parameters.
+    residuals : pandas.DataFrame
+        Columns ``batch, q, context, measured, predicted, rel_error`` (= predicted/measured - 1).
+    rmse_rel : float
+        Root-mean-square relative error over the measurements.
+    unidentified : tuple[str, ...]
+        Fitted parameters the data did not constrain (zero sensitivity at the optimum, e.g.
+        ``compute`` when every point is memory-bound); their value is the starting value.
+    """
+
+    latency: Roofline
+    params: dict[str, float]
+    residuals: pd.DataFrame
+    rmse_rel: float
+    unidentified: tuple[str, ...] = field(default=())
+
+    def describe(self) -> str:
+        p = ", ".join(f"{k}={v:.4g}" for k, v in self.params.items())
+        s = f"calibrated {p}; rmse_rel={self.rmse_rel:.3%} over {len(self.residuals)} points"
+        return s + (f"; not identified by the data: {', '.join(self.unidentified)}" if self.unidentified else "")
+
+
+def calibrate(model: Any, hardware: Any, measurements: pd.DataFrame, *, tp: int = 1, precision: str = "bf16",
+              params: Sequence[str] = ("bandwidth", "compute", "fixed_s"),
+              bounds: dict[str, tuple[float, float]] | None = None, start: Efficiency | None = None,
+              kv_precision: str | None = None, smooth_p: float | None = None,
+              source: str | None = None) -> Calibration:
+    """Fit roofline efficiencies to measured forward times by least squares on relative error.
+
+    Minimises ``sum_i (predicted_i / measured_i - 1)^2`` with ``scipy.optimize.least_squares``
+    (trust-region reflective, bounded).  Parameters not in ``params`` keep their ``start`` value.
+
+    Parameters
+    ----------
+    model : ModelSpec-like
+        The measured model.
+    hardware : Hardware
+        Datasheet record of the measured device.
+    measurements : pandas.DataFrame
+        Columns ``batch, q, context, seconds`` (one forward step each; > 0 seconds).
+    tp, precision, kv_precision, smooth_p
+        As in ``Roofline.breakdown`` / ``Roofline``.
+    params : sequence of str
+        Which ``Efficiency`` fields to fit (subset of bandwidth, compute, fixed_s, per_layer_s,
+        allreduce_latency_s).
+    bounds : dict, optional
+        ``{name: (lo, hi)}`` overrides.  Defaults: efficiencies (1e-3, 1); times (0, 10 x the
+        largest measured seconds).
+    start : Efficiency, optional
+        Starting point and values of the parameters not fitted; default ``Efficiency()``.
+    source : str, optional
+        Recorded in the calibrated roofline's ``describe()``.
+
+    Returns
+    -------
+    Calibration
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown parameter names, missing columns, non-positive times, fewer measurements than
+        parameters, or bounds that do not contain a valid interval.
+    """
+    from scipy.optimize import least_squares
+
+    params = tuple(params)
+    bad = [p for p in params if p not in _FIT_PARAMS]
+    if bad or not params or len(set(params)) != len(params):
+        raise SpecsimValueError("params", "must be distinct Efficiency fields", list(params), _FIT_PARAMS)
+    if not isinstance(measurements, pd.DataFrame):
+        raise SpecsimValueError("measurements", "must be a pandas DataFrame", type(measurements).__name__)
+    missing = [c for c in ("batch", "q", "context", "seconds") if c not in measurements.columns]
+    if missing:
+        raise SpecsimValueError("measurements", "missing columns", missing, ["batch", "q", "context", "seconds"])
+    m = measurements[["batch", "q", "context", "seconds"]].astype(float).reset_index(drop=True)
+    if len(m) < len(params):
+        raise SpecsimValueError("measurements", f"need at least {len(params)} rows to fit {len(params)} parameters", len(m))
+    y = m["seconds"].to_numpy()
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise SpecsimValueError("measurements.seconds", "must be finite and > 0", y[~(y > 0)][:3].tolist())
+    b, qq, c = _grid(m["batch"].to_numpy(), m["q"].to_numpy(), m["context"].to_numpy())
+    start = start or Efficiency()
+    tmax = float(y.max())
+    default_bounds = {"bandwidth": (1e-3, 1.0), "compute": (1e-3, 1.0), "fixed_s": (0.0, 10 * tmax),
+                      "per_layer_s": (0.0, 10 * tmax), "allreduce_latency_s": (0.0, 10 * tmax)}
+    bounds = {**default_bounds, **(bounds or {})}
+    lo = np.array([bounds[p][0] for p in params], dtype=float)
+    hi = np.array([bounds[p][1] for p in params], dtype=float)
+    if np.any(~(lo < hi)) or np.any(lo < 0) or any(hi[i] > 1 for i, p in enumerate(params) if p in ("bandwidth", "compute")):
+        raise SpecsimValueError("bounds", "each must be lo < hi, lo >= 0, efficiencies <= 1",
+                                {p: bounds[p] for p in params})
+    # Fit in scaled units so that efficiencies (~0.5) and seconds (~1e-4) are comparable.
+    scale = np.array([1.0 if p in ("bandwidth", "compute") else tmax for p in params])
+    x0 = np.clip(np.array([getattr(start, p) for p in params]), lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo)) / scale
+    base = Roofline(hardware, start, smooth_p=smooth_p)
+
+    def eff_of(x: np.ndarray) -> Efficiency:
+        return start.replace(**{p: float(v) for p, v in zip(params, x * scale)})
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        rl = base.with_efficiency(eff_of(x))
+        pred = rl.forward_time(model, tp=tp, precision=precision, batch=b, q=qq, context=c, kv_precision=kv_precision)
+        return pred / y - 1.0
+
+    sol = least_squares(resid, x0, bounds=(lo / scale, hi / scale), method="trf", x_scale="jac")
+    eff = eff_of(sol.x)
+    colnorm = np.linalg.norm(sol.jac, axis=0)
+    unidentified = tuple(p for p, n in zip(params, colnorm) if not n > 1e-8)
+    latency = Roofline(hardware, eff, calibrated=True, smooth_p=smooth_p,
+                       source=source or f"calibrate() on {len(m)} measurements of {getattr(model, 'name', 'model')}")
+    pred = latency.forward_time(model, tp=tp, precision=precision, batch=b, q=qq, context=c, kv_precision=kv_precision)
+    res = pd.DataFrame({"batch": m["batch"], "q": m["q"], "context": m["context"], "measured": y,
+                        "predicted": pred, "rel_error": pred / y - 1.0})
+    return Calibration(latency=latency, params={p: float(getattr(eff, p)) for p in params}, residuals=res,
+                       rmse_rel=float(np.sqrt(np.mean(res["rel_error"] ** 2))), unidentified=unidentified)

@@ -1,0 +1,421 @@
+"""Tests of specsim.vllm.ingest on real vLLM 0.32.0 samples and synthetic variants.
+
+Samples: tests/data/vllm_samples/ (README.md there gives their source). Expected numbers are
+read by hand from the raw files (the Prometheus lines, the log lines) or computed independently
+here from the counts the synthetic files were generated from.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specsim.errors import DataError, NotCollectedError
+from specsim.vllm import (
+    IngestWarning,
+    SpecDecodeCounts,
+    diff_scrapes,
+    parse_offline_metrics,
+    parse_prometheus_text,
+    parse_spec_decode_log,
+    read_bench_result,
+    read_prometheus,
+    read_spec_decode_log,
+)
+
+D = os.path.join(os.path.dirname(__file__), "data", "vllm_samples")
+
+
+def p(name: str) -> str:
+    return os.path.join(D, name)
+
+
+def _truth():
+    spec = importlib.util.spec_from_file_location("make_synthetic", p("make_synthetic.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+TRUTH = _truth()
+
+
+# ---------------------------------------------------------------------------------------------
+# Prometheus, real samples
+# ---------------------------------------------------------------------------------------------
+def test_prometheus_diff_real_ngram_matches_raw_lines_and_notes():
+    d = diff_scrapes(read_prometheus(p("metrics_ngram_before.txt")), read_prometheus(p("metrics_ngram.txt")))
+    c = d.spec_counts()
+    # metrics_ngram.txt lines 39/45/51/57-59 (before: all 0.0)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (330, 986, 617)
+    assert c.accepted_per_pos == (243, 202, 172)
+    assert c.exact and c.num_speculative_tokens == 3
+    # NOTES.md §4: acceptance length 2.87, per-pos .736 .612 .521
+    assert round(c.mal, 2) == 2.87
+    np.testing.assert_allclose(np.round(c.per_position_rates, 3), [0.736, 0.612, 0.521])
+    assert c.mal == pytest.approx(1 + 617 / 330, rel=1e-15)
+    # token counters: generation 1571, prompt 1709 (= bench total_output/input_tokens)
+    assert (d.generation_tokens, d.prompt_tokens) == (1571, 1709)
+
+
+def test_prometheus_real_agrees_with_vllm_bench_json():
+    """Two independent vLLM computations of the same window: serve.py's deltas vs our diff."""
+    d = diff_scrapes(read_prometheus(p("metrics_ngram_before.txt")), read_prometheus(p("metrics_ngram.txt")))
+    b = read_bench_result(p("bench_ngram.json"))
+    assert b.spec_counts().accepted_per_pos == d.spec_counts().accepted_per_pos
+    assert b.spec_counts().num_drafts == d.spec_counts().num_drafts
+    assert b.raw["spec_decode_acceptance_length"] == pytest.approx(d.spec_counts().mal, rel=1e-12)
+    np.testing.assert_allclose(b.raw["spec_decode_per_position_acceptance_rates"],
+                               d.spec_counts().per_position_rates, rtol=1e-12)
+    assert b.raw["total_output_tokens"] == d.generation_tokens
+    assert b.raw["total_input_tokens"] == d.prompt_tokens
+
+
+def test_frame_columns_and_values():
+    c = read_prometheus(p("metrics_ngram.txt")).spec_counts()
+    f = c.to_frame()
+    assert list(f["position"]) == [1, 2, 3]
+    np.testing.assert_allclose(f["cumulative_ar"], [243 / 330, 202 / 330, 172 / 330])
+    np.testing.assert_allclose(f["conditional_ar"], [243 / 330, 202 / 243, 172 / 202])
+    np.testing.assert_allclose(f["mal_through_position"], [1 + 243 / 330, 1 + 445 / 330, 1 + 617 / 330])
+    assert f["mal_through_position"].iloc[-1] == pytest.approx(f["mal"].iloc[0])
+    assert set(f["num_drafts"]) == {330} and set(f["num_draft_tokens"]) == {986}
+
+
+def test_base_scrape_is_not_collected_never_zero():
+    s = read_prometheus(p("metrics_base.txt"))
+    assert s.status == "not collected"
+    assert s.generation_tokens == 1571 and s.prompt_tokens == 1709  # metrics_base.txt l.153, l.117
+    with pytest.raises(NotCollectedError):
+        s.spec_counts()
+    with pytest.raises(NotCollectedError):
+        s.to_frame()
+    assert read_bench_result(p("bench_base.json")).status == "not collected"
+    with pytest.raises(NotCollectedError):
+        read_bench_result(p("bench_base.json")).spec_counts()
+
+
+def test_diff_errors_counter_reset_and_mixed_servers():
+    before, after = read_prometheus(p("metrics_ngram_before.txt")), read_prometheus(p("metrics_ngram.txt"))
+    with pytest.raises(DataError, match="counter reset.*330 to 0"):
+        diff_scrapes(after, before)
+    with pytest.raises(DataError, match="only one scrape"):
+        diff_scrapes(read_prometheus(p("metrics_base.txt")), after)
+    # raw text works too, and two base scrapes diff to "not collected"
+    text = open(p("metrics_base.txt"), encoding="utf-8").read()
+    z = diff_scrapes(text, text)
+    assert z.status == "not collected" and z.generation_tokens == 0
+
+
+def test_truncated_and_garbage_prometheus_raise():
+    with pytest.raises(DataError, match=r"sum\(accepted_per_pos\) = 263 != num_accepted_tokens = 617"):
+        read_prometheus(p("metrics_truncated_synthetic.txt"))
+    with pytest.raises(DataError):
+        parse_prometheus_text('vllm:spec_decode_num_drafts_total{engine="0" 12\n')
+    # spec counters present but per-position series missing -> incomplete, not zero
+    text = ('vllm:spec_decode_num_drafts_total{engine="0"} 10\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"} 20\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 5\n')
+    with pytest.raises(DataError, match="missing vllm:spec_decode_num_accepted_tokens_per_pos"):
+        parse_prometheus_text(text)
+    with pytest.raises(DataError, match="non-negative integer"):
+        parse_prometheus_text(text.replace(" 10\n", " 10.5\n"))
+
+
+def test_multi_engine_prometheus_pooled_by_counts():
+    s = read_prometheus(p("metrics_multi_engine_synthetic.txt"))
+    assert len(s.spec_by_engine) == 2
+    truth = TRUTH.PROM_ENGINES
+    d = sum(e[1] for e in truth)
+    t = sum(e[2] for e in truth)
+    per = tuple(sum(e[3][i] for e in truth) for i in range(3))
+    c = s.spec_counts()
+    assert (c.num_drafts, c.num_draft_tokens, c.accepted_per_pos) == (d, t, per) == (320, 930, (250, 195, 145))
+    assert c.mal == pytest.approx(1 + 590 / 320)
+    mean_of_mals = np.mean([1 + sum(e[3]) / e[1] for e in truth])
+    assert abs(c.mal - mean_of_mals) > 0.03  # averaging MALs would be wrong here
+    assert s.generation_tokens == sum(e[1] + sum(e[3]) for e in truth)
+
+
+# ---------------------------------------------------------------------------------------------
+# LLM.get_metrics()
+# ---------------------------------------------------------------------------------------------
+def test_offline_metrics_json_equals_prometheus_equivalent():
+    o = parse_offline_metrics(p("offline_metrics_multi_engine_synthetic.json"))
+    s = read_prometheus(p("metrics_multi_engine_synthetic.txt"))
+    oc, sc = o.spec_counts(), s.spec_counts()
+    assert (oc.num_drafts, oc.num_draft_tokens, oc.num_accepted_tokens, oc.accepted_per_pos) == (
+        sc.num_drafts, sc.num_draft_tokens, sc.num_accepted_tokens, sc.accepted_per_pos)
+    assert o.generation_tokens == s.generation_tokens
+
+
+def test_offline_metrics_duck_typed_reader_objects():
+    @dataclasses.dataclass
+    class Counter:  # shape of vllm.v1.metrics.reader.Counter
+        name: str
+        labels: dict
+        value: int
+
+    @dataclasses.dataclass
+    class Vector:
+        name: str
+        labels: dict
+        values: list
+
+    @dataclasses.dataclass
+    class Histogram:
+        name: str
+        labels: dict
+        count: int
+        sum: float
+        buckets: dict
+
+    lab = {"engine": "0", "model_name": "m"}
+    objs = [Counter("vllm:spec_decode_num_drafts", lab, 555), Counter("vllm:spec_decode_num_draft_tokens", lab, 1653),
+            Counter("vllm:spec_decode_num_accepted_tokens", lab, 1095),
+            Vector("vllm:spec_decode_num_accepted_tokens_per_pos", lab, [419, 356, 320]),
+            Histogram("vllm:time_to_first_token_seconds", lab, 2, 0.3, {"+Inf": 2}),
+            Counter("vllm:prompt_tokens", lab, 999)]
+    s = parse_offline_metrics(objs)
+    c = s.spec_counts()
+    # NOTES.md §3 table, ngram N=3: 555/1653/1095, MAL 2.97
+    assert round(c.mal, 2) == 2.97 and c.accepted_per_pos == (419, 356, 320)
+    assert s.prompt_tokens == 999 and s.generation_tokens is None
+    assert parse_offline_metrics([]).status == "not collected"
+    with pytest.raises(DataError, match="neither 'value' nor 'values'"):
+        parse_offline_metrics([{"name": "vllm:spec_decode_num_drafts", "labels": {}}])
+
+
+# ---------------------------------------------------------------------------------------------
+# log lines
+# ---------------------------------------------------------------------------------------------
+def test_real_log_lines_n1_exact():
+    log = read_spec_decode_log(p("specdecoding_log_lines.txt"))
+    f = log.to_frame()
+    # hand-read from the file: Accepted 6,24,9,0,3 ; Drafted 328,1069,584,172,156 ; N = 1
+    assert list(f["num_accepted_tokens"]) == [6, 24, 9, 0, 3]
+    assert list(f["num_drafts"]) == [328, 1069, 584, 172, 156]  # N = 1: one token per draft
+    assert list(f["process"].unique()) == ["MainProcess pid=14291"]
+    tot = log.total()
+    assert (tot.num_drafts, tot.num_draft_tokens, tot.num_accepted_tokens) == (2309, 2309, 42)
+    assert tot.exact and tot.mal == pytest.approx(1 + 42 / 2309)
+    assert list(f["logged_mal"]) == [1.02, 1.02, 1.02, 1.00, 1.02]
+
+
+def test_notes_log_line_reconstructs_unique_draft_count():
+    line = ("INFO 11-29 09:37:31 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.01, "
+            "Accepted throughput: 65.36 tokens/s, Drafted throughput: 96.95 tokens/s, Accepted: 660 tokens, "
+            "Drafted: 979 tokens, Per-position acceptance rate: 0.760, 0.653, 0.593, Avg Draft acceptance rate: 67.4%")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rec = parse_spec_decode_log(line).records[0]
+    # by hand: MAL 3.01 -> D in [660/2.015, 660/2.005] = {328, 329}; 0.7595*328 = 249.1 and
+    # 0.7605*328 = 249.4 hold no integer, so D = 329: a = (250, 215, 195), sum 660
+    assert rec.counts.num_drafts == 329 and rec.counts.accepted_per_pos == (250, 215, 195)
+    assert rec.format == "v1" and rec.timestamp == "11-29 09:37:31"
+    assert rec.logged["accepted_throughput_tokens_per_s"] == 65.36
+
+
+def test_multi_engine_log_aggregated_by_counts():
+    log = read_spec_decode_log(p("specdecoding_multi_engine_synthetic.log"))
+    by = log.by_engine()
+    assert set(by) == {"000", "001"}
+    for eng in ("000", "001"):
+        rows = [r for r in TRUTH.MULTI_ENGINE_INTERVALS if r[0] == eng]
+        c = by[eng]
+        assert c.num_drafts == sum(r[1] for r in rows)
+        assert c.num_draft_tokens == sum(r[2] for r in rows)
+        assert c.accepted_per_pos == tuple(sum(r[3][i] for r in rows) for i in range(3))
+    tot = log.total()
+    d = sum(r[1] for r in TRUTH.MULTI_ENGINE_INTERVALS)
+    a = sum(sum(r[3]) for r in TRUTH.MULTI_ENGINE_INTERVALS)
+    assert (tot.num_drafts, tot.num_accepted_tokens) == (d, a) == (575, 1001)
+    assert tot.mal == pytest.approx(1 + 1001 / 575)
+    logged = log.to_frame()["logged_mal"]
+    assert abs(tot.mal - logged.mean()) > 0.01  # the naive average of printed MALs differs
+
+
+def test_older_v1_layouts_bonus_detection():
+    d, t, per = TRUTH.OLD_V1
+    c85 = read_spec_decode_log(p("specdecoding_v1_0.8.5_synthetic.log"))
+    c92 = read_spec_decode_log(p("specdecoding_v1_0.9.2_synthetic.log"))
+    assert c85.records[0].format == "v1-0.8" and c92.records[0].format == "v1-0.9"
+    assert c85.records[0].logged["mal"] == 1.70 and c92.records[0].logged["mal"] == 2.70
+    for log in (c85, c92):
+        c = log.total()
+        assert (c.num_drafts, c.num_draft_tokens, c.accepted_per_pos) == (d, t, per)
+        assert c.mal == pytest.approx(1 + sum(per) / d) == pytest.approx(2.70)
+
+
+def test_v0_cumulative_lines():
+    log = read_spec_decode_log(p("specdecoding_v0_synthetic.log"))
+    assert [r.format for r in log.records] == ["v0", "v0"]
+    k, d, prefix, _any = TRUTH.V0_LINES[-1]
+    tot = log.total()  # cumulative: the last line, not the sum
+    assert (tot.num_drafts, tot.num_draft_tokens, tot.num_accepted_tokens) == (d, d * k, prefix) == (250, 1000, 420)
+    assert tot.mal == pytest.approx(670 / 250)  # emitted / drafts
+    assert not tot.has_per_position
+    with pytest.raises(NotCollectedError):
+        tot.to_frame()
+    with pytest.raises(NotCollectedError):
+        tot.to_acceptance()
+    lines = open(p("specdecoding_v0_synthetic.log"), encoding="utf-8").read().splitlines()
+    with pytest.raises(DataError, match="decreased"):
+        parse_spec_decode_log([lines[1], lines[0]]).total()
+    mixed = lines + open(p("specdecoding_log_lines.txt"), encoding="utf-8").read().splitlines()
+    with pytest.raises(DataError, match="mixes v0"):
+        parse_spec_decode_log(mixed).total()
+
+
+def test_truncated_and_malformed_logs():
+    with pytest.raises(DataError, match=r"truncated_synthetic.log:2: .*matches no known"):
+        read_spec_decode_log(p("specdecoding_truncated_synthetic.log"))
+    with pytest.warns(IngestWarning, match="skipped"):
+        log = read_spec_decode_log(p("specdecoding_truncated_synthetic.log"), strict=False)
+    assert len(log.records) == 1 and log.total().num_drafts == 129
+    with pytest.raises(DataError, match=r"rates increase: \[0.62, 0.752, 0.512\]"):
+        read_spec_decode_log(p("specdecoding_malformed_synthetic.log"))
+    good = open(p("specdecoding_truncated_synthetic.log"), encoding="utf-8").readline()
+    with pytest.raises(DataError, match="acceptance rate 99.9%"):
+        parse_spec_decode_log(good.replace("65.5%", "99.9%"))
+    with pytest.raises(NotCollectedError):
+        parse_spec_decode_log("INFO nothing here\n").total()
+
+
+def _render_v1(d: int, t: int, per: tuple) -> str:
+    """Independent rendering of the vLLM >= 0.10 line (format string in NOTES.md §3)."""
+    a = sum(per)
+    rates = ", ".join(f"{x / d:.3f}" for x in per)
+    return ("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted throughput: %.2f tokens/s, "
+            "Drafted throughput: %.2f tokens/s, Accepted: %d tokens, Drafted: %d tokens, "
+            "Per-position acceptance rate: %s, Avg Draft acceptance rate: %.1f%%"
+            % (1 + a / d, a / 10, t / 10, a, t, rates, 100 * a / t))
+
+
+def test_ambiguous_draft_count_warns_with_range_holding_truth():
+    d, t, per = 5000, 14000, (3700, 3000, 2500)
+    with pytest.warns(IngestWarning, match="within rounding"):
+        c = parse_spec_decode_log(_render_v1(d, t, per)).total()
+    lo, hi = c.num_drafts_range
+    assert lo <= d <= hi and lo < hi and not c.exact
+    assert abs(c.num_drafts - d) / d < 0.005
+    assert c.num_accepted_tokens == sum(per) and c.num_draft_tokens == t
+    full = parse_spec_decode_log(_render_v1(4000, 12000, (2000, 1500, 1000)), assume_full_drafts=True).total()
+    assert full.exact and full.num_drafts == 4000
+
+
+@st.composite
+def _interval(draw):
+    n = draw(st.integers(1, 5))
+    d = draw(st.integers(1, 3000))
+    per = tuple(sorted((draw(st.integers(0, d)) for _ in range(n)), reverse=True))
+    t = draw(st.integers(max(d, sum(per)), n * d))
+    return d, t, per
+
+
+@settings(max_examples=150, deadline=None)
+@given(_interval())
+def test_log_reconstruction_property(x):
+    d, t, per = x
+    line = _render_v1(d, t, per)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        c = parse_spec_decode_log(line).records[0].counts
+    lo, hi = c.num_drafts_range or (c.num_drafts, c.num_drafts)
+    assert lo <= d <= hi  # the truth is always among the consistent values
+    # reconstructed counts reproduce the printed line exactly
+    assert _render_v1(c.num_drafts, c.num_draft_tokens, c.accepted_per_pos) == line
+    if c.exact and d < 1000:
+        assert c.accepted_per_pos == per
+
+
+# ---------------------------------------------------------------------------------------------
+# bench JSON
+# ---------------------------------------------------------------------------------------------
+def test_bench_json_fields():
+    b = read_bench_result(p("bench_ngram.json"))
+    s = b.summary()
+    raw = json.load(open(p("bench_ngram.json"), encoding="utf-8"))
+    assert s["output_throughput_tokens_per_s"] == raw["output_throughput"] == pytest.approx(51.4547, abs=1e-4)
+    assert s["completed"] == 16 and s["max_concurrency"] == 4
+    lat = b.latency_frame()
+    assert set(lat.index) == {"ttft", "tpot", "itl", "e2el"}
+    assert lat.loc["ttft", "mean"] == pytest.approx(1074.2687, abs=1e-4)  # NOTES §4: 1074 ms
+    assert lat.loc["tpot", "median"] == pytest.approx(66.2631, abs=1e-4)
+    assert {"p50", "p90", "p99"} <= set(lat.columns)
+    c = b.spec_counts()
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (330, 986, 617)
+    assert 100 * c.acceptance_rate == pytest.approx(62.576, abs=1e-3)  # NOTES §4: 62.6 %
+
+
+def test_bench_json_truncated_inconsistent_fraction():
+    with pytest.raises(DataError, match="not valid JSON"):
+        read_bench_result(p("bench_truncated_synthetic.json"))
+    with pytest.raises(DataError, match="acceptance_length 2.97"):
+        read_bench_result(p("bench_inconsistent_synthetic.json"))
+    raw = json.load(open(p("bench_ngram.json"), encoding="utf-8"))
+    raw["spec_decode_acceptance_rate"] = 617 / 986
+    with pytest.raises(DataError, match="fraction"):
+        read_bench_result(raw)
+    del raw["spec_decode_num_drafts"]
+    with pytest.raises(DataError, match="missing"):
+        read_bench_result(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# SpecDecodeCounts
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("args,match", [
+    ((10, 20, 6, (4, 1)), "sum"),
+    ((10, 20, 5, (2, 3)), "non-increasing"),
+    ((3, 6, 4, (4, 0)), "position-1 acceptance rate would exceed 1"),
+    ((10, 9, 0, (0, 0)), "every draft proposes"),
+    ((10, 21, 0, (0, 0)), "N x num_drafts"),
+])
+def test_counts_identities(args, match):
+    with pytest.raises(DataError, match=match):
+        SpecDecodeCounts(*args)
+
+
+def test_counts_add_and_errors():
+    a = SpecDecodeCounts(10, 25, 12, (7, 5, 0))
+    b = SpecDecodeCounts(30, 60, 20, (15, 4, 1))
+    s = sum([a, b])
+    assert s.accepted_per_pos == (22, 9, 1) and s.mal == pytest.approx(1 + 32 / 40)
+    with pytest.raises(DataError, match="different num_speculative_tokens"):
+        a + SpecDecodeCounts(5, 5, 1, (1,))
+    z = SpecDecodeCounts(0, 0, 0, (0, 0))
+    with pytest.raises(DataError, match="no drafts"):
+        z.mal
+    assert np.isnan(SpecDecodeCounts(10, 20, 0, (0, 0)).conditional_rates[1])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 500), st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=6))
+def test_pooled_mal_is_count_weighted(runs):
+    counts = []
+    for d, f1, f2 in runs:
+        a1 = int(f1 * d)
+        a2 = int(f2 * a1)
+        counts.append(SpecDecodeCounts(d, 2 * d, a1 + a2, (a1, a2)))
+    pooled = sum(counts)
+    assert pooled.mal == pytest.approx(1 + sum(c.num_accepted_tokens for c in counts) / sum(c.num_drafts for c in counts))
+    assert pooled.mal == pytest.approx(1 + pooled.per_position_rates.sum())
+
+
+def test_to_acceptance_matches_counts():
+    pytest.importorskip("specsim.acceptance")
+    c = read_prometheus(p("metrics_ngram.txt")).spec_counts()
+    try:
+        acc = c.to_acceptance(temperature=0.0)
+    except (ImportError, AttributeError) as exc:  # Acceptance written concurrently
+        pytest.skip(f"specsim.acceptance not ready: {exc}")
+    np.testing.assert_allclose(acc.cumulative(3), [243 / 330, 202 / 330, 172 / 330], rtol=1e-9)
+    assert acc.mal(3) == pytest.approx(1 + 617 / 330)

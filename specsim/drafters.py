@@ -1,0 +1,674 @@
+"""Draft-cost strategies, one per vLLM speculative ``method`` string.
+
+``get_drafter(method, ...)`` returns a ``Drafter`` whose ``draft_time(latency, target, n=..., ...)``
+gives the seconds the drafter spends per verification step (broadcasting over ``n`` and
+``batch``), computed with the same latency model as the target (DESIGN.md section 3):
+
+* ``sequential`` (``mtp``, ``eagle``, ``eagle3``, ``draft_model``): a first draft pass over the
+  step's N+1 verified tokens per request, then N-1 single-token passes.  Source: vLLM 0.32
+  ``v1/spec_decode/llm_base_proposer.py:propose`` (first pass over all target tokens of the step;
+  ``disable_padded_drafter_batch=False`` by default, so rejected slots are padded, not dropped;
+  loop of N-1 passes at l.689).  Native MTP shares the target's embedding / lm_head; a model with k
+  MTP modules reuses them when N > k (``n_predict`` reuse in ``config/speculative.py``), so every
+  pass costs one module.  Gemma 4 ``mtp`` + assistant: a 4-layer h=1024 decoder with Q-only
+  attention over the target's KV cache (``model_executor/models/gemma4_mtp.py``; no own KV).
+* ``parallel`` (``dflash``): ONE pass of the draft layers over B x (N+1) query tokens (bonus +
+  N mask slots) whose attention also reads K/V projected from the target's context
+  (``v1/spec_decode/dflash.py:set_inputs_first_pass``: ``num_query_per_req = 1 + N``), logits at
+  the N mask positions.  ``pad_to_block_size`` reproduces the z-lab reference (fixed block).
+* ``parallel_markov`` (``dspark``): the DFlash pass, then N sequential steps of the low-rank
+  Markov head (rank-256 ``W1`` gather + ``W2: r -> draft vocab`` GEMV + sample), all inside one
+  graph (``v1/worker/gpu/spec_decode/dspark/speculator.py``).  Native checkpoints query N
+  positions (anchor-as-first-prediction), speculators-format ones N+1.
+* ``lookup`` (``ngram``, ``ngram_gpu``, ``suffix``): no GPU forward; a constant CPU time per
+  request per step (``ngram_proposer.py``: numba KMP suffix match, one numba thread at l.48,
+  async scheduling disabled with ngram, so it is on the critical path).
+
+Per-pass overhead (what makes sequential drafters plateau at N ~ 3-5): every draft forward pays
+the latency model's per-forward fixed cost, i.e. ``fixed_s + per_layer_s * draft_layers`` of the
+``Roofline`` -- vLLM replays a graph, rebuilds attention metadata and samples on EVERY draft pass
+(``llm_base_proposer.py`` loop), the same machinery the target step pays once.  Scaling
+``fixed_s`` by draft_layers/target_layers would make the overhead of a 1-layer head vanish, which
+contradicts the observed plateau; depth-proportional cost is carried by ``per_layer_s`` once
+calibrated.  ``draft_pass_overhead_s`` overrides it (calibratable).  Markov-head steps run inside
+the same graph, so they pay ``markov_step_overhead_s`` (default 5 % of ``fixed_s``: a handful of
+small kernels; assumed).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping
+
+import numpy as np
+
+from .catalog import data_path
+from .errors import DataError, SpecsimValueError
+
+# vLLM 0.32.0 vllm/config/speculative.py:38-83 (SpeculativeMethod, MTPModelTypes).
+VLLM_MTP_TYPES = (
+    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
+    "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
+    "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
+    "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp",
+    "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
+)
+VLLM_METHODS = ("ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle",
+                "eagle3", "extract_hidden_states", *VLLM_MTP_TYPES, "dflash", "ngram_gpu", "dspark")
+_KIND = {"mtp": "sequential", "eagle": "sequential", "eagle3": "sequential", "draft_model": "sequential",
+         "dflash": "parallel", "dspark": "parallel_markov", "ngram": "lookup", "ngram_gpu": "lookup",
+         "suffix": "lookup"}
+MODELED_METHODS = tuple(m for m in VLLM_METHODS if m in _KIND or m in VLLM_MTP_TYPES)
+KINDS = ("sequential", "parallel", "parallel_markov", "lookup")
+# Bytes per weight by precision string (docs/architecture.md): mxfp4 = 0.5 + 1/32 E8M0 scale,
+# int4 w4a16 group 32 with a bf16 scale = 0.5 + 2/32.
+BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0, "mxfp4": 0.53125, "int4": 0.5625}
+DEFAULT_LOOKUP_S_PER_REQUEST = 5e-6  # assumed: numba KMP over a few-k-token history, one thread
+MARKOV_OVERHEAD_FRACTION = 0.05      # assumed: ~4 small in-graph kernels vs one forward's fixed cost
+
+
+def _bpp(precision: str, field_name: str = "precision") -> float:
+    if precision not in BYTES_PER_PARAM:
+        raise SpecsimValueError(field_name, "unknown precision string", precision, BYTES_PER_PARAM)
+    return BYTES_PER_PARAM[precision]
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """``count`` draft layers with one attention geometry (KV read capped at ``window`` tokens)."""
+
+    count: int
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    window: int | None = None
+    kv_tensors: int = 2  # 1 when K == V is stored once (Gemma 4 global layers, attention_k_eq_v)
+
+
+@dataclass(frozen=True)
+class DraftNet:
+    """Architecture of a draft network, duck-typed like ``ModelSpec`` for the latency models.
+
+    Parameter counts are computed from dimensions: attention q/k/v from ``attn_input_dim`` (2h for
+    EAGLE-3, whose attention reads [embedding; hidden]), q doubled with ``q_gate`` (Qwen3.5/3.6
+    gated attention), no k/v weights when ``kv_proj`` is False (Gemma 4 assistant); SwiGLU/GeGLU
+    MLP 3*h*I; MoE experts 3*h*I_moe each, touched experts E*(1-(1-k/E)^T) (DESIGN.md section 4);
+    ``fc_params`` covers fc / eh_proj / pre- and post-projections; the lm_head has
+    ``lm_vocab`` x ``lm_dim`` weights applied at the sampled positions (``lm_positions``:
+    "last" = 1 per sequence, "all" = q, "all_but_first" = q-1).  Norms are ignored.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    attention: tuple[AttentionGroup, ...]
+    attn_input_dim: int
+    intermediate_size: int = 0
+    kv_proj: bool = True
+    q_gate: bool = False
+    moe_num_experts: int = 0
+    moe_experts_per_token: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    fc_params: int = 0
+    lm_vocab: int = 0
+    lm_dim: int = 0
+    lm_shared_with_target: bool = False
+    lm_positions: str = "last"
+    stored_extra_params: int = 0
+
+    def _attn_params(self) -> float:
+        tot = 0.0
+        for g in self.attention:
+            q = self.attn_input_dim * g.num_heads * g.head_dim * (2 if self.q_gate else 1)
+            kv = self.attn_input_dim * g.kv_heads * g.head_dim * g.kv_tensors if self.kv_proj else 0
+            tot += g.count * (q + kv + g.num_heads * g.head_dim * self.hidden_size)
+        return tot
+
+    @property
+    def expert_params(self) -> float:
+        return 3.0 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def dense_params(self) -> float:
+        """Params every token touches except routed experts and the lm_head."""
+        per_layer = 3.0 * self.hidden_size * (self.intermediate_size + self.shared_expert_intermediate_size)
+        per_layer += self.hidden_size * self.moe_num_experts  # router
+        return self._attn_params() + self.num_layers * per_layer + self.fc_params
+
+    @property
+    def lm_head_params(self) -> float:
+        return float(self.lm_vocab) * float(self.lm_dim)
+
+    def total_params(self) -> float:
+        """Every weight the draft forward may read (incl. all experts and a shared lm_head)."""
+        return self.dense_params + self.num_layers * self.moe_num_experts * self.expert_params + self.lm_head_params
+
+    def weight_bytes(self, precision: str = "bf16") -> float:
+        """Bytes of all weights a draft forward may read (see ``total_params``)."""
+        return self.total_params() * _bpp(precision)
+
+    def step_weight_bytes(self, tokens: Any, precision: str = "bf16") -> np.ndarray:
+        """Weight bytes read by one forward over ``tokens`` = B*q tokens (ndarray)."""
+        t = np.asarray(tokens, dtype=float)
+        base = self.dense_params + self.lm_head_params
+        if self.moe_num_experts:
+            e, k = float(self.moe_num_experts), float(self.moe_experts_per_token)
+            touched = e * (1.0 - (1.0 - k / e) ** t)
+            base = base + self.num_layers * touched * self.expert_params
+        return np.broadcast_to(base, t.shape) * _bpp(precision)
+
+    def kv_bytes_per_seq(self, context: Any, kv_precision: str = "bf16") -> np.ndarray:
+        """KV bytes READ per sequence per forward at ``context`` tokens (window-capped).
+
+        For a drafter that shares the target's KV cache this is what its attention reads, not
+        what it stores (see ``Drafter.draft_kv_bytes_per_seq`` for storage).
+        """
+        c = np.asarray(context, dtype=float)
+        out = np.zeros_like(c)
+        for g in self.attention:
+            span = c if g.window is None else np.minimum(c, g.window)
+            out = out + g.count * g.kv_heads * g.head_dim * g.kv_tensors * span
+        return out * _bpp(kv_precision, "kv_precision")
+
+    def _sampled(self, q: np.ndarray) -> np.ndarray:
+        if self.lm_positions == "last":
+            return np.ones_like(q)
+        return q if self.lm_positions == "all" else np.maximum(q - 1.0, 1.0)
+
+    def step_flops(self, batch: Any, q: Any, context: Any) -> np.ndarray:
+        """FLOPs of one forward: 2*params*tokens + attention 4*heads*hd*span per query + lm_head."""
+        b, qq, c = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, q, context)))
+        tokens = b * qq
+        active = self.dense_params + self.num_layers * self.moe_experts_per_token * self.expert_params
+        attn = np.zeros_like(c)
+        for g in self.attention:
+            span = c + qq if g.window is None else np.minimum(c + qq, g.window)
+            attn = attn + g.count * 4.0 * g.num_heads * g.head_dim * span
+        return 2.0 * active * tokens + attn * tokens + 2.0 * self.lm_head_params * b * self._sampled(qq)
+
+    def stored_kv_bytes_per_token(self, kv_precision: str = "bf16") -> float:
+        """KV bytes stored per token when the drafter keeps its own cache (no window cap)."""
+        return float(self.kv_bytes_per_seq(1.0, kv_precision))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], name: str) -> "DraftNet":
+        """Build from the ``architecture`` block of a ``data/drafters/*.json`` file."""
+        d = dict(d)
+        try:
+            h = int(d["hidden_size"])
+            groups = d.get("attention") or [{"count": d["num_layers"], "num_heads": d["num_heads"],
+                                             "kv_heads": d["kv_heads"], "head_dim": d["head_dim"]}]
+            lm = d.get("lm_head") or {}
+            net = cls(name=name, num_layers=int(d["num_layers"]), hidden_size=h,
+                      attention=tuple(AttentionGroup(**g) for g in groups),
+                      attn_input_dim=int(d.get("attn_input_dim", h)),
+                      intermediate_size=int(d.get("intermediate_size", 0)), kv_proj=bool(d.get("kv_proj", True)),
+                      q_gate=bool(d.get("q_gate", False)),
+                      moe_num_experts=int(d.get("moe_num_experts", 0)),
+                      moe_experts_per_token=int(d.get("moe_experts_per_token", 0)),
+                      moe_intermediate_size=int(d.get("moe_intermediate_size", 0)),
+                      shared_expert_intermediate_size=int(d.get("shared_expert_intermediate_size", 0)),
+                      fc_params=int(d.get("fc_params", 0)), lm_vocab=int(lm.get("vocab", 0)),
+                      lm_dim=int(lm.get("dim", h)), lm_shared_with_target=bool(lm.get("shared_with_target", False)),
+                      lm_positions=str(d.get("lm_positions", "last")),
+                      stored_extra_params=int(d.get("stored_extra_params", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"draft architecture {name!r}: bad or missing field ({exc})") from exc
+        if sum(g.count for g in net.attention) != net.num_layers:
+            raise DataError(f"draft architecture {name!r}: attention group counts != num_layers")
+        if net.lm_positions not in ("last", "all", "all_but_first"):
+            raise DataError(f"draft architecture {name!r}: lm_positions must be last/all/all_but_first")
+        return net
+
+
+def _int_array(name: str, value: Any, lo: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        arr = arr.astype(int)
+    if arr.dtype.kind not in "iu" or np.any(arr < lo):
+        raise SpecsimValueError(name, f"must be integer(s) >= {lo}", value)
+    return arr
+
+
+def _norm(name: str) -> str:
+    return str(name).strip().split("/")[-1].lower()
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """Draft-cost strategy for one vLLM ``method`` (see the module docstring).
+
+    Attributes
+    ----------
+    method : str
+        The vLLM method string as given (e.g. ``"eagle3"``, ``"qwen3_5_mtp"``).
+    kind : {"sequential", "parallel", "parallel_markov", "lookup"}
+    draft : DraftNet or ModelSpec or None
+        The draft network (``None`` for lookup methods).
+    shares_target_weights, shares_target_kv : bool
+        Native MTP shares the target's embedding / lm_head; the Gemma 4 assistant reads the
+        target's KV cache and stores none.
+    name, source, assumptions
+        Provenance of the draft spec (``data/drafters/*.json``).
+    precision : str or None
+        Draft weight precision; None = the target's precision for native MTP (same checkpoint),
+        bf16 for separate draft checkpoints.
+    draft_tp : int or None
+        Draft TP degree (vLLM ``draft_tensor_parallel_size``); None = the target's TP.
+    draft_pass_overhead_s : float or None
+        Seconds per draft forward replacing the latency model's fixed per-forward cost; None =
+        the shipped calibration's ``draft_pass_overhead_s`` for a calibrated roofline
+        (``specsim.calibration.default_draft_pass_overhead``), else the latency model's own
+        ``fixed_s + per_layer_s * draft_layers``.
+    markov_step_overhead_s : float or None
+        Seconds per DSpark Markov-head step on top of its roofline time; None = 5 % of ``fixed_s``.
+    markov_rank, markov_vocab : int
+        DSpark Markov head: ``W2`` is ``markov_rank x markov_vocab``; ``W1`` (gathered) is
+        ``target vocab x markov_rank`` (memory only).
+    query_tokens : {"n+1", "n"}
+        Query positions per request of a parallel pass.
+    block_size : int or None; pad_to_block_size : bool
+        Trained block size; pad the parallel pass to it (z-lab reference) instead of N+1 (vLLM).
+    lookup_s_per_request : float
+        Lookup methods: CPU seconds per request per step (default 5e-6, assumed; calibratable).
+    native_depth : int or None
+        Number of native MTP modules (passes beyond it re-run them).
+    """
+
+    method: str
+    kind: str
+    draft: Any = None
+    shares_target_weights: bool = False
+    shares_target_kv: bool = False
+    name: str | None = None
+    source: str = ""
+    assumptions: tuple[str, ...] = ()
+    precision: str | None = None
+    draft_tp: int | None = None
+    draft_pass_overhead_s: float | None = None
+    markov_step_overhead_s: float | None = None
+    markov_rank: int = 0
+    markov_vocab: int = 0
+    target_vocab: int = 0
+    query_tokens: str = "n+1"
+    block_size: int | None = None
+    pad_to_block_size: bool = False
+    lookup_s_per_request: float = DEFAULT_LOOKUP_S_PER_REQUEST
+    native_depth: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise SpecsimValueError("kind", "unknown drafter kind", self.kind, KINDS)
+        if self.kind != "lookup" and self.draft is None:
+            raise SpecsimValueError("draft", f"a {self.kind} drafter needs a draft architecture", None)
+        if self.query_tokens not in ("n+1", "n"):
+            raise SpecsimValueError("query_tokens", "must be 'n+1' or 'n'", self.query_tokens, ["n+1", "n"])
+        for f in ("draft_pass_overhead_s", "markov_step_overhead_s", "lookup_s_per_request"):
+            v = getattr(self, f)
+            if v is not None and not (np.isfinite(v) and v >= 0):
+                raise SpecsimValueError(f, "must be finite and >= 0 seconds", v)
+        if self.precision is not None:
+            _bpp(self.precision)
+        if self.draft_tp is not None and (not isinstance(self.draft_tp, (int, np.integer)) or self.draft_tp < 1):
+            raise SpecsimValueError("draft_tp", "must be an integer >= 1", self.draft_tp)
+        if self.pad_to_block_size and not self.block_size:
+            raise SpecsimValueError("pad_to_block_size", "needs block_size", self.block_size)
+
+    def with_params(self, **changes: Any) -> "Drafter":
+        """Copy with some fields changed (e.g. a calibrated ``draft_pass_overhead_s``)."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise SpecsimValueError("Drafter field", "unknown field", unknown, sorted(names))
+        return dataclasses.replace(self, **changes)
+
+    def _precision(self, target_precision: str) -> str:
+        if self.precision is not None:
+            return self.precision
+        return target_precision if self.shares_target_weights else "bf16"
+
+    def _pass(self, lat: Any, net: Any, *, batch, q, context, tp: int, precision: str, overhead: float | None):
+        bd = lat.breakdown(net, tp=tp, precision=precision, batch=batch, q=q, context=context)
+        if overhead is None:
+            return bd["total_s"], bd
+        if "fixed_s" not in bd:
+            raise SpecsimValueError("draft_pass_overhead_s", "needs a roofline latency model (with a fixed_s term)",
+                                    type(lat).__name__)
+        return bd["total_s"] - bd["fixed_s"] + overhead, bd
+
+    def draft_time(self, latency: Any, target: Any = None, *, n: Any, batch: Any, context: Any, tp: int = 1,
+                   precision: str = "bf16", draft_latency: Any = None) -> np.ndarray:
+        """Seconds of drafting per verification step.
+
+        Parameters
+        ----------
+        latency : LatencyModel
+            The target's latency model; draft passes use it unless ``draft_latency`` is given.
+            A ``MeasuredLatency`` can only time the model it measured, so it needs ``draft_latency``.
+        target : ModelSpec, optional
+            The target (unused by the cost; kept for the contract and future checks).
+        n : int or int array (>= 1)
+            num_speculative_tokens.
+        batch : array_like (>= 1)
+            Sequences per step (concurrency).
+        context : array_like (>= 0)
+            KV context in tokens.
+        tp : int
+            Target TP degree (the draft uses ``draft_tp`` or this).
+        precision : str
+            Target weight precision (see ``precision`` attribute for the draft's).
+
+        Returns
+        -------
+        ndarray, broadcast shape of ``n``, ``batch``, ``context`` -- seconds.
+
+        Raises
+        ------
+        SpecsimValueError
+            Non-integer or < 1 ``n``; a latency model that cannot time the draft.
+        """
+        nn = _int_array("num_speculative_tokens", n, 1).astype(float)
+        nn, b, c = np.broadcast_arrays(nn, np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+        if self.kind == "lookup":
+            if np.any(b < 1):
+                raise SpecsimValueError("batch", "must be >= 1", batch)
+            return b * self.lookup_s_per_request
+        lat = draft_latency if draft_latency is not None else latency
+        if draft_latency is None and not hasattr(latency, "pass_overhead_s"):
+            raise SpecsimValueError("draft_latency", "the target's latency model cannot time draft passes "
+                                    "(measured table?); pass draft_latency=Roofline(...) or a table of the draft",
+                                    type(latency).__name__)
+        prec, dtp = self._precision(precision), self.draft_tp or tp
+        overhead = self.draft_pass_overhead_s
+        if overhead is None and draft_latency is None:
+            from .calibration import default_draft_pass_overhead  # shipped per-hardware calibration
+
+            overhead = default_draft_pass_overhead(latency)
+        kw = dict(tp=dtp, precision=prec, overhead=overhead)
+        if self.kind == "sequential":
+            first, _ = self._pass(lat, self.draft, batch=b, q=nn + 1.0, context=c, **kw)
+            rest, _ = self._pass(lat, self.draft, batch=b, q=np.ones_like(nn), context=c, **kw)
+            return first + (nn - 1.0) * rest
+        q = nn + 1.0 if self.query_tokens == "n+1" else nn.copy()
+        if self.pad_to_block_size:
+            q = np.maximum(q, float(self.block_size))
+        t, bd = self._pass(lat, self.draft, batch=b, q=q, context=c, **kw)
+        if self.kind == "parallel":
+            return t
+        head = DraftNet(name=f"{self.name}-markov-head", num_layers=0, hidden_size=self.markov_rank, attention=(),
+                        attn_input_dim=self.markov_rank, lm_vocab=self.markov_vocab, lm_dim=self.markov_rank)
+        hb = lat.breakdown(head, tp=dtp, precision=prec, batch=b, q=np.ones_like(nn), context=np.zeros_like(c))
+        if self.markov_step_overhead_s is not None:
+            over = self.markov_step_overhead_s
+        elif "fixed_s" in hb:
+            over = MARKOV_OVERHEAD_FRACTION * hb["fixed_s"]
+        else:
+            raise SpecsimValueError("markov_step_overhead_s", "must be given with a measured latency table", None)
+        step = hb["total_s"] - hb.get("fixed_s", 0.0) + over
+        return t + nn * step
+
+    def draft_weight_bytes(self, precision: str | None = None) -> float:
+        """Extra GPU memory of the draft weights, bytes (0 for lookup methods).
+
+        Weights shared with the target (native MTP's embedding and lm_head, a shared lm_head of
+        DFlash) count 0; native MTP's own module(s) DO count (DeepSeek-V3's MTP module is ~14B
+        params, "almost no extra memory" only holds for small MTP layers).  ``precision`` defaults
+        to the draft's own (bf16 for separate checkpoints).
+        """
+        if self.kind == "lookup":
+            return 0.0
+        prec = precision or self.precision or "bf16"
+        if not isinstance(self.draft, DraftNet):
+            return float(self.draft.weight_bytes(prec))
+        d = self.draft
+        params = d.total_params() - (d.lm_head_params if d.lm_shared_with_target else 0.0) + d.stored_extra_params
+        if self.native_depth and self.native_depth > 1:
+            params += (self.native_depth - 1) * (d.total_params() - d.lm_head_params)
+        params += self.markov_rank * (self.markov_vocab + self.target_vocab)
+        return float(params * _bpp(prec))
+
+    def draft_kv_bytes_per_seq(self, context: Any, kv_precision: str = "bf16") -> np.ndarray:
+        """KV-cache bytes the drafter STORES per sequence of ``context`` tokens (0 if shared/lookup)."""
+        c = np.asarray(context, dtype=float)
+        if self.kind == "lookup" or self.shares_target_kv:
+            return np.zeros_like(c)
+        return np.asarray(self.draft.kv_bytes_per_seq(c, kv_precision), dtype=float)
+
+    def describe(self) -> str:
+        s = f"{self.method} [{self.kind}] draft={self.name or getattr(self.draft, 'name', None)}"
+        if self.draft_pass_overhead_s is not None:
+            s += f", draft_pass_overhead={self.draft_pass_overhead_s * 1e6:.3g} us"
+        return s + (f"; assumptions: {'; '.join(self.assumptions)}" if self.assumptions else "")
+
+
+# ------------------------------------------------------------------ draft specs (data/drafters)
+
+_SPEC_FIELDS = ("name", "checkpoint", "method", "target", "kind", "architecture", "sources")
+_DRAFTER_KNOBS = ("precision", "draft_tp", "draft_pass_overhead_s", "markov_step_overhead_s", "query_tokens",
+                  "block_size", "pad_to_block_size", "lookup_s_per_request")
+
+
+@lru_cache(maxsize=4)
+def _specs(directory: str) -> tuple[dict, ...]:
+    from pathlib import Path
+
+    out = []
+    for p in sorted(Path(directory).glob("*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{p}: not valid JSON ({exc})") from exc
+        missing = [f for f in _SPEC_FIELDS if f not in d]
+        if missing:
+            raise DataError(f"{p}: missing fields {missing}")
+        if d["method"] not in MODELED_METHODS or d["kind"] != _KIND.get(d["method"], "sequential"):
+            raise DataError(f"{p}: method {d['method']!r} / kind {d['kind']!r} inconsistent")
+        d["_file"] = p.name
+        out.append(d)
+    return tuple(out)
+
+
+def list_draft_specs() -> list[dict]:
+    """All shipped draft specs (parsed ``data/drafters/*.json``; copies)."""
+    return [json.loads(json.dumps(d)) for d in _specs(str(data_path("drafters")))]
+
+
+def default_draft(target_name: str, method: str) -> dict:
+    """The draft spec used for a seed target and method (a copy of its JSON, with sources).
+
+    ``method`` may be any vLLM MTP alias (``qwen3_5_mtp`` ...), mapped to ``mtp``; for Gemma 4 the
+    ``mtp`` spec is the assistant checkpoint.
+
+    Raises
+    ------
+    SpecsimValueError
+        No seed drafter for this (target, method); the message lists the pairs that exist.
+    """
+    canon = "mtp" if method in VLLM_MTP_TYPES else method
+    specs = list_draft_specs()
+    hits = [d for d in specs if _norm(d["target"]) == _norm(target_name) and d["method"] == canon]
+    if not hits:
+        raise SpecsimValueError("target/method", "no seed draft spec for this pair", (target_name, method),
+                                sorted({f"{d['target']}:{d['method']}" for d in specs}))
+    hits.sort(key=lambda d: not d.get("default", False))
+    return hits[0]
+
+
+def derive_draft_spec(target: Any, method: str) -> dict:
+    """A generic draft spec built from the target's dimensions, for targets without a seed spec.
+
+    ``eagle3``: 1 decoder layer at the target's hidden size / heads, attention input 2h,
+    fc 3h->h, own 32000-row draft lm_head (speculators defaults).  ``eagle``: 1 layer, fc 2h->h,
+    the target's full-vocab lm_head (EAGLE-1 reuses the target head).  ``dflash``: 5 layers,
+    fc 5h->h, target lm_head, block 16.  Dense MLP width: the target's ``intermediate_size``
+    (dense targets) or 3h (MoE targets); MLA targets get 128-dim MHA heads.  Every such choice is
+    recorded as an assumption.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``method`` other than eagle / eagle3 / dflash, or a target without dimensions.
+    """
+    if method not in ("eagle", "eagle3", "dflash"):
+        raise SpecsimValueError("method", "no generic draft derivation for this method (needs a draft spec)",
+                                method, ["eagle", "eagle3", "dflash"])
+    try:
+        h, heads, kv, vocab = (int(target.hidden_size), int(target.num_attention_heads), int(target.num_kv_heads),
+                               int(target.vocab_size))
+    except AttributeError as exc:
+        raise SpecsimValueError("target", "needs a ModelSpec to derive a draft from", type(target).__name__) from exc
+    mla = getattr(target, "attention_kind", "gqa") == "mla"
+    hd = 128 if mla else int(target.head_dim)
+    moe = int(getattr(target, "num_moe_layers", 0)) > 0
+    inter = 3 * h if moe else int((getattr(target, "config", {}) or {}).get("intermediate_size") or 3 * h)
+    layers = 5 if method == "dflash" else 1
+    lm = {"vocab": 32000, "dim": h, "shared_with_target": False} if method == "eagle3" else \
+        {"vocab": vocab, "dim": h, "shared_with_target": True}
+    fc = {"eagle3": 3, "eagle": 2, "dflash": 5}[method] * h * h
+    assum = [f"assumed: no seed {method} spec for {target.name}; draft derived from the target's dimensions "
+             f"({layers} layer(s), h {h}, {heads}/{kv if not mla else heads} heads x {hd}, MLP {inter}"
+             f"{', MoE target -> 3h' if moe else ''}, fc {fc // (h * h)}h->h, lm_head {lm['vocab']} rows)"]
+    spec = {"name": f"{target.name}-{method}-derived", "checkpoint": f"(derived {method} for {target.name})",
+            "method": method, "target": target.name, "kind": _KIND[method], "precision": "bf16",
+            "architecture": {"num_layers": layers, "hidden_size": h,
+                             "attention": [{"count": layers, "num_heads": heads, "kv_heads": heads if mla else kv,
+                                            "head_dim": hd}],
+                             "attn_input_dim": 2 * h if method == "eagle3" else h, "intermediate_size": inter,
+                             "fc_params": fc, "lm_head": lm},
+            "sources": {"structure": "see derive_draft_spec docstring"}, "assumptions": assum}
+    if method == "dflash":
+        spec.update(block_size=16, query_tokens="n+1")
+    return spec
+
+
+def _find_spec(name: str) -> dict | None:
+    key = _norm(name)
+    for d in list_draft_specs():
+        if key in (_norm(d["name"]), _norm(d["checkpoint"])):
+            return d
+    return None
+
+
+def drafter_from_spec(spec: Mapping[str, Any], *, method: str | None = None,
+                      draft_config: Mapping[str, Any] | None = None) -> Drafter:
+    """Build a ``Drafter`` from a draft spec dict (``data/drafters`` schema), with overrides.
+
+    ``draft_config`` keys: any ``architecture`` field (e.g. ``num_layers``), the drafter knobs
+    (precision, draft_tp, draft_pass_overhead_s, markov_step_overhead_s, query_tokens, block_size,
+    pad_to_block_size, lookup_s_per_request) or vLLM's ``draft_tensor_parallel_size``.
+    """
+    spec = json.loads(json.dumps(dict(spec)))
+    arch = dict(spec["architecture"])
+    knobs: dict[str, Any] = {k: spec[k] for k in _DRAFTER_KNOBS if k in spec}
+    assumptions = list(spec.get("assumptions", []))
+    for k, v in dict(draft_config or {}).items():
+        if k == "draft_tensor_parallel_size":
+            k = "draft_tp"
+        if k in _DRAFTER_KNOBS:
+            knobs[k] = v
+        elif k in arch or k in ("attn_input_dim", "intermediate_size", "fc_params", "lm_positions"):
+            arch[k] = v
+            if k == "num_layers" and "attention" in arch and len(arch["attention"]) == 1:
+                arch["attention"][0]["count"] = v
+        else:
+            raise SpecsimValueError(f"draft_config.{k}", "unknown key", v,
+                                    sorted(set(_DRAFTER_KNOBS) | set(arch) | {"draft_tensor_parallel_size"}))
+        assumptions.append(f"draft_config override {k}={v!r}")
+    kind = spec["kind"]
+    if kind in ("parallel", "parallel_markov"):
+        q = knobs.get("query_tokens", "n+1")
+        arch.setdefault("lm_positions", "all_but_first" if q == "n+1" else "all")
+    try:
+        net = DraftNet.from_dict(arch, spec["name"])
+    except DataError as exc:
+        if not draft_config:
+            raise
+        raise SpecsimValueError("draft_config", f"makes an inconsistent draft architecture ({exc})",
+                                dict(draft_config)) from exc
+    try:
+        return Drafter(method=method or spec["method"], kind=kind, draft=net,
+                       shares_target_weights=bool(spec.get("shares_target_weights", False)),
+                       shares_target_kv=bool(spec.get("shares_target_kv", False)), name=spec["name"],
+                       source=f"{spec.get('_file', 'spec')}: {spec['checkpoint']}", assumptions=tuple(assumptions),
+                       markov_rank=int(spec.get("markov_rank", 0)), markov_vocab=int(spec.get("markov_vocab", 0)),
+                       target_vocab=int(spec.get("target_vocab", 0)) if spec.get("markov_rank") else 0,
+                       native_depth=spec.get("native_depth"), **knobs)
+    except TypeError as exc:
+        raise SpecsimValueError("draft_config", f"bad value ({exc})", draft_config) from exc
+
+
+def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
+                draft_config: Mapping[str, Any] | None = None) -> Drafter:
+    """Draft-cost strategy for a vLLM speculative ``method``.
+
+    Parameters
+    ----------
+    method : str
+        vLLM ``speculative_config.method`` (any of ``VLLM_METHODS``; ``*_mtp`` aliases map to ``mtp``).
+    draft_model : str or ModelSpec or DraftNet or dict, optional
+        The draft: a checkpoint / spec name from ``data/drafters`` (e.g.
+        ``"google/gemma-4-31B-it-assistant"``), a spec dict, a ``DraftNet``, or -- for
+        ``draft_model`` -- a ``ModelSpec`` or a model name for ``specsim.architecture.load_model``.
+        Default: ``default_draft(target.name, method)``.
+    target : ModelSpec or str, optional
+        The target; needed to pick the default draft.
+    draft_config : dict, optional
+        Overrides (see ``drafter_from_spec``).
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown method (lists vLLM's methods), a vLLM method specsim does not model (lists the
+        modeled ones), a missing or mismatched draft.
+    """
+    if not isinstance(method, str) or method not in VLLM_METHODS:
+        raise SpecsimValueError("method", "unknown vLLM speculative method", method, VLLM_METHODS)
+    if method not in MODELED_METHODS:
+        raise SpecsimValueError("method", "valid vLLM method but specsim has no cost model for it", method,
+                                MODELED_METHODS)
+    canon = "mtp" if method in VLLM_MTP_TYPES else method
+    kind = _KIND[canon]
+    if kind == "lookup":
+        knobs = {k: v for k, v in dict(draft_config or {}).items()}
+        bad = sorted(set(knobs) - {"lookup_s_per_request"})
+        if bad:
+            raise SpecsimValueError("draft_config", "lookup methods accept only lookup_s_per_request", bad,
+                                    ["lookup_s_per_request"])
+        return Drafter(method=method, kind="lookup", name=method, source="vLLM v1/spec_decode/ngram_proposer.py "
+                       "(numba KMP, CPU); default lookup_s_per_request assumed", **knobs)
+    if isinstance(draft_model, DraftNet):
+        return Drafter(method=method, kind=kind, draft=draft_model, name=draft_model.name, **dict(draft_config or {}))
+    if canon == "draft_model":
+        if draft_model is None:
+            raise SpecsimValueError("draft_model", "method 'draft_model' needs a draft model (ModelSpec or name)")
+        spec = draft_model if hasattr(draft_model, "step_weight_bytes") else None
+        if spec is None:
+            from .architecture import load_model  # lazy: sibling module
+
+            spec = load_model(str(draft_model))
+        return Drafter(method=method, kind="sequential", draft=spec, name=getattr(spec, "name", str(draft_model)),
+                       source="separate draft checkpoint (own weights and KV cache)", **dict(draft_config or {}))
+    if draft_model is None:
+        if target is None:
+            raise SpecsimValueError("target", f"needed to choose the default {method} draft (or pass draft_model)")
+        try:
+            spec = default_draft(getattr(target, "name", target), canon)
+        except SpecsimValueError:
+            if canon not in ("eagle", "eagle3", "dflash") or isinstance(target, str):
+                raise
+            spec = derive_draft_spec(target, canon)
+    elif isinstance(draft_model, Mapping):
+        spec = draft_model
+    else:
+        name = draft_model if isinstance(draft_model, str) else getattr(draft_model, "name", None)
+        spec = _find_spec(name) if name else None
+        if spec is None:
+            raise SpecsimValueError("draft_model", "no draft spec with this name or checkpoint in data/drafters",
+                                    name, [d["checkpoint"] for d in list_draft_specs()])
+    if spec["method"] != canon:
+        raise SpecsimValueError("draft_model", f"is a {spec['method']!r} drafter, not usable with method {method!r}",
+                                spec.get("name"), [spec["method"]])
+    return drafter_from_spec(spec, method=method, draft_config=draft_config)

@@ -20,14 +20,16 @@ _LAZY = {
     "MeasuredLatency": "specsim.latency",
     "calibrate": "specsim.latency",
     "get_drafter": "specsim.drafters",
-    "Prediction": "specsim.predict",
-    "predict": "specsim.predict",
-    "sweep": "specsim.predict",
-    "best_n": "specsim.predict",
-    "recommend": "specsim.recommend",
 }
 
-__all__ = ["DataError", "NotCollectedError", "RunError", "SpecsimError", "SpecsimValueError", *_LAZY]
+# Eager: the submodules ``specsim.predict`` / ``specsim.recommend`` share their function's name, so
+# the functions are bound here after the submodule import (otherwise ``specsim.predict`` would be
+# the module once anything imported it).
+from .predict import Prediction, best_n, predict, sweep  # noqa: E402
+from .recommend import recommend  # noqa: E402
+
+__all__ = ["DataError", "NotCollectedError", "RunError", "SpecsimError", "SpecsimValueError", "Prediction",
+           "best_n", "predict", "sweep", "recommend", *_LAZY]
 
 
 def __getattr__(name: str):

@@ -85,7 +85,8 @@ def default_latency(hardware):
     if cal is None:
         return Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)")
     eff = Efficiency(**cal["efficiency"])
-    rl = Roofline(hardware, eff, calibrated=True, source=f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]")
+    rl = Roofline(hardware, eff, calibrated=True, smooth_p=cal.get("smooth_p"),
+                  source=f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]")
     return rl
 
 

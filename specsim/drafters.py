@@ -325,9 +325,11 @@ class Drafter:
             raise SpecsimValueError("Drafter field", "unknown field", unknown, sorted(names))
         return dataclasses.replace(self, **changes)
 
-    def _precision(self, target_precision: str) -> str:
+    def _precision(self, target_precision: str | None) -> str:
         if self.precision is not None:
             return self.precision
+        if target_precision is None:  # target at its serving mix: draft layers run at bf16
+            return "bf16"
         return target_precision if self.shares_target_weights else "bf16"
 
     def _pass(self, lat: Any, net: Any, *, batch, q, context, tp: int, precision: str, overhead: float | None):

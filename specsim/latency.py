@@ -222,12 +222,19 @@ class Roofline:
             Bad tp / precision / shapes / negative or non-finite sizes.
         """
         tp = _check_tp(tp)
+        # precision=None: the model's own serving mix (e.g. int4 routed experts + bf16 rest) for the
+        # bytes, and its main weight dtype for the peak FLOP/s and the default KV dtype.
+        byte_precision = precision
+        if precision is None:
+            precision = getattr(model, "weight_dtype", None) or "bf16"
         _check_precision("precision", precision)
         kvp = default_kv_precision(precision) if kv_precision is None else _check_precision("kv_precision", kv_precision)
         b, qq, c = _grid(batch, q, context)
         eff, hw = self.efficiency, self.hardware
         tokens = b * qq
-        w_bytes = np.asarray(model.step_weight_bytes(tokens, precision), dtype=float) / tp
+        w_bytes = np.asarray(model.step_weight_bytes(tokens, byte_precision if byte_precision is not None else precision)
+                             if byte_precision is not None or not hasattr(model, "expert_weight_dtype")
+                             else model.step_weight_bytes(tokens, None), dtype=float) / tp
         kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
         flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
         bw = eff.bandwidth * float(hw.mem_bandwidth_bytes_per_s)
@@ -253,9 +260,13 @@ class Roofline:
         return {"weights_s": weights_s, "kv_s": kv_s, "memory_s": memory_s, "compute_s": compute_s,
                 "allreduce_s": allreduce_s, "fixed_s": fixed, "total_s": total}
 
-    def forward_time(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str | None = "bf16", batch: Any, q: Any,
                      context: Any, kv_precision: str | None = None) -> np.ndarray:
-        """Seconds of one forward step, ndarray of the broadcast shape (see ``breakdown``)."""
+        """Seconds of one forward step, ndarray of the broadcast shape (see ``breakdown``).
+
+        ``precision=None`` uses the model's serving precision mix (``ModelSpec.weight_dtype`` /
+        ``expert_weight_dtype`` / ``lm_head_dtype`` from ``data/models``).
+        """
         return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
                               kv_precision=kv_precision)["total_s"]
 

@@ -245,8 +245,7 @@ def resolve_inputs(
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    if precision is None:
-        precision = getattr(tgt, "serving_precision", None) or "bf16"
+    # precision None = the model's serving mix from data/models (e.g. int4 routed experts)
 
     if drafter is None:
         drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt)
@@ -261,8 +260,7 @@ def resolve_inputs(
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
     if not isinstance(acceptance, Acceptance):
         if isinstance(acceptance, (int, float, np.floating)) and not isinstance(acceptance, bool):
-            acceptance = Acceptance.constant(float(acceptance), temperature=None)
-            assumptions.append(f"constant per-position conditional acceptance {float(acceptance.conditional(1)[0]):.3f}")
+            acceptance = Acceptance.constant(float(acceptance), temperature=None)  # records its assumption
         else:
             acceptance = Acceptance.from_rates(acceptance, kind="cumulative")
     # sampling temperature: a profile measured at one temperature is not valid at another
@@ -299,8 +297,12 @@ def resolve_inputs(
 # the vectorised core
 
 
-def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True) -> dict[str, np.ndarray]:
+def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,
+              mal=None) -> dict[str, np.ndarray]:
     """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
+
+    ``mal`` (optional, broadcastable) overrides ``r.acceptance.mal(n)`` -- used when every point
+    carries its own measured MAL (the reproduction of published rows).
 
     Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
     """
@@ -324,10 +326,11 @@ def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead
     dspec = getattr(r.drafter, "draft", None)
     if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
+        dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
         t_prefill_spec = t_prefill + np.asarray(
-            lat.forward_time(dspec, tp=tp, precision=prec, batch=1, q=isl, context=isl / 2.0), dtype=float
+            lat.forward_time(dspec, tp=tp, precision=dprec, batch=1, q=isl, context=isl / 2.0), dtype=float
         )
-    mal = np.asarray(r.acceptance.mal(n), dtype=float)
+    mal = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
     cycle_base = c * t_prefill + osl * t_base
     cycle_spec = c * t_prefill_spec + (osl / mal) * t_step
     tput_base = c * osl / cycle_base
@@ -451,7 +454,7 @@ def predict(
         num_speculative_tokens=r.n,
         hardware=r.hardware_name,
         tp=tp,
-        precision=r.precision,
+        precision=precision_label(r.target, r.precision),
         concurrency=concurrency,
         isl=isl,
         osl=osl,
@@ -475,6 +478,15 @@ def predict(
         temperature=r.temperature,
         assumptions=r.assumptions,
     )
+
+
+def precision_label(target, precision: str | None) -> str:
+    """Readable precision: the string given, or the model's serving mix when None."""
+    if precision is not None:
+        return precision
+    w = getattr(target, "weight_dtype", "bf16")
+    e = getattr(target, "expert_weight_dtype", w)
+    return w if e in (None, w) else f"{w} (routed experts {e})"
 
 
 def _describe(latency) -> str:
@@ -563,7 +575,7 @@ def sweep(
             bool(np.any(r.acceptance.is_extrapolated(int(k)))) for k in N
         ]
         df.insert(0, "acceptance", acc_label if acc_label is not None else getattr(r.acceptance, "label", None))
-        df.insert(0, "precision", r.precision)
+        df.insert(0, "precision", precision_label(r.target, r.precision))
         df.insert(0, "tp", tp_i)
         df.insert(0, "hardware", r.hardware_name)
         df.insert(0, "method", r.method)

@@ -1,0 +1,372 @@
+"""Process handling and recording of specsim.vllm.runner, with stand-in server/bench commands.
+
+The stand-ins are tiny Python programs (an http.server that answers /health and /metrics, one that
+exits at once, one that never becomes healthy, a bench that writes a result file or fails).  They
+do not imitate vLLM's numbers: they exercise our process-group handling, timeouts, interrupts
+and atomic recording, which is what these tests check.
+"""
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specsim.errors import RunError, SpecsimValueError
+from specsim.vllm.runner import (
+    BenchPlan,
+    RunRecorder,
+    Server,
+    compare_outputs,
+    free_port,
+    run_command,
+    serve_and_bench,
+)
+
+PY = sys.executable
+
+FAKE_SERVER = textwrap.dedent('''
+    import http.server, os, signal, subprocess, sys, time
+    port, mode, piddir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    open(os.path.join(piddir, "server.pid"), "w").write(str(os.getpid()))
+    print("fake server starting", mode, flush=True)
+    if mode == "exit":
+        print("fatal: cannot load model", flush=True)
+        sys.exit(3)
+    if mode == "stubborn":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a child in the same process group, like vLLM's engine-core process; it ignores SIGINT
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"])
+    open(os.path.join(piddir, "child.pid"), "w").write(str(child.pid))
+    scrapes = [0]
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+        def do_GET(self):
+            if self.path == "/health":
+                code, body = (503, b"starting") if mode == "never" else (200, b"")
+            elif self.path == "/metrics":
+                scrapes[0] += 1
+                code = 200
+                body = ("# TYPE vllm:generation_tokens counter\\n"
+                        f"vllm:generation_tokens_total {10 * scrapes[0]}.0\\n").encode()
+            else:
+                code, body = 404, b""
+            self.send_response(code)
+            self.end_headers()
+            self.wfile.write(body)
+    srv = http.server.HTTPServer(("127.0.0.1", port), H)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        print("fake server: SIGINT, shutting down", flush=True)
+''')
+
+FAKE_BENCH = textwrap.dedent('''
+    import json, os, sys, time
+    result_dir, mode, piddir, texts = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    open(os.path.join(piddir, "bench.pid"), "w").write(str(os.getpid()))
+    print("fake bench", mode, flush=True)
+    if mode == "fail":
+        print("Error: connection refused", flush=True)
+        sys.exit(2)
+    if mode == "hang":
+        time.sleep(600)
+    texts = texts.split("|")
+    json.dump({"num_prompts": len(texts), "completed": len(texts), "failed": 0,
+               "generated_texts": texts, "input_lens": [5] * len(texts), "output_lens": [3] * len(texts),
+               "errors": [""] * len(texts)}, open(os.path.join(result_dir, "bench.json"), "w"))
+''')
+
+
+def _alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+@pytest.fixture
+def fakes(tmp_path):
+    srv = tmp_path / "fake_server.py"
+    srv.write_text(FAKE_SERVER)
+    bench = tmp_path / "fake_bench.py"
+    bench.write_text(FAKE_BENCH)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    return {"server": srv, "bench": bench, "pids": pids, "runs": tmp_path / "runs"}
+
+
+def _server_cmd(f, mode):
+    return [PY, str(f["server"]), "{port}", mode, str(f["pids"])]
+
+
+def _bench_cmd(f, mode, texts="a|b"):
+    return [PY, str(f["bench"]), "{result_dir}", mode, str(f["pids"]), texts]
+
+
+def _pid(f, name):
+    return int((f["pids"] / f"{name}.pid").read_text())
+
+
+def _provenance(run_dir: Path) -> dict:
+    return json.loads((run_dir / "provenance.json").read_text())
+
+
+# ---------------------------------------------------------------------------------------------
+# Server lifecycle
+# ---------------------------------------------------------------------------------------------
+
+def test_server_that_exits_raises_runerror_and_keeps_log(fakes, tmp_path):
+    log = tmp_path / "server.log"
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "exit")]
+    with pytest.raises(RunError, match=r"exited with code 3 before /health") as ei:
+        Server(cmd, port=port, log_path=log, health_timeout_s=30).start()
+    assert "cannot load model" in str(ei.value)  # the log tail is quoted
+    assert "cannot load model" in log.read_text()
+
+
+def test_health_timeout_stops_the_process_group(fakes, tmp_path):
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "never")]
+    t0 = time.monotonic()
+    with pytest.raises(RunError, match=r"not healthy within 1.5 s"):
+        Server(cmd, port=port, log_path=tmp_path / "s.log", health_timeout_s=1.5, poll_interval_s=0.1,
+               stop_timeout_s=1.0).start()
+    assert time.monotonic() - t0 < 20
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_server_stops_on_success_including_sigint_ignoring_children(fakes, tmp_path):
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "ok")]
+    with Server(cmd, port=port, log_path=tmp_path / "s.log", stop_timeout_s=1.0) as srv:
+        assert "vllm:generation_tokens_total 10.0" in srv.scrape_metrics()
+        spid, cpid = _pid(fakes, "server"), _pid(fakes, "child")
+        assert _alive(spid) and _alive(cpid)
+    # the child ignores SIGINT: only the SIGKILL escalation removes it
+    assert _wait_gone(spid) and _wait_gone(cpid)
+    assert "SIGINT, shutting down" in (tmp_path / "s.log").read_text()
+
+
+def test_server_escalates_to_sigkill_when_sigint_is_ignored(fakes, tmp_path):
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "stubborn")]
+    srv = Server(cmd, port=port, log_path=tmp_path / "s.log", stop_timeout_s=0.5)
+    srv.start()
+    t0 = time.monotonic()
+    rc = srv.stop()
+    assert rc == -9  # killed by SIGKILL
+    assert time.monotonic() - t0 < 10
+    assert not _alive(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_keyboard_interrupt_inside_server_block_kills_group(fakes, tmp_path):
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "ok")]
+    with pytest.raises(KeyboardInterrupt):
+        with Server(cmd, port=port, log_path=tmp_path / "s.log", stop_timeout_s=1.0):
+            raise KeyboardInterrupt
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_keyboard_interrupt_while_waiting_for_health_kills_group(fakes, tmp_path):
+    port = free_port()
+    cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "never")]
+    timer = threading.Timer(1.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Server(cmd, port=port, log_path=tmp_path / "s.log", health_timeout_s=60, poll_interval_s=0.1,
+                   stop_timeout_s=1.0).start()
+    finally:
+        timer.cancel()
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_run_command_timeout_and_failure(tmp_path):
+    log = tmp_path / "c.log"
+    with pytest.raises(RunError, match="timed out after 0.5 s"):
+        run_command([PY, "-c", "import time; print('x', flush=True); time.sleep(60)"], log_path=log,
+                    timeout_s=0.5, stop_timeout_s=0.5)
+    with pytest.raises(RunError, match=r"exited with code 4[\s\S]*bad thing"):
+        run_command([PY, "-c", "import sys; print('bad thing'); sys.exit(4)"], log_path=tmp_path / "d.log")
+    assert run_command([PY, "-c", "pass"], log_path=tmp_path / "e.log") >= 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+# ---------------------------------------------------------------------------------------------
+
+def test_recorder_is_atomic_and_refuses_to_overwrite(tmp_path):
+    runs = tmp_path / "runs"
+    with RunRecorder("r1", runs, {"kind": "test"}) as rec:
+        assert rec.path.parent == runs and rec.path.name.startswith(".tmp-r1-")
+        (rec.path / "data.txt").write_text("hello")
+        assert not (runs / "r1").exists()  # nothing visible until the run ends
+    assert (runs / "r1" / "data.txt").read_text() == "hello"
+    prov = _provenance(runs / "r1")
+    assert prov["status"] == "ok" and prov["kind"] == "test" and prov["run_id"] == "r1"
+    assert len(prov["loadavg_before"]) == 3 and len(prov["loadavg_after"]) == 3
+    assert [p.name for p in runs.iterdir()] == ["r1"]  # no temp dir left
+
+    with pytest.raises(RunError, match="already recorded"):
+        with RunRecorder("r1", runs):
+            pass
+    assert (runs / "r1" / "data.txt").read_text() == "hello"  # untouched
+    assert _provenance(runs / "r1")["status"] == "ok"
+
+
+def test_recorder_records_failures_and_invalid_runs(tmp_path):
+    runs = tmp_path / "runs"
+    with pytest.raises(ZeroDivisionError):
+        with RunRecorder("bad", runs) as rec:
+            (rec.path / "partial.txt").write_text("x")
+            1 / 0
+    prov = _provenance(runs / "bad")
+    assert prov["status"] == "failed" and prov["error"].startswith("ZeroDivisionError")
+    assert (runs / "bad" / "partial.txt").exists()
+
+    with pytest.raises(KeyboardInterrupt):
+        with RunRecorder("intr", runs):
+            raise KeyboardInterrupt
+    assert _provenance(runs / "intr")["error"] == "interrupted (KeyboardInterrupt)"
+
+    with RunRecorder("inv", runs) as rec:
+        rec.mark_invalid("known defect")
+    prov = _provenance(runs / "inv")
+    assert prov["status"] == "invalid" and prov["invalid_reason"] == "known defect"
+
+
+@pytest.mark.parametrize("bad", ["", ".hidden", "a/b", "../x", "a b"])
+def test_recorder_rejects_bad_run_ids(tmp_path, bad):
+    with pytest.raises(SpecsimValueError, match="run_id"):
+        RunRecorder(bad, tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# serve_and_bench sessions
+# ---------------------------------------------------------------------------------------------
+
+def test_session_success_records_everything_and_stops_server(fakes):
+    plans = [BenchPlan("base-c1", _bench_cmd(fakes, "ok", "x|y")),
+             BenchPlan("base-c4", _bench_cmd(fakes, "ok", "x|y"))]
+    res = serve_and_bench(_server_cmd(fakes, "ok"), plans, runs_dir=fakes["runs"], stop_timeout_s=1.0,
+                          base_provenance={"kind": "bench_serve"})
+    assert [r.status for r in res] == ["ok", "ok"]
+    d = fakes["runs"] / "base-c1"
+    for f in ("bench.json", "bench.log", "metrics_before.prom", "metrics_after.prom", "server.log",
+              "outputs.jsonl", "provenance.json", "summary.json"):
+        assert (d / f).exists(), f
+    # each run scrapes before and after its own bench: 1st run scrapes 1 and 2, 2nd run 3 and 4
+    assert "10.0" in (d / "metrics_before.prom").read_text()
+    assert "40.0" in (fakes["runs"] / "base-c4" / "metrics_after.prom").read_text()
+    prov = _provenance(d)
+    # {result_dir} replaced by the run's temp dir (renamed to the final dir when the run ended)
+    assert Path(prov["commands"]["bench"][-4]).name.startswith(".tmp-base-c1-")
+    assert Path(prov["commands"]["bench"][-4]).parent == fakes["runs"]
+    assert prov["commands"]["server"][2].isdigit()  # {port} replaced
+    assert [json.loads(line)["text"] for line in (d / "outputs.jsonl").read_text().splitlines()] == ["x", "y"]
+    assert json.loads((d / "summary.json").read_text())["generation_tokens_delta"] == 10
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+    assert sorted(p.name for p in fakes["runs"].iterdir()) == ["base-c1", "base-c4"]  # no temp dirs
+
+
+def test_session_compares_greedy_outputs_with_baseline(fakes):
+    serve_and_bench(_server_cmd(fakes, "ok"), [BenchPlan("base", _bench_cmd(fakes, "ok", "x|y|z"))],
+                    runs_dir=fakes["runs"], stop_timeout_s=1.0)
+    base = fakes["runs"] / "base"
+    res = serve_and_bench(_server_cmd(fakes, "ok"),
+                          [BenchPlan("same", _bench_cmd(fakes, "ok", "x|y|z"), baseline_run=base),
+                           BenchPlan("diff", _bench_cmd(fakes, "ok", "x|Y|z"), baseline_run=base,
+                                     invalid_reason="known defect")],
+                          runs_dir=fakes["runs"], stop_timeout_s=1.0)
+    assert [r.status for r in res] == ["ok", "invalid"]
+    same = json.loads((fakes["runs"] / "same" / "checks.json").read_text())["greedy_identical_to_baseline"]
+    diff = json.loads((fakes["runs"] / "diff" / "checks.json").read_text())["greedy_identical_to_baseline"]
+    assert (same["compared"], same["identical"], same["all_identical"]) == (3, 3, True)
+    assert (diff["identical"], diff["all_identical"], diff["first_mismatch"]) == (2, False, 1)
+    assert diff["baseline_run_id"] == "base"
+
+
+def test_compare_outputs_refuses_different_prompts():
+    a = [{"index": 0, "input_len": 5, "text": "x"}]
+    with pytest.raises(RunError, match="not the same prompts"):
+        compare_outputs(a, [{"index": 0, "input_len": 6, "text": "x"}])
+    with pytest.raises(RunError, match="1 requests vs 2"):
+        compare_outputs(a, a + a)
+
+
+def test_session_server_fails_to_start_records_failed_runs_with_log(fakes):
+    plans = [BenchPlan("r-c1", _bench_cmd(fakes, "ok")), BenchPlan("r-c4", _bench_cmd(fakes, "ok"))]
+    res = serve_and_bench(_server_cmd(fakes, "exit"), plans, runs_dir=fakes["runs"], health_timeout_s=30)
+    assert [r.status for r in res] == ["failed", "failed"]
+    for rid in ("r-c1", "r-c4"):
+        prov = _provenance(fakes["runs"] / rid)
+        assert prov["status"] == "failed" and "exited with code 3" in prov["error"]
+        assert "cannot load model" in (fakes["runs"] / rid / "server.log").read_text()
+    assert not (fakes["pids"] / "bench.pid").exists()  # no bench was started
+    assert sorted(p.name for p in fakes["runs"].iterdir()) == ["r-c1", "r-c4"]
+
+
+def test_session_health_timeout_records_failed(fakes):
+    res = serve_and_bench(_server_cmd(fakes, "never"), [BenchPlan("t", _bench_cmd(fakes, "ok"))],
+                          runs_dir=fakes["runs"], health_timeout_s=1.0, stop_timeout_s=0.5)
+    assert res[0].status == "failed" and "not healthy within 1 s" in res[0].error
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_session_bench_failure_is_recorded_and_next_plan_still_runs(fakes):
+    plans = [BenchPlan("f", _bench_cmd(fakes, "fail")), BenchPlan("g", _bench_cmd(fakes, "ok"))]
+    res = serve_and_bench(_server_cmd(fakes, "ok"), plans, runs_dir=fakes["runs"], stop_timeout_s=1.0)
+    assert [r.status for r in res] == ["failed", "ok"]
+    prov = _provenance(fakes["runs"] / "f")
+    assert "exited with code 2" in prov["error"] and "connection refused" in prov["error"]
+    for f in ("bench.log", "metrics_before.prom", "server.log"):
+        assert (fakes["runs"] / "f" / f).exists(), f
+    assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
+
+
+def test_session_keyboard_interrupt_kills_everything_and_records(fakes):
+    timer = threading.Timer(3.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            serve_and_bench(_server_cmd(fakes, "ok"), [BenchPlan("k", _bench_cmd(fakes, "hang"))],
+                            runs_dir=fakes["runs"], stop_timeout_s=1.0)
+    finally:
+        timer.cancel()
+    for name in ("server", "child", "bench"):
+        assert _wait_gone(_pid(fakes, name)), name
+    prov = _provenance(fakes["runs"] / "k")
+    assert prov["status"] == "failed" and prov["error"] == "interrupted (KeyboardInterrupt)"
+    assert sorted(p.name for p in fakes["runs"].iterdir()) == ["k"]
+
+
+def test_session_refuses_existing_run_ids_before_starting(fakes):
+    (fakes["runs"] / "dup").mkdir(parents=True)
+    (fakes["runs"] / "dup" / "keep.txt").write_text("old")
+    with pytest.raises(RunError, match="already recorded"):
+        serve_and_bench(_server_cmd(fakes, "ok"), [BenchPlan("dup", _bench_cmd(fakes, "ok"))],
+                        runs_dir=fakes["runs"])
+    assert not (fakes["pids"] / "server.pid").exists()
+    assert (fakes["runs"] / "dup" / "keep.txt").read_text() == "old"

@@ -223,7 +223,7 @@ def _eval_groups(groups: list[_Group], params: StackParams, nrows: int, concurre
 # ------------------------------------------------------------------------------------ fit
 
 _BOUNDS = {
-    "bandwidth": (0.05, 1.0), "compute": (0.02, 1.0), "fixed_s": (0.0, 0.05),
+    "bandwidth": (0.05, 1.0), "compute": (0.02, 1.0), "fixed_s": (0.0, 0.2),
     "draft_pass_overhead_s": (0.0, 0.02), "spec_fixed_s": (0.0, 0.05), "spec_per_token_s": (0.0, 1e-3),
 }
 _SCALE = {"bandwidth": 1.0, "compute": 1.0, "fixed_s": 1e-3, "draft_pass_overhead_s": 1e-3, "spec_fixed_s": 1e-3,

@@ -1,0 +1,430 @@
+"""Tests of specsim.predict: closed forms, invariants, sweep/best_n consistency, errors.
+
+The closed-form checks use tiny stand-in latency / drafter objects (duck-typed to the contracts in
+docs/architecture.md) so that every expected number is computed here, independently of the
+roofline, the draft-cost models and the acceptance tables.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specsim
+from specsim.acceptance import Acceptance
+from specsim.errors import SpecsimValueError
+from specsim.predict import Prediction, SpecOverhead, best_n, predict, sweep
+
+# --------------------------------------------------------------------------------------------
+# stand-ins for the latency / drafter contracts
+
+#: predict() times one prefill as ONE forward of q = ISL query tokens (batch 1, context ISL/2),
+#: while decode calls have q = 1 (baseline) or q = N + 1 <= 16 (verification).  With ISL well
+#: above this threshold the two kinds of call are told apart by q alone.
+DECODE_Q_MAX = 64
+ISL = 4096  # > DECODE_Q_MAX: every q > DECODE_Q_MAX call is the prefill call
+
+
+class ConstLatency:
+    """Forward time T seconds for any decode call (q <= DECODE_Q_MAX) and ``prefill_s`` for the
+    prefill call (q = ISL).  ``prefill_s = 0`` isolates the decode ratio: predict's ratio
+    [C t_prefill + OSL T_base] / [C t_prefill + OSL / MAL T_spec] then reduces to MAL T_base / T_spec.
+    """
+
+    calibrated = False
+
+    def __init__(self, t_s: float, prefill_s: float = 0.0):
+        self.t_s = t_s
+        self.prefill_s = prefill_s
+        self.calls = []
+
+    def forward_time(self, model, *, tp=1, precision=None, batch, q, context, kv_precision=None):
+        b, qq, c = np.broadcast_arrays(np.asarray(batch, float), np.asarray(q, float), np.asarray(context, float))
+        self.calls.append((b.copy(), qq.copy(), c.copy()))
+        return np.where(qq <= DECODE_Q_MAX, self.t_s, self.prefill_s)
+
+    def describe(self) -> str:
+        return f"constant {self.t_s} s/forward, prefill {self.prefill_s} s"
+
+
+class FractionDrafter:
+    """Draft cost = N * c * T (Leviathan et al. 2023, Sec. 3.4: each draft step costs c times a
+    target step).  No ``draft`` network, so predict adds no draft prefill."""
+
+    method = "eagle3"
+    kind = "sequential"
+    draft = None
+
+    def __init__(self, c: float, latency: ConstLatency):
+        self.c = c
+        self.latency = latency
+
+    def draft_time(self, latency, target=None, *, n, batch, context, tp=1, precision=None):
+        nn, _b, _c = np.broadcast_arrays(np.asarray(n, float), np.asarray(batch, float), np.asarray(context, float))
+        return nn * self.c * self.latency.t_s
+
+
+def _leviathan_ratio(alpha: float, n: int, c: float) -> float:
+    """Leviathan et al. (2023), Thm 3.8: expected walltime improvement factor
+    (1 - alpha^(N+1)) / ((1 - alpha) (N c + 1)) (alpha < 1)."""
+    return (1.0 - alpha ** (n + 1)) / ((1.0 - alpha) * (n * c + 1.0))
+
+
+def _predict_const(alpha, n, c, *, t_s=0.01, prefill_s=0.0, concurrency=1, osl=1024, **kw):
+    lat = ConstLatency(t_s, prefill_s)
+    return predict("Qwen3-8B", None, n, hardware="MI300X", concurrency=concurrency, isl=ISL, osl=osl,
+                   acceptance=Acceptance.constant(alpha, temperature=0.0), drafter=FractionDrafter(c, lat),
+                   latency=lat, overhead=SpecOverhead(), **kw), lat
+
+
+# --------------------------------------------------------------------------------------------
+# closed forms
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.8, 0.95])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 15])
+@pytest.mark.parametrize("c", [0.0, 0.05, 0.3, 1.0])
+def test_leviathan_closed_form(alpha, n, c):
+    p, lat = _predict_const(alpha, n, c, concurrency=4)
+    # the isolation really happened: prefill calls exist and were timed at 0
+    assert any(np.all(qq == ISL) for _, qq, _ in lat.calls)
+    assert p.t_prefill_s == 0.0
+    assert p.throughput_ratio == pytest.approx(_leviathan_ratio(alpha, n, c), rel=1e-9, abs=0)
+    assert p.mal == pytest.approx(sum(alpha**k for k in range(n + 1)), rel=1e-12)
+    assert p.t_draft_s == pytest.approx(n * c * 0.01, rel=1e-12)
+    assert p.t_step_s == pytest.approx(0.01 * (1 + n * c), rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha,n,c,conc,osl,prefill_s", [
+    (0.8, 3, 0.1, 1, 256, 0.05), (0.6, 7, 0.02, 32, 1024, 0.2), (0.9, 15, 0.05, 128, 64, 0.5),
+])
+def test_prefill_dilutes_ratio(alpha, n, c, conc, osl, prefill_s):
+    """With a prefill of P seconds per request shared by both arms (DESIGN.md §5):
+    ratio = (C P + OSL T) / (C P + OSL / MAL * T (1 + N c)), between 1 and the decode ratio."""
+    t = 0.01
+    p, _ = _predict_const(alpha, n, c, t_s=t, prefill_s=prefill_s, concurrency=conc, osl=osl)
+    mal = (1 - alpha ** (n + 1)) / (1 - alpha)
+    expected = (conc * prefill_s + osl * t) / (conc * prefill_s + osl / mal * t * (1 + n * c))
+    assert p.throughput_ratio == pytest.approx(expected, rel=1e-9)
+    decode_only = _leviathan_ratio(alpha, n, c)
+    assert min(1.0, decode_only) <= p.throughput_ratio <= max(1.0, decode_only)
+    # per-stream TPOT: own decode + the other C-1 requests' prefill stalls, over OSL
+    assert p.tpot_s == pytest.approx((osl / mal * t * (1 + n * c) + (conc - 1) * prefill_s) / osl, rel=1e-12)
+    assert p.baseline_tpot_s == pytest.approx((osl * t + (conc - 1) * prefill_s) / osl, rel=1e-12)
+
+
+def test_no_prefill_tok_per_s_is_concurrency_over_tpot_and_bound_holds():
+    p, _ = _predict_const(0.7, 4, 0.1, concurrency=17)
+    assert p.output_tok_per_s == pytest.approx(17 / p.tpot_s, rel=1e-12)
+    assert p.baseline_output_tok_per_s == pytest.approx(17 / p.baseline_tpot_s, rel=1e-12)
+    assert p.throughput_ratio <= p.speedup_bound
+    # free drafting (c = 0), no overhead, no prefill: the bound is attained
+    p0, _ = _predict_const(0.7, 4, 0.0, concurrency=17)
+    assert p0.throughput_ratio == pytest.approx(p0.speedup_bound, rel=1e-12)
+
+
+def test_overhead_enters_step_time():
+    lat = ConstLatency(0.01)
+    ov = SpecOverhead(fixed_s=1e-3, per_token_s=2e-6)
+    p = predict("Qwen3-8B", None, 3, concurrency=8, isl=ISL, osl=512, acceptance=Acceptance.constant(0.5, temperature=0.0),
+                drafter=FractionDrafter(0.1, lat), latency=lat, overhead=ov)
+    assert p.t_overhead_s == pytest.approx(1e-3 + 2e-6 * 8 * 4, rel=1e-12)
+    mal = 1 + 0.5 + 0.25 + 0.125
+    assert p.throughput_ratio == pytest.approx(mal * 0.01 / (0.01 * 1.3 + p.t_overhead_s), rel=1e-9)
+
+
+# --------------------------------------------------------------------------------------------
+# invariants over random valid inputs (real models, default drafters, datasheet / shipped latency)
+
+# (target, method) pairs for which data/drafters or the derived fallback gives a drafter
+PAIRS = [
+    ("Qwen3-8B", "eagle3"), ("Qwen3-8B", "dflash"), ("Qwen3-8B", "dspark"), ("Qwen3-8B", "ngram"),
+    ("gemma-4-26B-A4B-it", "eagle3"), ("gemma-4-26B-A4B-it", "mtp"), ("gemma-4-26B-A4B-it", "dflash"),
+    ("gemma-4-31B-it", "mtp"), ("gemma-4-31B-it", "dspark"), ("Qwen3.6-35B-A3B", "mtp"),
+    ("Qwen3.6-35B-A3B", "dflash"), ("Llama-3.1-8B-Instruct", "eagle3"), ("Llama-3.3-70B-Instruct", "eagle"),
+    ("MiniMax-M2.5", "eagle3"), ("Kimi-K2.5", "dflash"), ("DeepSeek-V3", "suffix"), ("vicuna-13b-v1.3", "eagle"),
+]
+GPUS = ["MI300X", "MI325X", "MI355X", "H100 SXM", "H200 SXM", "B200 SXM"]
+
+
+@st.composite
+def acceptances(draw):
+    kind = draw(st.sampled_from(["constant", "conditional", "counts"]))
+    if kind == "constant":
+        return Acceptance.constant(draw(st.floats(0.0, 1.0)), temperature=0.0)
+    if kind == "conditional":
+        rates = draw(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=10))
+        return Acceptance.from_rates(rates, kind="conditional", temperature=0.0)
+    drafts = draw(st.integers(1, 10_000))
+    acc, prev = [], drafts
+    for _ in range(draw(st.integers(1, 8))):
+        prev = draw(st.integers(0, prev))
+        acc.append(prev)
+    return Acceptance.from_counts(drafts, acc, temperature=0.0)
+
+
+@st.composite
+def scenarios(draw):
+    target, method = draw(st.sampled_from(PAIRS))
+    return dict(target=target, method=method, hardware=draw(st.sampled_from(GPUS)),
+                tp=draw(st.sampled_from([1, 2, 8])), concurrency=draw(st.integers(1, 256)),
+                isl=draw(st.integers(1, 16384)), osl=draw(st.integers(1, 4096)), acceptance=draw(acceptances()))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenarios(), n=st.integers(1, 15))
+def test_invariants(sc, n):
+    p = predict(sc["target"], sc["method"], n, hardware=sc["hardware"], tp=sc["tp"], concurrency=sc["concurrency"],
+                isl=sc["isl"], osl=sc["osl"], acceptance=sc["acceptance"])
+    c, osl = sc["concurrency"], sc["osl"]
+    # MAL counts the bonus token: 1 <= MAL <= N + 1
+    assert 1.0 - 1e-12 <= p.mal <= n + 1 + 1e-12
+    assert p.acceptance_rate == pytest.approx((p.mal - 1) / n, abs=1e-12)
+    # step time = draft + verification + overhead; all parts non-negative
+    for f in ("t_draft_s", "t_verify_s", "t_overhead_s", "t_prefill_s", "t_base_s"):
+        assert getattr(p, f) >= 0.0 and math.isfinite(getattr(p, f))
+    assert p.t_step_s == pytest.approx(p.t_draft_s + p.t_verify_s + p.t_overhead_s, rel=1e-12)
+    # the ratio is the ratio of the two arms' throughputs
+    assert p.throughput_ratio == pytest.approx(p.output_tok_per_s / p.baseline_output_tok_per_s, rel=1e-12)
+    # bound: the decode ratio MAL T_base / T_step never exceeds MAL T_base / T_verify.  The diluted
+    # ratio (C P + OSL T_base) / (C P' + OSL T_step / MAL) with P' >= P (the drafter's pass over the
+    # prompt) is <= max(1, decode ratio); with P' = P (lookup methods) it lies between 1 and the
+    # decode ratio.  NB: speedup_bound alone is NOT an upper bound of the diluted ratio when it is < 1.
+    decode_ratio = p.mal * p.t_base_s / p.t_step_s
+    assert decode_ratio <= p.speedup_bound * (1 + 1e-12)
+    assert p.throughput_ratio <= max(1.0, decode_ratio) * (1 + 1e-12)
+    if sc["method"] in ("ngram", "suffix"):
+        assert p.throughput_ratio >= min(1.0, decode_ratio) * (1 - 1e-12)
+    # TPOT <-> tok/s: C * OSL / tok/s = OSL * TPOT + own prefill (baseline exactly the target's
+    # prefill; speculative arm also pays the drafter's pass over the prompt, none for lookup methods)
+    assert c * osl / p.baseline_output_tok_per_s == pytest.approx(osl * p.baseline_tpot_s + p.t_prefill_s, rel=1e-9)
+    own_prefill_spec = c * osl / p.output_tok_per_s - osl * p.tpot_s
+    if sc["method"] in ("ngram", "suffix"):
+        assert own_prefill_spec == pytest.approx(p.t_prefill_s, rel=1e-9, abs=1e-15)
+    else:
+        assert own_prefill_spec >= p.t_prefill_s * (1 - 1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenarios())
+def test_mal_non_decreasing_in_n_and_sweep_matches_predict(sc):
+    df = sweep(sc["target"], sc["method"], num_speculative_tokens=range(1, 16), hardware=sc["hardware"], tp=sc["tp"],
+               concurrency=[sc["concurrency"]], isl=sc["isl"], osl=sc["osl"], acceptance=sc["acceptance"])
+    mal = df["mal"].to_numpy()
+    assert np.all(np.diff(mal) >= -1e-12)
+    assert np.all((mal >= 1 - 1e-12) & (mal <= df["num_speculative_tokens"].to_numpy() + 1 + 1e-12))
+    n = 1 + (sc["concurrency"] * 7 + sc["osl"]) % 15  # a data-dependent N to compare with predict()
+    p = predict(sc["target"], sc["method"], n, hardware=sc["hardware"], tp=sc["tp"], concurrency=sc["concurrency"],
+                isl=sc["isl"], osl=sc["osl"], acceptance=sc["acceptance"])
+    row = df[df["num_speculative_tokens"] == n].iloc[0]
+    for f in ("throughput_ratio", "mal", "t_step_s", "tpot_s", "output_tok_per_s"):
+        assert row[f] == pytest.approx(getattr(p, f), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# sweep
+
+SWEEP_COLUMNS = {
+    "target", "method", "hardware", "tp", "precision", "acceptance", "num_speculative_tokens", "concurrency", "isl",
+    "osl", "throughput_ratio", "mal", "acceptance_rate", "t_base_s", "t_step_s", "t_draft_s", "t_verify_s",
+    "t_overhead_s", "t_prefill_s", "output_tok_per_s", "baseline_output_tok_per_s", "tpot_s", "baseline_tpot_s",
+    "speedup_bound", "latency_calibrated", "acceptance_extrapolated",
+}
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    # Source: vllm-amd-specdec-post appendix (gemma-4-26B-A4B-it, dflash, MI300X, GSM8K), cumulative.
+    gsm = Acceptance.from_rates([0.863, 0.732, 0.622, 0.525, 0.440, 0.366, 0.304], kind="cumulative",
+                                temperature=0.0)
+    return {"gsm8k": gsm, "const0.6": Acceptance.constant(0.6, temperature=0.0)}
+
+
+def test_sweep_tidy_frame(profiles):
+    ns, cs, isls, osls, hws = [1, 3, 7, 12], [1, 16, 200], [128, 2048], [64, 1024], ["MI300X", "H200 SXM"]
+    df = sweep("gemma-4-26B-A4B-it", "dflash", num_speculative_tokens=ns, hardware=hws, tp=2, concurrency=cs,
+               isl=isls, osl=osls, acceptance=profiles)
+    assert SWEEP_COLUMNS <= set(df.columns)
+    assert len(df) == len(ns) * len(cs) * len(isls) * len(osls) * len(hws) * len(profiles)
+    # every grid point exactly once
+    keys = ["hardware", "acceptance", "num_speculative_tokens", "concurrency", "isl", "osl"]
+    assert not df.duplicated(keys).any()
+    assert set(df["acceptance"]) == set(profiles)
+    assert set(df["hardware"]) == {"MI300X", "H200 SXM"}
+    assert (df["tp"] == 2).all() and (df["target"] == "gemma-4-26B-A4B-it").all() and (df["method"] == "dflash").all()
+    # N = 12 lies beyond the 7 measured positions of gsm8k; the constant profile is parametric everywhere
+    g = df[df["acceptance"] == "gsm8k"]
+    assert g.loc[g["num_speculative_tokens"] == 12, "acceptance_extrapolated"].all()
+    assert not g.loc[g["num_speculative_tokens"] == 7, "acceptance_extrapolated"].any()
+    rng = np.random.default_rng(0)
+    for i in rng.choice(len(df), size=8, replace=False):
+        row = df.iloc[i]
+        p = predict("gemma-4-26B-A4B-it", "dflash", int(row["num_speculative_tokens"]), hardware=row["hardware"], tp=2,
+                    concurrency=int(row["concurrency"]), isl=int(row["isl"]), osl=int(row["osl"]),
+                    acceptance=profiles[row["acceptance"]])
+        for f in ("throughput_ratio", "mal", "t_base_s", "t_step_s", "t_draft_s", "t_verify_s", "t_prefill_s",
+                  "tpot_s", "baseline_tpot_s", "output_tok_per_s", "speedup_bound"):
+            assert row[f] == pytest.approx(getattr(p, f), rel=1e-12), f
+        assert row["acceptance_extrapolated"] == p.acceptance_extrapolated
+        assert row["precision"] == p.precision
+
+
+def test_sweep_rejects_bad_axis_values():
+    acc = Acceptance.constant(0.7, temperature=0.0)
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[0, 1], acceptance=acc)
+    assert ei.value.field == "num_speculative_tokens"
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", concurrency=[4, 0], acceptance=acc)
+    assert ei.value.field == "concurrency"
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", isl=[1.5], acceptance=acc)
+    assert ei.value.field == "isl"
+
+
+# --------------------------------------------------------------------------------------------
+# best_n
+
+
+def test_best_n_is_argmax_of_predict_with_near_best_flags(profiles):
+    kw = dict(hardware="MI300X", tp=2, concurrency=32, isl=1024, osl=1024, acceptance=profiles["gsm8k"])
+    best, curve = best_n("gemma-4-26B-A4B-it", "dflash", n_values=range(1, 11), flat_tolerance=0.02, **kw)
+    ratios = {n: predict("gemma-4-26B-A4B-it", "dflash", n, **kw).throughput_ratio for n in range(1, 11)}
+    top = max(ratios.values())
+    assert best == min(n for n, r in ratios.items() if r == top)
+    assert list(curve["num_speculative_tokens"]) == list(range(1, 11))
+    expected_flags = [ratios[n] >= top * (1 - 0.02) for n in range(1, 11)]
+    assert list(curve["near_best"]) == expected_flags
+    assert curve.loc[curve["num_speculative_tokens"] == best, "near_best"].item()
+    # tolerance 0: only the argmax; tolerance 1: every N with a positive ratio
+    _, c0 = best_n("gemma-4-26B-A4B-it", "dflash", n_values=range(1, 11), flat_tolerance=0.0, **kw)
+    assert list(c0.loc[c0["near_best"], "num_speculative_tokens"]) == [best]
+    _, c1 = best_n("gemma-4-26B-A4B-it", "dflash", n_values=range(1, 11), flat_tolerance=1.0, **kw)
+    assert c1["near_best"].all()
+
+
+def test_best_n_rejects_grids():
+    acc = Acceptance.constant(0.7, temperature=0.0)
+    with pytest.raises(SpecsimValueError):
+        best_n("Qwen3-8B", "eagle3", concurrency=[1, 8], acceptance=acc)
+    with pytest.raises(SpecsimValueError) as ei:
+        best_n("Qwen3-8B", "eagle3", num_speculative_tokens=[1, 2], acceptance=acc)
+    assert ei.value.field == "num_speculative_tokens"
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+ACC = Acceptance.constant(0.7, temperature=0.0)
+
+
+def _err(**kw) -> SpecsimValueError:
+    args = dict(target="Qwen3-8B", method="eagle3", num_speculative_tokens=3, acceptance=ACC)
+    args.update(kw)
+    with pytest.raises(SpecsimValueError) as ei:
+        predict(**args)
+    return ei.value
+
+
+def test_unknown_method_lists_allowed():
+    e = _err(method="eagle9")
+    assert e.field == "method"
+    assert {"eagle3", "dflash", "mtp", "ngram", "dspark", "draft_model"} <= set(e.allowed)
+    assert "eagle9" in str(e)
+
+
+def test_unknown_hardware_lists_allowed():
+    e = _err(hardware="TPU-v9")
+    assert e.field == "hardware"
+    assert {"MI300X", "MI355X"} <= set(e.allowed)
+
+
+@pytest.mark.parametrize("n", [0, -1, 2.5, True])
+def test_bad_n(n):
+    assert _err(num_speculative_tokens=n).field == "num_speculative_tokens"
+
+
+def test_missing_n_and_method():
+    assert _err(num_speculative_tokens=None).field == "num_speculative_tokens"
+    assert _err(method=None).field == "method"
+    assert _err(acceptance=None).field == "acceptance"
+
+
+@pytest.mark.parametrize("field,value", [("concurrency", 0), ("concurrency", -3), ("isl", 0), ("osl", 0), ("tp", 0)])
+def test_bad_integer_fields(field, value):
+    assert _err(**{field: value}).field == field
+
+
+@pytest.mark.parametrize("cfg,field", [
+    ('{"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 3, "foo": 1}',
+     "foo"),
+    ('{"method": "eagle9", "num_speculative_tokens": 3}', "method"),
+    ('{"method": "eagle3", "model": "x", "num_speculative_tokens": 3', "speculative_config"),
+    ('{"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 0}',
+     "num_speculative_tokens"),
+])
+def test_bad_speculative_config(cfg, field):
+    e = _err(method=None, num_speculative_tokens=None, speculative_config=cfg)
+    assert e.field == field or e.field.endswith("." + field), e
+
+
+def test_speculative_config_conflicts_with_arguments():
+    cfg = '{"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 3}'
+    assert _err(method="dflash", num_speculative_tokens=None, speculative_config=cfg).field == "method"
+    assert _err(method=None, num_speculative_tokens=5, speculative_config=cfg).field == "num_speculative_tokens"
+
+
+def test_temperature_mismatch():
+    acc = Acceptance.constant(0.7, temperature=0.0)
+    e = _err(acceptance=acc, temperature=1.0)
+    assert e.field == "temperature"
+    note = "acceptance measured at T=0 assumed to hold at T=1 (upper bound)"
+    p = predict("Qwen3-8B", "eagle3", 3, acceptance=acc, temperature=1.0, temperature_assumption=note)
+    assert p.temperature == 1.0
+    assert any(note in a for a in p.assumptions)
+    # the assumption does not change the number, only records it
+    p0 = predict("Qwen3-8B", "eagle3", 3, acceptance=acc, temperature=0.0)
+    assert p.throughput_ratio == p0.throughput_ratio
+    assert not any(note in a for a in p0.assumptions)
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM --speculative-config, exactly as passed to `vllm serve`
+
+
+def test_speculative_config_json_as_passed_to_vllm_serve():
+    cfg = '{"method": "eagle3", "model": "RedHatAI/gemma-4-26B-A4B-it-speculator.eagle3", "num_speculative_tokens": 3}'
+    acc = Acceptance.constant(0.75, temperature=0.0)
+    p = predict("gemma-4-26B-A4B-it", speculative_config=cfg, acceptance=acc, concurrency=8, hardware="MI300X")
+    assert isinstance(p, Prediction)
+    assert (p.method, p.num_speculative_tokens) == ("eagle3", 3)
+    # same as giving the fields separately (the checkpoint is the seed eagle3 drafter of this target)
+    q = predict("gemma-4-26B-A4B-it", "eagle3", 3, draft="RedHatAI/gemma-4-26B-A4B-it-speculator.eagle3",
+                acceptance=acc, concurrency=8, hardware="MI300X")
+    assert p.throughput_ratio == q.throughput_ratio and p.t_draft_s == q.t_draft_s
+    # a dict with the same content is accepted too
+    r = predict("gemma-4-26B-A4B-it", speculative_config=json.loads(cfg), acceptance=acc, concurrency=8)
+    assert r.throughput_ratio == p.throughput_ratio
+
+
+def test_scalar_acceptance_equals_constant_and_is_flagged():
+    p = predict("Qwen3-8B", "eagle3", 4, acceptance=0.7, concurrency=4)
+    q = predict("Qwen3-8B", "eagle3", 4, acceptance=Acceptance.constant(0.7), concurrency=4)
+    assert p.throughput_ratio == q.throughput_ratio
+    assert p.mal == pytest.approx(sum(0.7**k for k in range(5)), rel=1e-12)
+    assert any("constant" in a for a in p.assumptions)
+
+
+def test_prediction_json_round_trip_and_summary():
+    p = predict("Qwen3-8B", "eagle3", 3, acceptance=ACC, concurrency=4)
+    d = json.loads(p.to_json())
+    assert d["throughput_ratio"] == p.throughput_ratio and d["num_speculative_tokens"] == 3
+    assert isinstance(d["assumptions"], list)
+    s = p.summary()
+    assert "throughput ratio" in s and "MAL" in s and f"{p.throughput_ratio:.3f}" in s
+    assert specsim.predict is predict

@@ -1,0 +1,1684 @@
+"""Tuning recommendations in vLLM's own formats: best N per concurrency band, a dynamic
+schedule, the per-position cut-off, the crossover concurrency and a memory check.
+
+``recommend(target, method, ...)`` evaluates the step-time model of :mod:`specsim.predict` on a
+dense grid N = 1..N_max x concurrency C = 1..C_max (one numpy broadcast) and returns, per method:
+
+* **bands** -- maximal runs of batch sizes with the same recommended N, each with the predicted
+  throughput ratio and TPOT (with intervals) at its edges and the runner-up N within
+  ``flat_tolerance`` (2 %) over the whole band (flat optima are common);
+* the **schedule** ``[[lo, hi, N], ...]`` as vLLM 0.32.0's dynamic speculative decoding takes it
+  (``num_speculative_tokens_per_batch_size``, below) and a ready ``--speculative-config`` JSON;
+* the **crossover**: the concurrency from which no N beats the non-speculative server
+  (ratio < 1) up to C_max, or ``None`` ("never in the range asked");
+* the **per-position cut-off** (marginal rule, :func:`marginal_cutoff`) next to the best N;
+* the **memory budget** per GPU (:mod:`specsim.memory`); a method that does not fit is excluded
+  with the reason.
+
+vLLM's schedule field (vLLM 0.32.0, read from the installed wheel)
+------------------------------------------------------------------
+``SpeculativeConfig.num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None``
+(``vllm/config/speculative.py:491``): entries ``(range_start, range_end, num_speculative_tokens)``
+with an inclusive batch-size range.  Validated by
+``vllm/v1/spec_decode/dynamic/utils.py:7`` ``validate_and_normalize_dynamic_sd_schedule`` (list,
+3-int entries, ranges positive, start <= end, k >= 0, sorted by start then non-overlapping,
+first range starting at 1) and expanded by ``build_dynamic_sd_schedule_lookup`` (l.77: gaps and
+the tail after the last range carry the previous k forward up to ``max_num_seqs``; every k is
+clamped to ``num_speculative_tokens``, which must be > 0).  The scheduler looks K up by the number
+of scheduled requests each step (``vllm/v1/core/sched/scheduler.py:1486-1490``).
+:func:`validate_schedule` applies the same rules **and two stricter ones**: the entries must
+already be in ascending order (vLLM sorts silently) and every k must be <= ``num_speculative_tokens``
+(vLLM clamps silently), so a schedule never means something other than what it reads.
+
+K = 0 is not free
+-----------------
+With speculation enabled and K = 0 for a batch size, vLLM still (a) runs the drafter's first
+forward pass to keep the drafter's KV cache in sync (``vllm/v1/spec_decode/llm_base_proposer.py:
+616-627``: "The prefill forward pass above already ran ... just return an empty tensor"),
+(b) pays the per-step speculative overhead (rejection sampler / spec metadata:
+``SpecOverhead.step_seconds(C, 0)`` = fixed_s + per_token_s x C), and (c) runs with PIECEWISE
+instead of FULL CUDA graphs on the V1 model runner, because dynamic speculation overrides the
+graph mode (``vllm/config/vllm.py:1040-1054``).  specsim models (a) as one draft pass
+(``Drafter.draft_time(n=1)``: an upper bound -- the K = 0 pass has one query token per request, the
+N = 1 pass two) and (b) exactly; (c) is NOT modelled (no measurement of the graph-mode cost) and is
+listed in every dynamic recommendation's assumptions.  So a K = 0 band predicts a ratio slightly
+below 1, never exactly 1: ``T_0 = t_target(C, q=1) + T_draft_pass + o_spec(C, 0)``.
+
+Intervals (propagation)
+-----------------------
+Two sources, combined by evaluating the model at the corners (the ratio is monotone in each):
+
+* acceptance: MAL(N) in ``[MAL_lo, MAL_hi]`` from :meth:`Acceptance.mal_interval` (Greenwood /
+  delta method at ``level``) when the profile has counts, else from an explicit
+  ``acceptance_range`` (e.g. the spread over datasets of a published mix: a workload band, not a
+  sampling interval -- the note says which);
+* latency: the speculative step time ``T_step`` scaled by ``1 +- z x rmse_rel`` where rmse_rel is
+  the relative RMS residual of the latency calibration (``specsim.latency.calibrate``) and
+  z = Phi^-1((1 + level) / 2).  For the *ratio* the baseline step and both prefills are held: they
+  come from the same latency model, whose common-mode error cancels in the ratio, so the residual
+  is charged to the speculative step alone (conservative).  For *TPOT* (absolute) the whole
+  speculative cycle (decode + prefill stalls) is scaled.
+
+  ratio_lo = B / (P + OSL / MAL_lo x T_step x (1 + r)),  ratio_hi = B / (P + OSL / MAL_hi x T_step x (1 - r))
+
+with B the baseline cycle (C x t_prefill + OSL x T_base) and P the speculative arm's prefill
+(C x t_prefill_spec), both exactly as in :func:`specsim.predict.predict`.  If both inputs lie in
+their intervals, the ratio lies in the corner interval; with independent sources the coverage is
+therefore at least level^2 (0.9025 at 0.95), usually more.  Where neither source exists
+(published rates without counts and a datasheet-only latency model) no interval is given and
+``interval_note`` says why -- never a zero-width interval.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import NotCollectedError, SpecsimError, SpecsimValueError
+
+__all__ = [
+    "SCHEDULE_FIELD",
+    "VLLM_VERSION",
+    "validate_schedule",
+    "expand_schedule",
+    "speculative_config",
+    "CutoffResult",
+    "marginal_cutoff",
+    "AcceptanceProfile",
+    "published_profile",
+    "published_methods",
+    "OperatingPoint",
+    "Band",
+    "MethodRecommendation",
+    "Recommendation",
+    "recommend",
+    "add_recommend_parser",
+    "recommend_cli",
+    "TuningStudy",
+    "tuning_study",
+    "plot_ratio_heatmaps",
+    "plot_crossover",
+    "plot_acceptance_cutoff",
+    "plot_schedules",
+    "tuning_guide_facts",
+    "tuning_guide",
+    "best_static_n",
+    "make_tuning_figures",
+]
+
+#: vLLM version whose config source the schedule rules were read from.
+VLLM_VERSION = "0.32.0"
+#: The dynamic-speculation field of vLLM's SpeculativeConfig (vllm/config/speculative.py:491).
+SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
+_DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+# ============================================================================================
+# vLLM schedule: validation, expansion, config JSON
+
+
+def _int_like(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def validate_schedule(schedule: Any, num_speculative_tokens: int) -> list[tuple[int, int, int]]:
+    """Validate a dynamic-speculation schedule as vLLM 0.32.0 reads it, plus two stricter rules.
+
+    Parameters
+    ----------
+    schedule : list of (int, int, int)
+        ``[(range_start, range_end, k), ...]``: inclusive batch-size ranges (requests per step)
+        and the number of speculative tokens k to use there (0 = no drafting).
+    num_speculative_tokens : int
+        The config's ``num_speculative_tokens`` (the maximum N; vLLM requires > 0).
+
+    Returns
+    -------
+    list of (int, int, int)
+        The schedule as tuples of Python ints.
+
+    Raises
+    ------
+    SpecsimValueError
+        Field ``num_speculative_tokens_per_batch_size`` (or ``...[i]`` for one entry) naming the
+        rule: not a non-empty list; an entry not three integers; a range not positive or with
+        start > end; k < 0; k > ``num_speculative_tokens`` (vLLM would clamp silently); entries not
+        in ascending order or overlapping (vLLM sorts silently, then rejects overlaps); first range
+        not starting at 1 (``vllm/v1/spec_decode/dynamic/utils.py:7-72``).  Field
+        ``num_speculative_tokens`` when it is not an integer >= 1 (utils.py:88-89).
+    """
+    if not _int_like(num_speculative_tokens) or num_speculative_tokens < 1:
+        raise SpecsimValueError("num_speculative_tokens", "must be an integer >= 1 when a schedule is given "
+                                "(vllm/v1/spec_decode/dynamic/utils.py:88)", num_speculative_tokens)
+    if not isinstance(schedule, (list, tuple)) or len(schedule) == 0:
+        raise SpecsimValueError(SCHEDULE_FIELD, "must be a non-empty list of [range_start, range_end, "
+                                "num_speculative_tokens] entries", schedule)
+    out: list[tuple[int, int, int]] = []
+    prev_end = 0
+    for i, e in enumerate(schedule):
+        name = f"{SCHEDULE_FIELD}[{i}]"
+        if not isinstance(e, (list, tuple)) or len(e) != 3 or not all(_int_like(x) for x in e):
+            raise SpecsimValueError(name, "must be three integers [range_start, range_end, num_speculative_tokens]", e)
+        lo, hi, k = (int(x) for x in e)
+        if lo < 1 or hi < 1:
+            raise SpecsimValueError(name, "batch-size range must be positive", e)
+        if lo > hi:
+            raise SpecsimValueError(name, "range_start must be <= range_end", e)
+        if k < 0:
+            raise SpecsimValueError(name, "num_speculative_tokens must be >= 0", e)
+        if k > num_speculative_tokens:
+            raise SpecsimValueError(name, f"num_speculative_tokens must be <= the config's num_speculative_tokens "
+                                    f"({num_speculative_tokens}); vLLM would clamp it silently", e)
+        if i == 0 and lo != 1:
+            raise SpecsimValueError(name, "the first batch-size range must start at 1 (every batch size needs a k)", e)
+        if lo <= prev_end:
+            raise SpecsimValueError(name, f"ranges must be in ascending order and non-overlapping (previous range "
+                                    f"ends at {prev_end})", e)
+        prev_end = hi
+        out.append((lo, hi, k))
+    return out
+
+
+def expand_schedule(schedule: Any, max_batch_size: int, num_speculative_tokens: int) -> np.ndarray:
+    """Dense batch size -> k lookup, exactly as vLLM builds it.
+
+    Mirrors ``build_dynamic_sd_schedule_lookup`` (``vllm/v1/spec_decode/dynamic/utils.py:77``):
+    gaps between ranges and the tail after the last one carry the previous k forward; every k is
+    clamped to ``num_speculative_tokens``.
+
+    Parameters
+    ----------
+    schedule : list of (int, int, int)
+        Validated with :func:`validate_schedule` first.
+    max_batch_size : int
+        vLLM ``max_num_seqs`` (>= 1).
+    num_speculative_tokens : int
+
+    Returns
+    -------
+    ndarray of int, shape (max_batch_size + 1,)
+        Index b holds k for batch size b; index 0 is unused (0).
+
+    Raises
+    ------
+    SpecsimValueError
+        As :func:`validate_schedule`; ``max_batch_size`` < 1.
+    """
+    sched = validate_schedule(schedule, num_speculative_tokens)
+    if not _int_like(max_batch_size) or max_batch_size < 1:
+        raise SpecsimValueError("max_batch_size", "must be an integer >= 1", max_batch_size)
+    dense = np.zeros(max_batch_size + 1, dtype=int)
+    nxt, last = 1, None
+    for lo, hi, k in sched:
+        if lo > nxt and last is not None:
+            dense[nxt:min(lo, max_batch_size + 1)] = min(num_speculative_tokens, last)
+        dense[max(lo, nxt):min(hi, max_batch_size) + 1] = min(num_speculative_tokens, k)
+        nxt = max(nxt, hi + 1)
+        last = k
+        if nxt > max_batch_size:
+            break
+    if nxt <= max_batch_size:
+        dense[nxt:] = min(num_speculative_tokens, last)
+    return dense
+
+
+def speculative_config(method: str, num_speculative_tokens: int, *, model: str | None = None,
+                       schedule: Sequence[Sequence[int]] | None = None,
+                       extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A ``--speculative-config`` dict for vLLM 0.32.0, validated by specsim's vLLM-faithful parser.
+
+    Parameters
+    ----------
+    method : str
+        vLLM method string.
+    num_speculative_tokens : int
+        N (with a schedule: the maximum k of the schedule).
+    model : str, optional
+        Draft checkpoint (Hugging Face id); omitted for native MTP / n-gram.
+    schedule : list of (int, int, int), optional
+        Dynamic schedule (validated with :func:`validate_schedule`).
+    extra : mapping, optional
+        Further speculative-config keys (e.g. ``draft_tensor_parallel_size``).
+
+    Returns
+    -------
+    dict
+        JSON-ready; ``json.dumps`` of it is what ``vllm serve --speculative-config`` takes.
+
+    Raises
+    ------
+    SpecsimValueError
+        Bad schedule (:func:`validate_schedule`) or any field
+        :func:`specsim.vllm.config.parse_speculative_config` rejects.
+    """
+    from .vllm.config import parse_speculative_config
+
+    cfg: dict[str, Any] = {"method": method}
+    if model is not None:
+        cfg["model"] = model
+    cfg["num_speculative_tokens"] = num_speculative_tokens
+    if schedule is not None:
+        cfg[SCHEDULE_FIELD] = [list(e) for e in validate_schedule(list(schedule), num_speculative_tokens)]
+    cfg.update(dict(extra or {}))
+    parse_speculative_config(cfg)  # raises SpecsimValueError naming the field
+    return cfg
+
+
+# ============================================================================================
+# per-position cut-off (marginal rule)
+
+
+@dataclass(frozen=True)
+class CutoffResult:
+    """Outcome of the marginal rule (:func:`marginal_cutoff`).
+
+    Attributes
+    ----------
+    cutoff_n : int
+        First N at which extending to N + 1 no longer pays (positions after it cost more than
+        they return); ``n_max`` when every extension up to ``n_max`` pays (``reached`` False).
+    reached : bool
+        Whether the rule stopped inside the range.
+    table : pandas.DataFrame
+        One row per N = 1..n_max-1: ``num_speculative_tokens, p_next`` (cumulative acceptance of
+        position N+1), ``time_per_token_s`` (T(N)/MAL(N)), ``marginal_gain_s``
+        (p_next x time_per_token_s), ``marginal_cost_s`` (T(N+1) - T(N)), ``extend`` (bool).
+    """
+
+    cutoff_n: int
+    reached: bool
+    table: pd.DataFrame = field(repr=False, compare=False)
+
+
+def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> CutoffResult:
+    """Per-position cut-off: the proposal length after which one more drafted token costs more
+    draft + verification time than it returns in expected accepted tokens.
+
+    Derivation.  At a fixed concurrency the decode throughput of one stream is
+    MAL(N) / T(N), with MAL(N) = 1 + sum_{k<=N} p_k (p_k cumulative acceptance) and T(N) the
+    speculative step time.  Extending N -> N+1 adds p_{N+1} expected tokens and
+    dT = T(N+1) - T(N) seconds, so it raises throughput iff
+
+        (MAL(N) + p_{N+1}) / (T(N) + dT) > MAL(N) / T(N)
+        <=>  p_{N+1} x T(N) / MAL(N) > dT,
+
+    i.e. the expected tokens gained, valued at the current time per token T(N)/MAL(N), must
+    exceed the added step time.  Because the prefill term of :func:`specsim.predict.predict` does
+    not depend on N, the full throughput ratio is an increasing function of MAL(N)/T(N) and the
+    rule is exactly "ratio(N+1) > ratio(N)": the cut-off equals the best N whenever the ratio
+    curve is unimodal in N, and marks the first local maximum otherwise.
+
+    Parameters
+    ----------
+    cumulative : sequence of float, shape (n_max,)
+        p_1..p_{n_max}, cumulative (unconditional) acceptance per position, non-increasing.
+    t_step_s : sequence of float, shape (n_max,)
+        T(1)..T(n_max), speculative step time in seconds at each N (draft + verification +
+        overhead, one concurrency).
+
+    Returns
+    -------
+    CutoffResult
+
+    Raises
+    ------
+    SpecsimValueError
+        Shapes differ or are empty; rates outside [0, 1] or increasing; non-positive /
+        non-finite times.
+    """
+    p = np.asarray(cumulative, dtype=float).reshape(-1)
+    t = np.asarray(t_step_s, dtype=float).reshape(-1)
+    if p.size == 0 or p.shape != t.shape:
+        raise SpecsimValueError("cumulative/t_step_s", "must be non-empty and of equal length", (p.size, t.size))
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise SpecsimValueError("cumulative", "must lie in [0, 1]", p)
+    if np.any(np.diff(p) > 1e-12):
+        raise SpecsimValueError("cumulative", "must not increase with position", p)
+    if not np.all(np.isfinite(t)) or np.any(t <= 0):
+        raise SpecsimValueError("t_step_s", "must be finite and > 0 seconds", t)
+    mal = 1.0 + np.cumsum(p)
+    n = np.arange(1, p.size)
+    tpt = t[:-1] / mal[:-1]
+    gain = p[1:] * tpt
+    cost = t[1:] - t[:-1]
+    extend = gain > cost
+    table = pd.DataFrame({"num_speculative_tokens": n, "p_next": p[1:], "time_per_token_s": tpt,
+                          "marginal_gain_s": gain, "marginal_cost_s": cost, "extend": extend})
+    stop = np.flatnonzero(~extend)
+    if stop.size:
+        return CutoffResult(cutoff_n=int(n[stop[0]]), reached=True, table=table)
+    return CutoffResult(cutoff_n=int(p.size), reached=False, table=table)
+
+
+# ============================================================================================
+# acceptance inputs: published appendix profiles
+
+_PUBLISHED_FILE = ("published", "amd_specdec_n_sweeps.csv")
+_PUBLISHED_DATASETS = ("GSM8K", "MATH500", "HumanEval", "MBPP")
+#: published method label -> vLLM method string
+_PUBLISHED_TO_VLLM = {"mtp_gemma4_assistant": "mtp"}
+
+
+@dataclass(frozen=True)
+class AcceptanceProfile:
+    """An acceptance profile with its provenance and (optional) range.
+
+    Attributes
+    ----------
+    acceptance : Acceptance
+    range : (Acceptance, Acceptance) or None
+        Pointwise lower / upper cumulative curves (e.g. the spread over datasets).
+    range_note : str
+    label, source : str
+    """
+
+    acceptance: Any
+    range: tuple[Any, Any] | None
+    range_note: str
+    label: str
+    source: str
+
+
+def _published_table() -> pd.DataFrame:
+    from .catalog import data_path
+
+    return pd.read_csv(data_path(*_PUBLISHED_FILE))
+
+
+def _norm_name(x: str) -> str:
+    return str(x).strip().split("/")[-1].lower()
+
+
+def published_methods(target) -> list[str]:
+    """vLLM method strings with a published appendix sweep for ``target`` (name or ModelSpec)."""
+    name = _norm_name(getattr(target, "name", target))
+    d = _published_table()
+    labels = d.loc[d["target_model"].map(_norm_name) == name, "method"].unique()
+    return sorted({_PUBLISHED_TO_VLLM.get(m, m) for m in labels})
+
+
+def published_profile(target, method: str, dataset: str = "mix") -> AcceptanceProfile:
+    """Per-position acceptance of the published appendix sweeps (``data/published/amd_specdec_n_sweeps.csv``,
+    source ``vllm-amd-specdec-post``; MI300X, vLLM 0.23.1rc1).
+
+    For each (target, method, dataset) the row with the largest N is used (its
+    ``per_position_acceptance_cumulative``, ``;``-separated CUMULATIVE rates: MAL = 1 + sum holds).
+
+    Parameters
+    ----------
+    target : str or ModelSpec
+        ``"gemma-4-26B-A4B-it"`` or ``"google/gemma-4-26B-A4B-it"``.
+    method : str
+        vLLM method (``"dflash"``, ``"eagle3"``, ``"dspark"``, ``"mtp"``; for Gemma 4 ``"mtp"``
+        is the assistant drafter, published as ``mtp_gemma4_assistant``).
+    dataset : str
+        ``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``, ``"MBPP"`` or ``"mix"`` (default): the
+        equal-weight mixture of the four, whose survival curve is the mean of theirs
+        (a workload drawing each dataset with probability 1/4); its ``range`` is the pointwise
+        min / max over the datasets (workload spread, not sampling error).
+
+    Returns
+    -------
+    AcceptanceProfile
+        ``acceptance.temperature`` is None: the post does not state the sampling temperature,
+        so predictions record the assumption that it applies at the temperature asked.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``target`` / ``method`` / ``dataset`` without published rows (lists what exists).
+    """
+    from .acceptance import Acceptance
+
+    tname = _norm_name(getattr(target, "name", target))
+    d = _published_table()
+    d = d[d["target_model"].map(_norm_name) == tname]
+    if d.empty:
+        raise SpecsimValueError("target", "no published acceptance for this target", tname,
+                                sorted(_published_table()["target_model"].unique()))
+    labels = [m for m in d["method"].unique() if m == method] or \
+             [m for m in d["method"].unique() if _PUBLISHED_TO_VLLM.get(m) == method]
+    if not labels:
+        raise SpecsimValueError("method", f"no published acceptance for {tname} with this method", method,
+                                published_methods(tname))
+    d = d[d["method"] == labels[0]]
+    datasets = sorted(d["dataset"].unique()) if dataset == "mix" else [dataset]
+    if dataset != "mix" and dataset not in set(d["dataset"]):
+        raise SpecsimValueError("dataset", "no published rows for this dataset", dataset,
+                                ["mix", *sorted(d["dataset"].unique())])
+    curves, ns = [], []
+    for ds in datasets:
+        rows = d[d["dataset"] == ds]
+        row = rows.loc[rows["num_speculative_tokens"].idxmax()]
+        curves.append(np.array([float(x) for x in str(row["per_position_acceptance_cumulative"]).split(";")]))
+        ns.append(int(row["num_speculative_tokens"]))
+    m = min(len(c) for c in curves)
+    stack = np.vstack([c[:m] for c in curves])
+    label = f"{tname} {method} {dataset} (published, N={max(ns)})"
+    src = "vllm-amd-specdec-post appendix (data/published/amd_specdec_n_sweeps.csv), MI300X"
+    if dataset != "mix":
+        return AcceptanceProfile(Acceptance.from_rates(stack[0], kind="cumulative", label=label), None, "",
+                                 label, src)
+    acc = Acceptance.from_rates(stack.mean(axis=0), kind="cumulative", label=label)
+    lo = Acceptance.from_rates(stack.min(axis=0), kind="cumulative", label=label + " min")
+    hi = Acceptance.from_rates(stack.max(axis=0), kind="cumulative", label=label + " max")
+    note = f"acceptance range = min/max over datasets {', '.join(datasets)} (workload spread, not sampling error)"
+    return AcceptanceProfile(acc, (lo, hi), note, label, src)
+
+
+# ============================================================================================
+# results
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Prediction at one concurrency with the recommended N.
+
+    Times in seconds; ``None`` where an interval is unavailable (see the method's
+    ``interval_note``).
+
+    Attributes
+    ----------
+    concurrency : int
+    num_speculative_tokens : int
+        Recommended k at this batch size (0 = draft nothing; speculation enabled).
+    throughput_ratio, ratio_lo, ratio_hi : float
+        Speculative / non-speculative output tok/s and its interval.
+    tpot_s, tpot_lo_s, tpot_hi_s, baseline_tpot_s : float
+    mal, mal_lo, mal_hi : float
+        Tokens per verification step at the recommended N (bonus token counted).
+    runner_up_n : int or None
+        The best other N whose ratio is within ``flat_tolerance`` of the recommended one.
+    runner_up_ratio : float or None
+    cutoff_n : int
+        Marginal-rule cut-off at this concurrency (:func:`marginal_cutoff`).
+    cutoff_reached : bool
+    best_static_n, best_static_ratio :
+        argmax over N >= 1 (what a static config would use here) and its ratio.
+    acceptance_extrapolated : bool
+        Whether the recommended N relies on positions beyond the measured ones.
+    """
+
+    concurrency: int
+    num_speculative_tokens: int
+    throughput_ratio: float
+    ratio_lo: float | None
+    ratio_hi: float | None
+    tpot_s: float
+    tpot_lo_s: float | None
+    tpot_hi_s: float | None
+    baseline_tpot_s: float
+    mal: float
+    mal_lo: float | None
+    mal_hi: float | None
+    runner_up_n: int | None
+    runner_up_ratio: float | None
+    cutoff_n: int
+    cutoff_reached: bool
+    best_static_n: int
+    best_static_ratio: float
+    acceptance_extrapolated: bool
+
+
+@dataclass(frozen=True)
+class Band:
+    """A maximal range of batch sizes with the same recommended N.
+
+    Attributes
+    ----------
+    lo, hi : int
+        Inclusive batch-size range (requests per step).
+    num_speculative_tokens : int
+        k for the range (0 = no drafting).
+    runner_up_n : int or None
+        Another N within ``flat_tolerance`` of the recommended ratio at EVERY batch size of the
+        band (the closest one), else None.
+    runner_up_worst_rel : float or None
+        min over the band of ratio(runner-up) / ratio(recommended).
+    points : tuple of OperatingPoint
+        At ``lo`` and at ``hi`` (one point when lo == hi).
+    """
+
+    lo: int
+    hi: int
+    num_speculative_tokens: int
+    runner_up_n: int | None
+    runner_up_worst_rel: float | None
+    points: tuple[OperatingPoint, ...]
+
+
+@dataclass(frozen=True)
+class MethodRecommendation:
+    """Recommendation for one speculative method (see :func:`recommend`).
+
+    Attributes
+    ----------
+    method : str
+        vLLM method string.
+    draft_model : str or None
+        Draft checkpoint for ``"model"`` (None for native MTP / lookup).
+    bands : tuple of Band
+    points : tuple of OperatingPoint
+        At the concurrencies asked.
+    schedule : tuple of (int, int, int)
+        ``[lo, hi, k]`` per band (vLLM ``num_speculative_tokens_per_batch_size``).
+    speculative_config : dict or None
+        Ready for ``vllm serve --speculative-config`` (None when speculation never pays).
+    static_configs : tuple of (int, int, dict)
+        Per band: ``(lo, hi, config)`` with a fixed N, for servers without dynamic speculation
+        (or with data parallelism, where vLLM drops the schedule).
+    crossover_concurrency : int or None
+        Smallest concurrency from which the best ratio stays < 1 up to ``max_concurrency``
+        (None: speculation pays over the whole range).
+    crossover_range : (int or None, int or None) or None
+        The same computed on the lower / upper ratio bounds (earliest, latest).
+    crossover_note : str
+    memory : MemoryBudget or None
+    interval_note : str
+    latency_calibrated : bool
+    assumptions : tuple of str
+    """
+
+    method: str
+    draft_model: str | None
+    bands: tuple[Band, ...]
+    points: tuple[OperatingPoint, ...]
+    schedule: tuple[tuple[int, int, int], ...]
+    speculative_config: dict | None
+    static_configs: tuple[tuple[int, int, dict], ...]
+    crossover_concurrency: int | None
+    crossover_range: tuple[int | None, int | None] | None
+    crossover_note: str
+    memory: Any
+    interval_note: str
+    latency_calibrated: bool
+    assumptions: tuple[str, ...]
+    grid: pd.DataFrame = field(repr=False, compare=False, default=None)
+    cumulative: tuple[float, ...] = field(repr=False, compare=False, default=())
+    extrapolated_from: int = 0
+
+    @property
+    def speculative_config_json(self) -> str | None:
+        """The ``--speculative-config`` string (compact JSON), or None."""
+        return None if self.speculative_config is None else json.dumps(self.speculative_config, separators=(",", ":"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (without the dense grid)."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("grid", "memory", "cumulative")}
+        d["memory"] = None if self.memory is None else self.memory.to_dict()
+        d["speculative_config_json"] = self.speculative_config_json
+        return _plain(d)
+
+
+def _plain(x):
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (np.floating,)):
+        return float(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """Everything :func:`recommend` found for one target on one hardware.
+
+    Attributes
+    ----------
+    target, hardware, precision : str
+    tp, isl, osl, max_model_len, max_concurrency : int
+    temperature : float or None
+    methods : tuple of MethodRecommendation
+        Methods that fit in memory, best first (by mean recommended ratio over the points asked).
+    excluded : tuple of (str, str)
+        ``(method, reason)`` for methods left out (memory, no acceptance, no drafter).
+    serve_command : str or None
+        ``vllm serve ...`` line for the best method.
+    """
+
+    target: str
+    hf_id: str
+    hardware: str
+    tp: int
+    precision: str
+    isl: int
+    osl: int
+    max_model_len: int
+    max_concurrency: int
+    temperature: float | None
+    methods: tuple[MethodRecommendation, ...]
+    excluded: tuple[tuple[str, str], ...]
+
+    @property
+    def best(self) -> MethodRecommendation | None:
+        """The first (best-ranked) method, or None when all were excluded."""
+        return self.methods[0] if self.methods else None
+
+    def method(self, name: str) -> MethodRecommendation:
+        """The recommendation of one method.
+
+        Raises
+        ------
+        SpecsimValueError
+            Method not among the recommended ones (the message gives the exclusion reason).
+        """
+        for m in self.methods:
+            if m.method == name:
+                return m
+        why = dict(self.excluded).get(name)
+        raise SpecsimValueError("method", f"not recommended{': ' + why if why else ''}", name,
+                                [m.method for m in self.methods])
+
+    def serve_command(self, method: str | None = None) -> str | None:
+        """A ``vllm serve`` command line with the recommended config (shell-quoted JSON)."""
+        m = self.best if method is None else self.method(method)
+        if m is None or m.speculative_config is None:
+            return None
+        return (f"vllm serve {self.hf_id} --tensor-parallel-size {self.tp} --max-model-len {self.max_model_len} "
+                f"--max-num-seqs {self.max_concurrency} --speculative-config '{m.speculative_config_json}'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return _plain({
+            "target": self.target, "hf_id": self.hf_id, "hardware": self.hardware, "tp": self.tp,
+            "precision": self.precision, "isl": self.isl, "osl": self.osl, "max_model_len": self.max_model_len,
+            "max_concurrency": self.max_concurrency, "temperature": self.temperature,
+            "methods": [m.to_dict() for m in self.methods],
+            "excluded": [{"method": a, "reason": b} for a, b in self.excluded],
+            "serve_command": self.serve_command(),
+        })
+
+    def to_json(self, **kw) -> str:
+        """The recommendation as JSON."""
+        return json.dumps(self.to_dict(), **kw)
+
+    def summary(self) -> str:
+        """Readable report: per method the bands, cut-off, crossover, memory and the config."""
+        out = [f"{self.target} on {self.hardware} TP={self.tp} {self.precision} | ISL/OSL {self.isl}/{self.osl} | "
+               f"concurrency 1..{self.max_concurrency} | temperature {self.temperature}"]
+        for m in self.methods:
+            out.append("")
+            out.append(f"== {m.method}" + (f" ({m.draft_model})" if m.draft_model else "") +
+                       (" [latency calibrated]" if m.latency_calibrated else " [latency datasheet-only]"))
+            out.append(f"  {'batch':>9} {'N':>3} {'ratio':>7} {'interval':>15} {'TPOT ms':>8} {'interval':>15} "
+                       f"{'runner-up':>10} {'cut-off':>7}")
+            for b in m.bands:
+                for p in b.points:
+                    iv = "" if p.ratio_lo is None else f"[{p.ratio_lo:.2f}, {p.ratio_hi:.2f}]"
+                    tv = "" if p.tpot_lo_s is None else f"[{p.tpot_lo_s * 1e3:.2f}, {p.tpot_hi_s * 1e3:.2f}]"
+                    ru = "-" if b.runner_up_n is None else str(b.runner_up_n)
+                    cut = f"{p.cutoff_n}{'' if p.cutoff_reached else '+'}"
+                    rng = f"{b.lo}-{b.hi}" if p.concurrency == b.lo else f"  @{p.concurrency}"
+                    out.append(f"  {rng:>9} {b.num_speculative_tokens:>3} {p.throughput_ratio:7.3f} {iv:>15} "
+                               f"{p.tpot_s * 1e3:8.3f} {tv:>15} {ru:>10} {cut:>7}")
+            out.append(f"  crossover: {m.crossover_note}")
+            out.append(f"  intervals: {m.interval_note}")
+            if m.memory is not None:
+                out.append(f"  memory: {m.memory.headroom_gib:.1f} GiB headroom per GPU "
+                           f"({m.memory.concurrency} x {m.memory.max_model_len} tokens)")
+            for a in m.assumptions:
+                out.append(f"  assumption: {a}")
+            if m.speculative_config is not None:
+                out.append(f"  --speculative-config '{m.speculative_config_json}'")
+            else:
+                out.append("  speculation does not pay anywhere in the range: serve without --speculative-config")
+        for meth, why in self.excluded:
+            out.append(f"\n== {meth}: EXCLUDED -- {why}")
+        cmd = self.serve_command()
+        if cmd:
+            out.append("\n" + cmd)
+        return "\n".join(out)
+
+
+# ============================================================================================
+# the engine
+
+
+def _rel_error(latency, explicit: float | None) -> tuple[float | None, str]:
+    """Relative 1-sigma step-time error and where it came from."""
+    if explicit is not None:
+        if not np.isfinite(explicit) or explicit < 0:
+            raise SpecsimValueError("step_time_rel_error", "must be a finite number >= 0", explicit)
+        return float(explicit), "given"
+    v = getattr(latency, "rmse_rel", None)
+    if v is not None:
+        return float(v), "latency model rmse_rel"
+    if getattr(latency, "calibrated", False):
+        hw = getattr(latency, "hardware", None)
+        if hw is not None:
+            from .calibration import load_calibration
+
+            cal = load_calibration(hw.name) or {}
+            if cal.get("rmse_rel") is not None:
+                return float(cal["rmse_rel"]), f"calibration file rmse_rel ({hw.name})"
+    return None, ""
+
+
+def _unwrap_latency(latency):
+    """Accept a ``Calibration`` (``.latency`` + ``.rmse_rel``) where a latency model is expected."""
+    if latency is not None and hasattr(latency, "latency") and hasattr(latency, "rmse_rel") \
+            and not hasattr(latency, "forward_time"):
+        return latency.latency, float(latency.rmse_rel)
+    return latency, None
+
+
+def _draft_checkpoint(drafter) -> str | None:
+    """Hugging Face id for the config's ``model`` field (None when the drafter shares the target's
+    checkpoint -- native MTP -- or is a lookup)."""
+    if getattr(drafter, "kind", "") == "lookup" or getattr(drafter, "shares_target_weights", False):
+        return None
+    name = getattr(drafter, "name", None)
+    try:
+        from .drafters import list_draft_specs
+
+        for d in list_draft_specs():
+            if name in (d.get("name"), d.get("checkpoint")):
+                return d["checkpoint"]
+    except SpecsimError:  # pragma: no cover - data error surfaces elsewhere
+        pass
+    src = str(getattr(drafter, "source", ""))
+    return src.split(": ", 1)[1] if ": " in src else name
+
+
+def _hf_id(target) -> str:
+    from .catalog import data_path
+
+    p = data_path("models", f"{target.name}.json")
+    if p.is_file():
+        try:
+            return json.loads(p.read_text()).get("hf_id") or target.name
+        except json.JSONDecodeError:  # pragma: no cover
+            return target.name
+    return target.name
+
+
+def _first_sustained_below(values: np.ndarray, cs: np.ndarray) -> int | None:
+    """Smallest c such that values < 1 for every concurrency >= c (None if the last is >= 1)."""
+    ok = values >= 1.0
+    if ok[-1]:
+        return None
+    idx = np.flatnonzero(ok)
+    return int(cs[0] if idx.size == 0 else cs[idx[-1] + 1])
+
+
+def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
+                   acc_range, range_note, report_cs, memory) -> MethodRecommendation:
+    from scipy import stats
+
+    from .predict import _evaluate
+
+    ns = np.arange(1, n_max + 1)
+    ev = _evaluate(r, ns[:, None], cs[None, :], isl, osl, tp, overhead)
+    ratio = np.asarray(ev["throughput_ratio"], float)
+    t_step = np.asarray(ev["t_step_s"], float)
+    tpot = np.asarray(ev["tpot_s"], float)
+    mal = np.asarray(ev["mal"], float)[:, 0]
+    t_base = np.asarray(ev["t_base_s"], float)[0]
+    base_tpot = np.asarray(ev["baseline_tpot_s"], float)[0]
+    cycle_base = cs * osl / np.asarray(ev["baseline_output_tok_per_s"], float)[0]
+    cycle_spec = cs[None, :] * osl / np.asarray(ev["output_tok_per_s"], float)
+    p_spec = (cycle_spec - (osl / mal[:, None]) * t_step)[0]  # speculative-arm prefill, N-independent
+
+    # K = 0 with speculation enabled: one draft pass + per-step overhead (module docstring)
+    ctx = isl + osl / 2.0
+    draft0 = np.asarray(r.drafter.draft_time(r.latency, r.target, n=1, batch=cs, context=ctx, tp=tp,
+                                             precision=r.precision), float)
+    t0 = t_base + draft0 + np.asarray(overhead.step_seconds(cs, 0), float)
+    ratio0 = cycle_base / (p_spec + osl * t0)
+    tpot0 = ((cs - 1) / cs * p_spec + osl * t0) / osl
+
+    # intervals
+    notes = []
+    mal_lo = mal_hi = None
+    try:
+        mal_lo, mal_hi = (np.asarray(x, float) for x in r.acceptance.mal_interval(ns, level))
+        notes.append(f"acceptance: MAL {level:.0%} interval from counts (Greenwood / delta method)")
+    except NotCollectedError as e:
+        if acc_range is not None:
+            lo_acc, hi_acc = acc_range
+            mal_lo = np.minimum(np.asarray(lo_acc.mal(ns), float), mal)
+            mal_hi = np.maximum(np.asarray(hi_acc.mal(ns), float), mal)
+            notes.append(range_note or "acceptance: range given by the caller")
+        else:
+            notes.append(f"acceptance: no interval ({e})")
+    z = float(stats.norm.ppf(0.5 + level / 2.0))
+    r_lat = None if rel_err is None else z * rel_err
+    if r_lat is not None:
+        if r_lat >= 1:
+            raise SpecsimValueError("step_time_rel_error", f"z x rmse_rel = {r_lat:.2f} >= 1 makes the lower step "
+                                    "time non-positive", rel_err)
+        notes.append(f"latency: speculative step x (1 +- {z:.2f} x {rel_err:.3g}) ({rel_src})")
+    else:
+        notes.append("latency: no calibration residual (datasheet-only or not given): not included")
+    have_iv = mal_lo is not None or r_lat is not None
+    if have_iv:
+        ml = mal if mal_lo is None else mal_lo
+        mh = mal if mal_hi is None else mal_hi
+        f = 0.0 if r_lat is None else r_lat
+        ratio_lo = cycle_base / (p_spec + osl / ml[:, None] * t_step * (1 + f))
+        ratio_hi = cycle_base / (p_spec + osl / mh[:, None] * t_step * (1 - f))
+        pre = (cs - 1) / cs * p_spec
+        tpot_lo = (pre + osl / mh[:, None] * t_step) * (1 - f) / osl
+        tpot_hi = (pre + osl / ml[:, None] * t_step) * (1 + f) / osl
+        ratio0_lo = cycle_base / (p_spec + osl * t0 * (1 + f))
+        ratio0_hi = cycle_base / (p_spec + osl * t0 * (1 - f))
+        tpot0_lo, tpot0_hi = tpot0 * (1 - f), tpot0 * (1 + f)
+        notes.append(f"combined at the corners (coverage >= {level:.2f}^2 when independent)")
+    interval_note = "; ".join(notes) if have_iv else "no interval: " + "; ".join(notes)
+
+    # full table including N = 0
+    all_ratio = np.vstack([ratio0[None, :], ratio])  # row k = N
+    best_idx = np.argmax(ratio, axis=0)
+    best_ratio = ratio[best_idx, np.arange(cs.size)]
+    sched = np.where(best_ratio >= ratio0, best_idx + 1, 0)
+
+    ext_pos = np.asarray(r.acceptance.is_extrapolated(n_max), bool)
+    n_ext = np.cumsum(ext_pos) > 0  # N relies on an extrapolated position
+    cum = np.asarray(r.acceptance.cumulative(n_max), float)
+    meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
+
+    def point(j: int, k: int) -> OperatingPoint:
+        rr = all_ratio[:, j]
+        others = [(float(rr[kk]), kk) for kk in range(n_max + 1) if kk != k and rr[kk] >= (1 - flat_tolerance) * rr[k]]
+        ru = max(others) if others else None
+        cut = marginal_cutoff(cum, t_step[:, j])
+        if k == 0:
+            vals = (float(ratio0[j]), float(tpot0[j]), 1.0)
+            iv = (float(ratio0_lo[j]), float(ratio0_hi[j]), float(tpot0_lo[j]), float(tpot0_hi[j]), 1.0, 1.0) \
+                if have_iv else (None,) * 6
+        else:
+            i = k - 1
+            vals = (float(ratio[i, j]), float(tpot[i, j]), float(mal[i]))
+            iv = (float(ratio_lo[i, j]), float(ratio_hi[i, j]), float(tpot_lo[i, j]), float(tpot_hi[i, j]),
+                  None if mal_lo is None else float(mal_lo[i]), None if mal_hi is None else float(mal_hi[i])) \
+                if have_iv else (None,) * 6
+        return OperatingPoint(
+            concurrency=int(cs[j]), num_speculative_tokens=int(k), throughput_ratio=vals[0], ratio_lo=iv[0],
+            ratio_hi=iv[1], tpot_s=vals[1], tpot_lo_s=iv[2], tpot_hi_s=iv[3], baseline_tpot_s=float(base_tpot[j]),
+            mal=vals[2], mal_lo=iv[4], mal_hi=iv[5], runner_up_n=None if ru is None else int(ru[1]),
+            runner_up_ratio=None if ru is None else float(ru[0]), cutoff_n=cut.cutoff_n,
+            cutoff_reached=cut.reached, best_static_n=int(best_idx[j] + 1), best_static_ratio=float(best_ratio[j]),
+            acceptance_extrapolated=bool(k > 0 and n_ext[k - 1]),
+        )
+
+    bands = []
+    start = 0
+    for j in range(1, cs.size + 1):
+        if j == cs.size or sched[j] != sched[start]:
+            k = int(sched[start])
+            js = np.arange(start, j)
+            rel = all_ratio[:, js] / all_ratio[k, js][None, :]
+            worst = rel.min(axis=1)
+            worst[k] = -np.inf
+            cand = int(np.argmax(worst))
+            ok = worst[cand] >= 1 - flat_tolerance
+            pts = (point(start, k),) if j - 1 == start else (point(start, k), point(j - 1, k))
+            bands.append(Band(lo=int(cs[start]), hi=int(cs[j - 1]), num_speculative_tokens=k,
+                              runner_up_n=cand if ok else None,
+                              runner_up_worst_rel=float(worst[cand]) if ok else None, points=pts))
+            start = j
+    idx = {int(c): j for j, c in enumerate(cs)}
+    points = tuple(point(idx[c], int(sched[idx[c]])) for c in report_cs)
+
+    # crossover vs the non-speculative server
+    cross = _first_sustained_below(best_ratio, cs)
+    cross_rng = None
+    if have_iv:
+        best_lo = ratio_lo.max(axis=0)
+        best_hi = ratio_hi.max(axis=0)
+        cross_rng = (_first_sustained_below(best_lo, cs), _first_sustained_below(best_hi, cs))
+    if cross is None:
+        cnote = f"speculation pays (best ratio >= 1) at every concurrency 1..{int(cs[-1])} asked"
+    else:
+        cnote = f"no N beats the non-speculative server (ratio < 1) from concurrency {cross} up to {int(cs[-1])}"
+    if cross_rng is not None:
+        fmt = lambda v: "never" if v is None else str(v)  # noqa: E731
+        cnote += f" (interval bounds: from {fmt(cross_rng[0])} to {fmt(cross_rng[1])})"
+
+    # vLLM configs
+    schedule = tuple((b.lo, b.hi, b.num_speculative_tokens) for b in bands)
+    model = _draft_checkpoint(r.drafter)
+    nmax_sched = max(k for _, _, k in schedule)
+    assumptions = list(r.assumptions)
+    if nmax_sched == 0:
+        cfg = None
+    elif len(schedule) == 1:
+        cfg = speculative_config(r.method, nmax_sched, model=model)
+    else:
+        cfg = speculative_config(r.method, nmax_sched, model=model, schedule=[list(e) for e in schedule])
+        assumptions.append("dynamic schedule: vLLM switches FULL to PIECEWISE CUDA graphs on the V1 model runner "
+                           "(vllm/config/vllm.py:1040-1054; not modelled) and drops the schedule when "
+                           "data_parallel_size > 1 (vllm/config/vllm.py:1056-1075): use the per-band static configs there")
+        if any(k == 0 for _, _, k in schedule):
+            assumptions.append("k = 0 bands still pay one draft pass per step (modelled as the N = 1 pass, an upper "
+                               "bound) and the per-step speculative overhead (vllm/v1/spec_decode/llm_base_proposer.py:616-627)")
+    assumptions.append(f"the last range's k is carried forward beyond concurrency {int(cs[-1])} up to max_num_seqs "
+                       "(vllm/v1/spec_decode/dynamic/utils.py:138-144)")
+    if meas and n_max > meas:
+        assumptions.append(f"acceptance beyond position {meas} is extrapolated (parametric fit)")
+    statics = tuple((b.lo, b.hi, speculative_config(r.method, b.num_speculative_tokens, model=model))
+                    for b in bands if b.num_speculative_tokens > 0)
+
+    grid = pd.DataFrame({
+        "num_speculative_tokens": np.repeat(np.arange(0, n_max + 1), cs.size),
+        "concurrency": np.tile(cs, n_max + 1),
+        "throughput_ratio": all_ratio.reshape(-1),
+        "tpot_s": np.vstack([tpot0[None, :], tpot]).reshape(-1),
+        "t_step_s": np.vstack([t0[None, :], t_step]).reshape(-1),
+        "mal": np.repeat(np.concatenate([[1.0], mal]), cs.size),
+        "recommended": (np.arange(0, n_max + 1)[:, None] == sched[None, :]).reshape(-1),
+    })
+    if have_iv:
+        grid["ratio_lo"] = np.vstack([ratio0_lo[None, :], ratio_lo]).reshape(-1)
+        grid["ratio_hi"] = np.vstack([ratio0_hi[None, :], ratio_hi]).reshape(-1)
+    return MethodRecommendation(
+        method=r.method, draft_model=model, bands=tuple(bands), points=points, schedule=schedule,
+        speculative_config=cfg, static_configs=statics, crossover_concurrency=cross, crossover_range=cross_rng,
+        crossover_note=cnote, memory=memory, interval_note=interval_note,
+        latency_calibrated=bool(getattr(r.latency, "calibrated", False)),
+        assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
+        extrapolated_from=meas,
+    )
+
+
+def recommend(
+    target,
+    method: str | Sequence[str] | None = None,
+    *,
+    hardware="MI300X",
+    tp: int = 1,
+    precision: str | None = None,
+    isl: int = 1024,
+    osl: int = 1024,
+    concurrency: Iterable[int] = _DEFAULT_CONCURRENCY,
+    max_concurrency: int | None = None,
+    max_num_speculative_tokens: int | None = None,
+    acceptance=None,
+    acceptance_range: tuple[Any, Any] | None = None,
+    dataset: str = "mix",
+    draft=None,
+    drafter=None,
+    latency=None,
+    overhead=None,
+    step_time_rel_error: float | None = None,
+    level: float = 0.95,
+    flat_tolerance: float = 0.02,
+    temperature: float | None = 0.0,
+    temperature_assumption: str | None = None,
+    check_memory: bool = True,
+    max_model_len: int | None = None,
+    gpu_memory_utilization: float | None = None,
+) -> Recommendation:
+    """Recommended vLLM speculative configuration per concurrency band (module docstring).
+
+    Parameters
+    ----------
+    target : str or ModelSpec
+        Target model (``data/models`` name or HF id).
+    method : str or list of str, optional
+        vLLM method(s); default every method with a published acceptance for the target.
+    hardware : str or Hardware
+    tp : int
+        Target tensor-parallel degree.
+    precision : str, optional
+        Target weight precision, as :func:`specsim.predict.predict`.
+    isl, osl : int
+        Input / output tokens per request.
+    concurrency : iterable of int
+        Concurrencies to report ``points`` at; bands cover every integer 1..``max_concurrency``.
+    max_concurrency : int, optional
+        Upper end of the range asked (default ``max(concurrency)``); also the ``--max-num-seqs``
+        of the serve command and the concurrency the memory check uses.
+    max_num_speculative_tokens : int, optional
+        Largest N considered; default the positions measured in the acceptance profile
+        (15 for a parametric profile), so recommendations stay inside the data.
+    acceptance : Acceptance or dict of {method: Acceptance}, optional
+        Measured acceptance; default :func:`published_profile` of (target, method, ``dataset``).
+    acceptance_range : (Acceptance, Acceptance) or dict of {method: pair}, optional
+        Lower / upper acceptance used for the interval when the profile has no counts.
+    dataset : str
+        Published dataset for the default acceptance (``"mix"`` = equal mixture of the four).
+    draft, drafter :
+        Draft checkpoint / ready drafter, as :func:`specsim.predict.predict` (one method only).
+    latency : LatencyModel or Calibration, optional
+        Default: the hardware's shipped calibration (``specsim.calibration.default_latency``).
+        A ``Calibration`` (``specsim.latency.calibrate``) also supplies ``rmse_rel``.
+    overhead : SpecOverhead, optional
+        Default: the calibration's (zero when uncalibrated).
+    step_time_rel_error : float, optional
+        Relative 1-sigma error of the step time; default the calibration's ``rmse_rel``.
+    level : float
+        Interval level in (0, 1).
+    flat_tolerance : float
+        Runner-up tolerance: other N within this fraction of the recommended ratio.
+    temperature, temperature_assumption :
+        Sampling temperature to recommend for; a profile measured at another temperature is an
+        error unless ``temperature_assumption`` says why it transfers (the result carries it).
+    check_memory : bool
+        Exclude methods that do not fit in memory (:func:`specsim.memory.memory_budget`).
+    max_model_len : int, optional
+        Tokens per sequence for the KV cache (default ``isl + osl``).
+    gpu_memory_utilization : float, optional
+        vLLM's fraction (default 0.92, vLLM 0.32.0).
+
+    Returns
+    -------
+    Recommendation
+
+    Raises
+    ------
+    SpecsimValueError
+        Bad concurrency / N / level / tolerance; unknown target, hardware, method; no acceptance
+        for a method named explicitly; temperature mismatch without an assumption.
+    """
+    from .architecture import ModelSpec, load_model
+    from .hardware import Hardware, load_hardware
+    from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
+    from .predict import _default_overhead, _int_field, precision_label, resolve_inputs
+
+    tgt = target if isinstance(target, ModelSpec) else load_model(target)
+    hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    tp = _int_field("tp", tp)
+    isl = _int_field("isl", isl)
+    osl = _int_field("osl", osl)
+    try:
+        report_cs = sorted({int(c) for c in concurrency})
+    except (TypeError, ValueError):
+        raise SpecsimValueError("concurrency", "must be an iterable of integers >= 1", concurrency) from None
+    if not report_cs or report_cs[0] < 1:
+        raise SpecsimValueError("concurrency", "must be a non-empty set of integers >= 1", concurrency)
+    cmax = _int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
+    report_cs = [c for c in report_cs if c <= cmax]
+    if not (isinstance(level, (float, int)) and 0 < level < 1):
+        raise SpecsimValueError("level", "must lie in (0, 1)", level)
+    if not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance < 1):
+        raise SpecsimValueError("flat_tolerance", "must lie in [0, 1)", flat_tolerance)
+    if max_model_len is None:
+        max_model_len = isl + osl
+    max_model_len = _int_field("max_model_len", max_model_len)
+    if max_model_len < isl + osl:
+        raise SpecsimValueError("max_model_len", f"must be >= isl + osl = {isl + osl}", max_model_len)
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = DEFAULT_GPU_MEMORY_UTILIZATION
+
+    if method is None:
+        if drafter is not None:
+            methods = [getattr(drafter, "method", None)]
+        else:
+            methods = published_methods(tgt)
+            if not methods:
+                raise SpecsimValueError("method", "no published acceptance for this target: name a method and pass "
+                                        "acceptance=", tgt.name)
+    else:
+        methods = [method] if isinstance(method, str) else list(method)
+    if len(methods) > 1 and (draft is not None or drafter is not None):
+        raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
+
+    latency, cal_rel = _unwrap_latency(latency)
+    if step_time_rel_error is None:
+        step_time_rel_error = cal_rel
+    cs = np.arange(1, cmax + 1)
+
+    recs, excluded = [], []
+    prec = precision_label(tgt, precision)
+    for meth in methods:
+        # acceptance
+        acc = acceptance.get(meth) if isinstance(acceptance, Mapping) else acceptance
+        rng = acceptance_range.get(meth) if isinstance(acceptance_range, Mapping) else acceptance_range
+        rnote = "acceptance: range given by the caller" if rng is not None else ""
+        if acc is None:
+            try:
+                prof = published_profile(tgt, meth, dataset)
+            except SpecsimValueError as e:
+                if method is not None and isinstance(method, str):
+                    raise SpecsimValueError("acceptance", f"none given and none published for {meth}: {e}", None) from e
+                excluded.append((meth, f"no acceptance profile ({e})"))
+                continue
+            acc, rng, rnote = prof.acceptance, prof.range, prof.range_note
+        r = resolve_inputs(tgt, meth, None, hardware=hw, precision=precision, acceptance=acc, draft=draft,
+                           drafter=drafter, latency=latency, temperature=temperature,
+                           temperature_assumption=temperature_assumption)
+        ov = overhead if overhead is not None else _default_overhead(r.latency)
+        rel, rel_src = _rel_error(r.latency, step_time_rel_error)
+        meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
+        n_max = max_num_speculative_tokens if max_num_speculative_tokens is not None else (meas or 15)
+        n_max = _int_field("max_num_speculative_tokens", n_max)
+        mem = None
+        if check_memory:
+            mem = memory_budget(tgt, drafter=r.drafter, hardware=hw, tp=tp, precision=precision,
+                                concurrency=cmax, max_model_len=max_model_len, num_speculative_tokens=n_max,
+                                gpu_memory_utilization=gpu_memory_utilization)
+            if not mem.fits:
+                excluded.append((r.method, f"does not fit in memory: {mem.reason}"))
+                continue
+        prec = precision_label(tgt, r.precision)
+        recs.append(_recommend_one(r, tp=tp, isl=isl, osl=osl, cs=cs, n_max=n_max, overhead=ov, level=float(level),
+                                   flat_tolerance=float(flat_tolerance), rel_err=rel, rel_src=rel_src,
+                                   acc_range=rng, range_note=rnote, report_cs=report_cs, memory=mem))
+    recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
+    return Recommendation(
+        target=tgt.name, hf_id=_hf_id(tgt), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
+        max_model_len=max_model_len, max_concurrency=cmax, temperature=temperature, methods=tuple(recs),
+        excluded=tuple(excluded),
+    )
+
+
+# ============================================================================================
+# CLI
+
+
+def add_recommend_parser(p) -> None:
+    """Add the ``specsim recommend`` options to an argparse (sub)parser."""
+    p.add_argument("--target", required=True, help="target model (data/models name or HF id), e.g. gemma-4-26B-A4B-it")
+    p.add_argument("--method", help="vLLM method(s), comma-separated (dflash, eagle3, mtp, dspark, ngram); "
+                                    "default: every method with published acceptance for the target")
+    p.add_argument("--draft", help="draft checkpoint (default: the seed drafter for target/method)")
+    p.add_argument("--hardware", default="MI300X", help="accelerator (data/hardware.csv), default MI300X")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
+    p.add_argument("--isl", type=int, default=1024, help="input tokens per request")
+    p.add_argument("--osl", type=int, default=1024, help="output tokens per request")
+    p.add_argument("--concurrency", default=",".join(map(str, _DEFAULT_CONCURRENCY)),
+                   help="comma-separated concurrencies to report (bands cover 1..max)")
+    p.add_argument("--max-concurrency", type=int, help="upper end of the concurrency range (default: max of --concurrency)")
+    p.add_argument("--max-n", type=int, help="largest num_speculative_tokens considered (default: measured positions)")
+    p.add_argument("--max-model-len", type=int, help="tokens per sequence for the KV-cache check (default isl+osl)")
+    p.add_argument("--gpu-memory-utilization", type=float, help="vLLM gpu_memory_utilization (default 0.92)")
+    p.add_argument("--dataset", default="mix", help="published acceptance: GSM8K, MATH500, HumanEval, MBPP or mix")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to recommend for")
+    p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
+    p.add_argument("--step-time-rel-error", type=float, help="relative 1-sigma step-time error (default: calibration)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level")
+    p.add_argument("--flat-tolerance", type=float, default=0.02, help="runner-up tolerance (fraction)")
+    g = p.add_argument_group("acceptance (at most one; default: published appendix profile)")
+    g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
+    g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated")
+    g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
+    g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
+    out.add_argument("--config-only", action="store_true",
+                     help="print only the --speculative-config JSON of the best method (for $(...))")
+
+
+def _cli_acceptance(args):
+    from .acceptance import Acceptance
+
+    given = [x for x in (args.acceptance, args.cumulative, args.conditional) if x is not None]
+    if len(given) > 1:
+        raise SpecsimValueError("acceptance", "give at most one of --acceptance, --cumulative, --conditional")
+    t = args.profile_temperature
+    if args.acceptance is not None:
+        return Acceptance.constant(args.acceptance, temperature=t)
+    if args.cumulative is not None:
+        return Acceptance.from_rates([float(x) for x in args.cumulative.split(",")], kind="cumulative", temperature=t)
+    if args.conditional is not None:
+        return Acceptance.from_rates([float(x) for x in args.conditional.split(",")], kind="conditional", temperature=t)
+    if t is not None:
+        raise SpecsimValueError("profile_temperature", "applies to an acceptance given on the command line", t)
+    return None
+
+
+def recommend_cli(args) -> int:
+    """Run ``specsim recommend`` from parsed arguments (see :func:`add_recommend_parser`).
+
+    Prints the summary (default), the full JSON (``--json``) or only the best method's
+    ``--speculative-config`` JSON (``--config-only``).  Returns the exit status (1 when every
+    method was excluded or speculation never pays, with ``--config-only``).
+    """
+    import sys
+
+    try:
+        cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
+    except ValueError:
+        raise SpecsimValueError("concurrency", "must be comma-separated integers", args.concurrency) from None
+    methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
+    if methods is not None and len(methods) == 1:
+        methods = methods[0]
+    rec = recommend(
+        args.target, methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
+        osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
+        acceptance=_cli_acceptance(args), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
+        level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    if args.config_only:
+        best = rec.best
+        if best is None or best.speculative_config is None:
+            why = "; ".join(f"{m}: {r}" for m, r in rec.excluded) or "speculation does not pay in the range asked"
+            print(f"specsim: no speculative config recommended ({why})", file=sys.stderr)
+            return 1
+        print(best.speculative_config_json)
+        return 0
+    print(rec.to_json(indent=2) if args.json else rec.summary())
+    return 0
+
+
+# ============================================================================================
+# tuning study and figures (used by notebooks/04_tuning_guide.ipynb and the main job)
+
+#: Seed targets with the TP of their published runs (data/published/amd_specdec_n_sweeps.csv).
+SEED_TARGETS = (("gemma-4-26B-A4B-it", 2), ("gemma-4-31B-it", 2), ("Qwen3-8B", 1), ("Qwen3.6-35B-A3B", 2),
+                ("Kimi-K2.5", 4))
+TUNING_HARDWARE = ("MI300X", "MI355X")
+
+
+@dataclass(frozen=True)
+class TuningStudy:
+    """Recommendations for the seed targets x published methods x hardware.
+
+    Attributes
+    ----------
+    recommendations : dict[(hardware, target), Recommendation]
+    isl, osl, max_concurrency : int
+    """
+
+    recommendations: dict
+    isl: int
+    osl: int
+    max_concurrency: int
+
+    def items(self):
+        """Iterate ``(hardware, target, MethodRecommendation)``."""
+        for (hw, tgt), rec in self.recommendations.items():
+            for m in rec.methods:
+                yield hw, tgt, m
+
+    def schedule_table(self) -> pd.DataFrame:
+        """One row per (hardware, target, method, band): the recommended schedule."""
+        rows = []
+        for hw, tgt, m in self.items():
+            for b in m.bands:
+                rows.append({"hardware": hw, "target": tgt, "method": m.method, "batch_lo": b.lo, "batch_hi": b.hi,
+                             "num_speculative_tokens": b.num_speculative_tokens, "runner_up_n": b.runner_up_n,
+                             "ratio_at_lo": b.points[0].throughput_ratio,
+                             "ratio_at_hi": b.points[-1].throughput_ratio, "cutoff_n_at_lo": b.points[0].cutoff_n})
+        return pd.DataFrame(rows)
+
+    def summary_table(self) -> pd.DataFrame:
+        """One row per (hardware, target, method): best N at C=1, crossover, memory headroom."""
+        rows = []
+        for (hw, tgt), rec in self.recommendations.items():
+            for m in rec.methods:
+                p1 = m.points[0]
+                rows.append({"hardware": hw, "target": tgt, "method": m.method, "best_n_c1": p1.num_speculative_tokens,
+                             "ratio_c1": p1.throughput_ratio, "cutoff_n_c1": p1.cutoff_n,
+                             "best_n_cmax": m.points[-1].num_speculative_tokens,
+                             "ratio_cmax": m.points[-1].throughput_ratio,
+                             "crossover_concurrency": m.crossover_concurrency,
+                             "headroom_gib": None if m.memory is None else round(m.memory.headroom_gib, 1)})
+            for meth, why in rec.excluded:
+                rows.append({"hardware": hw, "target": tgt, "method": meth, "excluded": why})
+        return pd.DataFrame(rows)
+
+
+def tuning_study(targets: Sequence[tuple[str, int]] = SEED_TARGETS, hardware: Sequence[str] = TUNING_HARDWARE, *,
+                 isl: int = 1024, osl: int = 1024, max_concurrency: int = 256, latency_factory=None,
+                 dataset: str = "mix", temperature: float | None = 0.0) -> TuningStudy:
+    """Recommendations for every (hardware, target) with its published methods and acceptance.
+
+    Parameters
+    ----------
+    targets : sequence of (name, tp)
+    hardware : sequence of str
+    isl, osl, max_concurrency : int
+    latency_factory : callable(Hardware) -> LatencyModel, optional
+        Default: the shipped calibration (``specsim.calibration.default_latency``).
+    dataset : str
+        Published dataset (default the four-dataset mix).
+    temperature : float or None
+
+    Returns
+    -------
+    TuningStudy
+    """
+    from .hardware import load_hardware
+
+    cs = [c for c in _DEFAULT_CONCURRENCY if c <= max_concurrency]
+    recs = {}
+    for hw_name in hardware:
+        hw = load_hardware(hw_name)
+        lat = latency_factory(hw) if latency_factory is not None else None
+        for tgt, tp in targets:
+            recs[(hw.name, tgt)] = recommend(tgt, None, hardware=hw, tp=tp, isl=isl, osl=osl, concurrency=cs,
+                                             max_concurrency=max_concurrency, latency=lat, dataset=dataset,
+                                             temperature=temperature)
+    return TuningStudy(recs, isl, osl, max_concurrency)
+
+
+def _methods_by_target(study: TuningStudy, hw: str):
+    return [(tgt, rec) for (h, tgt), rec in study.recommendations.items() if h == hw]
+
+
+def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
+    """Heatmap of the predicted throughput ratio over (N, concurrency), one panel per
+    (target, method), with the recommended N per concurrency and the ratio = 1 contour.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    rows = [(t, rec) for t, rec in _methods_by_target(study, hardware) if rec.methods]
+    ncol = max((len(rec.methods) for _, rec in rows), default=1)
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(3.0 * ncol + 1.0, 2.2 * len(rows) + 0.6), squeeze=False,
+                             sharex=True)
+    fig.subplots_adjust(left=0.07, right=0.86, bottom=0.08, top=0.93, wspace=0.25, hspace=0.35)
+    vmax = max((m.grid["throughput_ratio"].max() for _, rec in rows for m in rec.methods), default=2.0)
+    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(vmax, 1.01))
+    im = None
+    for i, (tgt, rec) in enumerate(rows):
+        for j in range(ncol):
+            ax = axes[i, j]
+            if j >= len(rec.methods):
+                ax.axis("off")
+                continue
+            m = rec.methods[j]
+            g = m.grid.pivot(index="num_speculative_tokens", columns="concurrency", values="throughput_ratio")
+            cmax = int(g.columns.max())
+            keep = np.unique(np.round(np.logspace(0, np.log2(cmax), 25, base=2)).astype(int))
+            g = g.loc[:, keep]  # log-spaced columns: the same picture, 10x fewer cells to draw
+            cs = g.columns.to_numpy()
+            ns = g.index.to_numpy()
+            im = ax.pcolormesh(cs, ns, g.to_numpy(), norm=norm, cmap="RdBu", shading="nearest")
+            ax.contour(cs, ns, g.to_numpy(), levels=[1.0], colors="k", linewidths=0.8)
+            sched = m.grid[m.grid["recommended"]].sort_values("concurrency")
+            ax.step(sched["concurrency"], sched["num_speculative_tokens"], where="mid", color="gold", lw=1.5)
+            _log2_axis(ax)
+            ax.set_title(f"{tgt} {m.method}", fontsize=8)
+            if j == 0:
+                ax.set_ylabel("N", fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel("concurrency", fontsize=8)
+    if im is not None:
+        cax = fig.add_axes([0.89, 0.25, 0.015, 0.5])
+        fig.colorbar(im, cax=cax, label="throughput ratio (N=0: spec on, no drafting)")
+    fig.suptitle(f"Predicted throughput ratio on {hardware} (gold: recommended N; black: ratio = 1)", fontsize=9)
+    return fig
+
+
+_METHOD_COLORS = {"dflash": "C0", "dspark": "C1", "eagle3": "C2", "mtp": "C3", "eagle": "C4", "ngram": "C5"}
+
+
+def _grid_axes(study: TuningStudy, height: float = 2.4):
+    """Figure with one row per hardware and one column per target."""
+    import matplotlib.pyplot as plt
+
+    hws = list(dict.fromkeys(h for h, _ in study.recommendations))
+    tgts = list(dict.fromkeys(t for _, t in study.recommendations))
+    fig, axes = plt.subplots(len(hws), len(tgts), figsize=(2.9 * len(tgts), height * len(hws) + 0.6), squeeze=False,
+                             sharex=True)
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.86, wspace=0.3, hspace=0.35)
+    return fig, axes, hws, tgts
+
+
+def _log2_axis(ax) -> None:
+    """Log2 concurrency axis with major ticks only (minor log ticks are slow to lay out)."""
+    from matplotlib.ticker import MaxNLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_locator(MaxNLocator(5, integer=True))
+    ax.tick_params(labelsize=7)
+
+
+def plot_crossover(study: TuningStudy):
+    """Best predicted ratio over N vs concurrency, per method, one panel per (hardware, target),
+    with the crossover concurrency marked (dot: from here the ratio stays < 1) and the ratio = 1
+    line.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes, hws, tgts = _grid_axes(study)
+    for i, hw in enumerate(hws):
+        for j, tgt in enumerate(tgts):
+            ax = axes[i, j]
+            rec = study.recommendations.get((hw, tgt))
+            for m in (rec.methods if rec else ()):
+                g = m.grid[m.grid["num_speculative_tokens"] > 0]
+                best = g.groupby("concurrency")["throughput_ratio"].max()
+                col = _METHOD_COLORS.get(m.method)
+                ax.plot(best.index, best.to_numpy(), lw=1.2, color=col, label=m.method)
+                if m.crossover_concurrency is not None:
+                    ax.plot([m.crossover_concurrency], [best.loc[m.crossover_concurrency]], "o", color=col)
+            ax.axhline(1.0, color="k", lw=0.8)
+            _log2_axis(ax)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{hw} {tgt}", fontsize=8)
+            if rec is not None and rec.methods:
+                ax.legend(fontsize=6)
+            else:
+                ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=7)
+            if j == 0:
+                ax.set_ylabel("best ratio over N", fontsize=8)
+            if i == len(hws) - 1:
+                ax.set_xlabel("concurrency", fontsize=8)
+    fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on)", fontsize=9)
+    return fig
+
+
+def plot_acceptance_cutoff(study: TuningStudy, hardware: str = "MI300X", concurrency: int = 1):
+    """Per-position cumulative acceptance (published mix) per target and method, with the
+    marginal-rule cut-off at ``concurrency`` marked.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    import matplotlib.pyplot as plt
+
+    rows = _methods_by_target(study, hardware)
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.0 * len(rows), 3.0), squeeze=False)
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.16, top=0.84, wspace=0.25)
+    for ax, (tgt, rec) in zip(axes[0], rows):
+        for m in rec.methods:
+            p = np.asarray(m.cumulative)
+            k = np.arange(1, p.size + 1)
+            (line,) = ax.plot(k, p, "o-", ms=3, lw=1, label=m.method, color=_METHOD_COLORS.get(m.method))
+            pt = next(pp for pp in m.points if pp.concurrency == concurrency)
+            ax.axvline(pt.cutoff_n + 0.5, color=line.get_color(), ls="--", lw=0.9)
+        ax.set_title(tgt, fontsize=8)
+        ax.set_xlabel("position k")
+        ax.set_ylim(0, 1.02)
+        if rec.methods:
+            ax.legend(fontsize=6)
+        else:
+            ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=7)
+    axes[0, 0].set_ylabel("cumulative acceptance p_k")
+    fig.suptitle(f"Per-position acceptance (published mix); dashed: marginal cut-off at concurrency {concurrency} "
+                 f"on {hardware}", fontsize=9)
+    return fig
+
+
+def plot_schedules(study: TuningStudy):
+    """The recommended dynamic schedule (k vs batch size) per method, one panel per
+    (hardware, target).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig, axes, hws, tgts = _grid_axes(study)
+    for i, hw in enumerate(hws):
+        for j, tgt in enumerate(tgts):
+            ax = axes[i, j]
+            rec = study.recommendations.get((hw, tgt))
+            for m in (rec.methods if rec else ()):
+                x = [b.lo for b in m.bands] + [m.bands[-1].hi]
+                y = [b.num_speculative_tokens for b in m.bands] + [m.bands[-1].num_speculative_tokens]
+                ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
+            _log2_axis(ax)
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{hw} {tgt}", fontsize=8)
+            if rec is not None and rec.methods:
+                ax.legend(fontsize=6)
+            else:
+                ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=7)
+            if j == 0:
+                ax.set_ylabel("k", fontsize=8)
+            if i == len(hws) - 1:
+                ax.set_xlabel("batch size", fontsize=8)
+    fig.suptitle("Recommended num_speculative_tokens_per_batch_size (k per batch size)", fontsize=9)
+    return fig
+
+
+def tuning_guide_facts(study: TuningStudy) -> list[str]:
+    """Sentences computed from the study (no prior belief): best N at low / high concurrency,
+    crossover, cut-off vs best N, excluded methods."""
+    facts = []
+    for (hw, tgt), rec in study.recommendations.items():
+        for m in rec.methods:
+            p1, pm = m.points[0], m.points[-1]
+            facts.append(
+                f"{hw} {tgt} {m.method}: N={p1.num_speculative_tokens} at concurrency {p1.concurrency} "
+                f"({p1.throughput_ratio:.2f}x, cut-off {p1.cutoff_n}), N={pm.num_speculative_tokens} at "
+                f"{pm.concurrency} ({pm.throughput_ratio:.2f}x); {len(m.bands)} band(s); {m.crossover_note}.")
+        for meth, why in rec.excluded:
+            facts.append(f"{hw} {tgt} {meth}: excluded -- {why}.")
+    return facts
+
+
+def best_static_n(m: MethodRecommendation) -> tuple[int, float]:
+    """The single N >= 1 that stays closest to the schedule over the whole range.
+
+    Returns
+    -------
+    (n, worst_rel) : (int, float)
+        argmax over N of min over concurrency of ratio(N, C) / ratio(schedule(C), C), and that
+        minimum (1.0 = a static config loses nothing anywhere).
+    """
+    g = m.grid
+    piv = g.pivot(index="num_speculative_tokens", columns="concurrency", values="throughput_ratio")
+    rec = g[g["recommended"]].set_index("concurrency")["throughput_ratio"].reindex(piv.columns).to_numpy()
+    rel = piv.loc[piv.index > 0].to_numpy() / rec[None, :]
+    worst = rel.min(axis=1)
+    i = int(np.argmax(worst))
+    return int(piv.index[piv.index > 0][i]), float(worst[i])
+
+
+_PARALLEL = ("dflash", "dspark")
+
+
+def tuning_guide(study: TuningStudy) -> str:
+    """A short tuning guide in Markdown, every statement computed from ``study`` (no prior belief).
+
+    Covers: best N at low and high concurrency by drafter family, whether it falls or rises with
+    concurrency, the crossover, the marginal cut-off vs the best N, flat optima (runner-ups),
+    whether a static N is enough, the winning method per target, memory exclusions.
+    """
+    items = list(study.items())
+    if not items:
+        return "No method fits in memory for any target: nothing to recommend."
+    cmax = study.max_concurrency
+    out = []
+    for fam, name in ((_PARALLEL, "Parallel drafters (dflash, dspark)"), (None, "Sequential drafters (eagle3, mtp)")):
+        sel = [(hw, t, m) for hw, t, m in items if (m.method in _PARALLEL) == (fam is not None)]
+        if not sel:
+            continue
+        n1 = [m.points[0].num_speculative_tokens for *_, m in sel]
+        nm = [m.points[-1].num_speculative_tokens for *_, m in sel]
+        falls = [f"{t} {m.method} ({hw})" for (hw, t, m), a, b in zip(sel, n1, nm) if b < a]
+        rises = [f"{t} {m.method} ({hw})" for (hw, t, m), a, b in zip(sel, n1, nm) if b > a]
+        out.append(f"- **{name}**: best N at concurrency 1 is {min(n1)}-{max(n1)} (median {np.median(n1):g}); at "
+                   f"concurrency {cmax} it is {min(nm)}-{max(nm)} (median {np.median(nm):g}). It falls with concurrency "
+                   f"in {len(falls)} of {len(sel)} cases and rises in {len(rises)}"
+                   + (f" ({', '.join(rises)})" if rises else "") + ".")
+    cross = [(hw, t, m) for hw, t, m in items if m.crossover_concurrency is not None]
+    if cross:
+        out.append("- **Crossover** (no N beats the non-speculative server from here on): " + "; ".join(
+            f"{t} {m.method} on {hw} at concurrency {m.crossover_concurrency}" for hw, t, m in cross) + ".")
+    else:
+        out.append(f"- **Crossover**: none within concurrency 1..{cmax} -- every method keeps a ratio above 1 up to "
+                   f"{cmax} concurrent requests in these predictions.")
+    if not all(m.latency_calibrated for *_, m in items):
+        out.append("  Some predictions use a datasheet-only latency model: the crossover moves with the per-step "
+                   "speculative overhead, which is then not calibrated -- measure it before relying on the high "
+                   "concurrency end.")
+    agree = sum(m.points[0].cutoff_n == m.points[0].best_static_n for *_, m in items)
+    out.append(f"- **Per-position cut-off**: the marginal rule (extend N only while p_(N+1) x T(N)/MAL(N) > the added "
+               f"step time) lands on the best N at concurrency 1 in {agree} of {len(items)} cases: the cut-off read off "
+               "the per-position acceptance and the step times gives the N a full sweep would.")
+    bands = [b for *_, m in items for b in m.bands]
+    flat = sum(b.runner_up_n is not None for b in bands)
+    out.append(f"- **Flat optima**: {flat} of {len(bands)} bands have a runner-up N within 2 % over the whole band; "
+               "there the smaller of the two is within 2 % with fewer drafted tokens per step.")
+    static = [(hw, t, m.method, *best_static_n(m)) for hw, t, m in items]
+    enough = [x for x in static if x[4] >= 0.98]
+    worst = min(static, key=lambda x: x[4])
+    out.append(f"- **Static vs dynamic**: a single static N stays within 2 % of the schedule over 1..{cmax} in "
+               f"{len(enough)} of {len(static)} cases; the largest loss of the best static N is "
+               f"{(1 - worst[4]) * 100:.0f} % ({worst[1]} {worst[2]} on {worst[0]}, N={worst[3]}). Use the schedule "
+               "where the loss matters and data parallelism is off (vLLM drops the schedule with DP > 1).")
+    for hw in dict.fromkeys(h for h, _ in study.recommendations):
+        wins = []
+        for tgt, rec in _methods_by_target(study, hw):
+            if rec.methods:
+                lo = max(rec.methods, key=lambda m: m.points[0].throughput_ratio)
+                hi = max(rec.methods, key=lambda m: m.points[-1].throughput_ratio)
+                wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {cmax}")
+        out.append(f"- **Best method on {hw}**: " + "; ".join(wins) + ".")
+    excl = [(hw, t, meth, why) for (hw, t), rec in study.recommendations.items() for meth, why in rec.excluded]
+    if excl:
+        out.append(f"- **Memory** (concurrency {cmax} x {study.isl + study.osl} tokens): excluded "
+                   + "; ".join(f"{t} {meth} on {hw} ({why.split('; ')[-1]})" for hw, t, meth, why in excl) + ".")
+    return "\n".join(out)
+
+
+def make_tuning_figures(figures_dir, *, study: TuningStudy | None = None, latency_factory=None) -> list[Path]:
+    """Regenerate the tuning figures (``tuning_*.png``) into ``figures_dir``.
+
+    Parameters
+    ----------
+    figures_dir : path
+        Created if missing.
+    study : TuningStudy, optional
+        Default :func:`tuning_study` with the shipped calibration.
+    latency_factory : callable, optional
+        Passed to :func:`tuning_study`.
+
+    Returns
+    -------
+    list of Path
+        The files written: ``tuning_ratio_heatmap_<hw>.png`` per hardware, ``tuning_crossover.png``,
+        ``tuning_acceptance_cutoff.png``, ``tuning_schedule.png`` and ``tuning_schedule.csv``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(figures_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    st = study if study is not None else tuning_study(latency_factory=latency_factory)
+    paths = []
+    hws = list(dict.fromkeys(h for h, _ in st.recommendations))
+    figs = [(f"tuning_ratio_heatmap_{hw}.png", plot_ratio_heatmaps(st, hw)) for hw in hws]
+    figs += [("tuning_crossover.png", plot_crossover(st)),
+             ("tuning_acceptance_cutoff.png", plot_acceptance_cutoff(st, hws[0])),
+             ("tuning_schedule.png", plot_schedules(st))]
+    for name, fig in figs:
+        p = out_dir / name
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        paths.append(p)
+    p = out_dir / "tuning_schedule.csv"
+    st.schedule_table().to_csv(p, index=False)
+    paths.append(p)
+    return paths

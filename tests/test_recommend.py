@@ -405,3 +405,20 @@ def test_notebook_executes(tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 5
+
+
+def test_calibration_object_supplies_the_step_time_error():
+    import pandas as pd
+
+    from specsim.latency import Calibration
+
+    lat = LinearLatency(A, B)
+    cal = Calibration(latency=lat, params={}, residuals=pd.DataFrame(), rmse_rel=0.04)
+    m = constructed(latency=cal, max_concurrency=8, concurrency=[1]).methods[0]
+    p = m.points[0]
+    z = stats.norm.ppf(0.975)
+    k, t_pf = p.num_speculative_tokens, A + B * (ISL - 1)
+    T = A + B * k + D + O
+    mal = sum(ALPHA**i for i in range(k + 1))  # constant acceptance: no acceptance interval
+    assert p.ratio_lo == pytest.approx((t_pf + OSL * A) / (t_pf + OSL / mal * T * (1 + z * 0.04)), rel=1e-10)
+    assert "0.04" in m.interval_note

@@ -26,7 +26,8 @@ from typing import Any
 from .catalog import data_path
 from .errors import DataError
 
-__all__ = ["load_calibration", "default_latency", "default_overhead", "write_calibration"]
+__all__ = ["load_calibration", "default_latency", "default_overhead", "default_draft_pass_overhead",
+           "calibration_rmse_rel", "write_calibration"]
 
 
 def _key(name: str) -> str:
@@ -67,31 +68,62 @@ def load_calibration(hardware_name: str) -> dict[str, Any] | None:
     return d
 
 
-def default_latency(hardware):
-    """Default latency model of ``hardware``: the shipped calibrated roofline, else datasheet priors.
+def _target_values(cal: dict, target_name: str | None) -> dict:
+    if not target_name:
+        return {}
+    pt = cal.get("per_target") or {}
+    key = _key(str(target_name).split("/")[-1])
+    for name, vals in pt.items():
+        if _key(name) == key:
+            return dict(vals)
+    return {}
+
+
+def default_latency(hardware, target_name: str | None = None):
+    """Default latency model of ``hardware``: the shipped calibration, else datasheet priors.
 
     Parameters
     ----------
     hardware : Hardware
+    target_name : str, optional
+        Target model; where the calibration has per-target values for it (``per_target``), they
+        replace the hardware-wide defaults (which are medians over the fitted targets).
 
     Returns
     -------
     specsim.latency.Roofline
-        ``calibrated`` is True only when a calibration file exists for this hardware.
+        ``calibrated`` is True only when the file was fitted on this hardware (a file with
+        ``"calibrated": false`` carries parameters transferred from another accelerator, and says
+        so in ``describe()``).  The instance has ``calibration_file`` and ``calibration_target``
+        attributes used by :func:`default_overhead` and :func:`default_draft_pass_overhead`.
     """
     from .latency import Efficiency, Roofline
 
     cal = load_calibration(hardware.name)
     if cal is None:
-        return Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)")
-    eff = Efficiency(**cal["efficiency"])
-    rl = Roofline(hardware, eff, calibrated=True, smooth_p=cal.get("smooth_p"),
-                  source=f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]")
+        rl = Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)")
+        rl.calibration_file = None
+        rl.calibration_target = None
+        return rl
+    eff = dict(cal["efficiency"])
+    tv = _target_values(cal, target_name)
+    if "fixed_s" in tv:
+        eff["fixed_s"] = tv["fixed_s"]
+    note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]"
+    if tv:
+        note += f"; per-target values for {target_name}"
+    if cal.get("transferred_from"):
+        note += f"; parameters TRANSFERRED from {cal['transferred_from']} (not fitted on this hardware)"
+    rl = Roofline(hardware, Efficiency(**eff), calibrated=bool(cal.get("calibrated", True)),
+                  smooth_p=cal.get("smooth_p"), source=note)
+    rl.calibration_file = cal["_path"]
+    rl.calibration_target = target_name
     return rl
 
 
 def default_overhead(latency):
-    """Per-step speculative overhead to pair with ``latency`` (zero when uncalibrated).
+    """Per-step speculative overhead to pair with ``latency`` (zero unless it came from a shipped
+    calibration via :func:`default_latency`).
 
     Returns
     -------
@@ -103,19 +135,38 @@ def default_overhead(latency):
     if isinstance(ov, SpecOverhead):
         return ov
     hw = getattr(latency, "hardware", None)
-    if hw is None or not getattr(latency, "calibrated", False):
+    if hw is None or not getattr(latency, "calibration_file", None):
         return SpecOverhead()
     cal = load_calibration(hw.name)
-    return SpecOverhead(**cal["spec_overhead"]) if cal else SpecOverhead()
+    if not cal:
+        return SpecOverhead()
+    d = dict(cal["spec_overhead"])
+    tv = _target_values(cal, getattr(latency, "calibration_target", None))
+    for k_cal, k in (("spec_fixed_s", "fixed_s"), ("spec_per_token_s", "per_token_s")):
+        if k_cal in tv:
+            d[k] = tv[k_cal]
+    return SpecOverhead(**d)
 
 
 def default_draft_pass_overhead(latency) -> float | None:
     """Calibrated seconds per draft forward pass for ``latency``'s hardware, or None."""
     hw = getattr(latency, "hardware", None)
-    if hw is None or not getattr(latency, "calibrated", False):
+    if hw is None or not getattr(latency, "calibration_file", None):
         return None
     cal = load_calibration(hw.name)
-    return None if cal is None else cal.get("draft_pass_overhead_s")
+    if cal is None:
+        return None
+    tv = _target_values(cal, getattr(latency, "calibration_target", None))
+    return tv.get("draft_pass_overhead_s", cal.get("draft_pass_overhead_s"))
+
+
+def calibration_rmse_rel(latency) -> float | None:
+    """Relative RMS error of the calibration behind ``latency`` (None if uncalibrated)."""
+    hw = getattr(latency, "hardware", None)
+    if hw is None or not getattr(latency, "calibration_file", None):
+        return None
+    cal = load_calibration(hw.name)
+    return None if cal is None else cal.get("rmse_rel")
 
 
 def write_calibration(path: Path, record: dict[str, Any]) -> Path:

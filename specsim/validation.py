@@ -1137,28 +1137,41 @@ class ValidationResult:
 
 
 def _best_n(errors: pd.DataFrame) -> pd.DataFrame:
-    """Best N per (family, concurrency) on held-out runs: measured argmax vs predicted argmax."""
+    """Best N per (family, concurrency) on held-out runs: measured argmax vs predicted argmax.
+
+    Replicates of one (family, N, concurrency) -- the same configuration recorded in several
+    matrix runs -- are averaged first (measured and predicted ratios alike)."""
     rows = []
     ho = errors[errors["role"] == "held-out"]
-    for (fam, c), g in ho.groupby(["family", "concurrency"]):
-        if g["num_speculative_tokens"].nunique() < 2:
+    for (fam, c), g0 in ho.groupby(["family", "concurrency"]):
+        g = g0.groupby("num_speculative_tokens")[["measured_ratio", "predicted_ratio", "contract_ratio"]].mean()
+        if len(g) < 2:
             continue
-        g = g.sort_values("num_speculative_tokens")
-        mb = int(g.loc[g["measured_ratio"].idxmax(), "num_speculative_tokens"])
-        pb = int(g.loc[g["predicted_ratio"].idxmax(), "num_speculative_tokens"])
-        cb = int(g.loc[g["contract_ratio"].idxmax(), "num_speculative_tokens"])
-        # measured ratio at the predicted best N, relative to the measured best (regret)
-        regret = float(g.loc[g["num_speculative_tokens"] == pb, "measured_ratio"].iloc[0] / g["measured_ratio"].max() - 1)
-        rows.append({"family": fam, "concurrency": int(c), "n_values": ",".join(map(str, g["num_speculative_tokens"])),
-                     "measured_best_n": mb, "predicted_best_n": pb, "contract_best_n": cb,
+        mb, pb, cb = (int(g[k].idxmax()) for k in ("measured_ratio", "predicted_ratio", "contract_ratio"))
+        rows.append({"family": fam, "concurrency": int(c), "n_values": ",".join(str(int(n)) for n in g.index),
+                     "replicates": int(len(g0)), "measured_best_n": mb, "predicted_best_n": pb, "contract_best_n": cb,
                      "agree": mb == pb, "contract_agree": mb == cb,
                      "measured_best_ratio": float(g["measured_ratio"].max()),
-                     "measured_ratio_at_predicted_best": float(g.loc[g["num_speculative_tokens"] == pb,
-                                                                     "measured_ratio"].iloc[0]),
-                     "regret": regret})
-    return pd.DataFrame(rows, columns=["family", "concurrency", "n_values", "measured_best_n", "predicted_best_n",
-                                       "contract_best_n", "agree", "contract_agree", "measured_best_ratio",
-                                       "measured_ratio_at_predicted_best", "regret"])
+                     "measured_ratio_at_predicted_best": float(g.loc[pb, "measured_ratio"]),
+                     # measured ratio lost by running the predicted best N instead of the measured best
+                     "regret": float(g.loc[pb, "measured_ratio"] / g["measured_ratio"].max() - 1)})
+    return pd.DataFrame(rows, columns=["family", "concurrency", "n_values", "replicates", "measured_best_n",
+                                       "predicted_best_n", "contract_best_n", "agree", "contract_agree",
+                                       "measured_best_ratio", "measured_ratio_at_predicted_best", "regret"])
+
+
+def _replicate_spread(errors: pd.DataFrame) -> dict:
+    """Measurement noise floor: for configurations recorded more than once (several matrix stamps),
+    the relative spread max/min - 1 of their measured ratios."""
+    u = errors[errors["usable"].astype(bool)]
+    spreads = []
+    for _, g in u.groupby(["family", "num_speculative_tokens", "concurrency"]):
+        if len(g) >= 2:
+            spreads.append(float(g["measured_ratio"].max() / g["measured_ratio"].min() - 1))
+    return {"configurations_repeated": len(spreads),
+            "median_spread": float(np.median(spreads)) if spreads else None,
+            "max_spread": float(np.max(spreads)) if spreads else None,
+            "definition": "max/min - 1 of the measured ratio over the recordings of one (family, N, concurrency)"}
 
 
 def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequence[str] = ("selfdraft",),
@@ -1290,6 +1303,7 @@ def _summarise(runs, errors, best, lat, fit, health, probe_id) -> dict:
         "best_n_agreement": {"agree": int(best["agree"].sum()) if len(best) else 0, "groups": int(len(best)),
                              "contract_agree": int(best["contract_agree"].sum()) if len(best) else 0,
                              "max_regret": float(best["regret"].min()) if len(best) else None},
+        "measurement_noise": _replicate_spread(errors),
         "token_identity": {"runs_checked": int(len(greedy)),
                            "all_identical_runs": int(greedy["greedy_identical"].astype(bool).sum()) if len(greedy) else 0,
                            "requests_identical": int(pd.to_numeric(greedy["identical"]).sum()) if len(greedy) else 0,

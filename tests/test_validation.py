@@ -414,9 +414,12 @@ def test_best_n_table_consistent(result):
     e = result.errors[result.errors["role"] == "held-out"]
     for r in result.best_n.itertuples():
         g = e[(e["family"] == r.family) & (e["concurrency"] == r.concurrency)]
-        assert r.measured_best_n == int(g.loc[g["measured_ratio"].idxmax(), "num_speculative_tokens"])
-        assert r.predicted_best_n == int(g.loc[g["predicted_ratio"].idxmax(), "num_speculative_tokens"])
+        means = {n: (h["measured_ratio"].mean(), h["predicted_ratio"].mean()) for n, h in g.groupby("num_speculative_tokens")}
+        assert r.measured_best_n == max(means, key=lambda n: means[n][0])
+        assert r.predicted_best_n == max(means, key=lambda n: means[n][1])
         assert r.agree == (r.measured_best_n == r.predicted_best_n)
+        assert r.replicates == len(g)
+        assert r.regret == pytest.approx(means[r.predicted_best_n][0] / max(v[0] for v in means.values()) - 1)
 
 
 # ------------------------------------------------------------------------------------------

@@ -299,12 +299,40 @@ def resolve_inputs(
 # the vectorised core
 
 
+class _LastPositionLogits:
+    """View of a model whose forward computes logits at ONE position per sequence (prefill).
+
+    ``ModelSpec.step_flops`` counts the lm_head at every query position by default, which is right
+    for verification (N + 1 logits per request) but not for a prefill (vLLM computes logits only
+    at ``logits_indices``, the last prompt position).  Everything else is delegated.
+    """
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def step_flops(self, batch, q, context):
+        try:
+            return self._model.step_flops(batch, q, context, sampled=1.0)
+        except TypeError:  # a model without the ``sampled`` keyword (e.g. a draft net)
+            return self._model.step_flops(batch, q, context)
+
+
 def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,
-              mal=None) -> dict[str, np.ndarray]:
+              mal=None, drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict[str, np.ndarray]:
     """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
 
     ``mal`` (optional, broadcastable) overrides ``r.acceptance.mal(n)`` -- used when every point
     carries its own measured MAL (the reproduction of published rows).
+
+    Partial drafts (lookup methods; vLLM ``ngram_proposer.py`` proposes only when a suffix match
+    exists, and up to N tokens): ``drafted_fraction`` f is the fraction of steps that carry a
+    draft, ``mean_proposal_tokens`` the mean tokens per drafted step.  vLLM's counters
+    (``num_drafts``, ``num_draft_tokens``) are per DRAFTED step, so the acceptance describes drafted
+    steps; per step the target verifies ``1 + f * n_prop`` tokens and commits
+    ``1 + f * (MAL - 1)``.
 
     Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
     """
@@ -315,24 +343,33 @@ def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead
     n, c, isl, osl = np.broadcast_arrays(n, c, isl, osl)
     ctx = isl + osl / 2.0
     lat, tgt, prec = r.latency, r.target, r.precision
+    f = float(drafted_fraction)
+    # tokens proposed per drafted step: N, or fewer for lookup drafters that propose partial blocks
+    n_prop = n if mean_proposal_tokens is None else np.minimum(n, float(mean_proposal_tokens))
     t_base = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx), dtype=float)
-    t_verify = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=n + 1, context=ctx), dtype=float)
+    # verification query tokens per sequence, averaged over steps with and without a draft
+    t_verify = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx),
+                          dtype=float)
     t_draft = np.asarray(
         r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
     )
     t_over = np.asarray(overhead.step_seconds(c, n), dtype=float)
     t_step = t_draft + t_verify + t_over
-    # prefill of one request: ISL query tokens at mean context ISL/2 (causal attention)
-    t_prefill = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=1, q=isl, context=isl / 2.0), dtype=float)
+    # prefill of one request: ISL query tokens on an empty cache (the causal pairs within the block
+    # are counted by step_flops), logits at the last position only (vLLM logits_indices)
+    t_prefill = np.asarray(lat.forward_time(_LastPositionLogits(tgt), tp=tp, precision=prec, batch=1, q=isl, context=0.0),
+                           dtype=float)
     t_prefill_spec = t_prefill
     dspec = getattr(r.drafter, "draft", None)
     if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
         dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
         t_prefill_spec = t_prefill + np.asarray(
-            lat.forward_time(dspec, tp=tp, precision=dprec, batch=1, q=isl, context=isl / 2.0), dtype=float
+            lat.forward_time(dspec, tp=tp, precision=dprec, batch=1, q=isl, context=0.0), dtype=float
         )
-    mal = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
+    mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
+    # tokens committed per step: steps without a draft (lookup miss) commit 1
+    mal = 1.0 + f * (mal_drafted - 1.0)
     cycle_base = c * t_prefill + osl * t_base
     cycle_spec = c * t_prefill_spec + (osl / mal) * t_step
     tput_base = c * osl / cycle_base
@@ -379,6 +416,8 @@ def predict(
     speculative_config: str | Mapping | None = None,
     temperature: float | None = 0.0,
     temperature_assumption: str | None = None,
+    drafted_fraction: float = 1.0,
+    mean_proposal_tokens: float | None = None,
 ) -> Prediction:
     """Predict one speculative-decoding operating point.
 
@@ -425,6 +464,12 @@ def predict(
     temperature_assumption : str, optional
         An explicit assumption that the acceptance profile transfers to ``temperature``; the
         prediction carries it.
+    drafted_fraction : float in (0, 1]
+        Fraction of decode steps that carry a draft (1 for learned drafters; for ``ngram`` the
+        measured ``num_drafts / decode steps``: steps without a suffix match draft nothing).
+    mean_proposal_tokens : float, optional
+        Mean proposed tokens per drafted step (vLLM ``num_draft_tokens / num_drafts``; below N
+        for ``ngram``).  Default N.
 
     Returns
     -------
@@ -448,7 +493,9 @@ def predict(
     isl = _int_field("isl", isl)
     osl = _int_field("osl", osl)
     overhead = overhead if overhead is not None else _default_overhead(r.latency)
-    out = _evaluate(r, r.n, concurrency, isl, osl, tp, overhead)
+    _check_partial(drafted_fraction, mean_proposal_tokens)
+    out = _evaluate(r, r.n, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
+                    mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     extrap = _extrapolated(r.acceptance, r.n)
     return Prediction(
@@ -479,7 +526,7 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        assumptions=r.assumptions,
+        assumptions=r.assumptions + _partial_assumptions(drafted_fraction, mean_proposal_tokens),
     )
 
 
@@ -498,6 +545,22 @@ def precision_label(target, precision: str | None) -> str:
     w = getattr(target, "weight_dtype", "bf16")
     e = getattr(target, "expert_weight_dtype", w)
     return w if e in (None, w) else f"{w} (routed experts {e})"
+
+
+def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
+    if not (np.isfinite(drafted_fraction) and 0.0 < drafted_fraction <= 1.0):
+        raise SpecsimValueError("drafted_fraction", "must lie in (0, 1]", drafted_fraction)
+    if mean_proposal_tokens is not None and not (np.isfinite(mean_proposal_tokens) and mean_proposal_tokens >= 1.0):
+        raise SpecsimValueError("mean_proposal_tokens", "must be >= 1 token per drafted step", mean_proposal_tokens)
+
+
+def _partial_assumptions(drafted_fraction, mean_proposal_tokens) -> tuple[str, ...]:
+    out = ()
+    if drafted_fraction < 1.0:
+        out += (f"only {drafted_fraction:.0%} of steps carry a draft (lookup misses)",)
+    if mean_proposal_tokens is not None:
+        out += (f"mean proposal {mean_proposal_tokens:.2f} tokens per drafted step (partial drafts)",)
+    return out
 
 
 def _describe(latency) -> str:
@@ -533,11 +596,14 @@ def sweep(
     overhead: SpecOverhead | None = None,
     temperature: float | None = 0.0,
     temperature_assumption: str | None = None,
+    drafted_fraction: float = 1.0,
+    mean_proposal_tokens: float | None = None,
 ) -> pd.DataFrame:
     """Evaluate the model over a full grid and return a tidy DataFrame (one row per point).
 
     Any of ``target``, ``method``, ``hardware``, ``tp``, ``precision``, ``acceptance`` and
-    ``draft`` may be a list (categorical axes, looped over); ``num_speculative_tokens``,
+    ``draft`` may be a list (categorical axes, looped over); ``drafted_fraction`` and
+    ``mean_proposal_tokens`` are as in :func:`predict`; ``num_speculative_tokens``,
     ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
     vectorised numpy broadcast per categorical combination).  ``acceptance`` may be a dict
     ``{label: Acceptance}`` to sweep several profiles.
@@ -579,8 +645,10 @@ def sweep(
             temperature=temperature, temperature_assumption=temperature_assumption,
         )
         tp_i = _int_field("tp", tp_)
+        _check_partial(drafted_fraction, mean_proposal_tokens)
         ov = overhead if overhead is not None else _default_overhead(r.latency)
-        out = _evaluate(r, N, C, I, O, tp_i, ov)
+        out = _evaluate(r, N, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
+                        mean_proposal_tokens=mean_proposal_tokens)
         df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
         extrap = {int(k): _extrapolated(r.acceptance, int(k)) for k in np.unique(ns)}
         df["acceptance_extrapolated"] = [extrap[int(k)] for k in N]

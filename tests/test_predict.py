@@ -23,7 +23,7 @@ from specsim.predict import Prediction, SpecOverhead, best_n, predict, sweep
 # --------------------------------------------------------------------------------------------
 # stand-ins for the latency / drafter contracts
 
-#: predict() times one prefill as ONE forward of q = ISL query tokens (batch 1, context ISL/2),
+#: predict() times one prefill as ONE forward of q = ISL query tokens (batch 1, empty cache),
 #: while decode calls have q = 1 (baseline) or q = N + 1 <= 16 (verification).  With ISL well
 #: above this threshold the two kinds of call are told apart by q alone.
 DECODE_Q_MAX = 64
@@ -428,3 +428,47 @@ def test_prediction_json_round_trip_and_summary():
     s = p.summary()
     assert "throughput ratio" in s and "MAL" in s and f"{p.throughput_ratio:.3f}" in s
     assert specsim.predict is predict
+
+
+# --------------------------------------------------------------------------------------------
+# partial drafts (ngram: steps without a suffix match draft nothing; drafts may be shorter than N)
+
+
+class LinearLatency(ConstLatency):
+    """Forward time a + b q for decode calls, ``prefill_s`` for the prefill call."""
+
+    def __init__(self, a: float, b: float):
+        super().__init__(a + b, 0.0)
+        self.a, self.b = a, b
+
+    def forward_time(self, model, *, tp=1, precision=None, batch, q, context, kv_precision=None):
+        qq = np.asarray(q, float)
+        return np.where(qq <= DECODE_Q_MAX, self.a + self.b * qq, 0.0)
+
+
+@pytest.mark.parametrize("f,mean_prop,n,alpha", [(1.0, None, 3, 0.7), (0.5, None, 3, 0.7), (0.4, 2.6, 3, 0.8),
+                                                 (0.9, 4.9, 5, 0.6)])
+def test_partial_drafts_closed_form(f, mean_prop, n, alpha):
+    """Per step the target verifies 1 + f n_prop tokens and commits 1 + f (MAL - 1) (vLLM counts
+    acceptance per DRAFTED step), independent computation with a linear latency a + b q."""
+    a, b = 0.010, 0.002
+    lat = LinearLatency(a, b)
+    p = predict("Qwen3-8B", None, n, hardware="MI300X", concurrency=2, isl=ISL, osl=512,
+                acceptance=Acceptance.constant(alpha, temperature=0.0), drafter=FractionDrafter(0.0, lat),
+                latency=lat, overhead=SpecOverhead(), drafted_fraction=f, mean_proposal_tokens=mean_prop)
+    n_prop = n if mean_prop is None else min(n, mean_prop)
+    mal_drafted = sum(alpha ** k for k in range(n + 1))
+    mal = 1 + f * (mal_drafted - 1)
+    expected = mal * (a + b) / (a + b * (1 + f * n_prop))
+    assert p.mal == pytest.approx(mal, rel=1e-12)
+    assert p.throughput_ratio == pytest.approx(expected, rel=1e-12)
+    if f < 1 or mean_prop is not None:
+        assert any("draft" in s for s in p.assumptions)
+
+
+@pytest.mark.parametrize("kw,field", [({"drafted_fraction": 0.0}, "drafted_fraction"),
+                                      ({"drafted_fraction": 1.5}, "drafted_fraction"),
+                                      ({"mean_proposal_tokens": 0.5}, "mean_proposal_tokens")])
+def test_partial_draft_errors(kw, field):
+    with pytest.raises(SpecsimValueError, match=field):
+        predict("Qwen3-8B", "ngram", 3, hardware="MI300X", acceptance=0.7, **kw)

@@ -936,12 +936,16 @@ def predict_run(row: Mapping, lat: CpuLatency, fit: SpecFit, *, target: Any = No
             "predicted_spec_s": ds, "predicted_base_s": db, "predicted_prefill_share": pre / db}
 
 
-def predict_contract(row: Mapping, lat: CpuLatency, *, target: Any = None, models_dir: Path | None = None) -> float:
-    """The ratio the library's contract model gives for this run (``specsim.predict._evaluate``).
+def predict_contract(row: Mapping, lat: CpuLatency, *, target: Any = None, models_dir: Path | None = None,
+                     partial_drafts: bool = True) -> float:
+    """The ratio the library's core model gives for this run (``specsim.predict._evaluate``).
 
-    Same probe-calibrated latency, the run's MAL (``1 + accepted / drafts``), q = N + 1,
-    ISL/OSL = the run's mean request lengths, concurrency C, no speculative overhead, the drafter of
-    ``specsim.drafters`` at fp32.  Kept as the "before" of the scenario corrections.
+    Same probe-calibrated latency, the run's MAL (``1 + accepted / drafts``), ISL/OSL = the run's
+    mean request lengths, concurrency C, no speculative overhead, the drafter of
+    ``specsim.drafters`` at fp32.  With ``partial_drafts`` (default) ngram runs use the core
+    model's partial-draft terms (fraction of steps drafted = drafts / decode steps, mean proposal
+    = draft tokens / drafts); with ``partial_drafts=False`` it is the "before" (q = N + 1 every
+    step).  The scenario model :func:`predict_run` adds the CPU-specific corrections on top.
     """
     from .architecture import load_model
     from .drafters import get_drafter
@@ -962,8 +966,13 @@ def predict_contract(row: Mapping, lat: CpuLatency, *, target: Any = None, model
                        temperature=float(row.get("temperature") or 0.0))
     isl = int(round(np.mean(row["input_lens"])))
     osl = max(1, int(round(np.mean(row["output_lens"]))))
-    out = _evaluate(r, int(row["num_speculative_tokens"]), int(row["concurrency"]), isl, osl, 1, SpecOverhead(),
-                    mal=float(row["mal"]))
+    n = int(row["num_speculative_tokens"])
+    partial = {}
+    if partial_drafts and row["method"] == "ngram":
+        # the core model's partial-draft terms (predict(drafted_fraction=..., mean_proposal_tokens=...))
+        partial = {"drafted_fraction": float(min(1.0, row["draft_step_fraction"])),
+                   "mean_proposal_tokens": float(row["num_draft_tokens"]) / float(row["num_drafts"])}
+    out = _evaluate(r, n, int(row["concurrency"]), isl, osl, 1, SpecOverhead(), mal=float(row["mal"]), **partial)
     return float(np.asarray(out["throughput_ratio"]).reshape(-1)[0])
 
 

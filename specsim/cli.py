@@ -14,13 +14,18 @@ from .errors import SpecsimError, SpecsimValueError
 __all__ = ["main", "build_parser"]
 
 
-def _acceptance_from_args(args):
+def _acceptance_from_args(args, required: bool = True):
     """Build the Acceptance given on the command line (one of --acceptance, --cumulative,
-    --conditional, --mal)."""
+    --conditional, --mal).  With ``required=False`` none given returns None."""
     from .acceptance import Acceptance
 
     t = args.profile_temperature
-    given = [x for x in (args.acceptance, args.cumulative, args.conditional, args.mal) if x is not None]
+    mal_arg = getattr(args, "mal", None)
+    given = [x for x in (args.acceptance, args.cumulative, args.conditional, mal_arg) if x is not None]
+    if not given and not required:
+        if t is not None:
+            raise SpecsimValueError("profile_temperature", "applies to an acceptance given on the command line", t)
+        return None
     if len(given) != 1:
         raise SpecsimValueError(
             "acceptance", "give exactly one of --acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N"

@@ -1211,21 +1211,9 @@ def add_recommend_parser(p) -> None:
 
 
 def _cli_acceptance(args):
-    from .acceptance import Acceptance
+    from .cli import _acceptance_from_args
 
-    given = [x for x in (args.acceptance, args.cumulative, args.conditional) if x is not None]
-    if len(given) > 1:
-        raise SpecsimValueError("acceptance", "give at most one of --acceptance, --cumulative, --conditional")
-    t = args.profile_temperature
-    if args.acceptance is not None:
-        return Acceptance.constant(args.acceptance, temperature=t)
-    if args.cumulative is not None:
-        return Acceptance.from_rates([float(x) for x in args.cumulative.split(",")], kind="cumulative", temperature=t)
-    if args.conditional is not None:
-        return Acceptance.from_rates([float(x) for x in args.conditional.split(",")], kind="conditional", temperature=t)
-    if t is not None:
-        raise SpecsimValueError("profile_temperature", "applies to an acceptance given on the command line", t)
-    return None
+    return _acceptance_from_args(args, required=False)
 
 
 def recommend_cli(args) -> int:

@@ -943,7 +943,12 @@ def load_model(name: str) -> ModelSpec:
         raise DataError(f"cannot read model file {match}: {exc}") from exc
     if not isinstance(doc.get("config"), dict):
         raise DataError(f"{match}: no 'config' object")
-    spec = ModelSpec.from_hf_config(doc["config"], name=match.stem)
+    try:
+        spec = ModelSpec.from_hf_config(doc["config"], name=match.stem)
+    except SpecsimValueError as exc:
+        raise SpecsimValueError(
+            "model", f"{match.stem}: its recorded config is incomplete ({exc}); only its published facts are "
+            f"known (data/models/{match.name}), so it cannot be modelled", name) from exc
     sp = doc.get("serving_precision") or {}
     if not sp:
         return replace(spec, source=str(doc.get("source", "")), published=dict(doc.get("published") or {}))

@@ -177,6 +177,7 @@ def write_calibration(path: Path, record: dict[str, Any]) -> Path:
     with os.fdopen(fd, "w") as f:
         json.dump(record, f, indent=2, sort_keys=True)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
     _calibration_files.cache_clear()
     return path

@@ -76,8 +76,11 @@ def _cmd_predict(args) -> int:
     return 0
 
 
-def _int_list(s: str) -> list[int]:
-    return [int(x) for x in s.split(",") if x]
+def _int_list(s: str, field: str = "list") -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise SpecsimValueError(field, "must be comma-separated integers, e.g. 1,3,5,7", s) from None
 
 
 def _cmd_sweep(args) -> int:
@@ -85,8 +88,8 @@ def _cmd_sweep(args) -> int:
 
     acc = _acceptance_from_args(args)
     df = sweep(
-        args.target, args.method, num_speculative_tokens=_int_list(args.n), hardware=args.hardware.split(","),
-        tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency), isl=args.isl, osl=args.osl,
+        args.target, args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
+        tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
         acceptance=acc, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption,
     )
@@ -112,10 +115,59 @@ def _cmd_recommend(args) -> int:
     return recommend_cli(args)
 
 
+def _ingest_kind(path: Path, kind: str) -> str:
+    if kind != "auto":
+        return kind
+    head = path.read_text(errors="replace")[:4096]
+    if path.suffix == ".json":
+        import json as _json
+
+        try:
+            d = _json.loads(path.read_text())
+        except ValueError:
+            return "log"
+        return "offline" if isinstance(d, list) or (isinstance(d, dict) and "metrics" in d) else "bench"
+    if "# TYPE" in head or "# HELP" in head or head.lstrip().startswith("vllm:"):
+        return "metrics"
+    return "log"
+
+
 def _cmd_ingest(args) -> int:
+    """Read vLLM spec-decode outputs and print the tidy per-position table (or JSON)."""
+    from .errors import DataError, NotCollectedError
     from .vllm import ingest
 
-    return ingest.cli(args)
+    status = 0
+    for raw in args.paths:
+        path = Path(raw)
+        if not path.is_file():
+            raise SpecsimValueError("paths", "no such file", raw)
+        kind = _ingest_kind(path, args.kind)
+        try:
+            if kind == "metrics":
+                snap = ingest.read_prometheus(path)
+                if args.before:
+                    snap = ingest.diff_scrapes(ingest.read_prometheus(Path(args.before)), snap)
+                counts = snap.spec_counts()
+            elif kind == "log":
+                counts = ingest.read_spec_decode_log(path).total()
+            elif kind == "bench":
+                counts = ingest.read_bench_result(path).spec_counts()
+            else:
+                counts = ingest.parse_offline_metrics(path).spec_counts()
+        except NotCollectedError as e:
+            print(f"{path}: {kind}: speculative-decoding metrics not collected ({e})")
+            status = max(status, 1)
+            continue
+        except (DataError, ValueError, OSError) as e:
+            raise DataError(f"{path}: {kind}: {e}") from e
+        if args.json:
+            print(json.dumps({"path": str(path), "kind": kind, **counts.summary()}, default=float))
+        else:
+            print(f"== {path} ({kind}): MAL {counts.mal:.3f}, drafts {counts.num_drafts}, "
+                  f"draft tokens {counts.num_draft_tokens}, accepted {counts.num_accepted_tokens}")
+            print(counts.to_frame().to_string(index=False))
+    return status
 
 
 def _cmd_run_matrix(args) -> int:
@@ -179,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecsimError as e:
+        print(f"specsim: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # unwritable --out, missing file: no traceback
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
 

@@ -346,6 +346,7 @@ def _save(fig, path: Path) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", metadata={"Software": None})
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; figures are shared project files
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

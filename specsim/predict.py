@@ -169,6 +169,21 @@ class Prediction:
 # input resolution
 
 
+def _check_draft_matches_target(drafter, target, field: str) -> None:
+    """A shipped draft checkpoint trained for another target is refused (its acceptance and even
+    its vocabulary belong to that target)."""
+    from .drafters import list_draft_specs
+
+    name = getattr(drafter, "name", None)
+    if not name:
+        return
+    norm = lambda x: "".join(ch for ch in str(x).split("/")[-1].lower() if ch.isalnum())  # noqa: E731
+    for spec in list_draft_specs():
+        if norm(spec["name"]) == norm(name) and spec.get("target") and norm(spec["target"]) != norm(target.name):
+            raise SpecsimValueError(field, f"draft {spec['checkpoint']} was trained for {spec['target']}, "
+                                    f"not for the target {target.name}", spec["checkpoint"])
+
+
 def _int_field(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise SpecsimValueError(name, f"must be an integer >= {minimum}", value)
@@ -227,6 +242,8 @@ def resolve_inputs(
 
     assumptions: list[str] = []
     draft_name = None
+    if temperature is not None and not (np.isfinite(temperature) and temperature >= 0):
+        raise SpecsimValueError("temperature", "must be a finite number >= 0 (0 = greedy)", temperature)
     if speculative_config is not None:
         from .vllm.config import parse_speculative_config
 
@@ -251,6 +268,7 @@ def resolve_inputs(
 
     if drafter is None:
         drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt)
+        _check_draft_matches_target(drafter, tgt, "speculative_config.model" if draft_name else "draft")
     method = getattr(drafter, "method", method)
 
     if latency is None:
@@ -494,6 +512,7 @@ def predict(
     osl = _int_field("osl", osl)
     overhead = overhead if overhead is not None else _default_overhead(r.latency)
     _check_partial(drafted_fraction, mean_proposal_tokens)
+    feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
     out = _evaluate(r, r.n, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                     mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
@@ -526,7 +545,7 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        assumptions=r.assumptions + _partial_assumptions(drafted_fraction, mean_proposal_tokens),
+        assumptions=r.assumptions + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas,
     )
 
 
@@ -545,6 +564,52 @@ def precision_label(target, precision: str | None) -> str:
     w = getattr(target, "weight_dtype", "bf16")
     e = getattr(target, "expert_weight_dtype", w)
     return w if e in (None, w) else f"{w} (routed experts {e})"
+
+
+def check_feasibility(r: _Resolved, *, tp: int, concurrency: int, isl: int, osl: int, hardware) -> tuple[str, ...]:
+    """Refuse deployments vLLM itself would refuse; return warnings for degraded ones.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``tp`` does not divide the target's attention heads (vLLM requires
+        ``num_attention_heads % tensor_parallel_size == 0``, ``model_executor/models/*``);
+        ``isl + osl`` exceeds the target's ``max_position_embeddings``; the target (+ draft)
+        weights do not fit in the GPUs' memory at this TP (``specsim.memory.memory_budget``).
+
+    Returns
+    -------
+    tuple of str
+        Warnings carried in ``Prediction.assumptions``: KV cache of ``concurrency`` x (ISL + OSL)
+        tokens beyond the memory left (vLLM would queue / preempt requests, so the concurrency
+        is not reached).
+    """
+    tgt = r.target
+    heads = getattr(tgt, "num_attention_heads", None)
+    if heads and isinstance(tp, int) and heads % tp != 0:
+        raise SpecsimValueError("tp", f"must divide the target's {heads} attention heads (vLLM requirement)", tp)
+    max_pos = getattr(tgt, "max_position_embeddings", None)
+    if max_pos and isl + osl > max_pos:
+        raise SpecsimValueError("isl + osl", f"exceeds the target's max_position_embeddings {max_pos}", isl + osl)
+    if getattr(r.latency, "hardware", None) is None or getattr(r.latency.hardware, "kind", "gpu") != "gpu":
+        return ()
+    try:
+        from .memory import memory_budget
+
+        mb = memory_budget(tgt, drafter=r.drafter, hardware=r.latency.hardware, tp=tp, precision=r.precision,
+                           concurrency=concurrency, max_model_len=isl + osl, num_speculative_tokens=r.n or 0)
+    except (SpecsimValueError, TypeError, AttributeError):  # a custom drafter / model without sizes
+        return ()
+    weights = mb.target_weight_bytes + mb.draft_weight_bytes
+    if weights > mb.usable_bytes:
+        raise SpecsimValueError(
+            "tp", f"target + draft weights need {weights / 2**30:.1f} GiB per GPU but {mb.hardware} offers "
+            f"{mb.usable_bytes / 2**30:.1f} GiB usable at TP={tp}: raise tp", tp)
+    if not mb.fits:
+        return (f"KV cache for concurrency {concurrency} x {isl + osl} tokens does not fit on {mb.hardware} at "
+                f"TP={tp} (fits up to concurrency {mb.max_concurrency_fit}): vLLM would queue or preempt, "
+                "so this concurrency is not reached",)
+    return ()
 
 
 def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:

@@ -539,6 +539,7 @@ def _write_csv_atomic(df: pd.DataFrame, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     os.close(fd)
     df.to_csv(tmp, index=False)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
 
 

@@ -132,3 +132,53 @@ def test_sweep_table_to_stdout(capsys):
     lines = stdout.strip().splitlines()
     assert "throughput_ratio" in lines[0] and "mal" in lines[0]
     assert len(lines) == 1 + 2
+
+
+# --------------------------------------------------------------------------------------------
+# ingest (real vLLM samples recorded on this machine, tests/data/vllm_samples/README.md)
+
+SAMPLES = __import__("pathlib").Path(__file__).parent / "data" / "vllm_samples"
+
+
+def test_ingest_metrics_diff_gives_published_counts(capsys):
+    """NOTES.md: the ngram N=3 bench at concurrency 4 measured MAL 2.87, per-position .736 .612 .521."""
+    rc, out, _ = run(["ingest", str(SAMPLES / "metrics_ngram.txt"), "--before", str(SAMPLES / "metrics_ngram_before.txt"),
+                      "--json"], capsys)
+    assert rc == 0
+    d = json.loads(out.splitlines()[0])
+    assert d["kind"] == "metrics" and d["num_drafts"] == 330 and d["num_accepted_tokens"] == 617
+    assert d["mal"] == pytest.approx(2.87, abs=0.005)
+
+
+def test_ingest_bench_json_and_not_collected(capsys):
+    rc, out, _ = run(["ingest", str(SAMPLES / "bench_ngram.json"), str(SAMPLES / "metrics_base.txt")], capsys)
+    assert rc == 1  # the baseline scrape has no spec counters: reported, not zero
+    assert "bench_ngram.json (bench): MAL 2.870" in out
+    assert "not collected" in out
+
+
+def test_ingest_missing_file_exit_2(capsys):
+    rc, _, err = run(["ingest", "/nonexistent/metrics.txt"], capsys)
+    assert rc == 2 and "paths" in err
+
+
+def test_sweep_bad_list_exit_2(capsys):
+    rc, _, err = run(["sweep", *BASE, "--n", "1-7", "--acceptance", "0.7"], capsys)
+    assert rc == 2 and "--n" in err
+
+
+# --------------------------------------------------------------------------------------------
+# deployments vLLM itself would refuse
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["predict", "--target", "Kimi-K2.5", "--method", "eagle3", "-n", "3", "--tp", "1", "--acceptance", "0.8"], "tp:"),
+    (["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--tp", "3", "--acceptance", "0.8"], "tp:"),
+    (["predict", "--target", "Qwen3-8B", "-n", "7", "--acceptance", "0.8", "--speculative-config",
+      '{"method": "dflash", "model": "z-lab/gemma-4-26B-A4B-it-DFlash", "num_speculative_tokens": 7}'],
+     "speculative_config.model"),
+    (["predict", *BASE, "-n", "3", "--acceptance", "0.8", "--temperature", "-1"], "temperature"),
+])
+def test_infeasible_deployments_exit_2(argv, field, capsys):
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and field in err, err

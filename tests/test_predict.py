@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import specsim
@@ -171,9 +171,23 @@ def acceptances(draw):
 @st.composite
 def scenarios(draw):
     target, method = draw(st.sampled_from(PAIRS))
-    return dict(target=target, method=method, hardware=draw(st.sampled_from(GPUS)),
-                tp=draw(st.sampled_from([1, 2, 8])), concurrency=draw(st.integers(1, 256)),
-                isl=draw(st.integers(1, 16384)), osl=draw(st.integers(1, 4096)), acceptance=draw(acceptances()))
+    sc = dict(target=target, method=method, hardware=draw(st.sampled_from(GPUS)),
+              tp=draw(st.sampled_from([1, 2, 8])), concurrency=draw(st.integers(1, 256)),
+              isl=draw(st.integers(1, 16384)), osl=draw(st.integers(1, 4096)), acceptance=draw(acceptances()))
+    assume(_feasible(sc))
+    return sc
+
+
+def _feasible(sc) -> bool:
+    """Deployments vLLM would refuse (weights not fitting at this TP, TP not dividing the heads)
+    raise a 'tp' error in predict; the invariants are about deployments that run."""
+    try:
+        predict(sc["target"], sc["method"], 1, hardware=sc["hardware"], tp=sc["tp"], concurrency=1, isl=sc["isl"],
+                osl=sc["osl"], acceptance=0.5)
+    except SpecsimValueError as e:
+        assert e.field == "tp", e
+        return False
+    return True
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -367,7 +367,13 @@ def _error_summary(table: pd.DataFrame, best: pd.DataFrame) -> dict:
     held = table[table["role"] == "held_out"]
     err = held["rel_error"].abs()
     bh = best[best["role"] != "fit"]  # sweeps with held-out rows (all of them, or "mixed" for small_n)
+    by_target = {
+        t: {"rows": int(len(g)), "median_abs_rel_error": float(g["rel_error"].abs().median()),
+            "max_abs_rel_error": float(g["rel_error"].abs().max())}
+        for t, g in held.groupby("target")
+    }
     return {
+        "held_out_by_target": by_target,
         "held_out_rows": int(len(held)),
         "held_out_median_abs_rel_error": float(err.median()) if len(held) else float("nan"),
         "held_out_max_abs_rel_error": float(err.max()) if len(held) else float("nan"),

@@ -12,8 +12,10 @@ dense grid N = 1..N_max x concurrency C = 1..C_max (one numpy broadcast) and ret
 * the **crossover**: the concurrency from which no N beats the non-speculative server
   (ratio < 1) up to C_max, or ``None`` ("never in the range asked");
 * the **per-position cut-off** (marginal rule, :func:`marginal_cutoff`) next to the best N;
-* the **memory budget** per GPU (:mod:`specsim.memory`); a method that does not fit is excluded
-  with the reason.
+* the **memory budget** per GPU (:mod:`specsim.memory`); a method whose KV cache for the top
+  concurrency does not fit is capped at the largest concurrency that fits (``concurrency_cap``);
+  one that does not fit even at concurrency 1 -- or that vLLM would refuse (TP not dividing the
+  heads, weights over HBM, a draft trained for another target) -- is excluded with the reason.
 
 vLLM's schedule field (vLLM 0.32.0, read from the installed wheel)
 ------------------------------------------------------------------
@@ -71,7 +73,7 @@ therefore at least level^2 (0.9025 at 0.95), usually more.  Where neither source
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -578,9 +580,15 @@ class MethodRecommendation:
         The same computed on the lower / upper ratio bounds (earliest, latest).
     crossover_note : str
     memory : MemoryBudget or None
+        At the concurrency the bands end at (the cap when capped).
     interval_note : str
     latency_calibrated : bool
     assumptions : tuple of str
+    concurrency_cap : int or None
+        Set when the KV cache of ``max_concurrency`` requests does not fit in memory: the largest
+        concurrency that fits (:attr:`specsim.memory.MemoryBudget.max_concurrency_fit`); bands,
+        points and the crossover then cover 1..``concurrency_cap`` only, and the serve command
+        uses it as ``--max-num-seqs``.  None when the whole range fits (or memory is unchecked).
     """
 
     method: str
@@ -600,6 +608,7 @@ class MethodRecommendation:
     grid: pd.DataFrame = field(repr=False, compare=False, default=None)
     cumulative: tuple[float, ...] = field(repr=False, compare=False, default=())
     extrapolated_from: int = 0
+    concurrency_cap: int | None = None
 
     @property
     def speculative_config_json(self) -> str | None:
@@ -638,9 +647,13 @@ class Recommendation:
     tp, isl, osl, max_model_len, max_concurrency : int
     temperature : float or None
     methods : tuple of MethodRecommendation
-        Methods that fit in memory, best first (by mean recommended ratio over the points asked).
+        Methods that fit in memory at least at concurrency 1 (capped where ``max_concurrency``
+        does not fit: ``MethodRecommendation.concurrency_cap``), best first (by mean recommended
+        ratio over the points asked).
     excluded : tuple of (str, str)
-        ``(method, reason)`` for methods left out (memory, no acceptance, no drafter).
+        ``(method, reason)`` for methods left out: no fit even at concurrency 1, no acceptance,
+        or a deployment vLLM would refuse (TP not dividing the heads, weights over HBM, a draft
+        trained for another target; the refusals of :func:`specsim.predict.predict`).
     serve_command : str or None
         ``vllm serve ...`` line for the best method.
     """
@@ -679,12 +692,17 @@ class Recommendation:
                                 [m.method for m in self.methods])
 
     def serve_command(self, method: str | None = None) -> str | None:
-        """A ``vllm serve`` command line with the recommended config (shell-quoted JSON)."""
+        """A ``vllm serve`` command line with the recommended config (shell-quoted JSON).
+
+        ``--max-num-seqs`` is ``max_concurrency``, or the method's ``concurrency_cap`` when the
+        KV cache of ``max_concurrency`` requests does not fit.
+        """
         m = self.best if method is None else self.method(method)
         if m is None or m.speculative_config is None:
             return None
+        seqs = m.concurrency_cap if m.concurrency_cap is not None else self.max_concurrency
         return (f"vllm serve {self.hf_id} --tensor-parallel-size {self.tp} --max-model-len {self.max_model_len} "
-                f"--max-num-seqs {self.max_concurrency} --speculative-config '{m.speculative_config_json}'")
+                f"--max-num-seqs {seqs} --speculative-config '{m.speculative_config_json}'")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -720,6 +738,10 @@ class Recommendation:
                     rng = f"{b.lo}-{b.hi}" if p.concurrency == b.lo else f"  @{p.concurrency}"
                     out.append(f"  {rng:>9} {b.num_speculative_tokens:>3} {p.throughput_ratio:7.3f} {iv:>15} "
                                f"{p.tpot_s * 1e3:8.3f} {tv:>15} {ru:>10} {cut:>7}")
+            if m.concurrency_cap is not None:
+                out.append(f"  CAPPED: concurrency {self.max_concurrency} does not fit in memory; bands cover "
+                           f"1..{m.concurrency_cap}, the largest concurrency that fits (use --max-num-seqs "
+                           f"{m.concurrency_cap})")
             out.append(f"  crossover: {m.crossover_note}")
             out.append(f"  intervals: {m.interval_note}")
             if m.memory is not None:
@@ -808,6 +830,25 @@ def _first_sustained_below(values: np.ndarray, cs: np.ndarray) -> int | None:
         return None
     idx = np.flatnonzero(ok)
     return int(cs[0] if idx.size == 0 else cs[idx[-1] + 1])
+
+
+def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] | None, cmax: int) -> str:
+    """The crossover in plain words, with where it lies at the pessimistic (lower ratio bound) and
+    optimistic (upper ratio bound) ends of the interval."""
+    if cross is None:
+        note = f"speculation pays (best ratio >= 1) at every concurrency 1..{cmax} asked"
+    else:
+        note = f"no N beats the non-speculative server (ratio < 1) from concurrency {cross} up to {cmax}"
+    if cross_rng is None:
+        return note
+    lo, hi = cross_rng
+    if lo is None and hi is None:
+        return note + " (also at both ends of the interval)"
+
+    def end(v):
+        return f"pays at every concurrency 1..{cmax}" if v is None else f"ratio < 1 from concurrency {v}"
+
+    return note + f" (pessimistic end of the interval: {end(lo)}; optimistic end: {end(hi)})"
 
 
 def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
@@ -936,13 +977,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         best_lo = ratio_lo.max(axis=0)
         best_hi = ratio_hi.max(axis=0)
         cross_rng = (_first_sustained_below(best_lo, cs), _first_sustained_below(best_hi, cs))
-    if cross is None:
-        cnote = f"speculation pays (best ratio >= 1) at every concurrency 1..{int(cs[-1])} asked"
-    else:
-        cnote = f"no N beats the non-speculative server (ratio < 1) from concurrency {cross} up to {int(cs[-1])}"
-    if cross_rng is not None:
-        fmt = lambda v: "never" if v is None else str(v)  # noqa: E731
-        cnote += f" (interval bounds: from {fmt(cross_rng[0])} to {fmt(cross_rng[1])})"
+    cnote = _crossover_note(cross, cross_rng, int(cs[-1]))
 
     # vLLM configs
     schedule = tuple((b.lo, b.hi, b.num_speculative_tokens) for b in bands)
@@ -988,6 +1023,11 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
         extrapolated_from=meas,
     )
+
+
+#: SpecsimValueError fields with which specsim.predict refuses a deployment vLLM would refuse
+#: (specsim.predict.check_feasibility, resolve_inputs): recommend excludes the method with the reason.
+_REFUSED_FIELDS = ("tp", "isl + osl", "draft", "speculative_config.model")
 
 
 def recommend(
@@ -1064,7 +1104,10 @@ def recommend(
         Sampling temperature to recommend for; a profile measured at another temperature is an
         error unless ``temperature_assumption`` says why it transfers (the result carries it).
     check_memory : bool
-        Exclude methods that do not fit in memory (:func:`specsim.memory.memory_budget`).
+        Memory check (:func:`specsim.memory.memory_budget`): a method whose KV cache for
+        ``max_concurrency`` requests does not fit is capped at the largest concurrency that fits
+        (``concurrency_cap``, an assumption line, the summary); one that does not fit even at
+        concurrency 1 is excluded with the reason.
     max_model_len : int, optional
         Tokens per sequence for the KV cache (default ``isl + osl``).
     gpu_memory_utilization : float, optional
@@ -1083,7 +1126,7 @@ def recommend(
     from .architecture import ModelSpec, load_model
     from .hardware import Hardware, load_hardware
     from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
-    from .predict import _default_overhead, _int_field, precision_label, resolve_inputs
+    from .predict import _default_overhead, _int_field, check_feasibility, precision_label, resolve_inputs
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
@@ -1144,26 +1187,59 @@ def recommend(
                 excluded.append((meth, f"no acceptance profile ({e})"))
                 continue
             acc, rng, rnote = prof.acceptance, prof.range, prof.range_note
-        r = resolve_inputs(tgt, meth, None, hardware=hw, precision=precision, acceptance=acc, draft=draft,
-                           drafter=drafter, latency=latency, temperature=temperature,
-                           temperature_assumption=temperature_assumption)
+        try:
+            r = resolve_inputs(tgt, meth, None, hardware=hw, precision=precision, acceptance=acc, draft=draft,
+                               drafter=drafter, latency=latency, temperature=temperature,
+                               temperature_assumption=temperature_assumption)
+        except SpecsimValueError as e:
+            if e.field not in _REFUSED_FIELDS:
+                raise
+            excluded.append((meth, f"refused (as vLLM would refuse it): {e}"))
+            continue
+        try:  # the refusals of specsim.predict.predict (TP vs heads, weights vs HBM, context length)
+            check_feasibility(r, tp=tp, concurrency=1, isl=isl, osl=osl, hardware=hw)
+        except SpecsimValueError as e:
+            if e.field not in _REFUSED_FIELDS:
+                raise
+            excluded.append((r.method, f"refused (as vLLM would refuse it): {e}"))
+            continue
         ov = overhead if overhead is not None else _default_overhead(r.latency)
         rel, rel_src = _rel_error(r.latency, step_time_rel_error)
         meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
         n_max = max_num_speculative_tokens if max_num_speculative_tokens is not None else (meas or 15)
         n_max = _int_field("max_num_speculative_tokens", n_max)
-        mem = None
+        mem, cap, cap_note = None, None, None
         if check_memory:
-            mem = memory_budget(tgt, drafter=r.drafter, hardware=hw, tp=tp, precision=precision,
-                                concurrency=cmax, max_model_len=max_model_len, num_speculative_tokens=n_max,
-                                gpu_memory_utilization=gpu_memory_utilization)
+            def budget(c):
+                return memory_budget(tgt, drafter=r.drafter, hardware=hw, tp=tp, precision=precision,
+                                     concurrency=c, max_model_len=max_model_len, num_speculative_tokens=n_max,
+                                     gpu_memory_utilization=gpu_memory_utilization)
+
+            mem = budget(cmax)
             if not mem.fits:
-                excluded.append((r.method, f"does not fit in memory: {mem.reason}"))
-                continue
+                full = mem
+                c_fit = min(mem.max_concurrency_fit, cmax - 1)
+                while c_fit >= 1:  # re-check at the cap (activation terms may depend on concurrency)
+                    mem = budget(c_fit)
+                    if mem.fits:
+                        break
+                    c_fit = min(mem.max_concurrency_fit, c_fit - 1)
+                if c_fit < 1:
+                    excluded.append((r.method, f"does not fit in memory even at concurrency 1: {full.reason}"))
+                    continue
+                cap = int(c_fit)
+                cap_note = (f"memory: the KV cache of {cmax} concurrent requests x {max_model_len} tokens does not "
+                            f"fit ({full.reason}); the recommendation is capped at concurrency {cap}, the largest "
+                            f"that fits: bands cover 1..{cap} and --max-num-seqs must be <= {cap}")
         prec = precision_label(tgt, r.precision)
-        recs.append(_recommend_one(r, tp=tp, isl=isl, osl=osl, cs=cs, n_max=n_max, overhead=ov, level=float(level),
-                                   flat_tolerance=float(flat_tolerance), rel_err=rel, rel_src=rel_src,
-                                   acc_range=rng, range_note=rnote, report_cs=report_cs, memory=mem))
+        m_cs = cs if cap is None else cs[:cap]
+        m_report = report_cs if cap is None else sorted({min(c, cap) for c in report_cs})
+        m = _recommend_one(r, tp=tp, isl=isl, osl=osl, cs=m_cs, n_max=n_max, overhead=ov, level=float(level),
+                           flat_tolerance=float(flat_tolerance), rel_err=rel, rel_src=rel_src,
+                           acc_range=rng, range_note=rnote, report_cs=m_report, memory=mem)
+        if cap is not None:
+            m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
+        recs.append(m)
     recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
     return Recommendation(
         target=tgt.name, hf_id=_hf_id(tgt), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
@@ -1294,7 +1370,9 @@ class TuningStudy:
         return pd.DataFrame(rows)
 
     def summary_table(self) -> pd.DataFrame:
-        """One row per (hardware, target, method): best N at C=1, crossover, memory headroom."""
+        """One row per (hardware, target, method): best N at C=1 and at the top of the range (the
+        memory cap when ``concurrency_cap`` is set), crossover, memory headroom; excluded methods
+        with the reason."""
         rows = []
         for (hw, tgt), rec in self.recommendations.items():
             for m in rec.methods:
@@ -1304,6 +1382,7 @@ class TuningStudy:
                              "best_n_cmax": m.points[-1].num_speculative_tokens,
                              "ratio_cmax": m.points[-1].throughput_ratio,
                              "crossover_concurrency": m.crossover_concurrency,
+                             "concurrency_cap": m.concurrency_cap,
                              "headroom_gib": None if m.memory is None else round(m.memory.headroom_gib, 1)})
             for meth, why in rec.excluded:
                 rows.append({"hardware": hw, "target": tgt, "method": meth, "excluded": why})
@@ -1352,6 +1431,11 @@ def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
     """Heatmap of the predicted throughput ratio over (N, concurrency), one panel per
     (target, method), with the recommended N per concurrency and the ratio = 1 contour.
 
+    Row N = 0 (tick "0*", set apart by a white line) is speculation enabled with k = 0 in the
+    dynamic schedule -- a valid schedule entry, not a valid static ``num_speculative_tokens``
+    (vLLM requires > 0); a footnote on the figure says so.  Panel titles give TP and, for a
+    method capped for memory, the cap.
+
     Returns
     -------
     matplotlib.figure.Figure
@@ -1361,9 +1445,9 @@ def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
 
     rows = [(t, rec) for t, rec in _methods_by_target(study, hardware) if rec.methods]
     ncol = max((len(rec.methods) for _, rec in rows), default=1)
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(3.0 * ncol + 1.0, 2.2 * len(rows) + 0.6), squeeze=False,
-                             sharex=True)
-    fig.subplots_adjust(left=0.07, right=0.86, bottom=0.08, top=0.93, wspace=0.25, hspace=0.35)
+    height = 2.2 * len(rows) + 1.1  # inches; fixed margins for the suptitle and the footnote
+    fig, axes = plt.subplots(len(rows), ncol, figsize=(3.0 * ncol + 1.0, height), squeeze=False, sharex=True)
+    fig.subplots_adjust(left=0.07, right=0.86, bottom=0.75 / height, top=1 - 0.5 / height, wspace=0.25, hspace=0.35)
     vmax = max((m.grid["throughput_ratio"].max() for _, rec in rows for m in rec.methods), default=2.0)
     norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(vmax, 1.01))
     im = None
@@ -1384,16 +1468,23 @@ def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
             ax.contour(cs, ns, g.to_numpy(), levels=[1.0], colors="k", linewidths=0.8)
             sched = m.grid[m.grid["recommended"]].sort_values("concurrency")
             ax.step(sched["concurrency"], sched["num_speculative_tokens"], where="mid", color="gold", lw=1.5)
+            ax.axhline(0.5, color="w", lw=1.2)  # row 0 is not a static setting: set it apart
             _log2_axis(ax)
-            ax.set_title(f"{tgt} {m.method}", fontsize=8)
+            ticks = [int(t) for t in ax.get_yticks() if 1 <= t <= ns.max()]
+            ax.set_yticks([0, *ticks], ["0*", *map(str, ticks)])
+            ax.set_ylim(ns.min() - 0.5, ns.max() + 0.5)
+            ax.set_title(f"{tgt} TP={rec.tp} {m.method}" + (f" (cap {m.concurrency_cap})" if m.concurrency_cap
+                                                            else ""), fontsize=8)
             if j == 0:
                 ax.set_ylabel("N", fontsize=8)
             if i == len(rows) - 1:
                 ax.set_xlabel("concurrency", fontsize=8)
     if im is not None:
         cax = fig.add_axes([0.89, 0.25, 0.015, 0.5])
-        fig.colorbar(im, cax=cax, label="throughput ratio (N=0: spec on, no drafting)")
+        fig.colorbar(im, cax=cax, label="throughput ratio")
     fig.suptitle(f"Predicted throughput ratio on {hardware} (gold: recommended N; black: ratio = 1)", fontsize=9)
+    fig.text(0.07, 0.12 / height, "* row 0: speculation enabled with k = 0 in the dynamic schedule (the drafter still runs one "
+             "pass per step); not a valid static num_speculative_tokens", fontsize=7)
     return fig
 
 
@@ -1422,10 +1513,36 @@ def _log2_axis(ax) -> None:
     ax.tick_params(labelsize=7)
 
 
+def _short_reason(why: str) -> str:
+    """A few words for a figure: why a method was excluded."""
+    if "does not fit in memory" in why:
+        return "does not fit in memory at concurrency 1"
+    if "weights need" in why:
+        return "weights do not fit at this TP"
+    if "attention heads" in why:
+        return "TP does not divide the heads"
+    if "trained for" in why:
+        return "draft trained for another target"
+    if "no acceptance" in why:
+        return "no acceptance profile"
+    return why.split(":")[0][:40]
+
+
+def _figure_notes(rec) -> list[str]:
+    """Panel notes: excluded methods (with a short reason) and memory caps."""
+    if rec is None:
+        return []
+    notes = [f"{meth} excluded: {_short_reason(why)}" for meth, why in rec.excluded]
+    notes += [f"{m.method} capped at {m.concurrency_cap} (memory)" for m in rec.methods
+              if m.concurrency_cap is not None]
+    return notes
+
+
 def plot_crossover(study: TuningStudy):
-    """Best predicted ratio over N vs concurrency, per method, one panel per (hardware, target),
+    """Best predicted ratio over N vs concurrency, per method, one panel per (hardware, target, TP),
     with the crossover concurrency marked (dot: from here the ratio stays < 1) and the ratio = 1
-    line.
+    line.  Methods capped for memory end at their cap (bar); methods excluded (memory, or a
+    deployment vLLM would refuse) have no curve and are named, with the reason, on the panel.
 
     Returns
     -------
@@ -1443,20 +1560,24 @@ def plot_crossover(study: TuningStudy):
                 ax.plot(best.index, best.to_numpy(), lw=1.2, color=col, label=m.method)
                 if m.crossover_concurrency is not None:
                     ax.plot([m.crossover_concurrency], [best.loc[m.crossover_concurrency]], "o", color=col)
+                if m.concurrency_cap is not None:
+                    ax.plot([m.concurrency_cap], [best.iloc[-1]], "|", ms=9, mew=1.5, color=col)
             ax.axhline(1.0, color="k", lw=0.8)
             _log2_axis(ax)
             ax.set_ylim(bottom=0)
-            ax.set_title(f"{hw} {tgt}", fontsize=8)
+            ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
             if rec is not None and rec.methods:
-                ax.legend(fontsize=6)
-            else:
-                ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center",
-                        transform=ax.transAxes, fontsize=7)
+                ax.legend(fontsize=6, loc="upper right")
+            notes = _figure_notes(rec)
+            if notes:
+                ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
+                        bbox=dict(facecolor="white", alpha=0.8, lw=0))
             if j == 0:
                 ax.set_ylabel("best ratio over N", fontsize=8)
             if i == len(hws) - 1:
                 ax.set_xlabel("concurrency", fontsize=8)
-    fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on)", fontsize=9)
+    fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on; "
+                 "bar: memory cap)", fontsize=9)
     return fig
 
 
@@ -1513,12 +1634,13 @@ def plot_schedules(study: TuningStudy):
                 ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
             _log2_axis(ax)
             ax.set_ylim(bottom=0)
-            ax.set_title(f"{hw} {tgt}", fontsize=8)
+            ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
             if rec is not None and rec.methods:
-                ax.legend(fontsize=6)
-            else:
-                ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center",
-                        transform=ax.transAxes, fontsize=7)
+                ax.legend(fontsize=6, loc="upper right")
+            notes = _figure_notes(rec)
+            if notes:
+                ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
+                        bbox=dict(facecolor="white", alpha=0.8, lw=0))
             if j == 0:
                 ax.set_ylabel("k", fontsize=8)
             if i == len(hws) - 1:
@@ -1594,7 +1716,9 @@ def tuning_guide(study: TuningStudy) -> str:
             f"{t} {m.method} on {hw} at concurrency {m.crossover_concurrency}" for hw, t, m in cross) + ".")
     else:
         out.append(f"- **Crossover**: none within concurrency 1..{cmax} -- every method keeps a ratio above 1 up to "
-                   f"{cmax} concurrent requests in these predictions.")
+                   f"{cmax} concurrent requests in these predictions"
+                   + (" (methods capped for memory: up to their cap, below)" if any(
+                       m.concurrency_cap is not None for *_, m in items) else "") + ".")
     if not all(m.latency_calibrated for *_, m in items):
         out.append("  Some predictions use a datasheet-only latency model: the crossover moves with the per-step "
                    "speculative overhead, which is then not calibrated -- measure it before relying on the high "
@@ -1622,9 +1746,15 @@ def tuning_guide(study: TuningStudy) -> str:
                 hi = max(rec.methods, key=lambda m: m.points[-1].throughput_ratio)
                 wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {cmax}")
         out.append(f"- **Best method on {hw}**: " + "; ".join(wins) + ".")
+    capped = [(hw, t, m) for hw, t, m in items if m.concurrency_cap is not None]
+    if capped:
+        out.append(f"- **Memory caps** (the KV cache of {cmax} x {study.isl + study.osl} tokens does not fit; the "
+                   "recommendation, including the 'high concurrency' figures above, stops at the largest concurrency "
+                   "that fits): " + "; ".join(f"{t} {m.method} on {hw} at {m.concurrency_cap}" for hw, t, m in capped)
+                   + ".")
     excl = [(hw, t, meth, why) for (hw, t), rec in study.recommendations.items() for meth, why in rec.excluded]
     if excl:
-        out.append(f"- **Memory** (concurrency {cmax} x {study.isl + study.osl} tokens): excluded "
+        out.append("- **Excluded**: "
                    + "; ".join(f"{t} {meth} on {hw} ({why.split('; ')[-1]})" for hw, t, meth, why in excl) + ".")
     return "\n".join(out)
 

@@ -167,6 +167,32 @@ def test_crossover_none_when_speculation_pays_everywhere():
     assert m.crossover_concurrency is None and "every concurrency 1..8" in m.crossover_note
 
 
+@pytest.mark.parametrize("cmax, rel, words", [
+    (8, 0.05, "at every concurrency 1..8 asked (also at both ends of the interval)"),
+    (300, 0.3, "at every concurrency 1..300 asked (pessimistic end of the interval: ratio < 1 from concurrency {lo}; "
+               "optimistic end: pays at every concurrency 1..300)"),
+    (600, 0.05, "(ratio < 1) from concurrency {c} up to 600 (pessimistic end of the interval: ratio < 1 from "
+                "concurrency {lo}; optimistic end: ratio < 1 from concurrency {hi})"),
+])
+def test_crossover_note_says_the_interval_in_plain_words(cmax, rel, words):
+    m = constructed(max_concurrency=cmax, concurrency=[1], step_time_rel_error=rel).methods[0]
+    # independent: first concurrency from which the bound's best ratio stays < 1 (brute force)
+    z = stats.norm.ppf(0.975)
+    bf = brute_force(cmax=cmax)
+    cs = np.arange(1, cmax + 1)
+    lo_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * (1 + z * rel))).max(axis=0)
+    hi_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * (1 - z * rel))).max(axis=0)
+
+    def first_below(r):
+        ok = np.flatnonzero(r >= 1)
+        return None if r[-1] >= 1 else int(cs[ok[-1] + 1] if ok.size else 1)
+
+    assert m.crossover_range == (first_below(lo_ratio), first_below(hi_ratio))
+    assert m.crossover_concurrency == bf["cross"]
+    want = words.format(c=bf["cross"], lo=m.crossover_range[0], hi=m.crossover_range[1])
+    assert want in m.crossover_note and "never" not in m.crossover_note
+
+
 # ------------------------------------------------------------------ intervals
 def test_interval_propagation_matches_independent_formula():
     # 2000 rounds at N = 4 with 1700, 1300, 900, 500 surviving positions 1..4
@@ -328,14 +354,86 @@ def test_native_mtp_config_has_no_model_and_assistant_has_one():
     assert g.methods[0].speculative_config["model"] == "google/gemma-4-26B-A4B-it-assistant"
 
 
-def test_method_that_does_not_fit_is_excluded_with_reason():
-    rec = recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], hardware="MI300X", tp=2, isl=65536, osl=1024,
-                    max_concurrency=512, concurrency=[1])
-    assert {m for m, _ in rec.excluded} == {"dflash", "eagle3"}
-    assert all("does not fit in memory" in why and "fits up to concurrency" in why for _, why in rec.excluded)
+def test_method_that_does_not_fit_at_the_top_is_capped_not_dropped():
+    from specsim.drafters import get_drafter
+    from specsim.memory import memory_budget
+
+    kw = dict(hardware="MI300X", tp=2, isl=65536, osl=1024, concurrency=[1, 512])
+    rec = recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], max_concurrency=512, **kw)
+    assert rec.excluded == () and {m.method for m in rec.methods} == {"dflash", "eagle3"}
+    for m in rec.methods:
+        # the cap is the memory model's largest fitting concurrency, computed independently here
+        drafter = get_drafter(m.method, target=rec.target)
+        full = memory_budget(rec.target, drafter=drafter, hardware="MI300X", tp=2, concurrency=512,
+                             max_model_len=65536 + 1024, num_speculative_tokens=15)
+        cap = full.max_concurrency_fit
+        assert 1 <= cap < 512 and m.concurrency_cap == cap
+        assert memory_budget(rec.target, drafter=drafter, hardware="MI300X", tp=2, concurrency=cap,
+                             max_model_len=66560, num_speculative_tokens=15).fits
+        assert not memory_budget(rec.target, drafter=drafter, hardware="MI300X", tp=2, concurrency=cap + 1,
+                                 max_model_len=66560, num_speculative_tokens=15).fits
+        assert m.bands[-1].hi == cap and m.schedule[-1][1] == cap and m.memory.fits
+        assert [p.concurrency for p in m.points] == [1, cap]  # 512 reported at the cap
+        assert any(a.startswith("memory:") and f"capped at concurrency {cap}" in a for a in m.assumptions)
+        assert m.to_dict()["concurrency_cap"] == cap
+        assert (f"1..{cap} asked" if m.crossover_concurrency is None else f"up to {cap}") in m.crossover_note
+        # capping = asking for 1..cap directly
+        direct = recommend("gemma-4-26B-A4B-it", m.method, max_concurrency=cap, **kw).methods[0]
+        assert direct.concurrency_cap is None and direct.schedule == m.schedule
+    best = rec.best
+    assert f"--max-num-seqs {best.concurrency_cap} " in rec.serve_command()
+    assert f"CAPPED: concurrency 512 does not fit in memory; bands cover 1..{best.concurrency_cap}" in rec.summary()
+
+
+def test_method_that_does_not_fit_even_at_concurrency_1_is_excluded_with_reason():
+    rec = recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], hardware="MI300X", tp=2, max_concurrency=8,
+                    concurrency=[1], gpu_memory_utilization=0.15)
+    assert {m for m, _ in rec.excluded} == {"dflash", "eagle3"} and rec.methods == ()
+    assert all("does not fit in memory even at concurrency 1" in why for _, why in rec.excluded)
     with pytest.raises(SpecsimValueError, match="does not fit"):
         rec.method("dflash")
     assert rec.serve_command() is None
+
+
+def test_cli_caps_instead_of_dropping(capsys):
+    from specsim.cli import main
+    from specsim.drafters import get_drafter
+    from specsim.memory import memory_budget
+
+    cap = memory_budget("Qwen3-8B", drafter=get_drafter("dflash", target="Qwen3-8B"), hardware="H100", tp=1,
+                        concurrency=100000, max_model_len=2048, num_speculative_tokens=15).max_concurrency_fit
+    assert 1 <= cap < 256
+    for conc in ("1,2,4,8,16,32,64,128,256", "100000"):
+        args = ["recommend", "--target", "Qwen3-8B", "--method", "dflash", "--hardware", "H100", "--tp", "1",
+                "--concurrency", conc]
+        assert main(args + ["--config-only"]) == 0
+        cfg = json.loads(capsys.readouterr().out)
+        assert cfg[SCHEDULE_FIELD][0][0] == 1 and cfg[SCHEDULE_FIELD][-1][1] == cap
+        assert main(args + ["--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["excluded"] == [] and out["methods"][0]["concurrency_cap"] == cap
+        assert f"--max-num-seqs {cap} " in out["serve_command"]
+
+
+def test_deployments_vllm_refuses_are_excluded_with_the_reason(capsys):
+    from specsim.cli import main
+
+    heads = recommend("Qwen3-8B", ["dflash", "eagle3"], hardware="H100", tp=3, max_concurrency=8, concurrency=[1])
+    assert rec_excluded_fields(heads) == {"dflash": "tp", "eagle3": "tp"}
+    assert all("attention heads" in why for _, why in heads.excluded)
+    big = recommend("Kimi-K2.5", "eagle3", hardware="MI300X", tp=1, max_concurrency=8, concurrency=[1])
+    assert big.methods == () and "weights need" in big.excluded[0][1] and "raise tp" in big.excluded[0][1]
+    wrong = recommend("Qwen3-8B", "dflash", draft="z-lab/gemma-4-26B-A4B-it-DFlash", hardware="H100", tp=1,
+                      max_concurrency=8, concurrency=[1])
+    assert wrong.methods == () and "trained for gemma-4-26B-A4B-it" in wrong.excluded[0][1]
+    assert main(["recommend", "--target", "Qwen3-8B", "--method", "dflash", "--hardware", "H100", "--tp", "3",
+                 "--config-only"]) == 1
+    assert "attention heads" in capsys.readouterr().err
+
+
+def rec_excluded_fields(rec):
+    """method -> the SpecsimValueError field quoted in its exclusion reason."""
+    return {m: why.split(": ", 2)[1] for m, why in rec.excluded}
 
 
 def test_published_profile_uses_the_largest_n_row():
@@ -394,6 +492,37 @@ def test_make_tuning_figures_writes_the_files(tmp_path):
     import pandas as pd
 
     assert len(pd.read_csv(tmp_path / "tuning_schedule.csv")) == len(table)
+
+
+def test_figures_label_row_zero_and_name_exclusions_and_tp():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from specsim.recommend import TuningStudy, plot_crossover, plot_ratio_heatmaps, plot_schedules, tuning_guide
+
+    kw = dict(hardware="MI300X", max_concurrency=16, concurrency=[1, 16])
+    recs = {("MI300X", "gemma-4-26B-A4B-it"): recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], tp=2, **kw),
+            ("MI300X", "Kimi-K2.5"): recommend("Kimi-K2.5", ["dflash", "eagle3"], tp=1, **kw)}
+    study = TuningStudy(recs, 1024, 1024, 16)
+    heat = plot_ratio_heatmaps(study, "MI300X")
+    panels = [ax for ax in heat.axes if ax.get_title()]
+    assert len(panels) == 2 and all("TP=2" in ax.get_title() for ax in panels)
+    for ax in panels:
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        assert labels[0] == "0*" and "0" not in labels
+    assert any("k = 0 in the dynamic schedule" in t.get_text() and "not a valid static" in t.get_text()
+               for t in heat.texts)
+    for fig in (plot_crossover(study), plot_schedules(study)):
+        titles = {ax.get_title(): ax for ax in fig.axes}
+        assert set(titles) == {"MI300X gemma-4-26B-A4B-it TP=2", "MI300X Kimi-K2.5 TP=1"}
+        kimi = " ".join(t.get_text() for t in titles["MI300X Kimi-K2.5 TP=1"].texts)
+        assert "dflash excluded: weights do not fit at this TP" in kimi and "eagle3 excluded" in kimi
+        assert not titles["MI300X gemma-4-26B-A4B-it TP=2"].texts  # nothing left out there
+        plt.close(fig)
+    plt.close(heat)
+    assert "Kimi-K2.5 dflash on MI300X" in tuning_guide(study)
 
 
 def test_notebook_executes(tmp_path):

@@ -1483,8 +1483,8 @@ def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
         cax = fig.add_axes([0.89, 0.25, 0.015, 0.5])
         fig.colorbar(im, cax=cax, label="throughput ratio")
     fig.suptitle(f"Predicted throughput ratio on {hardware} (gold: recommended N; black: ratio = 1)", fontsize=9)
-    fig.text(0.07, 0.12 / height, "* row 0: speculation enabled with k = 0 in the dynamic schedule (the drafter still runs one "
-             "pass per step); not a valid static num_speculative_tokens", fontsize=7)
+    fig.text(0.07, 0.12 / height, "* row 0: speculation enabled with k = 0 in the dynamic schedule (the drafter "
+             "still runs one pass per step); not a valid static num_speculative_tokens", fontsize=7)
     return fig
 
 

@@ -88,7 +88,8 @@ class Prediction:
         Aggregate output throughput of all ``concurrency`` streams.
     tpot_s, baseline_tpot_s : float
         Time per output token of one stream: decode time plus the prefill stalls of the other
-        ``concurrency - 1`` requests, divided by OSL.
+        ``concurrency - 1`` requests (in the speculative arm including the drafter's pass over
+        each prompt), divided by OSL.
     speedup_bound : float
         The ratio with free drafting and no speculative overhead (an upper bound of
         ``throughput_ratio``): ``(C t_prefill + OSL T_base) / (C t_prefill + OSL T_verify / MAL)``,
@@ -383,7 +384,8 @@ def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
         dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
         t_prefill_spec = t_prefill + np.asarray(
-            lat.forward_time(dspec, tp=tp, precision=dprec, batch=1, q=isl, context=0.0), dtype=float
+            lat.forward_time(_LastPositionLogits(dspec), tp=tp, precision=dprec, batch=1, q=isl, context=0.0),
+            dtype=float
         )
     mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
     # tokens committed per step: steps without a draft (lookup miss) commit 1

@@ -370,7 +370,7 @@ def _error_summary(table: pd.DataFrame, best: pd.DataFrame) -> dict:
     by_target = {
         t: {"rows": int(len(g)), "median_abs_rel_error": float(g["rel_error"].abs().median()),
             "max_abs_rel_error": float(g["rel_error"].abs().max())}
-        for t, g in held.groupby("target")
+        for t, g in (held.groupby("target") if "target" in held.columns else ())
     }
     return {
         "held_out_by_target": by_target,

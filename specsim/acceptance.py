@@ -47,6 +47,8 @@ Estimation and intervals
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -73,7 +75,9 @@ _SIGMA2_FLOOR = 1e-8  # floor of the residual variance in the least-squares log-
 # ---------------------------------------------------------------------------------------------
 # parametric families: natural parameters <-> unconstrained theta, alpha_k and d alpha_k / d theta
 # ---------------------------------------------------------------------------------------------
-class _Family:
+class _Family(ABC):
+    """A parametric family of per-position conditional acceptance alpha_k(params)."""
+
     name: str = ""
     param_names: tuple[str, ...] = ()
 
@@ -81,20 +85,25 @@ class _Family:
     def n_params(self) -> int:
         return len(self.param_names)
 
-    def alpha(self, k: np.ndarray, params: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def alpha(self, k: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """Conditional acceptance at positions ``k`` (1-based) for natural ``params``."""
 
-    def to_theta(self, params: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def to_theta(self, params: np.ndarray) -> np.ndarray:
+        """Natural parameters -> unconstrained theta."""
 
-    def from_theta(self, theta: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def from_theta(self, theta: np.ndarray) -> np.ndarray:
+        """Unconstrained theta -> natural parameters."""
 
-    def dalpha(self, k: np.ndarray, theta: np.ndarray) -> np.ndarray:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def dalpha(self, k: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """Jacobian d alpha_k / d theta, shape (len(k), n_params)."""
 
+    @abstractmethod
     def inits(self, k: np.ndarray, rates: np.ndarray, weights: np.ndarray) -> list[np.ndarray]:
-        raise NotImplementedError  # pragma: no cover
+        """Starting points (theta) for the likelihood optimiser."""
 
 
 def _logit_clipped(p: np.ndarray | float, eps: float = _LOGIT_CLIP) -> np.ndarray:

@@ -568,7 +568,7 @@ class RunRecorder:
     """Write one run atomically under ``runs_dir/run_id`` (a context manager).
 
     On entry: checks the run id (letters, digits, ``._-``; no leading dot) and that
-    ``runs_dir/run_id`` does not exist, then makes ``runs_dir/.tmp-<run_id>-XXXX`` (``.path``).
+    ``runs_dir/run_id`` does not exist, then makes ``runs_dir/.tmp-<run_id>-<random suffix>`` (``.path``).
     Files are written into ``.path``.  On exit: writes ``provenance.json`` with ``status`` ("ok",
     "invalid" after :meth:`mark_invalid`, or "failed" with ``error`` when an exception -- including
     KeyboardInterrupt -- left the block), load averages before/after, start/end time, and renames

@@ -386,25 +386,25 @@ def _count_vector(values: Any, field_name: str) -> np.ndarray:
     if arr.ndim != 1 or arr.size == 0:
         raise SpecsimValueError(field_name, "must be a non-empty 1-D sequence (one count per position)", values)
     for i, v in enumerate(arr):
-        if math.isnan(v):
-            raise SpecsimValueError(f"{field_name}[{i}]", "must not be NaN", v)
-        if not math.isfinite(v) or v != math.floor(v):
-            raise SpecsimValueError(f"{field_name}[{i}]", "must be a whole number of rounds", v)
-        if v < 0:
-            raise SpecsimValueError(f"{field_name}[{i}]", "must not be negative", v)
+        _check_count(v, f"{field_name}[{i}]")
     return arr
+
+
+def _check_count(v: float, field_name: str) -> None:
+    """A vLLM counter value: a finite, whole, non-negative number of rounds."""
+    if math.isnan(v):
+        raise SpecsimValueError(field_name, "must not be NaN", v)
+    if not math.isfinite(v) or v != math.floor(v):
+        raise SpecsimValueError(field_name, "must be a whole number of rounds", v)
+    if v < 0:
+        raise SpecsimValueError(field_name, "must not be negative", v)
 
 
 def _num_drafts(value: Any, field_name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise SpecsimValueError(field_name, "must be a whole number of rounds", value)
     v = float(value)
-    if math.isnan(v):
-        raise SpecsimValueError(field_name, "must not be NaN", value)
-    if not math.isfinite(v) or v != math.floor(v):
-        raise SpecsimValueError(field_name, "must be a whole number of rounds", value)
-    if v < 0:
-        raise SpecsimValueError(field_name, "must not be negative", value)
+    _check_count(v, field_name)
     if v == 0:
         raise SpecsimValueError(field_name, "no drafts: acceptance not collected", value)
     return v

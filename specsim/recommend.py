@@ -1528,6 +1528,24 @@ def _short_reason(why: str) -> str:
     return why.split(":")[0][:40]
 
 
+def _finish_panel(ax, rec, hw: str, tgt: str, *, ylabel: str | None, xlabel: str | None) -> None:
+    """Common decoration of one (hardware, target) panel: log2 x axis, title with TP, legend,
+    notes on excluded / capped methods, outer axis labels."""
+    _log2_axis(ax)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
+    if rec is not None and rec.methods:
+        ax.legend(fontsize=6, loc="upper right")
+    notes = _figure_notes(rec)
+    if notes:
+        ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
+                bbox=dict(facecolor="white", alpha=0.8, lw=0))
+    if ylabel:
+        ax.set_ylabel(ylabel, fontsize=8)
+    if xlabel:
+        ax.set_xlabel(xlabel, fontsize=8)
+
+
 def _figure_notes(rec) -> list[str]:
     """Panel notes: excluded methods (with a short reason) and memory caps."""
     if rec is None:
@@ -1563,19 +1581,8 @@ def plot_crossover(study: TuningStudy):
                 if m.concurrency_cap is not None:
                     ax.plot([m.concurrency_cap], [best.iloc[-1]], "|", ms=9, mew=1.5, color=col)
             ax.axhline(1.0, color="k", lw=0.8)
-            _log2_axis(ax)
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
-            if rec is not None and rec.methods:
-                ax.legend(fontsize=6, loc="upper right")
-            notes = _figure_notes(rec)
-            if notes:
-                ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
-                        bbox=dict(facecolor="white", alpha=0.8, lw=0))
-            if j == 0:
-                ax.set_ylabel("best ratio over N", fontsize=8)
-            if i == len(hws) - 1:
-                ax.set_xlabel("concurrency", fontsize=8)
+            _finish_panel(ax, rec, hw, tgt, ylabel="best ratio over N" if j == 0 else None,
+                          xlabel="concurrency" if i == len(hws) - 1 else None)
     fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on; "
                  "bar: memory cap)", fontsize=9)
     return fig
@@ -1632,19 +1639,8 @@ def plot_schedules(study: TuningStudy):
                 x = [b.lo for b in m.bands] + [m.bands[-1].hi]
                 y = [b.num_speculative_tokens for b in m.bands] + [m.bands[-1].num_speculative_tokens]
                 ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
-            _log2_axis(ax)
-            ax.set_ylim(bottom=0)
-            ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
-            if rec is not None and rec.methods:
-                ax.legend(fontsize=6, loc="upper right")
-            notes = _figure_notes(rec)
-            if notes:
-                ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
-                        bbox=dict(facecolor="white", alpha=0.8, lw=0))
-            if j == 0:
-                ax.set_ylabel("k", fontsize=8)
-            if i == len(hws) - 1:
-                ax.set_xlabel("batch size", fontsize=8)
+            _finish_panel(ax, rec, hw, tgt, ylabel="k" if j == 0 else None,
+                          xlabel="batch size" if i == len(hws) - 1 else None)
     fig.suptitle("Recommended num_speculative_tokens_per_batch_size (k per batch size)", fontsize=9)
     return fig
 

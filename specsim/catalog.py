@@ -7,6 +7,7 @@ Nothing here reads outside the project at run time.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import DataError
@@ -20,7 +21,11 @@ def data_dir() -> Path:
     DataError
         If the directory does not exist.
     """
-    env = os.environ.get("SPECSIM_DATA")
+    return _resolve(os.environ.get("SPECSIM_DATA"))
+
+
+@lru_cache(maxsize=8)
+def _resolve(env: str | None) -> Path:
     path = Path(env) if env else Path(__file__).resolve().parent.parent / "data"
     if not path.is_dir():
         raise DataError(f"specsim data directory not found: {path} (set SPECSIM_DATA)")

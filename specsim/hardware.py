@@ -223,13 +223,25 @@ def load_hardware(name: str) -> Hardware:
     """
     if isinstance(name, Hardware):
         return name
+    index, names = _index(str(data_path("hardware.csv")))
+    hw = index.get(_norm(name))
+    if hw is None:
+        raise SpecsimValueError("hardware", "unknown hardware name", name, names)
+    return hw
+
+
+@lru_cache(maxsize=4)
+def _index(path: str) -> tuple[dict[str, "Hardware"], list[str]]:
+    """Normalised name / alias -> Hardware (built once per data file; Hardware is immutable)."""
     df = list_hardware()
-    key = _norm(name)
+    index: dict[str, Hardware] = {}
     for _, row in df.iterrows():
+        hw = _row_to_hardware(row)
         names = [row["name"], *(str(row["aliases"]).split(";") if pd.notna(row["aliases"]) else [])]
-        if key in {_norm(n) for n in names if str(n).strip()}:
-            return _row_to_hardware(row)
-    raise SpecsimValueError("hardware", "unknown hardware name", name, df["name"].tolist())
+        for n in names:
+            if str(n).strip():
+                index.setdefault(_norm(n), hw)
+    return index, df["name"].tolist()
 
 
 def measure_copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> float:

@@ -173,13 +173,14 @@ class Prediction:
 def _check_draft_matches_target(drafter, target, field: str) -> None:
     """A shipped draft checkpoint trained for another target is refused (its acceptance and even
     its vocabulary belong to that target)."""
-    from .drafters import list_draft_specs
+    from .catalog import data_path
+    from .drafters import _specs  # cached, read-only parse of data/drafters (no per-call copies)
 
     name = getattr(drafter, "name", None)
     if not name:
         return
     norm = lambda x: "".join(ch for ch in str(x).split("/")[-1].lower() if ch.isalnum())  # noqa: E731
-    for spec in list_draft_specs():
+    for spec in _specs(str(data_path("drafters"))):
         if norm(spec["name"]) == norm(name) and spec.get("target") and norm(spec["target"]) != norm(target.name):
             raise SpecsimValueError(field, f"draft {spec['checkpoint']} was trained for {spec['target']}, "
                                     f"not for the target {target.name}", spec["checkpoint"])

@@ -62,7 +62,8 @@ __all__ = [
     "SampledView", "CpuLatency", "fit_cpu_latency", "Workload", "schedule", "RunScenario",
     "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
     "ValidationResult", "validate", "write_outputs", "make_validation_figures",
-    "gpu_matrix", "gpu_runbook_matrices", "GPU_TARGETS", "device_available",
+    "gpu_matrix", "gpu_runbook_matrices", "GPU_TARGETS", "device_available", "runbook_plan",
+    "runbook_serve_commands", "run_runbook",
 ]
 
 #: Files every completed (status ok / invalid) ``bench_serve`` run must have.
@@ -1579,6 +1580,74 @@ def gpu_matrix(target: str, hardware: str = "MI300X", *, n_values: Sequence[int]
 def gpu_runbook_matrices(hardware: str = "MI300X", **kw) -> dict[str, tuple[Any, dict]]:
     """``{target: (Matrix, extra_env)}`` for every seed target (see :func:`gpu_matrix`)."""
     return {t: (gpu_matrix(t, hardware, **kw), dict(GPU_TARGETS[t].get("env", ()))) for t in GPU_TARGETS}
+
+
+def runbook_plan(hardware: str = "MI300X", **kw) -> pd.DataFrame:
+    """The GPU runbook as a table: one row per server configuration of :func:`gpu_runbook_matrices`.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``target, hf_id, label, method, N, concurrency`` (comma-separated),
+        ``speculative_config`` (the JSON passed to ``--speculative-config``; empty for the
+        baseline) and ``env`` (ROCm environment variables of that target).
+    """
+    rows = []
+    for target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
+        for e in m.entries:
+            cfg = e.spec.speculative_config("models")
+            rows.append({"target": target, "hf_id": m.model, "label": e.label, "method": e.spec.method,
+                         "N": e.spec.num_speculative_tokens, "concurrency": ",".join(map(str, e.concurrencies)),
+                         "speculative_config": json.dumps(cfg) if cfg else "", "env": env})
+    return pd.DataFrame(rows)
+
+
+def runbook_serve_commands(hardware: str = "MI300X", entry: int = 1, **kw) -> list[str]:
+    """One ready ``vllm serve`` command line per seed target (entry ``entry`` of its matrix, the
+    first speculative configuration by default), with the target's environment variables."""
+    out = []
+    for _target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
+        e = m.entries[entry]
+        cfg = e.spec.speculative_config("models")
+        envs = " ".join(f"{k}={v}" for k, v in env.items())
+        out.append(f"{envs + ' ' if envs else ''}vllm serve {m.model} --dtype {m.dtype} {' '.join(m.server_args)} "
+                   f"--speculative-config '{json.dumps(cfg)}'")
+    return out
+
+
+def run_runbook(hardware: str = "MI300X", *, models_dir: Path | None = None, **kw) -> list:
+    """Run every seed target's GPU matrix with the real runner (needs a GPU and vLLM).
+
+    Each matrix is registered under its name in :data:`specsim.vllm.matrix.MATRICES` and run by
+    :func:`specsim.vllm.runner.run_matrix` with the target's environment variables set for that
+    matrix only (restored afterwards).
+
+    Raises
+    ------
+    RunError
+        No GPU / vLLM here (:func:`device_available`), or a run failed to start.
+    """
+    from .errors import RunError
+    from .vllm import matrix as vm
+    from .vllm.runner import run_matrix
+
+    ok, why = device_available()
+    if not ok:
+        raise RunError(f"GPU runbook needs a GPU and vLLM: {why}")
+    results = []
+    for _target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
+        vm.MATRICES[m.name] = (lambda m=m: m)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            results += run_matrix(m.name, models_dir=models_dir if models_dir is not None else Path(""))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return results
 
 
 def device_available() -> tuple[bool, str]:

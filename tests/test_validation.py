@@ -474,3 +474,21 @@ def test_notebooks_execute(nb_name, tmp_path):
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
     assert _unchanged(before, _tree_hash(RUNS))
+
+
+def test_runbook_plan_configs_are_valid_vllm_json():
+    """Every speculative config of the GPU runbook is accepted by our vLLM 0.32 config validator,
+    and every seed target has a baseline and at least one speculative configuration."""
+    import json as _json
+
+    from specsim.vllm.config import parse_speculative_config
+
+    plan = V.runbook_plan("MI300X")
+    assert set(plan["target"]) == set(V.GPU_TARGETS)
+    for tgt, g in plan.groupby("target"):
+        cfgs = [c for c in g["speculative_config"] if c]
+        assert len(cfgs) < len(g) and cfgs, tgt  # a baseline (empty) plus spec configs
+        for c in cfgs:
+            parsed = parse_speculative_config(c)
+            assert parsed.num_speculative_tokens == _json.loads(c)["num_speculative_tokens"]
+    assert len(V.runbook_serve_commands("MI355X")) == len(V.GPU_TARGETS)

@@ -113,17 +113,20 @@ class StackParams:
         return replace(self, per_target={}, **med)
 
     def efficiency(self):
+        """The latency efficiencies as a :class:`specsim.latency.Efficiency`."""
         from .latency import Efficiency
 
         return Efficiency(bandwidth=self.bandwidth, compute=self.compute, fixed_s=self.fixed_s)
 
     def latency(self, hardware):
+        """A calibrated :class:`specsim.latency.Roofline` of ``hardware`` with these parameters."""
         from .latency import Roofline
 
         return Roofline(hardware, self.efficiency(), calibrated=True, smooth_p=self.smooth_p,
                         source="specsim.reproduce fit")
 
     def overhead(self):
+        """The per-step speculative overhead (:class:`specsim.predict.SpecOverhead`, seconds)."""
         from .predict import SpecOverhead
 
         return SpecOverhead(fixed_s=self.spec_fixed_s, per_token_s=self.spec_per_token_s)
@@ -621,9 +624,10 @@ def calibration_record(params: StackParams, summary: dict | None = None, hardwar
     ``"transferred_from": "MI300X"``): predictions say so.  ``rmse_rel`` is the fit's RMS log
     error (relative RMS of the throughput ratio), used for prediction intervals.
     """
+    generic = params.for_target("")  # an unfitted target: per-target parameters at their medians
+
     def pick(k):
-        vals = [v[k] for v in params.per_target.values() if k in v]
-        return float(np.median(vals)) if vals else float(getattr(params, k))
+        return float(getattr(generic, k))
 
     rec = {
         "hardware": hardware, "stack": "vLLM 0.23.1rc1.dev1120+g0f0f28b53, ROCm 7.2 (vllm-amd-specdec-post)",

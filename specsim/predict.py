@@ -13,7 +13,10 @@ Speculative Decoding", ICML, eq. 1 and Thm 3.8 for the constant-acceptance speci
 * tokens committed per verification step = MAL(N) = 1 + sum_{k<=N} p_k (p_k cumulative
   acceptance, see :mod:`specsim.acceptance`);
 * with an ISL/OSL workload each request also pays one prefill of ISL tokens, which both arms
-  share and which stalls the decode batch (continuous batching):
+  share and which stalls the decode batch (continuous batching).  vLLM V1 runs it as chunked
+  prefill inside a step of the other C - 1 requests, so ``t_prefill`` is the extra time that step
+  takes (``t_target(C-1, 1 + ISL/(C-1), L) - t_target(C-1, 1, L)``: weights are read anyway), or a
+  standalone ISL-token forward when C = 1:
   ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``; the throughput ratio is the ratio
   of the two arms' tok/s.  With ``t_prefill = 0`` this is ``MAL * T_base / T_spec`` (DESIGN.md §5).
 
@@ -276,7 +279,7 @@ def resolve_inputs(
     if latency is None:
         from .calibration import default_latency
 
-        latency = default_latency(hw, tgt.name)
+        latency = default_latency(hw, tgt.name, is_moe=bool(getattr(tgt, "is_moe", False)))
 
     if acceptance is None:
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
@@ -340,6 +343,35 @@ class _LastPositionLogits:
             return self._model.step_flops(batch, q, context)
 
 
+def _prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
+    """Seconds one request's prefill adds to the engine, arrays broadcast over ``c`` / ``isl``.
+
+    vLLM V1 schedules a new request's prompt tokens in the same forward as the running requests'
+    decode (or verification) tokens (chunked prefill, ``vllm/v1/core/sched/scheduler.py``), so with
+    ``C > 1`` the prefill costs the DIFFERENCE between a step of the ``C - 1`` running requests with
+    and without the ``ISL`` extra query tokens (weights are read once; the extra tokens add their
+    FLOPs, the experts they touch and their KV reads).  With ``C = 1`` nothing runs beside it: a
+    standalone forward of ``ISL`` tokens on an empty cache.  Logits at the last prompt position only
+    (vLLM ``logits_indices``).
+
+    A latency model may time prefills itself (e.g. a measured table of chunked-prefill steps) by
+    providing ``prefill_time(model, *, tp, precision, concurrency, q_host, isl, context)``
+    (seconds, broadcast shape); it is then used instead of the difference of two forwards.
+    """
+    hook = getattr(lat, "prefill_time", None)
+    if callable(hook):
+        return np.asarray(hook(model, tp=tp, precision=prec, concurrency=c, q_host=q_host, isl=isl, context=ctx),
+                          dtype=float)
+    m = _LastPositionLogits(model)
+    c = np.asarray(c, dtype=float)
+    host = np.maximum(c - 1.0, 1.0)
+    alone = np.asarray(lat.forward_time(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0), dtype=float)
+    with_prompt = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host + isl / host, context=ctx)
+    without = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host, context=ctx)
+    mixed = np.maximum(np.asarray(with_prompt, dtype=float) - np.asarray(without, dtype=float), 0.0)
+    return np.where(c > 1.0, mixed, alone)
+
+
 def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,
               mal=None, drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict[str, np.ndarray]:
     """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
@@ -375,19 +407,16 @@ def _evaluate(r: _Resolved, n, concurrency, isl, osl, tp, overhead: SpecOverhead
     )
     t_over = np.asarray(overhead.step_seconds(c, n), dtype=float)
     t_step = t_draft + t_verify + t_over
-    # prefill of one request: ISL query tokens on an empty cache (the causal pairs within the block
-    # are counted by step_flops), logits at the last position only (vLLM logits_indices)
-    t_prefill = np.asarray(lat.forward_time(_LastPositionLogits(tgt), tp=tp, precision=prec, batch=1, q=isl, context=0.0),
-                           dtype=float)
+    # prefill of one request, piggybacked on a decode step of the other C - 1 requests (chunked
+    # prefill); the same target cost in both arms (the prompt is the same; timing it against the
+    # larger verification step would make an MoE prefill look cheaper under speculation)
+    t_prefill = _prefill_seconds(lat, tgt, tp, prec, c, 1.0, isl, ctx)
     t_prefill_spec = t_prefill
     dspec = getattr(r.drafter, "draft", None)
     if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
         dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
-        t_prefill_spec = t_prefill + np.asarray(
-            lat.forward_time(_LastPositionLogits(dspec), tp=tp, precision=dprec, batch=1, q=isl, context=0.0),
-            dtype=float
-        )
+        t_prefill_spec = t_prefill_spec + _prefill_seconds(lat, dspec, tp, dprec, c, 1.0, isl, ctx)
     mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
     # tokens committed per step: steps without a draft (lookup miss) commit 1
     mal = 1.0 + f * (mal_drafted - 1.0)

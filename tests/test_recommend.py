@@ -70,12 +70,20 @@ A, B, D, O = 10e-3, 20e-6, 0.6e-3, 0.31e-3  # seconds (no exact ties between N)
 ISL, OSL, ALPHA, NMAX, CMAX = 64, 256, 0.8, 10, 600
 
 
+def _prefill(c, a=A, b=B, isl=ISL):
+    """One request's prefill under LinearLatency: standalone a + b (ISL - 1) at C = 1; at C > 1 it
+    rides on the other C - 1 requests' decode step (chunked prefill): t(C-1, 1 + ISL/(C-1)) -
+    t(C-1, 1) = b ISL."""
+    c = np.asarray(c, float)
+    return np.where(c == 1, a + b * (isl - 1), b * isl)
+
+
 def brute_force(alpha=ALPHA, a=A, b=B, d=D, o=O, isl=ISL, osl=OSL, nmax=NMAX, cmax=CMAX):
     """Independent evaluation of the model: MAL(N) = sum_{k<=N} alpha^k, T(N) = a + bCN + d + o."""
     ns = np.arange(1, nmax + 1)
     cs = np.arange(1, cmax + 1)
     mal = np.array([sum(alpha**k for k in range(n + 1)) for n in ns])
-    t_pf = a + b * (isl - 1)
+    t_pf = _prefill(cs, a, b, isl)
     T = a + b * cs[None, :] * ns[:, None] + d + o
     base = cs * t_pf + osl * a
     ratio = base / (cs * t_pf + osl / mal[:, None] * T)
@@ -206,7 +214,7 @@ def test_interval_propagation_matches_independent_formula():
         k = p.num_speculative_tokens
         assert k >= 1
         c = p.concurrency
-        t_pf = A + B * (ISL - 1)
+        t_pf = float(_prefill(c))
         T = A + B * c * k + D + O
         base = c * t_pf + OSL * A
         assert p.ratio_lo == pytest.approx(base / (c * t_pf + OSL / mlo[k - 1] * T * (1 + z * rel)), rel=1e-10)

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import DataError, NotCollectedError
@@ -322,6 +322,7 @@ def _interval(draw):
 
 @settings(max_examples=150, deadline=None)
 @given(_interval())
+@example((2407, 2407, (1325, 493, 76, 0, 0)))  # a count at a rounding half-way point (78/2400 = 0.0325)
 def test_log_reconstruction_property(x):
     d, t, per = x
     line = _render_v1(d, t, per)

@@ -752,6 +752,27 @@ class LogRecord:
     logged: dict = field(default_factory=dict)
 
 
+def _count_bounds(r: np.ndarray, D: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest / largest integer a_i with ``"%.3f" % (a_i / D) == "%.3f" % r_i`` (broadcast).
+
+    Interior bounds follow from |a/D - r| <= 0.0005; where a bound lands exactly on a rounding
+    half-way point (a/D = r +- 0.0005) the printed digit depends on the binary value of a/D, so
+    those few candidates are checked with the same formatting vLLM's logger uses.
+    """
+    eps = 1e-9
+    h = 0.0005
+    D = np.broadcast_to(D, np.broadcast_shapes(D.shape, r.shape))
+    rr = np.broadcast_to(r, D.shape)
+    a_lo = np.clip(np.ceil((rr - h) * D - eps), 0, None)
+    a_hi = np.minimum(np.floor((rr + h) * D + eps), D)
+    for bound, step in ((a_lo, 1), (a_hi, -1)):
+        edge = np.abs(bound - (rr - step * h) * D) < 1e-6
+        for idx in zip(*np.nonzero(edge)):
+            if f"{bound[idx] / D[idx]:.3f}" != f"{rr[idx]:.3f}":
+                bound[idx] += step
+    return a_lo, a_hi
+
+
 def _reconstruct_drafts(*, accepted: int, drafted: int, n: int, mal_minus_1: float, mal_half: float,
                         rates: list[float], full_drafts: bool, where: str) -> tuple[int, int, int, tuple]:
     """Integer drafts D and accepted_per_pos consistent with rounded log values.
@@ -782,9 +803,7 @@ def _reconstruct_drafts(*, accepted: int, drafted: int, n: int, mal_minus_1: flo
         raise DataError(f"{where}: number of drafts too weakly determined ({lo}..{hi})")
     D = np.arange(lo, hi + 1, dtype=np.int64)[:, None]
     r = np.asarray(rates, dtype=float)[None, :]
-    h = 0.0005
-    a_lo = np.clip(np.ceil((r - h) * D - eps), 0, None)
-    a_hi = np.minimum(np.floor((r + h) * D + eps), D)
+    a_lo, a_hi = _count_bounds(r, D)
     ok = np.all(a_lo <= a_hi, axis=1) & (a_lo.sum(1) <= accepted) & (a_hi.sum(1) >= accepted)
     feas = D[ok, 0]
     if feas.size == 0:
@@ -796,8 +815,7 @@ def _reconstruct_drafts(*, accepted: int, drafted: int, n: int, mal_minus_1: flo
         target = drafted / n  # accepted = 0 says nothing about D: assume full-length drafts
     est = int(feas[np.argmin(np.abs(feas - target))])
     # accepted_per_pos for the estimate: round, then fix the sum within the rounding bounds
-    lo_i = np.clip(np.ceil((r[0] - h) * est - eps), 0, None).astype(np.int64)
-    hi_i = np.minimum(np.floor((r[0] + h) * est + eps), est).astype(np.int64)
+    lo_i, hi_i = (b[0].astype(np.int64) for b in _count_bounds(r, np.array([[est]], dtype=np.int64)))
     a = np.clip(np.rint(r[0] * est).astype(np.int64), lo_i, hi_i)
     resid = r[0] * est - a
     while a.sum() != accepted:

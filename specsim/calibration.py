@@ -68,18 +68,20 @@ def load_calibration(hardware_name: str) -> dict[str, Any] | None:
     return d
 
 
-def _target_values(cal: dict, target_name: str | None) -> dict:
-    if not target_name:
-        return {}
+def _target_values(cal: dict, target_name: str | None, is_moe: bool | None = None) -> dict:
+    """Per-target values of ``target_name``; else the medians of its kind (``per_kind``); else {}."""
     pt = cal.get("per_target") or {}
-    key = _key(str(target_name).split("/")[-1])
-    for name, vals in pt.items():
-        if _key(name) == key:
-            return dict(vals)
+    if target_name:
+        key = _key(str(target_name).split("/")[-1])
+        for name, vals in pt.items():
+            if _key(name) == key:
+                return dict(vals)
+    if is_moe is not None:
+        return dict((cal.get("per_kind") or {}).get("moe" if is_moe else "dense") or {})
     return {}
 
 
-def default_latency(hardware, target_name: str | None = None):
+def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None):
     """Default latency model of ``hardware``: the shipped calibration, else datasheet priors.
 
     Parameters
@@ -88,13 +90,17 @@ def default_latency(hardware, target_name: str | None = None):
     target_name : str, optional
         Target model; where the calibration has per-target values for it (``per_target``), they
         replace the hardware-wide defaults (which are medians over the fitted targets).
+    is_moe : bool, optional
+        Kind of a target WITHOUT per-target values: the medians over the fitted targets of the
+        same kind (``per_kind``: fused-MoE kernels reach a smaller fraction of peak FLOP/s than
+        dense GEMMs) replace the all-target medians.
 
     Returns
     -------
     specsim.latency.Roofline
         ``calibrated`` is True only when the file was fitted on this hardware (a file with
         ``"calibrated": false`` carries parameters transferred from another accelerator, and says
-        so in ``describe()``).  The instance has ``calibration_file`` and ``calibration_target``
+        so in ``describe()``).  The instance has ``calibration_file``, ``calibration_target`` and ``calibration_is_moe``
         attributes used by :func:`default_overhead` and :func:`default_draft_pass_overhead`.
     """
     from .latency import Efficiency, Roofline
@@ -104,11 +110,13 @@ def default_latency(hardware, target_name: str | None = None):
         rl = Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)")
         rl.calibration_file = None
         rl.calibration_target = None
+        rl.calibration_is_moe = None
         return rl
     eff = dict(cal["efficiency"])
-    tv = _target_values(cal, target_name)
-    if "fixed_s" in tv:
-        eff["fixed_s"] = tv["fixed_s"]
+    tv = _target_values(cal, target_name, is_moe)
+    for k in ("fixed_s", "compute"):
+        if k in tv:
+            eff[k] = tv[k]
     note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]"
     if tv:
         note += f"; per-target values for {target_name}"
@@ -118,6 +126,7 @@ def default_latency(hardware, target_name: str | None = None):
                   smooth_p=cal.get("smooth_p"), source=note)
     rl.calibration_file = cal["_path"]
     rl.calibration_target = target_name
+    rl.calibration_is_moe = is_moe
     return rl
 
 
@@ -141,7 +150,7 @@ def default_overhead(latency):
     if not cal:
         return SpecOverhead()
     d = dict(cal["spec_overhead"])
-    tv = _target_values(cal, getattr(latency, "calibration_target", None))
+    tv = _target_values(cal, getattr(latency, "calibration_target", None), getattr(latency, "calibration_is_moe", None))
     for k_cal, k in (("spec_fixed_s", "fixed_s"), ("spec_per_token_s", "per_token_s")):
         if k_cal in tv:
             d[k] = tv[k_cal]
@@ -156,7 +165,7 @@ def default_draft_pass_overhead(latency) -> float | None:
     cal = load_calibration(hw.name)
     if cal is None:
         return None
-    tv = _target_values(cal, getattr(latency, "calibration_target", None))
+    tv = _target_values(cal, getattr(latency, "calibration_target", None), getattr(latency, "calibration_is_moe", None))
     return tv.get("draft_pass_overhead_s", cal.get("draft_pass_overhead_s"))
 
 

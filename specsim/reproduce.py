@@ -34,7 +34,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from .catalog import data_path
-from .errors import SpecsimValueError
+from .errors import SpecsimError, SpecsimValueError
 
 __all__ = [
     "StackParams", "load_sweeps", "load_workloads", "fit_stack", "reproduce", "Reproduction",
@@ -54,8 +54,13 @@ METHOD_LABELS = {
 }
 FIT_PARAMS = ("bandwidth", "compute", "fixed_s", "draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s")
 CONCURRENCY_GRID = (4, 8, 16, 32, 64, 128, 256)
-#: parameters fitted per target by default (the others are global for the hardware + stack)
-PER_TARGET_PARAMS = ("spec_fixed_s", "fixed_s")
+#: parameters fitted per target by default (the others are global for the hardware + stack): the
+#: target's model code path sets its fixed cost per forward, its achieved compute efficiency (fused
+#: MoE kernels reach a far smaller fraction of peak than dense GEMMs), the fixed cost of a pass of
+#: its drafters (same engine, same kernels) and its per-step speculative overhead.  The draft-pass
+#: cost is identified because each target has a sequential AND a parallel drafter in the appendix
+#: (N draft passes vs one per step, same verification).
+PER_TARGET_PARAMS = ("spec_fixed_s", "fixed_s", "compute", "draft_pass_overhead_s")
 
 
 @dataclass(frozen=True)
@@ -97,20 +102,23 @@ class StackParams:
     concurrency: int = 32
     per_target: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def for_target(self, target: str) -> "StackParams":
+    def for_target(self, target: str, is_moe: bool | None = None) -> "StackParams":
         """The parameters with this target's own fitted values (``per_target``) applied.
 
         A target that was not fitted gets, for each per-target parameter, the MEDIAN over the
-        fitted targets (the same rule as the shipped calibration, :func:`calibration_record`).
+        fitted targets of the same kind (mixture-of-experts or dense; ``is_moe``, looked up in
+        ``data/models`` when not given), or over all fitted targets when its kind is unknown or
+        none of that kind was fitted (the same rule as the shipped calibration,
+        :func:`calibration_record`).
         """
         over = self.per_target.get(target)
         if over:
             return replace(self, per_target={}, **over)
-        keys = sorted({k for v in self.per_target.values() for k in v})
-        if not keys:
+        if not self.per_target:
             return self
-        med = {k: float(np.median([v[k] for v in self.per_target.values() if k in v])) for k in keys}
-        return replace(self, per_target={}, **med)
+        if is_moe is None:
+            is_moe = _is_moe(target)
+        return replace(self, per_target={}, **_median_values(self.per_target, is_moe))
 
     def efficiency(self):
         """The latency efficiencies as a :class:`specsim.latency.Efficiency`."""
@@ -130,6 +138,26 @@ class StackParams:
         from .predict import SpecOverhead
 
         return SpecOverhead(fixed_s=self.spec_fixed_s, per_token_s=self.spec_per_token_s)
+
+
+@lru_cache(maxsize=None)
+def _is_moe(target: str) -> bool | None:
+    """Whether a catalogue target (``data/models``) is a mixture of experts; None if unknown."""
+    from .architecture import load_model
+
+    try:
+        return bool(load_model(target).is_moe) if target else None
+    except SpecsimError:
+        return None
+
+
+def _median_values(per_target: dict, is_moe: bool | None) -> dict:
+    """Median of every per-target parameter over the fitted targets of the same kind (all if none)."""
+    kinds = {t: _is_moe(t) for t in per_target}
+    same = [v for t, v in per_target.items() if is_moe is not None and kinds[t] == is_moe]
+    pool = same or list(per_target.values())
+    keys = sorted({k for v in pool for k in v})
+    return {k: float(np.median([v[k] for v in pool if k in v])) for k in keys}
 
 
 # ------------------------------------------------------------------------------------ data
@@ -332,6 +360,19 @@ class Reproduction:
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+def _param_columns(params: StackParams) -> dict:
+    """Fitted values for a table row: global parameters as they are, per-target ones as their
+    median over the fitted targets (column suffix ``_median_per_target``)."""
+    out = {}
+    for k in FIT_PARAMS:
+        vals = [v[k] for v in params.per_target.values() if k in v]
+        if vals:
+            out[f"{k}_median_per_target"] = float(np.median(vals))
+        else:
+            out[k] = float(getattr(params, k))
+    return out
+
+
 def _split_mask(df: pd.DataFrame, split: str, holdout_value: str | None = None) -> np.ndarray:
     if split == "dataset":
         return (df["dataset"] == (holdout_value or "GSM8K")).to_numpy()
@@ -423,7 +464,7 @@ def reproduce(split: str = "dataset", holdout_value: str | None = None, *,
             "assumed_concurrency": c, "fit_loss_rms_log": loss,
             "held_out_median_abs_rel_error": float(held.median()) if len(held) else np.nan,
             "held_out_max_abs_rel_error": float(held.max()) if len(held) else np.nan,
-            **{k: getattr(params, k) for k in FIT_PARAMS},
+            **_param_columns(params),
         })
         if best is None or loss < best[1]:
             best = (params, loss, pred)
@@ -619,29 +660,33 @@ def calibration_record(params: StackParams, summary: dict | None = None, hardwar
     """The shipped calibration (``data/calibration/<hardware>.json``) from fitted parameters.
 
     Per-target parameters are recorded per target; the defaults used for any other target are
-    their medians over the fitted targets (stated in ``note``).  For ``hardware`` other than
+    their medians over the fitted targets of the same kind (``per_kind``: mixture-of-experts /
+    dense), or over all fitted targets (top-level values) when the kind is unknown.  For ``hardware`` other than
     MI300X the MI300X-fitted efficiencies are TRANSFERRED (``"calibrated": false``,
     ``"transferred_from": "MI300X"``): predictions say so.  ``rmse_rel`` is the fit's RMS log
     error (relative RMS of the throughput ratio), used for prediction intervals.
     """
-    generic = params.for_target("")  # an unfitted target: per-target parameters at their medians
+    generic = params.for_target("", is_moe=None)  # an unfitted target of unknown kind: medians over all
 
     def pick(k):
         return float(getattr(generic, k))
 
+    per_kind = {kind: _median_values(params.per_target, flag) for kind, flag in (("moe", True), ("dense", False))}
     rec = {
         "hardware": hardware, "stack": "vLLM 0.23.1rc1.dev1120+g0f0f28b53, ROCm 7.2 (vllm-amd-specdec-post)",
         "calibrated": hardware == "MI300X",
         "rmse_rel": float(summary["fit_loss_rms_log"]) if summary else None,
-        "efficiency": {"bandwidth": params.bandwidth, "compute": params.compute, "fixed_s": pick("fixed_s")},
+        "efficiency": {"bandwidth": params.bandwidth, "compute": pick("compute"), "fixed_s": pick("fixed_s")},
         "smooth_p": params.smooth_p,
         "spec_overhead": {"fixed_s": pick("spec_fixed_s"), "per_token_s": pick("spec_per_token_s")},
         "draft_pass_overhead_s": pick("draft_pass_overhead_s"),
         "per_target": params.per_target,
+        "per_kind": per_kind,
         "concurrency_assumed": int(params.concurrency),
         "fitted_on": "vllm-amd-specdec-post appendix, GSM8K rows (throughput ratios + baseline tok/s)",
         "held_out": "MATH500, HumanEval, MBPP rows (data/reproduction/)",
-        "note": "per-target values apply to those targets; other targets use the medians over the fitted targets",
+        "note": ("per-target values apply to those targets; other targets use the medians over the fitted "
+                 "targets of the same kind (per_kind: moe / dense), or over all fitted targets (top level)"),
         "source": "specsim.reproduce.run_main_job",
     }
     if hardware != "MI300X":

@@ -460,6 +460,17 @@ class ModelSpec:
 
     # ---------------------------------------------------------------- derived counts
     @property
+    def max_position_embeddings(self) -> int | None:
+        """Longest sequence (ISL + OSL, tokens) the model's config allows: Hugging Face
+        ``max_position_embeddings`` (of ``text_config`` for multimodal configs); None if absent.
+        vLLM refuses a ``max_model_len`` above it (``vllm/config/model.py``)."""
+        for c in (self.config, self.config.get("text_config") or {}):
+            v = c.get("max_position_embeddings") if isinstance(c, dict) else None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    @property
     def is_moe(self) -> bool:
         """True when the model has routed experts."""
         return self.num_moe_layers > 0

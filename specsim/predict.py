@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -616,6 +616,17 @@ def check_feasibility(r: _Resolved, *, tp: int, concurrency: int, isl: int, osl:
         tokens beyond the memory left (vLLM would queue / preempt requests, so the concurrency
         is not reached).
     """
+    mb = _check_deployment(r, tp=tp, isl=isl, osl=osl, concurrency=concurrency)
+    if mb is not None and not mb.fits:
+        return (f"KV cache for concurrency {concurrency} x {isl + osl} tokens does not fit on {mb.hardware} at "
+                f"TP={tp} (fits up to concurrency {mb.max_concurrency_fit}): vLLM would queue or preempt, "
+                "so this concurrency is not reached",)
+    return ()
+
+
+def _check_deployment(r: _Resolved, *, tp: int, isl: int, osl: int, concurrency: int = 1):
+    """The refusals of :func:`check_feasibility`; returns the memory budget (None off-GPU or for
+    custom models / drafters without sizes)."""
     tgt = r.target
     heads = getattr(tgt, "num_attention_heads", None)
     if heads and isinstance(tp, int) and heads % tp != 0:
@@ -624,24 +635,37 @@ def check_feasibility(r: _Resolved, *, tp: int, concurrency: int, isl: int, osl:
     if max_pos and isl + osl > max_pos:
         raise SpecsimValueError("isl + osl", f"exceeds the target's max_position_embeddings {max_pos}", isl + osl)
     if getattr(r.latency, "hardware", None) is None or getattr(r.latency.hardware, "kind", "gpu") != "gpu":
-        return ()
+        return None
     try:
         from .memory import memory_budget
 
         mb = memory_budget(tgt, drafter=r.drafter, hardware=r.latency.hardware, tp=tp, precision=r.precision,
                            concurrency=concurrency, max_model_len=isl + osl, num_speculative_tokens=r.n or 0)
     except (SpecsimValueError, TypeError, AttributeError):  # a custom drafter / model without sizes
-        return ()
+        return None
     weights = mb.target_weight_bytes + mb.draft_weight_bytes
     if weights > mb.usable_bytes:
         raise SpecsimValueError(
             "tp", f"target + draft weights need {weights / 2**30:.1f} GiB per GPU but {mb.hardware} offers "
             f"{mb.usable_bytes / 2**30:.1f} GiB usable at TP={tp}: raise tp", tp)
-    if not mb.fits:
-        return (f"KV cache for concurrency {concurrency} x {isl + osl} tokens does not fit on {mb.hardware} at "
-                f"TP={tp} (fits up to concurrency {mb.max_concurrency_fit}): vLLM would queue or preempt, "
-                "so this concurrency is not reached",)
-    return ()
+    return mb
+
+
+def _kv_cache_fits(r: _Resolved, tp: int, N, C, I, O) -> np.ndarray:
+    """Per grid point: does the KV cache of C x (ISL + OSL) tokens fit (see :func:`check_feasibility`)?
+    Raises what :func:`check_feasibility` raises, for any grid value."""
+    # the budget depends on N and the sequence length ISL + OSL only: one check per distinct pair
+    n_flat = np.ravel(N).astype(np.int64)
+    len_flat = np.ravel(I).astype(np.int64) + np.ravel(O).astype(np.int64)
+    base = int(len_flat.max()) + 1
+    keys, inverse = np.unique(n_flat * base + len_flat, return_inverse=True)
+    max_fit = np.full(len(keys), np.inf)
+    for j, key in enumerate(keys.tolist()):
+        n_, len_ = divmod(int(key), base)
+        mb = _check_deployment(replace(r, n=n_), tp=tp, isl=len_, osl=0)
+        if mb is not None:
+            max_fit[j] = mb.max_concurrency_fit
+    return (np.ravel(C) <= max_fit[np.ravel(inverse)]).reshape(np.shape(N))
 
 
 def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
@@ -712,12 +736,15 @@ def sweep(
         num_speculative_tokens, concurrency, isl, osl``) and the outputs of :class:`Prediction`
         (``throughput_ratio, mal, acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s,
         t_overhead_s, t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s,
-        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``).
+        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``) and
+        ``kv_cache_fits``: False where the KV cache of concurrency x (ISL + OSL) tokens does not
+        fit next to the weights (vLLM would queue or preempt; :func:`predict` warns there).
 
     Raises
     ------
     SpecsimValueError
-        As :func:`predict`, for any grid value.
+        As :func:`predict`, for any grid value (TP not dividing the attention heads, ISL + OSL
+        beyond the context length, weights that do not fit at this TP).
     """
     def as_list(v):
         if isinstance(v, (list, tuple)):
@@ -743,6 +770,7 @@ def sweep(
         )
         tp_i = _int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
+        kv_fits = _kv_cache_fits(r, tp_i, N, C, I, O)
         ov = overhead if overhead is not None else _default_overhead(r.latency)
         out = _evaluate(r, N, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
                         mean_proposal_tokens=mean_proposal_tokens)
@@ -756,6 +784,7 @@ def sweep(
         df.insert(0, "method", r.method)
         df.insert(0, "target", r.target.name)
         df["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
+        df["kv_cache_fits"] = kv_fits
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
 

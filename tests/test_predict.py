@@ -215,13 +215,14 @@ def scenarios(draw):
 
 
 def _feasible(sc) -> bool:
-    """Deployments vLLM would refuse (weights not fitting at this TP, TP not dividing the heads)
-    raise a 'tp' error in predict; the invariants are about deployments that run."""
+    """Deployments vLLM would refuse (weights not fitting at this TP, TP not dividing the heads,
+    ISL + OSL beyond the model's context) raise a 'tp' / 'isl + osl' error in predict; the
+    invariants are about deployments that run."""
     try:
         predict(sc["target"], sc["method"], 1, hardware=sc["hardware"], tp=sc["tp"], concurrency=1, isl=sc["isl"],
                 osl=sc["osl"], acceptance=0.5)
     except SpecsimValueError as e:
-        assert e.field == "tp", e
+        assert e.field in ("tp", "isl + osl"), e
         return False
     return True
 
@@ -521,3 +522,38 @@ def test_partial_drafts_closed_form(f, mean_prop, n, alpha):
 def test_partial_draft_errors(kw, field):
     with pytest.raises(SpecsimValueError, match=field):
         predict("Qwen3-8B", "ngram", 3, hardware="MI300X", acceptance=0.7, **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# sweep() runs predict()'s feasibility checks
+
+
+def test_sweep_refuses_what_predict_refuses():
+    with pytest.raises(SpecsimValueError, match="tp"):
+        sweep("Qwen3-8B", "eagle3", [1, 3], tp=[1, 3], acceptance=0.7)  # 32 heads: TP 3 impossible
+    with pytest.raises(SpecsimValueError, match="isl"):
+        sweep("Qwen3-8B", "eagle3", [3], isl=[1024, 60000], osl=1024, acceptance=0.7)
+    with pytest.raises(SpecsimValueError, match="raise tp"):
+        sweep("Kimi-K2.5", "eagle3", [3], hardware="MI300X", tp=1, acceptance=0.7)
+
+
+def test_sweep_flags_kv_cache_overflow_where_predict_warns():
+    cs = [1, 64, 512, 4096]
+    df = sweep("Qwen3-8B", "eagle3", [1, 7], hardware="MI300X", concurrency=cs, isl=8192, osl=4096, acceptance=0.7)
+    assert df["kv_cache_fits"].any() and not df["kv_cache_fits"].all()
+    for _, row in df.iterrows():
+        p = predict("Qwen3-8B", "eagle3", int(row["num_speculative_tokens"]), hardware="MI300X",
+                    concurrency=int(row["concurrency"]), isl=8192, osl=4096, acceptance=0.7)
+        warned = any("KV cache" in a for a in p.assumptions)
+        assert warned == (not row["kv_cache_fits"]), (row["concurrency"], row["num_speculative_tokens"])
+        assert p.throughput_ratio == pytest.approx(row["throughput_ratio"], rel=1e-12)
+
+
+def test_predict_refuses_a_context_beyond_the_model():
+    """Qwen3-8B's config allows 40960 positions (max_position_embeddings); vLLM refuses more."""
+    from specsim.architecture import load_model
+
+    assert load_model("Qwen3-8B").max_position_embeddings == 40960
+    predict("Qwen3-8B", "eagle3", 3, isl=32768, osl=8192, acceptance=0.7)  # exactly 40960: allowed
+    with pytest.raises(SpecsimValueError, match="max_position_embeddings"):
+        predict("Qwen3-8B", "eagle3", 3, isl=32768, osl=8193, acceptance=0.7)

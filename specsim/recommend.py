@@ -17,20 +17,13 @@ dense grid N = 1..N_max x concurrency C = 1..C_max (one numpy broadcast) and ret
   one that does not fit even at concurrency 1 -- or that vLLM would refuse (TP not dividing the
   heads, weights over HBM, a draft trained for another target) -- is excluded with the reason.
 
-vLLM's schedule field (vLLM 0.32.0, read from the installed wheel)
-------------------------------------------------------------------
-``SpeculativeConfig.num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None``
-(``vllm/config/speculative.py:491``): entries ``(range_start, range_end, num_speculative_tokens)``
-with an inclusive batch-size range.  Validated by
-``vllm/v1/spec_decode/dynamic/utils.py:7`` ``validate_and_normalize_dynamic_sd_schedule`` (list,
-3-int entries, ranges positive, start <= end, k >= 0, sorted by start then non-overlapping,
-first range starting at 1) and expanded by ``build_dynamic_sd_schedule_lookup`` (l.77: gaps and
-the tail after the last range carry the previous k forward up to ``max_num_seqs``; every k is
-clamped to ``num_speculative_tokens``, which must be > 0).  The scheduler looks K up by the number
-of scheduled requests each step (``vllm/v1/core/sched/scheduler.py:1486-1490``).
-:func:`validate_schedule` applies the same rules **and two stricter ones**: the entries must
-already be in ascending order (vLLM sorts silently) and every k must be <= ``num_speculative_tokens``
-(vLLM clamps silently), so a schedule never means something other than what it reads.
+The vLLM side and the tuning study
+----------------------------------
+The schedule rules (``num_speculative_tokens_per_batch_size`` as vLLM 0.32.0 validates and
+expands it; :func:`validate_schedule` adds two stricter rules) and the ``--speculative-config``
+builder live in :mod:`specsim.vllm.schedule`, with their vLLM sources; the tuning study over the
+seed targets, its figures and the computed tuning guide in :mod:`specsim.tuning`.  Both are
+re-exported here (``from specsim.recommend import validate_schedule, tuning_study`` works).
 
 K = 0 is not free
 -----------------
@@ -74,13 +67,29 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .errors import NotCollectedError, SpecsimError, SpecsimValueError
+from .vllm.schedule import SCHEDULE_FIELD, VLLM_VERSION, expand_schedule, speculative_config, validate_schedule
+
+if TYPE_CHECKING:  # re-exported lazily (module __getattr__ at the end): specsim.tuning imports this module
+    from .tuning import (
+        SEED_TARGETS,
+        TUNING_HARDWARE,
+        TuningStudy,
+        best_static_n,
+        make_tuning_figures,
+        plot_acceptance_cutoff,
+        plot_crossover,
+        plot_ratio_heatmaps,
+        plot_schedules,
+        tuning_guide,
+        tuning_guide_facts,
+        tuning_study,
+    )
 
 __all__ = [
     "SCHEDULE_FIELD",
@@ -112,162 +121,7 @@ __all__ = [
     "make_tuning_figures",
 ]
 
-#: vLLM version whose config source the schedule rules were read from.
-VLLM_VERSION = "0.32.0"
-#: The dynamic-speculation field of vLLM's SpeculativeConfig (vllm/config/speculative.py:491).
-SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
 _DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-# ============================================================================================
-# vLLM schedule: validation, expansion, config JSON
-
-
-def _int_like(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def validate_schedule(schedule: Any, num_speculative_tokens: int) -> list[tuple[int, int, int]]:
-    """Validate a dynamic-speculation schedule as vLLM 0.32.0 reads it, plus two stricter rules.
-
-    Parameters
-    ----------
-    schedule : list of (int, int, int)
-        ``[(range_start, range_end, k), ...]``: inclusive batch-size ranges (requests per step)
-        and the number of speculative tokens k to use there (0 = no drafting).
-    num_speculative_tokens : int
-        The config's ``num_speculative_tokens`` (the maximum N; vLLM requires > 0).
-
-    Returns
-    -------
-    list of (int, int, int)
-        The schedule as tuples of Python ints.
-
-    Raises
-    ------
-    SpecsimValueError
-        Field ``num_speculative_tokens_per_batch_size`` (or ``...[i]`` for one entry) naming the
-        rule: not a non-empty list; an entry not three integers; a range not positive or with
-        start > end; k < 0; k > ``num_speculative_tokens`` (vLLM would clamp silently); entries not
-        in ascending order or overlapping (vLLM sorts silently, then rejects overlaps); first range
-        not starting at 1 (``vllm/v1/spec_decode/dynamic/utils.py:7-72``).  Field
-        ``num_speculative_tokens`` when it is not an integer >= 1 (utils.py:88-89).
-    """
-    if not _int_like(num_speculative_tokens) or num_speculative_tokens < 1:
-        raise SpecsimValueError("num_speculative_tokens", "must be an integer >= 1 when a schedule is given "
-                                "(vllm/v1/spec_decode/dynamic/utils.py:88)", num_speculative_tokens)
-    if not isinstance(schedule, (list, tuple)) or len(schedule) == 0:
-        raise SpecsimValueError(SCHEDULE_FIELD, "must be a non-empty list of [range_start, range_end, "
-                                "num_speculative_tokens] entries", schedule)
-    out: list[tuple[int, int, int]] = []
-    prev_end = 0
-    for i, e in enumerate(schedule):
-        name = f"{SCHEDULE_FIELD}[{i}]"
-        if not isinstance(e, (list, tuple)) or len(e) != 3 or not all(_int_like(x) for x in e):
-            raise SpecsimValueError(name, "must be three integers [range_start, range_end, num_speculative_tokens]", e)
-        lo, hi, k = (int(x) for x in e)
-        if lo < 1 or hi < 1:
-            raise SpecsimValueError(name, "batch-size range must be positive", e)
-        if lo > hi:
-            raise SpecsimValueError(name, "range_start must be <= range_end", e)
-        if k < 0:
-            raise SpecsimValueError(name, "num_speculative_tokens must be >= 0", e)
-        if k > num_speculative_tokens:
-            raise SpecsimValueError(name, f"num_speculative_tokens must be <= the config's num_speculative_tokens "
-                                    f"({num_speculative_tokens}); vLLM would clamp it silently", e)
-        if i == 0 and lo != 1:
-            raise SpecsimValueError(name, "the first batch-size range must start at 1 (every batch size needs a k)", e)
-        if lo <= prev_end:
-            raise SpecsimValueError(name, f"ranges must be in ascending order and non-overlapping (previous range "
-                                    f"ends at {prev_end})", e)
-        prev_end = hi
-        out.append((lo, hi, k))
-    return out
-
-
-def expand_schedule(schedule: Any, max_batch_size: int, num_speculative_tokens: int) -> np.ndarray:
-    """Dense batch size -> k lookup, exactly as vLLM builds it.
-
-    Mirrors ``build_dynamic_sd_schedule_lookup`` (``vllm/v1/spec_decode/dynamic/utils.py:77``):
-    gaps between ranges and the tail after the last one carry the previous k forward; every k is
-    clamped to ``num_speculative_tokens``.
-
-    Parameters
-    ----------
-    schedule : list of (int, int, int)
-        Validated with :func:`validate_schedule` first.
-    max_batch_size : int
-        vLLM ``max_num_seqs`` (>= 1).
-    num_speculative_tokens : int
-
-    Returns
-    -------
-    ndarray of int, shape (max_batch_size + 1,)
-        Index b holds k for batch size b; index 0 is unused (0).
-
-    Raises
-    ------
-    SpecsimValueError
-        As :func:`validate_schedule`; ``max_batch_size`` < 1.
-    """
-    sched = validate_schedule(schedule, num_speculative_tokens)
-    if not _int_like(max_batch_size) or max_batch_size < 1:
-        raise SpecsimValueError("max_batch_size", "must be an integer >= 1", max_batch_size)
-    dense = np.zeros(max_batch_size + 1, dtype=int)
-    nxt, last = 1, None
-    for lo, hi, k in sched:
-        if lo > nxt and last is not None:
-            dense[nxt:min(lo, max_batch_size + 1)] = min(num_speculative_tokens, last)
-        dense[max(lo, nxt):min(hi, max_batch_size) + 1] = min(num_speculative_tokens, k)
-        nxt = max(nxt, hi + 1)
-        last = k
-        if nxt > max_batch_size:
-            break
-    if nxt <= max_batch_size:
-        dense[nxt:] = min(num_speculative_tokens, last)
-    return dense
-
-
-def speculative_config(method: str, num_speculative_tokens: int, *, model: str | None = None,
-                       schedule: Sequence[Sequence[int]] | None = None,
-                       extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A ``--speculative-config`` dict for vLLM 0.32.0, validated by specsim's vLLM-faithful parser.
-
-    Parameters
-    ----------
-    method : str
-        vLLM method string.
-    num_speculative_tokens : int
-        N (with a schedule: the maximum k of the schedule).
-    model : str, optional
-        Draft checkpoint (Hugging Face id); omitted for native MTP / n-gram.
-    schedule : list of (int, int, int), optional
-        Dynamic schedule (validated with :func:`validate_schedule`).
-    extra : mapping, optional
-        Further speculative-config keys (e.g. ``draft_tensor_parallel_size``).
-
-    Returns
-    -------
-    dict
-        JSON-ready; ``json.dumps`` of it is what ``vllm serve --speculative-config`` takes.
-
-    Raises
-    ------
-    SpecsimValueError
-        Bad schedule (:func:`validate_schedule`) or any field
-        :func:`specsim.vllm.config.parse_speculative_config` rejects.
-    """
-    from .vllm.config import parse_speculative_config
-
-    cfg: dict[str, Any] = {"method": method}
-    if model is not None:
-        cfg["model"] = model
-    cfg["num_speculative_tokens"] = num_speculative_tokens
-    if schedule is not None:
-        cfg[SCHEDULE_FIELD] = [list(e) for e in validate_schedule(list(schedule), num_speculative_tokens)]
-    cfg.update(dict(extra or {}))
-    parse_speculative_config(cfg)  # raises SpecsimValueError naming the field
-    return cfg
 
 
 # ============================================================================================
@@ -1329,470 +1183,26 @@ def recommend_cli(args) -> int:
 
 
 # ============================================================================================
-# tuning study and figures (used by notebooks/04_tuning_guide.ipynb and the main job)
+# re-exports of specsim.tuning (the tuning study, its figures and guide)
 
-#: Seed targets with the TP of their published runs (data/published/amd_specdec_n_sweeps.csv).
-SEED_TARGETS = (("gemma-4-26B-A4B-it", 2), ("gemma-4-31B-it", 2), ("Qwen3-8B", 1), ("Qwen3.6-35B-A3B", 2),
-                ("Kimi-K2.5", 4))
-TUNING_HARDWARE = ("MI300X", "MI355X")
-
-
-@dataclass(frozen=True)
-class TuningStudy:
-    """Recommendations for the seed targets x published methods x hardware.
-
-    Attributes
-    ----------
-    recommendations : dict[(hardware, target), Recommendation]
-    isl, osl, max_concurrency : int
-    """
-
-    recommendations: dict
-    isl: int
-    osl: int
-    max_concurrency: int
-
-    def items(self):
-        """Iterate ``(hardware, target, MethodRecommendation)``."""
-        for (hw, tgt), rec in self.recommendations.items():
-            for m in rec.methods:
-                yield hw, tgt, m
-
-    def schedule_table(self) -> pd.DataFrame:
-        """One row per (hardware, target, method, band): the recommended schedule."""
-        rows = []
-        for hw, tgt, m in self.items():
-            for b in m.bands:
-                rows.append({"hardware": hw, "target": tgt, "method": m.method, "batch_lo": b.lo, "batch_hi": b.hi,
-                             "num_speculative_tokens": b.num_speculative_tokens, "runner_up_n": b.runner_up_n,
-                             "ratio_at_lo": b.points[0].throughput_ratio,
-                             "ratio_at_hi": b.points[-1].throughput_ratio, "cutoff_n_at_lo": b.points[0].cutoff_n})
-        return pd.DataFrame(rows)
-
-    def summary_table(self) -> pd.DataFrame:
-        """One row per (hardware, target, method): best N at C=1 and at the top of the range (the
-        memory cap when ``concurrency_cap`` is set), crossover, memory headroom; excluded methods
-        with the reason."""
-        rows = []
-        for (hw, tgt), rec in self.recommendations.items():
-            for m in rec.methods:
-                p1 = m.points[0]
-                rows.append({"hardware": hw, "target": tgt, "method": m.method, "best_n_c1": p1.num_speculative_tokens,
-                             "ratio_c1": p1.throughput_ratio, "cutoff_n_c1": p1.cutoff_n,
-                             "best_n_cmax": m.points[-1].num_speculative_tokens,
-                             "ratio_cmax": m.points[-1].throughput_ratio,
-                             "crossover_concurrency": m.crossover_concurrency,
-                             "concurrency_cap": m.concurrency_cap,
-                             "headroom_gib": None if m.memory is None else round(m.memory.headroom_gib, 1)})
-            for meth, why in rec.excluded:
-                rows.append({"hardware": hw, "target": tgt, "method": meth, "excluded": why})
-        return pd.DataFrame(rows)
+#: Public names of :mod:`specsim.tuning` also reachable here. Resolved on first access rather than
+#: imported at the top: specsim.tuning imports this module, so either may be imported first.
+_TUNING_NAMES = frozenset({
+    "SEED_TARGETS", "TUNING_HARDWARE", "TuningStudy", "tuning_study", "plot_ratio_heatmaps", "plot_crossover",
+    "plot_acceptance_cutoff", "plot_schedules", "tuning_guide_facts", "tuning_guide", "best_static_n",
+    "make_tuning_figures",
+})
 
 
-def tuning_study(targets: Sequence[tuple[str, int]] = SEED_TARGETS, hardware: Sequence[str] = TUNING_HARDWARE, *,
-                 isl: int = 1024, osl: int = 1024, max_concurrency: int = 256, latency_factory=None,
-                 dataset: str = "mix", temperature: float | None = 0.0) -> TuningStudy:
-    """Recommendations for every (hardware, target) with its published methods and acceptance.
+def __getattr__(name: str):
+    if name in _TUNING_NAMES:
+        from . import tuning
 
-    Parameters
-    ----------
-    targets : sequence of (name, tp)
-    hardware : sequence of str
-    isl, osl, max_concurrency : int
-    latency_factory : callable(Hardware) -> LatencyModel, optional
-        Default: the shipped calibration (``specsim.calibration.default_latency``).
-    dataset : str
-        Published dataset (default the four-dataset mix).
-    temperature : float or None
-
-    Returns
-    -------
-    TuningStudy
-    """
-    from .hardware import load_hardware
-
-    cs = [c for c in _DEFAULT_CONCURRENCY if c <= max_concurrency]
-    recs = {}
-    for hw_name in hardware:
-        hw = load_hardware(hw_name)
-        lat = latency_factory(hw) if latency_factory is not None else None
-        for tgt, tp in targets:
-            recs[(hw.name, tgt)] = recommend(tgt, None, hardware=hw, tp=tp, isl=isl, osl=osl, concurrency=cs,
-                                             max_concurrency=max_concurrency, latency=lat, dataset=dataset,
-                                             temperature=temperature)
-    return TuningStudy(recs, isl, osl, max_concurrency)
+        value = getattr(tuning, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _methods_by_target(study: TuningStudy, hw: str):
-    return [(tgt, rec) for (h, tgt), rec in study.recommendations.items() if h == hw]
-
-
-def plot_ratio_heatmaps(study: TuningStudy, hardware: str):
-    """Heatmap of the predicted throughput ratio over (N, concurrency), one panel per
-    (target, method), with the recommended N per concurrency and the ratio = 1 contour.
-
-    Row N = 0 (tick "0*", set apart by a white line) is speculation enabled with k = 0 in the
-    dynamic schedule -- a valid schedule entry, not a valid static ``num_speculative_tokens``
-    (vLLM requires > 0); a footnote on the figure says so.  Panel titles give TP and, for a
-    method capped for memory, the cap.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import TwoSlopeNorm
-
-    rows = [(t, rec) for t, rec in _methods_by_target(study, hardware) if rec.methods]
-    ncol = max((len(rec.methods) for _, rec in rows), default=1)
-    height = 2.2 * len(rows) + 1.1  # inches; fixed margins for the suptitle and the footnote
-    fig, axes = plt.subplots(len(rows), ncol, figsize=(3.0 * ncol + 1.0, height), squeeze=False, sharex=True)
-    fig.subplots_adjust(left=0.07, right=0.86, bottom=0.75 / height, top=1 - 0.5 / height, wspace=0.25, hspace=0.35)
-    vmax = max((m.grid["throughput_ratio"].max() for _, rec in rows for m in rec.methods), default=2.0)
-    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=max(vmax, 1.01))
-    im = None
-    for i, (tgt, rec) in enumerate(rows):
-        for j in range(ncol):
-            ax = axes[i, j]
-            if j >= len(rec.methods):
-                ax.axis("off")
-                continue
-            m = rec.methods[j]
-            g = m.grid.pivot(index="num_speculative_tokens", columns="concurrency", values="throughput_ratio")
-            cmax = int(g.columns.max())
-            keep = np.unique(np.round(np.logspace(0, np.log2(cmax), 25, base=2)).astype(int))
-            g = g.loc[:, keep]  # log-spaced columns: the same picture, 10x fewer cells to draw
-            cs = g.columns.to_numpy()
-            ns = g.index.to_numpy()
-            im = ax.pcolormesh(cs, ns, g.to_numpy(), norm=norm, cmap="RdBu", shading="nearest")
-            ax.contour(cs, ns, g.to_numpy(), levels=[1.0], colors="k", linewidths=0.8)
-            sched = m.grid[m.grid["recommended"]].sort_values("concurrency")
-            ax.step(sched["concurrency"], sched["num_speculative_tokens"], where="mid", color="gold", lw=1.5)
-            ax.axhline(0.5, color="w", lw=1.2)  # row 0 is not a static setting: set it apart
-            _log2_axis(ax)
-            ticks = [int(t) for t in ax.get_yticks() if 1 <= t <= ns.max()]
-            ax.set_yticks([0, *ticks], ["0*", *map(str, ticks)])
-            ax.set_ylim(ns.min() - 0.5, ns.max() + 0.5)
-            ax.set_title(f"{tgt} TP={rec.tp} {m.method}" + (f" (cap {m.concurrency_cap})" if m.concurrency_cap
-                                                            else ""), fontsize=8)
-            if j == 0:
-                ax.set_ylabel("N", fontsize=8)
-            if i == len(rows) - 1:
-                ax.set_xlabel("concurrency", fontsize=8)
-    if im is not None:
-        cax = fig.add_axes([0.89, 0.25, 0.015, 0.5])
-        fig.colorbar(im, cax=cax, label="throughput ratio")
-    fig.suptitle(f"Predicted throughput ratio on {hardware} (gold: recommended N; black: ratio = 1)", fontsize=9)
-    fig.text(0.07, 0.12 / height, "* row 0: speculation enabled with k = 0 in the dynamic schedule (the drafter "
-             "still runs one pass per step); not a valid static num_speculative_tokens", fontsize=7)
-    return fig
-
-
-_METHOD_COLORS = {"dflash": "C0", "dspark": "C1", "eagle3": "C2", "mtp": "C3", "eagle": "C4", "ngram": "C5"}
-
-
-def _grid_axes(study: TuningStudy, height: float = 2.4):
-    """Figure with one row per hardware and one column per target."""
-    import matplotlib.pyplot as plt
-
-    hws = list(dict.fromkeys(h for h, _ in study.recommendations))
-    tgts = list(dict.fromkeys(t for _, t in study.recommendations))
-    fig, axes = plt.subplots(len(hws), len(tgts), figsize=(2.9 * len(tgts), height * len(hws) + 0.6), squeeze=False,
-                             sharex=True)
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.86, wspace=0.3, hspace=0.35)
-    return fig, axes, hws, tgts
-
-
-def _log2_axis(ax) -> None:
-    """Log2 concurrency axis with major ticks only (minor log ticks are slow to lay out)."""
-    from matplotlib.ticker import MaxNLocator, NullLocator
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.yaxis.set_major_locator(MaxNLocator(5, integer=True))
-    ax.tick_params(labelsize=7)
-
-
-def _short_reason(why: str) -> str:
-    """A few words for a figure: why a method was excluded."""
-    if "does not fit in memory" in why:
-        return "does not fit in memory at concurrency 1"
-    if "weights need" in why:
-        return "weights do not fit at this TP"
-    if "attention heads" in why:
-        return "TP does not divide the heads"
-    if "trained for" in why:
-        return "draft trained for another target"
-    if "no acceptance" in why:
-        return "no acceptance profile"
-    return why.split(":")[0][:40]
-
-
-def _finish_panel(ax, rec, hw: str, tgt: str, *, ylabel: str | None, xlabel: str | None) -> None:
-    """Common decoration of one (hardware, target) panel: log2 x axis, title with TP, legend,
-    notes on excluded / capped methods, outer axis labels."""
-    _log2_axis(ax)
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{hw} {tgt}" + ("" if rec is None else f" TP={rec.tp}"), fontsize=8)
-    if rec is not None and rec.methods:
-        ax.legend(fontsize=6, loc="upper right")
-    notes = _figure_notes(rec)
-    if notes:
-        ax.text(0.02, 0.02, "\n".join(notes), ha="left", va="bottom", transform=ax.transAxes, fontsize=5.5,
-                bbox=dict(facecolor="white", alpha=0.8, lw=0))
-    if ylabel:
-        ax.set_ylabel(ylabel, fontsize=8)
-    if xlabel:
-        ax.set_xlabel(xlabel, fontsize=8)
-
-
-def _figure_notes(rec) -> list[str]:
-    """Panel notes: excluded methods (with a short reason) and memory caps."""
-    if rec is None:
-        return []
-    notes = [f"{meth} excluded: {_short_reason(why)}" for meth, why in rec.excluded]
-    notes += [f"{m.method} capped at {m.concurrency_cap} (memory)" for m in rec.methods
-              if m.concurrency_cap is not None]
-    return notes
-
-
-def plot_crossover(study: TuningStudy):
-    """Best predicted ratio over N vs concurrency, per method, one panel per (hardware, target, TP),
-    with the crossover concurrency marked (dot: from here the ratio stays < 1) and the ratio = 1
-    line.  Methods capped for memory end at their cap (bar); methods excluded (memory, or a
-    deployment vLLM would refuse) have no curve and are named, with the reason, on the panel.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    fig, axes, hws, tgts = _grid_axes(study)
-    for i, hw in enumerate(hws):
-        for j, tgt in enumerate(tgts):
-            ax = axes[i, j]
-            rec = study.recommendations.get((hw, tgt))
-            for m in (rec.methods if rec else ()):
-                g = m.grid[m.grid["num_speculative_tokens"] > 0]
-                best = g.groupby("concurrency")["throughput_ratio"].max()
-                col = _METHOD_COLORS.get(m.method)
-                ax.plot(best.index, best.to_numpy(), lw=1.2, color=col, label=m.method)
-                if m.crossover_concurrency is not None:
-                    ax.plot([m.crossover_concurrency], [best.loc[m.crossover_concurrency]], "o", color=col)
-                if m.concurrency_cap is not None:
-                    ax.plot([m.concurrency_cap], [best.iloc[-1]], "|", ms=9, mew=1.5, color=col)
-            ax.axhline(1.0, color="k", lw=0.8)
-            _finish_panel(ax, rec, hw, tgt, ylabel="best ratio over N" if j == 0 else None,
-                          xlabel="concurrency" if i == len(hws) - 1 else None)
-    fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on; "
-                 "bar: memory cap)", fontsize=9)
-    return fig
-
-
-def plot_acceptance_cutoff(study: TuningStudy, hardware: str = "MI300X", concurrency: int = 1):
-    """Per-position cumulative acceptance (published mix) per target and method, with the
-    marginal-rule cut-off at ``concurrency`` marked.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    import matplotlib.pyplot as plt
-
-    rows = _methods_by_target(study, hardware)
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.0 * len(rows), 3.0), squeeze=False)
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.16, top=0.84, wspace=0.25)
-    for ax, (tgt, rec) in zip(axes[0], rows):
-        for m in rec.methods:
-            p = np.asarray(m.cumulative)
-            k = np.arange(1, p.size + 1)
-            (line,) = ax.plot(k, p, "o-", ms=3, lw=1, label=m.method, color=_METHOD_COLORS.get(m.method))
-            pt = next(pp for pp in m.points if pp.concurrency == concurrency)
-            ax.axvline(pt.cutoff_n + 0.5, color=line.get_color(), ls="--", lw=0.9)
-        ax.set_title(tgt, fontsize=8)
-        ax.set_xlabel("position k")
-        ax.set_ylim(0, 1.02)
-        if rec.methods:
-            ax.legend(fontsize=6)
-        else:
-            ax.text(0.5, 0.5, "every method excluded\n(memory)", ha="center", va="center", transform=ax.transAxes,
-                    fontsize=7)
-    axes[0, 0].set_ylabel("cumulative acceptance p_k")
-    fig.suptitle(f"Per-position acceptance (published mix); dashed: marginal cut-off at concurrency {concurrency} "
-                 f"on {hardware}", fontsize=9)
-    return fig
-
-
-def plot_schedules(study: TuningStudy):
-    """The recommended dynamic schedule (k vs batch size) per method, one panel per
-    (hardware, target).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-    """
-    fig, axes, hws, tgts = _grid_axes(study)
-    for i, hw in enumerate(hws):
-        for j, tgt in enumerate(tgts):
-            ax = axes[i, j]
-            rec = study.recommendations.get((hw, tgt))
-            for m in (rec.methods if rec else ()):
-                x = [b.lo for b in m.bands] + [m.bands[-1].hi]
-                y = [b.num_speculative_tokens for b in m.bands] + [m.bands[-1].num_speculative_tokens]
-                ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
-            _finish_panel(ax, rec, hw, tgt, ylabel="k" if j == 0 else None,
-                          xlabel="batch size" if i == len(hws) - 1 else None)
-    fig.suptitle("Recommended num_speculative_tokens_per_batch_size (k per batch size)", fontsize=9)
-    return fig
-
-
-def tuning_guide_facts(study: TuningStudy) -> list[str]:
-    """Sentences computed from the study (no prior belief): best N at low / high concurrency,
-    crossover, cut-off vs best N, excluded methods."""
-    facts = []
-    for (hw, tgt), rec in study.recommendations.items():
-        for m in rec.methods:
-            p1, pm = m.points[0], m.points[-1]
-            facts.append(
-                f"{hw} {tgt} {m.method}: N={p1.num_speculative_tokens} at concurrency {p1.concurrency} "
-                f"({p1.throughput_ratio:.2f}x, cut-off {p1.cutoff_n}), N={pm.num_speculative_tokens} at "
-                f"{pm.concurrency} ({pm.throughput_ratio:.2f}x); {len(m.bands)} band(s); {m.crossover_note}.")
-        for meth, why in rec.excluded:
-            facts.append(f"{hw} {tgt} {meth}: excluded -- {why}.")
-    return facts
-
-
-def best_static_n(m: MethodRecommendation) -> tuple[int, float]:
-    """The single N >= 1 that stays closest to the schedule over the whole range.
-
-    Returns
-    -------
-    (n, worst_rel) : (int, float)
-        argmax over N of min over concurrency of ratio(N, C) / ratio(schedule(C), C), and that
-        minimum (1.0 = a static config loses nothing anywhere).
-    """
-    g = m.grid
-    piv = g.pivot(index="num_speculative_tokens", columns="concurrency", values="throughput_ratio")
-    rec = g[g["recommended"]].set_index("concurrency")["throughput_ratio"].reindex(piv.columns).to_numpy()
-    rel = piv.loc[piv.index > 0].to_numpy() / rec[None, :]
-    worst = rel.min(axis=1)
-    i = int(np.argmax(worst))
-    return int(piv.index[piv.index > 0][i]), float(worst[i])
-
-
-_PARALLEL = ("dflash", "dspark")
-
-
-def tuning_guide(study: TuningStudy) -> str:
-    """A short tuning guide in Markdown, every statement computed from ``study`` (no prior belief).
-
-    Covers: best N at low and high concurrency by drafter family, whether it falls or rises with
-    concurrency, the crossover, the marginal cut-off vs the best N, flat optima (runner-ups),
-    whether a static N is enough, the winning method per target, memory exclusions.
-    """
-    items = list(study.items())
-    if not items:
-        return "No method fits in memory for any target: nothing to recommend."
-    cmax = study.max_concurrency
-    out = []
-    for fam, name in ((_PARALLEL, "Parallel drafters (dflash, dspark)"), (None, "Sequential drafters (eagle3, mtp)")):
-        sel = [(hw, t, m) for hw, t, m in items if (m.method in _PARALLEL) == (fam is not None)]
-        if not sel:
-            continue
-        n1 = [m.points[0].num_speculative_tokens for *_, m in sel]
-        nm = [m.points[-1].num_speculative_tokens for *_, m in sel]
-        falls = [f"{t} {m.method} ({hw})" for (hw, t, m), a, b in zip(sel, n1, nm) if b < a]
-        rises = [f"{t} {m.method} ({hw})" for (hw, t, m), a, b in zip(sel, n1, nm) if b > a]
-        out.append(f"- **{name}**: best N at concurrency 1 is {min(n1)}-{max(n1)} (median {np.median(n1):g}); at "
-                   f"concurrency {cmax} it is {min(nm)}-{max(nm)} (median {np.median(nm):g}). It falls with concurrency "
-                   f"in {len(falls)} of {len(sel)} cases and rises in {len(rises)}"
-                   + (f" ({', '.join(rises)})" if rises else "") + ".")
-    cross = [(hw, t, m) for hw, t, m in items if m.crossover_concurrency is not None]
-    if cross:
-        out.append("- **Crossover** (no N beats the non-speculative server from here on): " + "; ".join(
-            f"{t} {m.method} on {hw} at concurrency {m.crossover_concurrency}" for hw, t, m in cross) + ".")
-    else:
-        out.append(f"- **Crossover**: none within concurrency 1..{cmax} -- every method keeps a ratio above 1 up to "
-                   f"{cmax} concurrent requests in these predictions"
-                   + (" (methods capped for memory: up to their cap, below)" if any(
-                       m.concurrency_cap is not None for *_, m in items) else "") + ".")
-    if not all(m.latency_calibrated for *_, m in items):
-        out.append("  Some predictions use a datasheet-only latency model: the crossover moves with the per-step "
-                   "speculative overhead, which is then not calibrated -- measure it before relying on the high "
-                   "concurrency end.")
-    agree = sum(m.points[0].cutoff_n == m.points[0].best_static_n for *_, m in items)
-    out.append(f"- **Per-position cut-off**: the marginal rule (extend N only while p_(N+1) x T(N)/MAL(N) > the added "
-               f"step time) lands on the best N at concurrency 1 in {agree} of {len(items)} cases: the cut-off read off "
-               "the per-position acceptance and the step times gives the N a full sweep would.")
-    bands = [b for *_, m in items for b in m.bands]
-    flat = sum(b.runner_up_n is not None for b in bands)
-    out.append(f"- **Flat optima**: {flat} of {len(bands)} bands have a runner-up N within 2 % over the whole band; "
-               "there the smaller of the two is within 2 % with fewer drafted tokens per step.")
-    static = [(hw, t, m.method, *best_static_n(m)) for hw, t, m in items]
-    enough = [x for x in static if x[4] >= 0.98]
-    worst = min(static, key=lambda x: x[4])
-    out.append(f"- **Static vs dynamic**: a single static N stays within 2 % of the schedule over 1..{cmax} in "
-               f"{len(enough)} of {len(static)} cases; the largest loss of the best static N is "
-               f"{(1 - worst[4]) * 100:.0f} % ({worst[1]} {worst[2]} on {worst[0]}, N={worst[3]}). Use the schedule "
-               "where the loss matters and data parallelism is off (vLLM drops the schedule with DP > 1).")
-    for hw in dict.fromkeys(h for h, _ in study.recommendations):
-        wins = []
-        for tgt, rec in _methods_by_target(study, hw):
-            if rec.methods:
-                lo = max(rec.methods, key=lambda m: m.points[0].throughput_ratio)
-                hi = max(rec.methods, key=lambda m: m.points[-1].throughput_ratio)
-                wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {cmax}")
-        out.append(f"- **Best method on {hw}**: " + "; ".join(wins) + ".")
-    capped = [(hw, t, m) for hw, t, m in items if m.concurrency_cap is not None]
-    if capped:
-        out.append(f"- **Memory caps** (the KV cache of {cmax} x {study.isl + study.osl} tokens does not fit; the "
-                   "recommendation, including the 'high concurrency' figures above, stops at the largest concurrency "
-                   "that fits): " + "; ".join(f"{t} {m.method} on {hw} at {m.concurrency_cap}" for hw, t, m in capped)
-                   + ".")
-    excl = [(hw, t, meth, why) for (hw, t), rec in study.recommendations.items() for meth, why in rec.excluded]
-    if excl:
-        out.append("- **Excluded**: "
-                   + "; ".join(f"{t} {meth} on {hw} ({why.split('; ')[-1]})" for hw, t, meth, why in excl) + ".")
-    return "\n".join(out)
-
-
-def make_tuning_figures(figures_dir, *, study: TuningStudy | None = None, latency_factory=None) -> list[Path]:
-    """Regenerate the tuning figures (``tuning_*.png``) into ``figures_dir``.
-
-    Parameters
-    ----------
-    figures_dir : path
-        Created if missing.
-    study : TuningStudy, optional
-        Default :func:`tuning_study` with the shipped calibration.
-    latency_factory : callable, optional
-        Passed to :func:`tuning_study`.
-
-    Returns
-    -------
-    list of Path
-        The files written: ``tuning_ratio_heatmap_<hw>.png`` per hardware, ``tuning_crossover.png``,
-        ``tuning_acceptance_cutoff.png``, ``tuning_schedule.png`` and ``tuning_schedule.csv``.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(figures_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    st = study if study is not None else tuning_study(latency_factory=latency_factory)
-    paths = []
-    hws = list(dict.fromkeys(h for h, _ in st.recommendations))
-    figs = [(f"tuning_ratio_heatmap_{hw}.png", plot_ratio_heatmaps(st, hw)) for hw in hws]
-    figs += [("tuning_crossover.png", plot_crossover(st)),
-             ("tuning_acceptance_cutoff.png", plot_acceptance_cutoff(st, hws[0])),
-             ("tuning_schedule.png", plot_schedules(st))]
-    for name, fig in figs:
-        p = out_dir / name
-        fig.savefig(p, dpi=110)
-        plt.close(fig)
-        paths.append(p)
-    p = out_dir / "tuning_schedule.csv"
-    st.schedule_table().to_csv(p, index=False)
-    paths.append(p)
-    return paths
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_TUNING_NAMES})

@@ -641,7 +641,7 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
     write_calibration(data_path("calibration", "MI300X.json"), calibration_record(rep.params, rep.summary))
     write_calibration(data_path("calibration", "MI355X.json"), calibration_record(rep.params, rep.summary, hardware="MI355X"))
     written = figures.reproduction_figures(rep, curves, sens_fixed, figures_dir)
-    for extra in ("specsim.recommend:make_tuning_figures", "specsim.validation:make_validation_figures"):
+    for extra in ("specsim.tuning:make_tuning_figures", "specsim.validation:make_validation_figures"):
         mod, fn = extra.split(":")
         try:
             import importlib

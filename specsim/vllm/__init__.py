@@ -1,4 +1,5 @@
-"""vLLM glue: read vLLM's speculative-decoding outputs and validate speculative configs.
+"""vLLM glue: read vLLM's speculative-decoding outputs, validate speculative configs and build
+dynamic-speculation schedules (:mod:`specsim.vllm.schedule`).
 
 The only specsim package that knows vLLM's formats. Nothing here imports vllm or torch;
 ``prometheus_client`` (extra ``specsim[vllm]``) is imported only by the Prometheus parser.
@@ -21,8 +22,10 @@ from .ingest import (
     read_prometheus,
     read_spec_decode_log,
 )
+from .schedule import SCHEDULE_FIELD, expand_schedule, speculative_config, validate_schedule
 
 __all__ = [
+    "SCHEDULE_FIELD",
     "BenchResult",
     "IngestWarning",
     "LogRecord",
@@ -31,6 +34,7 @@ __all__ = [
     "SpecDecodeLog",
     "SpeculativeConfig",
     "diff_scrapes",
+    "expand_schedule",
     "parse_offline_metrics",
     "parse_prometheus_text",
     "parse_speculative_config",
@@ -38,4 +42,6 @@ __all__ = [
     "read_bench_result",
     "read_prometheus",
     "read_spec_decode_log",
+    "speculative_config",
+    "validate_schedule",
 ]

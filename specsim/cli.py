@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -191,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="evaluate a grid of N x concurrency x hardware")
     _add_scenario_args(p)
-    p.add_argument("--n", default="1,2,3,4,5,7,11,15", help="comma-separated proposal lengths")
+    p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default="1,2,3,4,5,7,11,15",
+                   help="comma-separated proposal lengths N")
     p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
     p.add_argument("--out", help="write the tidy CSV here")
     p.set_defaults(func=_cmd_sweep)
@@ -233,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     except SpecsimError as e:
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at interpreter exit
+        except OSError:
+            pass
+        return 0
     except OSError as e:  # unwritable --out, missing file: no traceback
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2

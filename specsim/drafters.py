@@ -2,7 +2,7 @@
 
 ``get_drafter(method, ...)`` returns a ``Drafter`` whose ``draft_time(latency, target, n=..., ...)``
 gives the seconds the drafter spends per verification step (broadcasting over ``n`` and
-``batch``), computed with the same latency model as the target (DESIGN.md section 3):
+``batch``), computed with the same latency model as the target (docs/architecture.md, drafters.py):
 
 * ``sequential`` (``mtp``, ``eagle``, ``eagle3``, ``draft_model``): a first draft pass over the
   step's N+1 verified tokens per request, then N-1 single-token passes.  Source: vLLM 0.32
@@ -94,7 +94,7 @@ class DraftNet:
     Parameter counts are computed from dimensions: attention q/k/v from ``attn_input_dim`` (2h for
     EAGLE-3, whose attention reads [embedding; hidden]), q doubled with ``q_gate`` (Qwen3.5/3.6
     gated attention), no k/v weights when ``kv_proj`` is False (Gemma 4 assistant); SwiGLU/GeGLU
-    MLP 3*h*I; MoE experts 3*h*I_moe each, touched experts E*(1-(1-k/E)^T) (DESIGN.md section 4);
+    MLP 3*h*I; MoE experts 3*h*I_moe each, touched experts E*(1-(1-k/E)^T) (docs/architecture.md, latency.py);
     ``fc_params`` covers fc / eh_proj / pre- and post-projections; the lm_head has
     ``lm_vocab`` x ``lm_dim`` weights applied at the sampled positions (``lm_positions``:
     "last" = 1 per sequence, "all" = q, "all_but_first" = q-1).  Norms are ignored.
@@ -506,17 +506,21 @@ def derive_draft_spec(target: Any, method: str) -> dict:
     fc 3h->h, own 32000-row draft lm_head (speculators defaults).  ``eagle``: 1 layer, fc 2h->h,
     the target's full-vocab lm_head (EAGLE-1 reuses the target head).  ``dflash``: 5 layers,
     fc 5h->h, target lm_head, block 16.  Dense MLP width: the target's ``intermediate_size``
-    (dense targets) or 3h (MoE targets); MLA targets get 128-dim MHA heads.  Every such choice is
-    recorded as an assumption.
+    (dense targets) or 3h (MoE targets); MLA targets get 128-dim MHA heads.  ``mtp``: the target's
+    own native MTP module(s) (``num_nextn_predict_layers`` / ``mtp_num_hidden_layers`` > 0), see
+    :func:`_derive_native_mtp_spec`.  Every such choice is recorded as an assumption.
 
     Raises
     ------
     SpecsimValueError
-        ``method`` other than eagle / eagle3 / dflash, or a target without dimensions.
+        ``method`` other than eagle / eagle3 / dflash / mtp, a target without dimensions, or
+        ``mtp`` for a target without native MTP layers.
     """
+    if method == "mtp":
+        return _derive_native_mtp_spec(target)
     if method not in ("eagle", "eagle3", "dflash"):
         raise SpecsimValueError("method", "no generic draft derivation for this method (needs a draft spec)",
-                                method, ["eagle", "eagle3", "dflash"])
+                                method, ["eagle", "eagle3", "dflash", "mtp"])
     try:
         h, heads, kv, vocab = (int(target.hidden_size), int(target.num_attention_heads), int(target.num_kv_heads),
                                int(target.vocab_size))
@@ -544,6 +548,44 @@ def derive_draft_spec(target: Any, method: str) -> dict:
     if method == "dflash":
         spec.update(block_size=16, query_tokens="n+1")
     return spec
+
+
+def _derive_native_mtp_spec(target: Any) -> dict:
+    """Native MTP module of a target whose config declares one (DeepSeek-V3 style, vLLM
+    ``model_executor/models/deepseek_mtp.py``): per native depth one decoder layer at the target's
+    dimensions (its attention kind, its MoE block with the same experts / top-k / shared experts, or
+    its dense MLP), ``eh_proj`` Linear(2h -> h) over [norm(embedding); norm(hidden)], embedding and
+    lm_head shared with the target.  vLLM re-runs the module when N exceeds the native depth."""
+    depth = int(getattr(target, "num_mtp_layers", 0) or 0)
+    if depth < 1:
+        raise SpecsimValueError("method", f"{getattr(target, 'name', 'target')} declares no native MTP layers "
+                                "(num_nextn_predict_layers / mtp_num_hidden_layers = 0); vLLM 'mtp' needs them",
+                                "mtp", ["eagle", "eagle3", "dflash", "draft_model", "ngram"])
+    cfg = getattr(target, "config", {}) or {}
+    h, heads, kv = int(target.hidden_size), int(target.num_attention_heads), int(target.num_kv_heads)
+    mla = getattr(target, "attention_kind", "gqa") == "mla"
+    arch = {"num_layers": 1, "hidden_size": h,
+            "attention": [{"count": 1, "num_heads": heads, "kv_heads": heads if mla else kv,
+                           "head_dim": 128 if mla else int(target.head_dim)}],
+            "attn_input_dim": h, "fc_params": 2 * h * h,
+            "lm_head": {"vocab": int(target.vocab_size), "dim": h, "shared_with_target": True},
+            "lm_positions": "last"}
+    assum = [f"assumed: no seed mtp spec for {target.name}; its native MTP module derived from the target "
+             f"({depth} native layer(s) at the target's dimensions, eh_proj 2h->h, shared embedding / lm_head"
+             f"{', MLA attention modelled as 128-dim MHA heads' if mla else ''})"]
+    if getattr(target, "is_moe", False):
+        moe_i = int(cfg.get("moe_intermediate_size") or target.expert_params // (3 * h))
+        shared = int(cfg.get("shared_expert_intermediate_size") or 0) or int(target.num_shared_experts) * moe_i
+        arch.update(intermediate_size=0, moe_num_experts=int(target.num_experts),
+                    moe_experts_per_token=int(target.experts_per_token), moe_intermediate_size=moe_i,
+                    shared_expert_intermediate_size=shared)
+    else:
+        arch["intermediate_size"] = int(cfg.get("intermediate_size") or 4 * h)
+    return {"name": f"{target.name}-mtp-derived", "checkpoint": f"{getattr(target, 'hf_id', None) or target.name} "
+            "(native MTP layer)", "method": "mtp", "target": target.name, "kind": "sequential",
+            "shares_target_weights": True, "shares_target_kv": False, "precision": None, "native_depth": depth,
+            "architecture": arch, "sources": {"structure": "see _derive_native_mtp_spec docstring"},
+            "assumptions": assum}
 
 
 def _find_spec(name: str) -> dict | None:
@@ -659,7 +701,7 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
         try:
             spec = default_draft(getattr(target, "name", target), canon)
         except SpecsimValueError:
-            if canon not in ("eagle", "eagle3", "dflash") or isinstance(target, str):
+            if canon not in ("eagle", "eagle3", "dflash", "mtp") or isinstance(target, str):
                 raise
             spec = derive_draft_spec(target, canon)
     elif isinstance(draft_model, Mapping):

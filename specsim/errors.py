@@ -35,10 +35,21 @@ class SpecsimValueError(SpecsimError, ValueError):
         self.allowed = list(allowed) if allowed is not None else None
         msg = f"{field}: {rule}"
         if value is not None:
-            msg += f" (got {value!r})"
+            msg += f" (got {_plain(value)!r})"
         if self.allowed is not None:
             msg += f"; allowed: {', '.join(map(str, self.allowed))}"
         super().__init__(msg)
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers, so messages read ``1.2`` rather than ``np.float64(1.2)``."""
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "shape", None) == ():
+        try:
+            return item()
+        except (TypeError, ValueError):
+            return value
+    return value
 
 
 class DataError(SpecsimError):

@@ -1,7 +1,7 @@
 """Throughput ratio, MAL and step-time breakdown of speculative decoding: ``predict``, ``sweep``,
 ``best_n``.
 
-The model (DESIGN.md §3-§5; Leviathan et al. 2023, "Fast Inference from Transformers via
+The model (docs/architecture.md; Leviathan et al. 2023, "Fast Inference from Transformers via
 Speculative Decoding", ICML, eq. 1 and Thm 3.8 for the constant-acceptance special case):
 
 * baseline decode step at concurrency C, mean decode context L:
@@ -18,7 +18,7 @@ Speculative Decoding", ICML, eq. 1 and Thm 3.8 for the constant-acceptance speci
   takes (``t_target(C-1, 1 + ISL/(C-1), L) - t_target(C-1, 1, L)``: weights are read anyway), or a
   standalone ISL-token forward when C = 1:
   ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``; the throughput ratio is the ratio
-  of the two arms' tok/s.  With ``t_prefill = 0`` this is ``MAL * T_base / T_spec`` (DESIGN.md §5).
+  of the two arms' tok/s.  With ``t_prefill = 0`` this is ``MAL * T_base / T_spec``.
 
 The mean context of the decode phase is ``L = ISL + OSL / 2`` tokens.
 
@@ -175,10 +175,19 @@ class Prediction:
 
 def _check_draft_matches_target(drafter, target, field: str) -> None:
     """A shipped draft checkpoint trained for another target is refused (its acceptance and even
-    its vocabulary belong to that target)."""
+    its vocabulary belong to that target), and so is a ``draft_model`` whose vocabulary differs
+    from the target's by more than padding (vLLM ``v1/sample/rejection_sampler.py`` compares the two
+    distributions over one vocabulary)."""
     from .catalog import data_path
     from .drafters import _specs  # cached, read-only parse of data/drafters (no per-call copies)
 
+    draft = getattr(drafter, "draft", None)
+    if getattr(drafter, "method", None) == "draft_model" and draft is not None:
+        vd, vt = getattr(draft, "vocab_size", None), getattr(target, "vocab_size", None)
+        if vd and vt and abs(vd - vt) > 0.01 * vt:  # padded vocabularies of one tokenizer differ by < 1 %
+            raise SpecsimValueError(field, f"draft vocabulary ({vd} tokens) differs from the target's ({vt}): vLLM's "
+                                    "rejection sampler compares draft and target distributions token by token, so "
+                                    "a draft model must share the target's tokenizer", getattr(draft, "name", vd))
     name = getattr(drafter, "name", None)
     if not name:
         return
@@ -280,6 +289,7 @@ def resolve_inputs(
         from .calibration import default_latency
 
         latency = default_latency(hw, tgt.name, is_moe=bool(getattr(tgt, "is_moe", False)))
+    scope = getattr(latency, "calibration_scope", None)
 
     if acceptance is None:
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
@@ -302,6 +312,9 @@ def resolve_inputs(
     elif temperature is not None and prof_t is None:
         assumptions.append(f"acceptance profile has no recorded temperature; assumed valid at temperature {temperature}")
     assumptions.extend(getattr(acceptance, "assumptions", ()))
+    assumptions.extend(getattr(drafter, "assumptions", ()) or ())  # e.g. a draft derived from the target
+    if scope:
+        assumptions.append(scope)
     if num_speculative_tokens is not None:
         num_speculative_tokens = _int_field("num_speculative_tokens", num_speculative_tokens)
     return _Resolved(
@@ -607,7 +620,8 @@ def check_feasibility(r: _Resolved, *, tp: int, concurrency: int, isl: int, osl:
         ``tp`` does not divide the target's attention heads (vLLM requires
         ``num_attention_heads % tensor_parallel_size == 0``, ``model_executor/models/*``);
         ``isl + osl`` exceeds the target's ``max_position_embeddings``; the target (+ draft)
-        weights do not fit in the GPUs' memory at this TP (``specsim.memory.memory_budget``).
+        weights do not fit in the GPUs' memory at this TP, or the KV cache of one request does
+        not fit beside them (``specsim.memory.memory_budget``).
 
     Returns
     -------
@@ -648,6 +662,11 @@ def _check_deployment(r: _Resolved, *, tp: int, isl: int, osl: int, concurrency:
         raise SpecsimValueError(
             "tp", f"target + draft weights need {weights / 2**30:.1f} GiB per GPU but {mb.hardware} offers "
             f"{mb.usable_bytes / 2**30:.1f} GiB usable at TP={tp}: raise tp", tp)
+    if mb.max_concurrency_fit < 1:
+        raise SpecsimValueError(
+            "isl + osl", f"the KV cache of ONE request of {isl + osl} tokens does not fit beside the weights on "
+            f"{mb.hardware} at TP={tp} (vLLM refuses such a max_model_len): shorten the sequence or raise tp",
+            isl + osl)
     return mb
 
 

@@ -665,6 +665,11 @@ def _draft_checkpoint(drafter) -> str | None:
     return src.split(": ", 1)[1] if ": " in src else name
 
 
+def _is_placeholder(model: str | None) -> bool:
+    """True for the stand-in name of a draft derived from the target (no real checkpoint)."""
+    return bool(model) and str(model).startswith("(derived ")
+
+
 def _hf_id(target) -> str:
     from .catalog import data_path
 
@@ -838,6 +843,10 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     model = _draft_checkpoint(r.drafter)
     nmax_sched = max(k for _, _, k in schedule)
     assumptions = list(r.assumptions)
+    if _is_placeholder(model):
+        assumptions.append(f"no published {r.method} checkpoint for {r.target.name}: the config's model field "
+                           f"{model!r} is a PLACEHOLDER (costs from a draft derived from the target); put your "
+                           "checkpoint's id there before giving the config to vLLM")
     if nmax_sched == 0:
         cfg = None
     elif len(schedule) == 1:
@@ -1175,6 +1184,13 @@ def recommend_cli(args) -> int:
         if best is None or best.speculative_config is None:
             why = "; ".join(f"{m}: {r}" for m, r in rec.excluded) or "speculation does not pay in the range asked"
             print(f"specsim: no speculative config recommended ({why})", file=sys.stderr)
+            return 1
+        model = (best.speculative_config or {}).get("model")
+        if _is_placeholder(model):
+            print(f"specsim: no published {best.method} draft checkpoint for {args.target} (the costs use a draft "
+                  f"derived from the target), so the config's model field would be the placeholder {model!r}; "
+                  "run without --config-only to see the config and put your checkpoint's id in it",
+                  file=sys.stderr)
             return 1
         print(best.speculative_config_json)
         return 0

@@ -108,7 +108,7 @@ def test_leviathan_closed_form(alpha, n, c):
     (0.8, 3, 0.1, 1, 256, 0.05), (0.6, 7, 0.02, 32, 1024, 0.2), (0.9, 15, 0.05, 128, 64, 0.5),
 ])
 def test_prefill_dilutes_ratio(alpha, n, c, conc, osl, prefill_s):
-    """With a prefill of P seconds per request shared by both arms (DESIGN.md §5):
+    """With a prefill of P seconds per request shared by both arms (docs/architecture.md, predict.py):
     ratio = (C P + OSL T) / (C P + OSL / MAL * T (1 + N c)), between 1 and the decode ratio."""
     t = 0.01
     p, _ = _predict_const(alpha, n, c, t_s=t, prefill_s=prefill_s, concurrency=conc, osl=osl)
@@ -557,3 +557,40 @@ def test_predict_refuses_a_context_beyond_the_model():
     predict("Qwen3-8B", "eagle3", 3, isl=32768, osl=8192, acceptance=0.7)  # exactly 40960: allowed
     with pytest.raises(SpecsimValueError, match="max_position_embeddings"):
         predict("Qwen3-8B", "eagle3", 3, isl=32768, osl=8193, acceptance=0.7)
+
+
+def test_predict_refuses_when_one_request_kv_does_not_fit():
+    """gemma-4-31B-it allows 262144 positions, but at TP 1 on an 80 GB H100 the KV cache of ONE
+    request of 251k tokens does not fit next to its weights: refused, not a 0 tok/s prediction."""
+    with pytest.raises(SpecsimValueError, match="ONE request"):
+        predict("gemma-4-31B-it", "dflash", 7, hardware="H100 SXM", tp=1, isl=250000, osl=1000, acceptance=0.7)
+
+
+def test_draft_model_with_another_tokenizer_is_refused():
+    with pytest.raises(SpecsimValueError, match="tokenizer"):
+        predict("Llama-3.3-70B-Instruct", "draft_model", 5, draft="SmolLM2-135M-Instruct", tp=4, acceptance=0.7)
+    # same tokenizer family (Llama 3.1 8B drafting for Llama 3.3 70B): accepted
+    p = predict("Llama-3.3-70B-Instruct", "draft_model", 5, draft="Llama-3.1-8B-Instruct", tp=4, acceptance=0.7)
+    assert p.throughput_ratio > 0
+
+
+def test_native_mtp_is_derived_from_a_target_that_declares_it():
+    """DeepSeek-V3 declares one native MTP layer (num_nextn_predict_layers = 1) and has no seed spec:
+    the MTP module is derived from the target (one MoE decoder layer at its dimensions, shared
+    lm_head), the derivation is stated in the assumptions, and a target without MTP layers is
+    refused with the methods it can use."""
+    from specsim.architecture import load_model
+    from specsim.drafters import get_drafter
+
+    tgt = load_model("DeepSeek-V3")
+    d = get_drafter("deepseek_mtp", target=tgt)
+    assert d.kind == "sequential" and d.shares_target_weights
+    assert d.draft.hidden_size == tgt.hidden_size
+    p = predict("DeepSeek-V3", "deepseek_mtp", 3, hardware="MI300X", tp=8, acceptance=0.8, concurrency=16)
+    assert any("native MTP module derived" in a for a in p.assumptions)
+    # draft time grows with N (one module pass per drafted token)
+    t = [predict("DeepSeek-V3", "mtp", n, hardware="MI300X", tp=8, acceptance=0.8, concurrency=16).t_draft_s
+         for n in (1, 2, 4)]
+    assert t[0] < t[1] < t[2]
+    with pytest.raises(SpecsimValueError, match="no native MTP"):
+        predict("Llama-3.1-8B-Instruct", "mtp", 3, acceptance=0.8)

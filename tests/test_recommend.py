@@ -559,3 +559,18 @@ def test_calibration_object_supplies_the_step_time_error():
     mal = sum(ALPHA**i for i in range(k + 1))  # constant acceptance: no acceptance interval
     assert p.ratio_lo == pytest.approx((t_pf + OSL * A) / (t_pf + OSL / mal * T * (1 + z * 0.04)), rel=1e-10)
     assert "0.04" in m.interval_note
+
+
+def test_config_only_refuses_a_placeholder_draft_checkpoint(capsys):
+    """Llama-3.1-8B-Instruct has no published EAGLE-3 checkpoint in data/drafters: the costs use a
+    draft derived from the target, the printed config's model field would be a placeholder, so
+    --config-only refuses (exit 1) and the full recommendation says so in its assumptions."""
+    from specsim.cli import main
+
+    argv = ["recommend", "--target", "Llama-3.1-8B-Instruct", "--method", "eagle3", "--hardware", "H100",
+            "--acceptance", "0.8", "--concurrency", "1,8"]
+    assert main(argv + ["--config-only"]) == 1
+    err = capsys.readouterr().err
+    assert "placeholder" in err and "(derived eagle3 for Llama-3.1-8B-Instruct)" in err
+    rec = recommend("Llama-3.1-8B-Instruct", "eagle3", hardware="H100", acceptance=0.8, concurrency=[1, 8])
+    assert any("PLACEHOLDER" in a for a in rec.methods[0].assumptions)

@@ -70,15 +70,23 @@ def load_calibration(hardware_name: str) -> dict[str, Any] | None:
 
 def _target_values(cal: dict, target_name: str | None, is_moe: bool | None = None) -> dict:
     """Per-target values of ``target_name``; else the medians of its kind (``per_kind``); else {}."""
+    return _target_values_and_source(cal, target_name, is_moe)[0]
+
+
+def _target_values_and_source(cal: dict, target_name: str | None, is_moe: bool | None = None) -> tuple[dict, str]:
+    """As :func:`_target_values`, with a phrase saying where the values come from."""
     pt = cal.get("per_target") or {}
     if target_name:
         key = _key(str(target_name).split("/")[-1])
         for name, vals in pt.items():
             if _key(name) == key:
-                return dict(vals)
+                return dict(vals), f"fitted values of {name}"
     if is_moe is not None:
-        return dict((cal.get("per_kind") or {}).get("moe" if is_moe else "dense") or {})
-    return {}
+        kind = "moe" if is_moe else "dense"
+        vals = (cal.get("per_kind") or {}).get(kind) or {}
+        if vals:
+            return dict(vals), f"medians of the fitted {'mixture-of-experts' if is_moe else 'dense'} targets"
+    return {}, "medians of all fitted targets"
 
 
 def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None):
@@ -113,13 +121,11 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
         rl.calibration_is_moe = None
         return rl
     eff = dict(cal["efficiency"])
-    tv = _target_values(cal, target_name, is_moe)
+    tv, tv_source = _target_values_and_source(cal, target_name, is_moe)
     for k in ("fixed_s", "compute"):
         if k in tv:
             eff[k] = tv[k]
-    note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]"
-    if tv:
-        note += f"; per-target values for {target_name}"
+    note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]; for {target_name or 'this target'}: {tv_source}"
     if cal.get("transferred_from"):
         note += f"; parameters TRANSFERRED from {cal['transferred_from']} (not fitted on this hardware)"
     rl = Roofline(hardware, Efficiency(**eff), calibrated=bool(cal.get("calibrated", True)),
@@ -127,6 +133,12 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
     rl.calibration_file = cal["_path"]
     rl.calibration_target = target_name
     rl.calibration_is_moe = is_moe
+    rl.calibration_scope = (
+        f"latency and speculative overheads from {Path(cal['_path']).name} ({tv_source}"
+        + (f", transferred from {cal['transferred_from']}" if cal.get("transferred_from") else "")
+        + f"), fitted on {cal.get('stack', 'one serving stack')} at an assumed concurrency "
+        f"{cal.get('concurrency_assumed', '?')}: absolute times at other concurrencies, on other stacks or "
+        "for unfitted targets are extrapolations; pass latency= / overhead= measured on your stack")
     return rl
 
 

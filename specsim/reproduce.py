@@ -1,7 +1,7 @@
 """Reproduce the published speculative-decoding tables (vllm-amd-specdec-post appendix, MI300X;
 amd-eagle3-post, MI355X) with the analytical model, honestly.
 
-Protocol (DESIGN.md §6; issue "specsim core and the main job" §7):
+Protocol (docs/architecture.md; issue "specsim core and the main job" §7):
 
 * **Inputs taken from measurement, per row**: the row's published per-position cumulative
   acceptance (hence its MAL); the target / drafter architectures (``data/models``,
@@ -37,7 +37,7 @@ from .catalog import data_path
 from .errors import SpecsimError, SpecsimValueError
 
 __all__ = [
-    "StackParams", "load_sweeps", "load_workloads", "fit_stack", "reproduce", "Reproduction",
+    "StackParams", "load_sweeps", "load_workloads", "fit_stack", "reproduce", "Reproduction", "parameter_table",
     "mi355x_eagle3_curves", "run_main_job", "PUBLISHED_METHODS",
 ]
 
@@ -360,6 +360,22 @@ class Reproduction:
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+def parameter_table(params: StackParams) -> pd.DataFrame:
+    """The fitted parameters as a table: one ``global`` row (the stack-wide parameters, plus the
+    smoothing exponent and the assumed concurrency), one row per fitted target and one row per
+    kind (``median: moe`` / ``median: dense``, what an unfitted target of that kind gets).
+    Per-target parameters are NaN in the global row (they are not used there)."""
+    glob = {k: getattr(params, k) for k in FIT_PARAMS if k not in {k2 for v in params.per_target.values() for k2 in v}}
+    glob.update(smooth_p=params.smooth_p, concurrency=params.concurrency)
+    rows = [pd.Series(glob, name="global").to_frame().T.assign(scope="global")]
+    if params.per_target:
+        rows.append(pd.DataFrame(params.per_target).T.assign(scope="fitted target"))
+        for kind, flag in (("moe", True), ("dense", False)):
+            rows.append(pd.Series(_median_values(params.per_target, flag), name=f"median: {kind}").to_frame().T
+                        .assign(scope="unfitted target of this kind"))
+    return pd.concat(rows, sort=False)
+
+
 def _param_columns(params: StackParams) -> dict:
     """Fitted values for a table row: global parameters as they are, per-target ones as their
     median over the fitted targets (column suffix ``_median_per_target``)."""
@@ -639,7 +655,8 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
     summary["seed_table"] = seed_table_check(rep).to_dict(orient="records")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     write_calibration(data_path("calibration", "MI300X.json"), calibration_record(rep.params, rep.summary))
-    write_calibration(data_path("calibration", "MI355X.json"), calibration_record(rep.params, rep.summary, hardware="MI355X"))
+    for hw in ("MI325X", "MI355X"):  # same vendor stack; MI325X is the same CDNA3 silicon with more HBM
+        write_calibration(data_path("calibration", f"{hw}.json"), calibration_record(rep.params, rep.summary, hardware=hw))
     written = figures.reproduction_figures(rep, curves, sens_fixed, figures_dir)
     for extra in ("specsim.tuning:make_tuning_figures", "specsim.validation:make_validation_figures"):
         mod, fn = extra.split(":")
@@ -652,7 +669,8 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
         written += list(f(figures_dir))
     print(json.dumps({k: v for k, v in summary.items() if k != "seed_table"}, indent=2, default=float))
     print(seed_table_check(rep).to_string(index=False))
-    print(f"wrote {len(written)} figures to {figures_dir}/ and tables to {out_dir}/")
+    n_png = sum(1 for w in written if str(w).endswith(".png"))
+    print(f"wrote {n_png} figures and {len(written) - n_png} other files to {figures_dir}/, tables to {out_dir}/")
     return summary
 
 

@@ -6,7 +6,7 @@ What is checked:
   while a fit row does;
 * held-out error metrics are computed on held-out rows only; the best-N table is right on a
   constructed table;
-* the seed-table check carries the appendix numbers (SEED-FACTS.md: the post's summary table
+* the seed-table check carries the appendix numbers (data/published/amd_specdec_best.csv: the post's summary table
   disagrees with its own appendix in three rows);
 * regression guards on the held-out error (tolerance stated below);
 * the MI355X EAGLE-3 transfer prediction against the published concurrency trend;
@@ -168,7 +168,7 @@ def test_best_n_table_on_constructed_table():
 
 
 def test_appendix_numbers_behind_the_seed_table(sweeps):
-    """SEED-FACTS.md: the summary table disagrees with the appendix in three rows."""
+    """data/published/amd_specdec_best.csv: the summary table disagrees with the appendix in three rows."""
     # Gemma 4 MTP on gemma-4-26B: summary says MATH500 2.74x at N=5; 2.74x is GSM8K N=5, MATH500 N=5 is 2.83x
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "mtp_gemma4_assistant", "GSM8K", 5) == 2.74
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "mtp_gemma4_assistant", "MATH500", 5) == 2.83
@@ -396,3 +396,19 @@ def test_shipped_calibration_applies_kind_medians_in_predict():
     b = predict("MiniMax-M2.5", "eagle3", 3, hardware="MI300X", tp=4, acceptance=0.7, concurrency=8,
                 latency=default_latency(hw, "MiniMax-M2.5", is_moe=True))
     assert a.throughput_ratio == pytest.approx(b.throughput_ratio, rel=1e-12)
+
+
+def test_parameter_table_shows_only_what_is_used(rep):
+    """The notebook's parameter table: per-target parameters appear per fitted target and as the
+    per-kind medians (the values data/calibration ships), never as unused global defaults."""
+    from specsim.calibration import load_calibration
+    from specsim.reproduce import PER_TARGET_PARAMS, parameter_table
+
+    t = parameter_table(rep.params)
+    assert t.loc["global", list(PER_TARGET_PARAMS)].isna().all()
+    assert t.loc["global", "bandwidth"] == rep.params.bandwidth
+    assert set(t.index) == {"global", "median: moe", "median: dense", *rep.params.per_target}
+    cal = load_calibration("MI300X")
+    for kind in ("moe", "dense"):
+        for k, v in cal["per_kind"][kind].items():
+            assert t.loc[f"median: {kind}", k] == pytest.approx(v, rel=1e-9)

@@ -108,7 +108,7 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
     The same evaluation as the reproduction (:func:`specsim.reproduce._eval_groups`): the target's
     own fitted parameters (``params.for_target``), the fitted roofline (``params.latency``), the
     fitted speculative overhead (``params.overhead``) and the fitted seconds per draft pass; the
-    model is :func:`specsim.predict._evaluate` (DESIGN.md §3-§5), with MAL(N) from ``acceptance``.
+    model is :func:`specsim.predict._evaluate` (docs/architecture.md), with MAL(N) from ``acceptance``.
 
     Parameters
     ----------

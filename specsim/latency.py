@@ -6,7 +6,7 @@ tensor-parallel split over ``tp`` GPUs.  All models broadcast over numpy arrays 
 ``batch`` / ``q`` / ``context`` (no Python loops over grid points), and every model says
 whether it is calibrated against measurements or datasheet-only (``calibrated``, ``describe()``).
 
-The roofline (DESIGN.md section 4; Williams, Waterman & Patterson, "Roofline", CACM 2009)::
+The roofline (docs/architecture.md; Williams, Waterman & Patterson, "Roofline", CACM 2009)::
 
     t = max(bytes / (eta_bw * BW), flops / (eta_f * F_dtype)) + t_allreduce + t_fixed
 

@@ -16,7 +16,7 @@ therefore works when the KV cache it needs fits in what is left:
              + activation peak + non-torch memory
     headroom = gpu_memory_utilization x HBM - required
 
-Sharing, by vLLM method (DESIGN.md section 3, SEED-FACTS "Memory"):
+Sharing, by vLLM method (docs/architecture.md; the "Memory" paragraph of vllm-amd-specdec-post):
 
 * native MTP (``mtp`` without an assistant checkpoint) shares the target's embedding, lm_head
   and weights file: only the MTP module itself is extra (``Drafter.draft_weight_bytes``);

@@ -1517,10 +1517,10 @@ GPU_TARGETS: dict[str, dict] = {
     "Kimi-K2.5": {"hf_id": "amd/Kimi-K2.5-MXFP4", "tp": 4, "methods": ("eagle3", "dflash"),
                   "env": (("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", "1"),)},
 }
-#: N values of the published sweep advice (SEED-FACTS: "sweep N over 1-3-5-7-11-15").
+#: N values of the published sweep advice (vllm-amd-specdec-post tuning advice: "sweep N over 1-3-5-7-11-15").
 GPU_N_VALUES = (1, 3, 5, 7, 11, 15)
 GPU_CONCURRENCIES = (1, 4, 16, 64)
-#: ROCm serving flags the published runs used (SEED-FACTS tuning advice): triton_attn attention
+#: ROCm serving flags the published runs used (vllm-amd-specdec-post tuning advice): triton_attn attention
 #: backend and a larger max-num-batched-tokens.
 ROCM_SERVER_ARGS = ("--attention-backend", "TRITON_ATTN", "--max-num-batched-tokens", "8192",
                     "--max-model-len", "4096", "--seed", "0")

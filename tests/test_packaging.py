@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Never imported by ``import specsim`` + ``specsim.predict(...)`` (DESIGN.md §1: a laptop user can
+#: Never imported by ``import specsim`` + ``specsim.predict(...)`` (issue 2 §1: a laptop user can
 #: pip-install specsim and predict without vLLM/torch; the vLLM glue deps are an optional extra).
 FORBIDDEN = ("torch", "vllm", "prometheus_client", "tqdm", "transformers")
 

@@ -437,6 +437,10 @@ class MethodRecommendation:
         At the concurrency the bands end at (the cap when capped).
     interval_note : str
     latency_calibrated : bool
+        True only for a latency model fitted on this hardware.
+    latency_label : str
+        ``calibrated``, ``transferred calibration`` (a shipped calibration fitted on another
+        accelerator, e.g. MI355X from MI300X) or ``datasheet-only``.
     assumptions : tuple of str
     concurrency_cap : int or None
         Set when the KV cache of ``max_concurrency`` requests does not fit in memory: the largest
@@ -463,6 +467,7 @@ class MethodRecommendation:
     cumulative: tuple[float, ...] = field(repr=False, compare=False, default=())
     extrapolated_from: int = 0
     concurrency_cap: int | None = None
+    latency_label: str = ""
 
     @property
     def speculative_config_json(self) -> str | None:
@@ -580,7 +585,7 @@ class Recommendation:
         for m in self.methods:
             out.append("")
             out.append(f"== {m.method}" + (f" ({m.draft_model})" if m.draft_model else "") +
-                       (" [latency calibrated]" if m.latency_calibrated else " [latency datasheet-only]"))
+                       f" [latency {m.latency_label or ('calibrated' if m.latency_calibrated else 'datasheet-only')}]")
             out.append(f"  {'batch':>9} {'N':>3} {'ratio':>7} {'interval':>15} {'TPOT ms':>8} {'interval':>15} "
                        f"{'runner-up':>10} {'cut-off':>7}")
             for b in m.bands:
@@ -691,13 +696,41 @@ def _first_sustained_below(values: np.ndarray, cs: np.ndarray) -> int | None:
     return int(cs[0] if idx.size == 0 else cs[idx[-1] + 1])
 
 
-def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] | None, cmax: int) -> str:
+def _ranges_below(values: np.ndarray, cs: np.ndarray, cross: int | None) -> list[tuple[int, int]]:
+    """Runs of consecutive grid concurrencies (lo, hi) BELOW the crossover where values < 1
+    (speculation loses at low concurrency, e.g. under a large per-step overhead, which the
+    crossover -- a sustained loss up to the largest concurrency -- does not describe)."""
+    out: list[tuple[int, int]] = []
+    in_run = False
+    for c, v in zip(cs.tolist(), values.tolist()):
+        if cross is not None and c >= cross:
+            break
+        if v < 1.0:
+            if in_run:
+                out[-1] = (out[-1][0], int(c))
+            else:
+                out.append((int(c), int(c)))
+            in_run = True
+        else:
+            in_run = False
+    return out
+
+
+def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] | None, cmax: int,
+                    low: Sequence[tuple[int, int]] = ()) -> str:
     """The crossover in plain words, with where it lies at the pessimistic (lower ratio bound) and
-    optimistic (upper ratio bound) ends of the interval."""
-    if cross is None:
+    optimistic (upper ratio bound) ends of the interval; ``low``: runs of concurrencies below the
+    crossover where the best ratio is < 1 as well (:func:`_ranges_below`)."""
+    if cross is None and not low:
         note = f"speculation pays (best ratio >= 1) at every concurrency 1..{cmax} asked"
+    elif cross is None:
+        note = f"speculation pays (best ratio >= 1) at the top of the range asked (up to concurrency {cmax})"
     else:
         note = f"no N beats the non-speculative server (ratio < 1) from concurrency {cross} up to {cmax}"
+    if low:
+        note += ("; no N beats it at concurrency " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in low)
+                 + " either (a dynamic schedule cannot switch speculation off there: serve without it if that "
+                 "range matters)")
     if cross_rng is None:
         return note
     lo, hi = cross_rng
@@ -758,7 +791,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
                                     "time non-positive", rel_err)
         notes.append(f"latency: speculative step x (1 +- {z:.2f} x {rel_err:.3g}) ({rel_src})")
     else:
-        notes.append("latency: no calibration residual (datasheet-only or not given): not included")
+        notes.append("latency: no calibration residual for this hardware (datasheet-only, transferred or not "
+                     "given): not included")
     have_iv = mal_lo is not None or r_lat is not None
     if have_iv:
         ml = mal if mal_lo is None else mal_lo
@@ -836,7 +870,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         best_lo = ratio_lo.max(axis=0)
         best_hi = ratio_hi.max(axis=0)
         cross_rng = (_first_sustained_below(best_lo, cs), _first_sustained_below(best_hi, cs))
-    cnote = _crossover_note(cross, cross_rng, int(cs[-1]))
+    cnote = _crossover_note(cross, cross_rng, int(cs[-1]), low=_ranges_below(best_ratio, cs, cross))
 
     # vLLM configs
     schedule = tuple((b.lo, b.hi, b.num_speculative_tokens) for b in bands)
@@ -883,6 +917,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         speculative_config=cfg, static_configs=statics, crossover_concurrency=cross, crossover_range=cross_rng,
         crossover_note=cnote, memory=memory, interval_note=interval_note,
         latency_calibrated=bool(getattr(r.latency, "calibrated", False)),
+        latency_label=("calibrated" if getattr(r.latency, "calibrated", False) else
+                       "transferred calibration" if getattr(r.latency, "calibration_file", None) else "datasheet-only"),
         assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
         extrapolated_from=meas,
     )

@@ -574,3 +574,44 @@ def test_config_only_refuses_a_placeholder_draft_checkpoint(capsys):
     assert "placeholder" in err and "(derived eagle3 for Llama-3.1-8B-Instruct)" in err
     rec = recommend("Llama-3.1-8B-Instruct", "eagle3", hardware="H100", acceptance=0.8, concurrency=[1, 8])
     assert any("PLACEHOLDER" in a for a in rec.methods[0].assumptions)
+
+
+class KVLatency:
+    """t(B, q) = a + k B + b B q: a per-sequence cost k (KV reads, the same for a verification step)
+    beside the per-token cost b -- base and verification both grow with the batch."""
+
+    calibrated = False
+
+    def __init__(self, a, k, b):
+        self.a, self.k, self.b = a, k, b
+
+    def forward_time(self, model, *, tp=1, precision="bf16", batch, q, context):
+        bb, qq, _ = np.broadcast_arrays(np.asarray(batch, float), np.asarray(q, float), np.asarray(context, float))
+        return self.a + self.k * bb + self.b * bb * qq
+
+    def describe(self):
+        return "kv test latency"
+
+
+def test_crossover_note_reports_low_concurrency_losses():
+    """A large per-step overhead o makes speculation lose at LOW concurrency and pay at high (the
+    per-sequence cost k amortises it): the crossover (a sustained loss up to the largest
+    concurrency) is None, and the note must name the low-concurrency range where the best ratio is
+    < 1 instead of claiming that speculation pays everywhere.  Independent computation of the best
+    ratio per concurrency (chunked prefill: b ISL at C > 1, a + k + b ISL at C = 1)."""
+    a, k, b, o, cmax = 2e-3, 1e-3, 1e-6, 20e-3, 64
+    lat = KVLatency(a, k, b)
+    cs = np.arange(1, cmax + 1)
+    ns = np.arange(1, NMAX + 1)
+    mal = np.array([sum(ALPHA**j for j in range(n + 1)) for n in ns])
+    pf = np.where(cs == 1, a + k + b * ISL, b * ISL)
+    base = cs * pf + OSL * (a + k * cs + b * cs)
+    T = a + k * cs[None, :] + b * cs[None, :] * (ns[:, None] + 1) + D + o
+    best = (base / (cs * pf + OSL / mal[:, None] * T)).max(axis=0)
+    assert best[0] < 1 <= best[-1]
+    lo_end = int(cs[np.flatnonzero(best >= 1)[0] - 1])  # last concurrency of the low-c loss
+    m = constructed(latency=lat, overhead=SpecOverhead(fixed_s=o), max_concurrency=cmax, concurrency=[1, cmax]).methods[0]
+    assert m.crossover_concurrency is None
+    assert "at every concurrency" not in m.crossover_note
+    assert f"pays (best ratio >= 1) at the top of the range asked (up to concurrency {cmax})" in m.crossover_note
+    assert f"no N beats it at concurrency 1-{lo_end} either" in m.crossover_note

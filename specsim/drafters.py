@@ -85,6 +85,19 @@ class AttentionGroup:
     head_dim: int
     window: int | None = None
     kv_tensors: int = 2  # 1 when K == V is stored once (Gemma 4 global layers, attention_k_eq_v)
+    #: MLA: elements per token of the compressed latent cache (kv_lora_rank + qk_rope_head_dim), read
+    #: once per context token and attended over with absorbed weights; replaces kv_heads x head_dim
+    latent_dim: int | None = None
+
+    @property
+    def kv_elems_per_token(self) -> int:
+        """KV-cache elements per token of ONE layer of this group."""
+        return int(self.latent_dim) if self.latent_dim else self.kv_heads * self.head_dim * self.kv_tensors
+
+    @property
+    def attn_dim(self) -> int:
+        """Per-head width of the QK / PV products (the latent width for absorbed MLA)."""
+        return int(self.latent_dim) if self.latent_dim else self.head_dim
 
 
 @dataclass(frozen=True)
@@ -170,7 +183,7 @@ class DraftNet:
         out = np.zeros_like(c)
         for g in self.attention:
             span = c if g.window is None else np.minimum(c, g.window)
-            out = out + g.count * g.kv_heads * g.head_dim * g.kv_tensors * span
+            out = out + g.count * g.kv_elems_per_token * span
         return out * _bpp(kv_precision, "kv_precision")
 
     def _sampled(self, q: np.ndarray) -> np.ndarray:
@@ -186,7 +199,7 @@ class DraftNet:
         attn = np.zeros_like(c)
         for g in self.attention:
             span = c + qq if g.window is None else np.minimum(c + qq, g.window)
-            attn = attn + g.count * 4.0 * g.num_heads * g.head_dim * span
+            attn = attn + g.count * 4.0 * g.num_heads * g.attn_dim * span
         return 2.0 * active * tokens + attn * tokens + 2.0 * self.lm_head_params * b * self._sampled(qq)
 
     def stored_kv_bytes_per_token(self, kv_precision: str = "bf16") -> float:
@@ -564,15 +577,18 @@ def _derive_native_mtp_spec(target: Any) -> dict:
     cfg = getattr(target, "config", {}) or {}
     h, heads, kv = int(target.hidden_size), int(target.num_attention_heads), int(target.num_kv_heads)
     mla = getattr(target, "attention_kind", "gqa") == "mla"
+    attn = {"count": 1, "num_heads": heads, "kv_heads": kv, "head_dim": int(target.head_dim)}
+    if mla:  # the MTP layer is an MLA layer like the target's: latent cache, absorbed attention
+        latent = int(cfg.get("kv_lora_rank", 512)) + int(cfg.get("qk_rope_head_dim", 64))
+        attn = {"count": 1, "num_heads": heads, "kv_heads": 1, "head_dim": 128, "latent_dim": latent}
     arch = {"num_layers": 1, "hidden_size": h,
-            "attention": [{"count": 1, "num_heads": heads, "kv_heads": heads if mla else kv,
-                           "head_dim": 128 if mla else int(target.head_dim)}],
+            "attention": [attn],
             "attn_input_dim": h, "fc_params": 2 * h * h,
             "lm_head": {"vocab": int(target.vocab_size), "dim": h, "shared_with_target": True},
             "lm_positions": "last"}
     assum = [f"assumed: no seed mtp spec for {target.name}; its native MTP module derived from the target "
              f"({depth} native layer(s) at the target's dimensions, eh_proj 2h->h, shared embedding / lm_head"
-             f"{', MLA attention modelled as 128-dim MHA heads' if mla else ''})"]
+             f"{', MLA: latent KV cache, q/o weights as 128-dim heads' if mla else ''})"]
     if getattr(target, "is_moe", False):
         moe_i = int(cfg.get("moe_intermediate_size") or target.expert_params // (3 * h))
         shared = int(cfg.get("shared_expert_intermediate_size") or 0) or int(target.num_shared_experts) * moe_i

@@ -15,8 +15,8 @@ Speculative Decoding", ICML, eq. 1 and Thm 3.8 for the constant-acceptance speci
 * with an ISL/OSL workload each request also pays one prefill of ISL tokens, which both arms
   share and which stalls the decode batch (continuous batching).  vLLM V1 runs it as chunked
   prefill inside a step of the other C - 1 requests, so ``t_prefill`` is the extra time that step
-  takes (``t_target(C-1, 1 + ISL/(C-1), L) - t_target(C-1, 1, L)``: weights are read anyway), or a
-  standalone ISL-token forward when C = 1:
+  takes (``t_target(C-1, 1 + ISL/(C-1), 0) - t_target(C-1, 1, 0)``, capped at a standalone prefill:
+  weights are read anyway), or a standalone ISL-token forward when C = 1:
   ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``; the throughput ratio is the ratio
   of the two arms' tok/s.  With ``t_prefill = 0`` this is ``MAL * T_base / T_spec``.
 
@@ -363,9 +363,13 @@ def _prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
     decode (or verification) tokens (chunked prefill, ``vllm/v1/core/sched/scheduler.py``), so with
     ``C > 1`` the prefill costs the DIFFERENCE between a step of the ``C - 1`` running requests with
     and without the ``ISL`` extra query tokens (weights are read once; the extra tokens add their
-    FLOPs, the experts they touch and their KV reads).  With ``C = 1`` nothing runs beside it: a
-    standalone forward of ``ISL`` tokens on an empty cache.  Logits at the last prompt position only
-    (vLLM ``logits_indices``).
+    FLOPs and the experts they touch).  Both steps are timed on an empty context: the prompt tokens
+    attend only to their own prefix, and the running requests' KV reads are the same with and without
+    them, so they cancel.  The prompt's causal self-attention is then counted as ``C - 1`` blocks of
+    ``ISL / (C - 1)`` tokens (an undercount that matters only for prompts of many thousand tokens at
+    high concurrency), and the result is capped at a standalone prefill.  With ``C = 1`` nothing runs
+    beside it: a standalone forward of ``ISL`` tokens on an empty cache.  Logits at the last prompt
+    position only (vLLM ``logits_indices``).
 
     A latency model may time prefills itself (e.g. a measured table of chunked-prefill steps) by
     providing ``prefill_time(model, *, tp, precision, concurrency, q_host, isl, context)``
@@ -379,9 +383,9 @@ def _prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
     c = np.asarray(c, dtype=float)
     host = np.maximum(c - 1.0, 1.0)
     alone = np.asarray(lat.forward_time(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0), dtype=float)
-    with_prompt = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host + isl / host, context=ctx)
-    without = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host, context=ctx)
-    mixed = np.maximum(np.asarray(with_prompt, dtype=float) - np.asarray(without, dtype=float), 0.0)
+    with_prompt = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host + isl / host, context=0.0)
+    without = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host, context=0.0)
+    mixed = np.clip(np.asarray(with_prompt, dtype=float) - np.asarray(without, dtype=float), 0.0, alone)
     return np.where(c > 1.0, mixed, alone)
 
 

@@ -717,30 +717,36 @@ def _ranges_below(values: np.ndarray, cs: np.ndarray, cross: int | None) -> list
 
 
 def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] | None, cmax: int,
-                    low: Sequence[tuple[int, int]] = ()) -> str:
+                    low: Sequence[tuple[int, int]] = (), low_optimistic: Sequence[tuple[int, int]] | None = None) -> str:
     """The crossover in plain words, with where it lies at the pessimistic (lower ratio bound) and
     optimistic (upper ratio bound) ends of the interval; ``low``: runs of concurrencies below the
-    crossover where the best ratio is < 1 as well (:func:`_ranges_below`)."""
+    crossover where the best ratio is < 1 as well (:func:`_ranges_below`), ``low_optimistic``: the
+    same runs for the optimistic end of the interval (None without an interval)."""
     if cross is None and not low:
         note = f"speculation pays (best ratio >= 1) at every concurrency 1..{cmax} asked"
     elif cross is None:
         note = f"speculation pays (best ratio >= 1) at the top of the range asked (up to concurrency {cmax})"
     else:
         note = f"no N beats the non-speculative server (ratio < 1) from concurrency {cross} up to {cmax}"
+    if cross_rng is not None:
+        lo, hi = cross_rng
+
+        def end(v):
+            return f"pays at every concurrency 1..{cmax}" if v is None else f"ratio < 1 from concurrency {v}"
+
+        if lo is None and hi is None and not low:
+            note += " (also at both ends of the interval)"
+        elif not (lo is None and hi is None):
+            note += f" (pessimistic end of the interval: {end(lo)}; optimistic end: {end(hi)})"
     if low:
-        note += ("; no N beats it at concurrency " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in low)
-                 + " either (a dynamic schedule cannot switch speculation off there: serve without it if that "
-                 "range matters)")
-    if cross_rng is None:
-        return note
-    lo, hi = cross_rng
-    if lo is None and hi is None:
-        return note + " (also at both ends of the interval)"
-
-    def end(v):
-        return f"pays at every concurrency 1..{cmax}" if v is None else f"ratio < 1 from concurrency {v}"
-
-    return note + f" (pessimistic end of the interval: {end(lo)}; optimistic end: {end(hi)})"
+        runs = lambda rr: ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in rr)  # noqa: E731
+        note += (f"; the predicted best ratio is also < 1 at concurrency {runs(low)}"
+                 + ("" if low_optimistic is None else
+                    f" (optimistic end of the interval: < 1 at {runs(low_optimistic)})" if low_optimistic else
+                    " (optimistic end of the interval: >= 1 there)")
+                 + ": a low-concurrency loss comes from the per-step speculative overhead of the latency "
+                 "calibration (see assumptions); measure it on your stack before switching speculation off")
+    return note
 
 
 def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
@@ -870,7 +876,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         best_lo = ratio_lo.max(axis=0)
         best_hi = ratio_hi.max(axis=0)
         cross_rng = (_first_sustained_below(best_lo, cs), _first_sustained_below(best_hi, cs))
-    cnote = _crossover_note(cross, cross_rng, int(cs[-1]), low=_ranges_below(best_ratio, cs, cross))
+    cnote = _crossover_note(cross, cross_rng, int(cs[-1]), low=_ranges_below(best_ratio, cs, cross),
+                            low_optimistic=_ranges_below(ratio_hi.max(axis=0), cs, cross) if have_iv else None)
 
     # vLLM configs
     schedule = tuple((b.lo, b.hi, b.num_speculative_tokens) for b in bands)

@@ -38,6 +38,7 @@ from .errors import SpecsimError, SpecsimValueError
 
 __all__ = [
     "StackParams", "load_sweeps", "load_workloads", "fit_stack", "reproduce", "Reproduction", "parameter_table",
+    "mal_scaling_baseline",
     "mi355x_eagle3_curves", "run_main_job", "PUBLISHED_METHODS",
 ]
 
@@ -376,6 +377,53 @@ def parameter_table(params: StackParams) -> pd.DataFrame:
     return pd.concat(rows, sort=False)
 
 
+def mal_scaling_baseline(table: pd.DataFrame, split: str = "dataset") -> dict | None:
+    """A reference with NO cost model: a held-out row's ratio predicted from one fit row as
+    ``ratio_ref x MAL_row / MAL_ref`` (the step cost is assumed the same, only acceptance changes).
+
+    ``split="dataset"``: the reference is the same (target, method, N) row of the fit dataset, so
+    this measures how much of the held-out accuracy is interpolation in acceptance.  ``"small_n"``:
+    the reference is the largest fitted N of the same sweep, so it extrapolates in N with a constant
+    step cost -- what the cost model is for.
+
+    Returns
+    -------
+    dict or None
+        Held-out median / p90 / max abs relative error and best-N agreement of the baseline; None
+        for other splits or when no held-out row has a reference.
+    """
+    fit = table[table["role"] == "fit"]
+    held = table[table["role"] == "held_out"].copy()
+    if split == "dataset":
+        key = ["target", "method", "n"]
+        ref = fit.set_index(key)
+    elif split == "small_n":
+        key = ["target", "method", "dataset"]
+        ref = fit.sort_values("n").groupby(key).tail(1).set_index(key)
+    else:
+        return None
+    ok = pd.MultiIndex.from_frame(held[key]).isin(ref.index)
+    if not ok.any():
+        return None
+    held = held[ok].copy()
+    f = ref.loc[pd.MultiIndex.from_frame(held[key])]
+    held["predicted_throughput_ratio"] = (f["throughput_ratio"].to_numpy()
+                                          * held["mean_acceptance_length"].to_numpy()
+                                          / f["mean_acceptance_length"].to_numpy())
+    err = (held["predicted_throughput_ratio"] / held["throughput_ratio"] - 1.0).abs()
+    out = {
+        "rows": int(len(held)), "median_abs_rel_error": float(err.median()),
+        "p90_abs_rel_error": float(err.quantile(0.9)), "max_abs_rel_error": float(err.max()),
+        "what": "no cost model: ratio_ref x MAL_row / MAL_ref, reference = "
+                + ("the same (target, method, N) fit row" if split == "dataset" else "the largest fitted N of the sweep"),
+    }
+    if split == "dataset":  # whole sweeps held out: best N comparable
+        best = _best_n_table(held)
+        out.update(best_n_exact=f"{int(best['exact'].sum())}/{len(best)}",
+                   best_n_within_one_step=f"{int(best['within_one_step'].sum())}/{len(best)}")
+    return out
+
+
 def _param_columns(params: StackParams) -> dict:
     """Fitted values for a table row: global parameters as they are, per-target ones as their
     median over the fitted targets (column suffix ``_median_per_target``)."""
@@ -501,6 +549,7 @@ def reproduce(split: str = "dataset", holdout_value: str | None = None, *,
         "split": split, "fit_subset": holdout_value or ("GSM8K" if split == "dataset" else None),
         "concurrency_assumed": int(params.concurrency), "fit_loss_rms_log": loss,
         "params": asdict(params), **_error_summary(table, best_n),
+        "baseline_mal_scaling": mal_scaling_baseline(table, split),
         "assumptions": [
             "one concurrency for every appendix run (not published), chosen by the fit loss on the fit subset",
             "ISL/OSL per dataset assumed (data/published/dataset_workloads.csv)",
@@ -643,6 +692,14 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
         stress.append({"split": "fit on the two smallest N per sweep", **{k: s[k] for k in (
             "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
             "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
+        for name, sub in (("GSM8K", rep.summary), ("two smallest N", s)):
+            b = sub.get("baseline_mal_scaling")
+            if b:  # the no-cost-model reference on the same held-out rows
+                stress.append({"split": f"NO-COST-MODEL baseline (MAL scaling), fit on {name}",
+                               "held_out_rows": b["rows"], "held_out_median_abs_rel_error": b["median_abs_rel_error"],
+                               "held_out_max_abs_rel_error": b["max_abs_rel_error"],
+                               "held_out_best_n_exact": b.get("best_n_exact"),
+                               "held_out_best_n_within_one_step": b.get("best_n_within_one_step")})
     curves = mi355x_eagle3_curves(rep.params)
     _write_csv_atomic(rep.table, out_dir / "reproduction_table.csv")
     _write_csv_atomic(rep.best_n, out_dir / "best_n.csv")
@@ -655,7 +712,8 @@ def run_main_job(figures_dir: Path = Path("figures"), out_dir: Path = Path("data
     summary["seed_table"] = seed_table_check(rep).to_dict(orient="records")
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     write_calibration(data_path("calibration", "MI300X.json"), calibration_record(rep.params, rep.summary))
-    for hw in ("MI325X", "MI355X"):  # same vendor stack; MI325X is the same CDNA3 silicon with more HBM
+    # same vendor stack (ROCm): MI325X is MI300X's CDNA3 silicon with more HBM, MI350X / MI355X are CDNA4
+    for hw in ("MI325X", "MI350X", "MI355X"):
         write_calibration(data_path("calibration", f"{hw}.json"), calibration_record(rep.params, rep.summary, hardware=hw))
     written = figures.reproduction_figures(rep, curves, sens_fixed, figures_dir)
     for extra in ("specsim.tuning:make_tuning_figures", "specsim.validation_figures:make_validation_figures"):

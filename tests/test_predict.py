@@ -125,9 +125,10 @@ def test_prefill_dilutes_ratio(alpha, n, c, conc, osl, prefill_s):
 def test_chunked_prefill_cost_is_the_difference_of_two_steps():
     """Without a ``prefill_time`` hook, one request's prefill costs (vLLM chunked prefill): at C = 1
     a standalone forward of ISL tokens on an empty cache; at C > 1 the step of the other C - 1
-    requests with the ISL prompt tokens spread over them minus the same step without them (decode
-    query length 1; the same target prefill in both arms).  Checked against direct Roofline calls,
-    and cheaper than a standalone prefill for a memory-bound decode."""
+    requests with the ISL prompt tokens spread over them minus the same step without them, both on
+    an empty context (decode query length 1; the same target prefill in both arms), capped at the
+    standalone prefill.  Checked against direct Roofline calls; never above a standalone prefill,
+    also for a long prompt (the prompt does not attend to the other requests' contexts)."""
     from specsim.architecture import load_model
     from specsim.hardware import load_hardware
     from specsim.latency import Efficiency, Roofline
@@ -145,13 +146,19 @@ def test_chunked_prefill_cost_is_the_difference_of_two_steps():
     assert p1.t_prefill_s == pytest.approx(alone, rel=1e-12)
     for c in (2, 16, 64):
         h = c - 1
-        want = float(lat.forward_time(m, batch=h, q=1 + isl / h, context=ctx) - lat.forward_time(m, batch=h, q=1, context=ctx))
+        want = float(lat.forward_time(m, batch=h, q=1 + isl / h, context=0.0) - lat.forward_time(m, batch=h, q=1, context=0.0))
         p = predict(tgt, None, n, concurrency=c, **kw)
         assert p.t_prefill_s == pytest.approx(want, rel=1e-12)
         assert 0 < p.t_prefill_s < alone  # weights are already read by the running step
         cycle_base = c * want + osl * p.t_base_s
         cycle_spec = c * want + osl / p.mal * p.t_step_s
         assert p.throughput_ratio == pytest.approx(cycle_base / cycle_spec, rel=1e-9)
+    # a long prompt beside ONE running request: never dearer than prefilling it alone
+    for tgt_name in ("Qwen3-8B", "Kimi-K2.5"):
+        big = dict(kw, isl=16000, osl=256, hardware="MI300X", tp=8 if tgt_name == "Kimi-K2.5" else 1)
+        one = predict(tgt_name, None, n, concurrency=1, **big).t_prefill_s
+        two = predict(tgt_name, None, n, concurrency=2, **big).t_prefill_s
+        assert 0 < two <= one
 
 
 def test_no_prefill_tok_per_s_is_concurrency_over_tpot_and_bound_holds():
@@ -586,6 +593,9 @@ def test_native_mtp_is_derived_from_a_target_that_declares_it():
     d = get_drafter("deepseek_mtp", target=tgt)
     assert d.kind == "sequential" and d.shares_target_weights
     assert d.draft.hidden_size == tgt.hidden_size
+    # MLA like the target's layers: (kv_lora_rank 512 + qk_rope 64) x 2 bytes per token = one target layer
+    assert d.draft.stored_kv_bytes_per_token("bf16") == (512 + 64) * 2
+    assert d.draft.stored_kv_bytes_per_token("bf16") == pytest.approx(tgt.kv_bytes_per_token("bf16") / 61)
     p = predict("DeepSeek-V3", "deepseek_mtp", 3, hardware="MI300X", tp=8, acceptance=0.8, concurrency=16)
     assert any("native MTP module derived" in a for a in p.assumptions)
     # draft time grows with N (one module pass per drafted token)

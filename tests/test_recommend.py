@@ -614,4 +614,15 @@ def test_crossover_note_reports_low_concurrency_losses():
     assert m.crossover_concurrency is None
     assert "at every concurrency" not in m.crossover_note
     assert f"pays (best ratio >= 1) at the top of the range asked (up to concurrency {cmax})" in m.crossover_note
-    assert f"no N beats it at concurrency 1-{lo_end} either" in m.crossover_note
+    assert f"also < 1 at concurrency 1-{lo_end}" in m.crossover_note and "measure it on your stack" in m.crossover_note
+    # with an interval, the low range is checked at the optimistic end too
+    z = stats.norm.ppf(0.975)
+    rel = 0.3
+    best_hi = (base / (cs * pf + OSL / mal[:, None] * T * (1 - z * rel))).max(axis=0)
+    m2 = constructed(latency=lat, overhead=SpecOverhead(fixed_s=o), max_concurrency=cmax, concurrency=[1, cmax],
+                     step_time_rel_error=rel).methods[0]
+    if best_hi[0] >= 1:
+        assert "(optimistic end of the interval: >= 1 there)" in m2.crossover_note
+    else:
+        hi_end = int(cs[np.flatnonzero(best_hi >= 1)[0] - 1])
+        assert f"(optimistic end of the interval: < 1 at 1-{hi_end})" in m2.crossover_note

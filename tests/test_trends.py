@@ -367,9 +367,10 @@ def test_trend6_mal_correlates_with_throughput_on_the_model(rep):
     predicted ratio across the rows of each target (all methods, datasets, N).
 
     Expected: r >= 0.7 on the model for every target where the appendix itself has r >= 0.7, and the
-    model's r within 0.25 of the appendix's for every target.  The appendix has a weak correlation
-    on gemma-4-31B-it (r ~ 0.24: the Gemma 4 MTP rows reach high ratios at low MAL, DFlash at N = 15
-    has a high MAL and a low ratio), so "strongly" is not true there; the model agrees.
+    model's r within 0.25 of the appendix's for every target.  The appendix is below 0.7 on two
+    targets: gemma-4-31B-it (r ~ 0.24: the Gemma 4 MTP rows reach high ratios at low MAL, DFlash at
+    N = 15 has a high MAL and a low ratio) and Qwen3-8B (r ~ 0.66), so "strongly" is not true
+    everywhere; the model agrees within 0.25.
     """
     out = []
     for tgt, g in rep.table.groupby("target"):
@@ -381,4 +382,5 @@ def test_trend6_mal_correlates_with_throughput_on_the_model(rep):
         assert abs(r_model - r_pub) <= 0.25, (tgt, r_model, r_pub)
     strong = [t for t, _, rp in out if rp >= 0.7]
     assert len(strong) >= 3
-    assert dict((t, rp) for t, _, rp in out)["gemma-4-31B-it"] < 0.5
+    pub_r = dict((t, rp) for t, _, rp in out)
+    assert pub_r["gemma-4-31B-it"] < 0.5 and 0.6 < pub_r["Qwen3-8B"] < 0.7

@@ -137,6 +137,7 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
     rl.calibration_file = cal["_path"]
     rl.calibration_target = target_name
     rl.calibration_is_moe = is_moe
+    rl.calibration_fitted_target = tv_source.startswith("fitted values")
     rl.calibration_scope = (
         f"latency and speculative overheads from {Path(cal['_path']).name} ({tv_source}"
         + (f", transferred from {cal['transferred_from']}" if cal.get("transferred_from") else "")
@@ -186,12 +187,21 @@ def default_draft_pass_overhead(latency) -> float | None:
 
 
 def calibration_rmse_rel(latency) -> float | None:
-    """Relative RMS error of the calibration behind ``latency`` (None if uncalibrated)."""
+    """Relative RMS error of the calibration behind ``latency`` (None if uncalibrated).
+
+    For a target the calibration fitted: the fit's RMS log error (``rmse_rel``).  For any other
+    target (kind or all-target medians): the RMS log error of the leave-one-target-out predictions
+    (``rmse_rel_unfitted_target``), which is what using another target's parameters costs.
+    """
     hw = getattr(latency, "hardware", None)
     if hw is None or not getattr(latency, "calibration_file", None):
         return None
     cal = load_calibration(hw.name)
-    return None if cal is None else cal.get("rmse_rel")
+    if cal is None:
+        return None
+    if not getattr(latency, "calibration_fitted_target", True) and cal.get("rmse_rel_unfitted_target") is not None:
+        return cal["rmse_rel_unfitted_target"]
+    return cal.get("rmse_rel")
 
 
 def write_calibration(path: Path, record: dict[str, Any]) -> Path:

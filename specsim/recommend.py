@@ -633,14 +633,17 @@ def _rel_error(latency, explicit: float | None) -> tuple[float | None, str]:
     v = getattr(latency, "rmse_rel", None)
     if v is not None:
         return float(v), "latency model rmse_rel"
-    if getattr(latency, "calibrated", False):
-        hw = getattr(latency, "hardware", None)
-        if hw is not None:
-            from .calibration import load_calibration
+    if getattr(latency, "calibration_file", None):
+        from .calibration import calibration_rmse_rel
 
-            cal = load_calibration(hw.name) or {}
-            if cal.get("rmse_rel") is not None:
-                return float(cal["rmse_rel"]), f"calibration file rmse_rel ({hw.name})"
+        v = calibration_rmse_rel(latency)
+        if v is not None:
+            hw = getattr(getattr(latency, "hardware", None), "name", "?")
+            what = ("fit residual of this target" if getattr(latency, "calibration_fitted_target", True)
+                    else "leave-one-target-out error (this target was not fitted)")
+            if not getattr(latency, "calibrated", False):
+                what += ", transferred from another accelerator: a lower bound"
+            return float(v), f"calibration file ({hw}): {what}"
     return None, ""
 
 

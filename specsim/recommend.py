@@ -47,14 +47,15 @@ Two sources, combined by evaluating the model at the corners (the ratio is monot
   delta method at ``level``) when the profile has counts, else from an explicit
   ``acceptance_range`` (e.g. the spread over datasets of a published mix: a workload band, not a
   sampling interval -- the note says which);
-* latency: the speculative step time ``T_step`` scaled by ``1 +- z x rmse_rel`` where rmse_rel is
-  the relative RMS residual of the latency calibration (``specsim.latency.calibrate``) and
+* latency: the speculative step time ``T_step`` scaled by ``exp(+- z x rmse_rel)`` where rmse_rel
+  is the RMS log residual of the latency calibration (``specsim.latency.calibrate``; for a target
+  the shipped calibration was not fitted on, its leave-one-target-out RMS log error) and
   z = Phi^-1((1 + level) / 2).  For the *ratio* the baseline step and both prefills are held: they
   come from the same latency model, whose common-mode error cancels in the ratio, so the residual
   is charged to the speculative step alone (conservative).  For *TPOT* (absolute) the whole
   speculative cycle (decode + prefill stalls) is scaled.
 
-  ratio_lo = B / (P + OSL / MAL_lo x T_step x (1 + r)),  ratio_hi = B / (P + OSL / MAL_hi x T_step x (1 - r))
+  ratio_lo = B / (P + OSL / MAL_lo x T_step x e^r),  ratio_hi = B / (P + OSL / MAL_hi x T_step x e^-r)
 
 with B the baseline cycle (C x t_prefill + OSL x T_base) and P the speculative arm's prefill
 (C x t_prefill_spec), both exactly as in :func:`specsim.predict.predict`.  If both inputs lie in
@@ -720,11 +721,12 @@ def _ranges_below(values: np.ndarray, cs: np.ndarray, cross: int | None) -> list
 
 
 def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] | None, cmax: int,
-                    low: Sequence[tuple[int, int]] = (), low_optimistic: Sequence[tuple[int, int]] | None = None) -> str:
+                    low: Sequence[tuple[int, int]] = (), low_optimistic: Sequence[tuple[int, int]] | None = None,
+                    low_pessimistic: Sequence[tuple[int, int]] | None = None) -> str:
     """The crossover in plain words, with where it lies at the pessimistic (lower ratio bound) and
     optimistic (upper ratio bound) ends of the interval; ``low``: runs of concurrencies below the
-    crossover where the best ratio is < 1 as well (:func:`_ranges_below`), ``low_optimistic``: the
-    same runs for the optimistic end of the interval (None without an interval)."""
+    crossover where the best ratio is < 1 as well (:func:`_ranges_below`), ``low_optimistic`` /
+    ``low_pessimistic``: the same runs at the two ends of the interval (None without an interval)."""
     if cross is None and not low:
         note = f"speculation pays (best ratio >= 1) at every concurrency 1..{cmax} asked"
     elif cross is None:
@@ -743,10 +745,12 @@ def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] 
             note += f" (pessimistic end of the interval: {end(lo)}; optimistic end: {end(hi)})"
     if low:
         runs = lambda rr: ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in rr)  # noqa: E731
-        note += (f"; the predicted best ratio is also < 1 at concurrency {runs(low)}"
-                 + ("" if low_optimistic is None else
-                    f" (optimistic end of the interval: < 1 at {runs(low_optimistic)})" if low_optimistic else
-                    " (optimistic end of the interval: >= 1 there)")
+        ends = ""
+        if low_optimistic is not None:
+            pess = f"< 1 at {runs(low_pessimistic)}" if low_pessimistic else "none"
+            opt = f"< 1 at {runs(low_optimistic)}" if low_optimistic else ">= 1 there"
+            ends = f" (pessimistic end of the interval: {pess}; optimistic end: {opt})"
+        note += (f"; the predicted best ratio is also < 1 at concurrency {runs(low)}" + ends
                  + ": a low-concurrency loss comes from the per-step speculative overhead of the latency "
                  "calibration (see assumptions); measure it on your stack before switching speculation off")
     return note
@@ -795,26 +799,25 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     z = float(stats.norm.ppf(0.5 + level / 2.0))
     r_lat = None if rel_err is None else z * rel_err
     if r_lat is not None:
-        if r_lat >= 1:
-            raise SpecsimValueError("step_time_rel_error", f"z x rmse_rel = {r_lat:.2f} >= 1 makes the lower step "
-                                    "time non-positive", rel_err)
-        notes.append(f"latency: speculative step x (1 +- {z:.2f} x {rel_err:.3g}) ({rel_src})")
+        notes.append(f"latency: speculative step x exp(+- {z:.2f} x {rel_err:.3g}) ({rel_src})")
     else:
-        notes.append("latency: no calibration residual for this hardware (datasheet-only, transferred or not "
-                     "given): not included")
+        notes.append("latency: no calibration residual for this hardware (datasheet priors, or a latency model "
+                     "given without one): not included")
     have_iv = mal_lo is not None or r_lat is not None
     if have_iv:
         ml = mal if mal_lo is None else mal_lo
         mh = mal if mal_hi is None else mal_hi
-        f = 0.0 if r_lat is None else r_lat
-        ratio_lo = cycle_base / (p_spec + osl / ml[:, None] * t_step * (1 + f))
-        ratio_hi = cycle_base / (p_spec + osl / mh[:, None] * t_step * (1 - f))
+        # rmse_rel is an RMS error of LOG step time (the fits minimise log residuals): a log-space band
+        up = float(np.exp(0.0 if r_lat is None else r_lat))
+        dn = 1.0 / up
+        ratio_lo = cycle_base / (p_spec + osl / ml[:, None] * t_step * up)
+        ratio_hi = cycle_base / (p_spec + osl / mh[:, None] * t_step * dn)
         pre = (cs - 1) / cs * p_spec
-        tpot_lo = (pre + osl / mh[:, None] * t_step) * (1 - f) / osl
-        tpot_hi = (pre + osl / ml[:, None] * t_step) * (1 + f) / osl
-        ratio0_lo = cycle_base / (p_spec + osl * t0 * (1 + f))
-        ratio0_hi = cycle_base / (p_spec + osl * t0 * (1 - f))
-        tpot0_lo, tpot0_hi = tpot0 * (1 - f), tpot0 * (1 + f)
+        tpot_lo = (pre + osl / mh[:, None] * t_step) * dn / osl
+        tpot_hi = (pre + osl / ml[:, None] * t_step) * up / osl
+        ratio0_lo = cycle_base / (p_spec + osl * t0 * up)
+        ratio0_hi = cycle_base / (p_spec + osl * t0 * dn)
+        tpot0_lo, tpot0_hi = tpot0 * dn, tpot0 * up
         notes.append(f"combined at the corners (coverage >= {level:.2f}^2 when independent)")
     interval_note = "; ".join(notes) if have_iv else "no interval: " + "; ".join(notes)
 
@@ -880,7 +883,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         best_hi = ratio_hi.max(axis=0)
         cross_rng = (_first_sustained_below(best_lo, cs), _first_sustained_below(best_hi, cs))
     cnote = _crossover_note(cross, cross_rng, int(cs[-1]), low=_ranges_below(best_ratio, cs, cross),
-                            low_optimistic=_ranges_below(ratio_hi.max(axis=0), cs, cross) if have_iv else None)
+                            low_optimistic=_ranges_below(ratio_hi.max(axis=0), cs, cross) if have_iv else None,
+                            low_pessimistic=_ranges_below(ratio_lo.max(axis=0), cs, cross) if have_iv else None)
 
     # vLLM configs
     schedule = tuple((b.lo, b.hi, b.num_speculative_tokens) for b in bands)
@@ -927,7 +931,9 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         speculative_config=cfg, static_configs=statics, crossover_concurrency=cross, crossover_range=cross_rng,
         crossover_note=cnote, memory=memory, interval_note=interval_note,
         latency_calibrated=bool(getattr(r.latency, "calibrated", False)),
-        latency_label=("calibrated" if getattr(r.latency, "calibrated", False) else
+        latency_label=(("calibrated" if getattr(r.latency, "calibration_fitted_target", True)
+                        else "calibrated hardware, target not fitted: medians of its kind")
+                       if getattr(r.latency, "calibrated", False) else
                        "transferred calibration" if getattr(r.latency, "calibration_file", None) else "datasheet-only"),
         assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
         extrapolated_from=meas,
@@ -1004,7 +1010,8 @@ def recommend(
     overhead : SpecOverhead, optional
         Default: the calibration's (zero when uncalibrated).
     step_time_rel_error : float, optional
-        Relative 1-sigma error of the step time; default the calibration's ``rmse_rel``.
+        1-sigma error of the LOG step time (relative error for small values); default the
+        calibration's ``rmse_rel`` (``rmse_rel_unfitted_target`` for a target it was not fitted on).
     level : float
         Interval level in (0, 1).
     flat_tolerance : float

@@ -188,8 +188,8 @@ def test_crossover_note_says_the_interval_in_plain_words(cmax, rel, words):
     z = stats.norm.ppf(0.975)
     bf = brute_force(cmax=cmax)
     cs = np.arange(1, cmax + 1)
-    lo_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * (1 + z * rel))).max(axis=0)
-    hi_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * (1 - z * rel))).max(axis=0)
+    lo_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * np.exp(z * rel))).max(axis=0)
+    hi_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * np.exp(-z * rel))).max(axis=0)
 
     def first_below(r):
         ok = np.flatnonzero(r >= 1)
@@ -217,12 +217,12 @@ def test_interval_propagation_matches_independent_formula():
         t_pf = float(_prefill(c))
         T = A + B * c * k + D + O
         base = c * t_pf + OSL * A
-        assert p.ratio_lo == pytest.approx(base / (c * t_pf + OSL / mlo[k - 1] * T * (1 + z * rel)), rel=1e-10)
-        assert p.ratio_hi == pytest.approx(base / (c * t_pf + OSL / mhi[k - 1] * T * (1 - z * rel)), rel=1e-10)
+        assert p.ratio_lo == pytest.approx(base / (c * t_pf + OSL / mlo[k - 1] * T * np.exp(z * rel)), rel=1e-10)
+        assert p.ratio_hi == pytest.approx(base / (c * t_pf + OSL / mhi[k - 1] * T * np.exp(-z * rel)), rel=1e-10)
         assert p.ratio_lo < p.throughput_ratio < p.ratio_hi
         assert p.tpot_lo_s < p.tpot_s < p.tpot_hi_s
         assert (p.mal_lo, p.mal_hi) == pytest.approx((mlo[k - 1], mhi[k - 1]))
-    assert "Greenwood" in m.interval_note and "1 +- 1.96" in m.interval_note
+    assert "Greenwood" in m.interval_note and "exp(+- 1.96 x 0.05)" in m.interval_note
 
 
 def test_no_interval_is_said_not_faked():
@@ -557,7 +557,7 @@ def test_calibration_object_supplies_the_step_time_error():
     k, t_pf = p.num_speculative_tokens, A + B * (ISL - 1)
     T = A + B * k + D + O
     mal = sum(ALPHA**i for i in range(k + 1))  # constant acceptance: no acceptance interval
-    assert p.ratio_lo == pytest.approx((t_pf + OSL * A) / (t_pf + OSL / mal * T * (1 + z * 0.04)), rel=1e-10)
+    assert p.ratio_lo == pytest.approx((t_pf + OSL * A) / (t_pf + OSL / mal * T * np.exp(z * 0.04)), rel=1e-10)
     assert "0.04" in m.interval_note
 
 
@@ -618,14 +618,17 @@ def test_crossover_note_reports_low_concurrency_losses():
     # with an interval, the low range is checked at the optimistic end too
     z = stats.norm.ppf(0.975)
     rel = 0.3
-    best_hi = (base / (cs * pf + OSL / mal[:, None] * T * (1 - z * rel))).max(axis=0)
+    best_hi = (base / (cs * pf + OSL / mal[:, None] * T * np.exp(-z * rel))).max(axis=0)
     m2 = constructed(latency=lat, overhead=SpecOverhead(fixed_s=o), max_concurrency=cmax, concurrency=[1, cmax],
                      step_time_rel_error=rel).methods[0]
+    best_lo = (base / (cs * pf + OSL / mal[:, None] * T * np.exp(z * rel))).max(axis=0)
+    lo_end_p = int(cs[np.flatnonzero(best_lo >= 1)[0] - 1])  # the pessimistic end loses up to here
+    assert f"(pessimistic end of the interval: < 1 at 1-{lo_end_p};" in m2.crossover_note
     if best_hi[0] >= 1:
-        assert "(optimistic end of the interval: >= 1 there)" in m2.crossover_note
+        assert "optimistic end: >= 1 there)" in m2.crossover_note
     else:
         hi_end = int(cs[np.flatnonzero(best_hi >= 1)[0] - 1])
-        assert f"(optimistic end of the interval: < 1 at 1-{hi_end})" in m2.crossover_note
+        assert f"optimistic end: < 1 at 1-{hi_end})" in m2.crossover_note
 
 
 def test_intervals_of_unfitted_targets_use_the_leave_one_target_out_error():

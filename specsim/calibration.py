@@ -16,6 +16,7 @@ File format (JSON)::
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import tempfile
@@ -60,6 +61,14 @@ def load_calibration(hardware_name: str) -> dict[str, Any] | None:
     p = _calibration_files().get(_key(hardware_name))
     if p is None:
         return None
+    # parsed once per file version (every predict() asks several times); callers may modify their copy
+    return copy.deepcopy(_read_calibration(str(p), p.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=None)
+def _read_calibration(path: str, mtime_ns: int) -> dict[str, Any]:
+    """Parse one calibration file (``mtime_ns`` keys the cache to the file's version)."""
+    p = Path(path)
     d = json.loads(p.read_text())
     for k in ("efficiency", "spec_overhead"):
         if k not in d:
@@ -215,4 +224,5 @@ def write_calibration(path: Path, record: dict[str, Any]) -> Path:
     os.chmod(tmp, 0o644)  # mkstemp creates 0600
     os.replace(tmp, path)
     _calibration_files.cache_clear()
+    _read_calibration.cache_clear()
     return path

@@ -620,6 +620,12 @@ def parity_figure(rep):
     return fig
 
 
+def _plot_held_out_errors(ax, x, table) -> None:
+    """Held-out median and max |relative error| of ``table`` against ``x`` (one panel)."""
+    ax.plot(x, table["held_out_median_abs_rel_error"], "-o", color="#d62728", label="held-out median |error|")
+    ax.plot(x, table["held_out_max_abs_rel_error"], "--s", color="#d62728", mfc="white", label="held-out max |error|")
+
+
 def sensitivity_figure(rep, sensitivity: pd.DataFrame):
     """Held-out error vs the assumed concurrency (not published).
 
@@ -639,19 +645,13 @@ def sensitivity_figure(rep, sensitivity: pd.DataFrame):
         axes = fig.subplots(1, panels, squeeze=False)[0]
         ax = axes[0]
         s = sensitivity.sort_values("concurrency")
-        ax.plot(s["concurrency"], s["held_out_median_abs_rel_error"], "-o", color="#d62728",
-                label="held-out median |error|")
-        ax.plot(s["concurrency"], s["held_out_max_abs_rel_error"], "--s", color="#d62728", mfc="white",
-                label="held-out max |error|")
+        _plot_held_out_errors(ax, s["concurrency"], s)
         ax.set_title("fitted parameters held fixed, concurrency varied")
         ax.set_ylabel("|predicted / published - 1| (fraction)")
         if panels == 2:
             ax2 = axes[1]
             r = refit.sort_values("assumed_concurrency")
-            ax2.plot(r["assumed_concurrency"], r["held_out_median_abs_rel_error"], "-o", color="#d62728",
-                     label="held-out median |error|")
-            ax2.plot(r["assumed_concurrency"], r["held_out_max_abs_rel_error"], "--s", color="#d62728", mfc="white",
-                     label="held-out max |error|")
+            _plot_held_out_errors(ax2, r["assumed_concurrency"], r)
             ax2.plot(r["assumed_concurrency"], r["fit_loss_rms_log"], "-^", color="#7f7f7f",
                      label="fit loss (RMS log-ratio, fit rows)")
             ax2.set_title("refitted at each assumed concurrency (the choice: lowest fit loss)")

@@ -73,6 +73,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ._lazy import lazy_reexports
 from .errors import NotCollectedError, SpecsimError, SpecsimValueError
 from .vllm.schedule import SCHEDULE_FIELD, VLLM_VERSION, expand_schedule, speculative_config, validate_schedule
 
@@ -1263,15 +1264,4 @@ _TUNING_NAMES = frozenset({
 })
 
 
-def __getattr__(name: str):
-    if name in _TUNING_NAMES:
-        from . import tuning
-
-        value = getattr(tuning, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_TUNING_NAMES})
+__getattr__, __dir__ = lazy_reexports(globals(), "specsim.tuning", _TUNING_NAMES)

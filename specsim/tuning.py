@@ -219,6 +219,15 @@ def _grid_axes(study: TuningStudy, height: float = 2.4):
     return fig, axes, hws, tgts
 
 
+def _panels(study: TuningStudy, axes, hws, tgts):
+    """Yield ``(ax, hw, tgt, rec, ylabel_here, xlabel_here)`` for every panel of a
+    :func:`_grid_axes` figure: ``rec`` is the panel's Recommendation (None if absent); the two flags
+    say whether the panel is in the first column / the last row (where axis labels go)."""
+    for i, hw in enumerate(hws):
+        for j, tgt in enumerate(tgts):
+            yield axes[i, j], hw, tgt, study.recommendations.get((hw, tgt)), j == 0, i == len(hws) - 1
+
+
 def _log2_axis(ax) -> None:
     """Log2 concurrency axis with major ticks only (minor log ticks are slow to lay out)."""
     from matplotlib.ticker import MaxNLocator, NullLocator
@@ -283,22 +292,19 @@ def plot_crossover(study: TuningStudy):
     matplotlib.figure.Figure
     """
     fig, axes, hws, tgts = _grid_axes(study)
-    for i, hw in enumerate(hws):
-        for j, tgt in enumerate(tgts):
-            ax = axes[i, j]
-            rec = study.recommendations.get((hw, tgt))
-            for m in (rec.methods if rec else ()):
-                g = m.grid[m.grid["num_speculative_tokens"] > 0]
-                best = g.groupby("concurrency")["throughput_ratio"].max()
-                col = _METHOD_COLORS.get(m.method)
-                ax.plot(best.index, best.to_numpy(), lw=1.2, color=col, label=m.method)
-                if m.crossover_concurrency is not None:
-                    ax.plot([m.crossover_concurrency], [best.loc[m.crossover_concurrency]], "o", color=col)
-                if m.concurrency_cap is not None:
-                    ax.plot([m.concurrency_cap], [best.iloc[-1]], "|", ms=9, mew=1.5, color=col)
-            ax.axhline(1.0, color="k", lw=0.8)
-            _finish_panel(ax, rec, hw, tgt, ylabel="best ratio over N" if j == 0 else None,
-                          xlabel="concurrency" if i == len(hws) - 1 else None)
+    for ax, hw, tgt, rec, first_col, last_row in _panels(study, axes, hws, tgts):
+        for m in (rec.methods if rec else ()):
+            g = m.grid[m.grid["num_speculative_tokens"] > 0]
+            best = g.groupby("concurrency")["throughput_ratio"].max()
+            col = _METHOD_COLORS.get(m.method)
+            ax.plot(best.index, best.to_numpy(), lw=1.2, color=col, label=m.method)
+            if m.crossover_concurrency is not None:
+                ax.plot([m.crossover_concurrency], [best.loc[m.crossover_concurrency]], "o", color=col)
+            if m.concurrency_cap is not None:
+                ax.plot([m.concurrency_cap], [best.iloc[-1]], "|", ms=9, mew=1.5, color=col)
+        ax.axhline(1.0, color="k", lw=0.8)
+        _finish_panel(ax, rec, hw, tgt, ylabel="best ratio over N" if first_col else None,
+                      xlabel="concurrency" if last_row else None)
     fig.suptitle("Crossover: best predicted throughput ratio vs concurrency (dot: ratio < 1 from here on; "
                  "bar: memory cap)", fontsize=9)
     return fig
@@ -347,16 +353,12 @@ def plot_schedules(study: TuningStudy):
     matplotlib.figure.Figure
     """
     fig, axes, hws, tgts = _grid_axes(study)
-    for i, hw in enumerate(hws):
-        for j, tgt in enumerate(tgts):
-            ax = axes[i, j]
-            rec = study.recommendations.get((hw, tgt))
-            for m in (rec.methods if rec else ()):
-                x = [b.lo for b in m.bands] + [m.bands[-1].hi]
-                y = [b.num_speculative_tokens for b in m.bands] + [m.bands[-1].num_speculative_tokens]
-                ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
-            _finish_panel(ax, rec, hw, tgt, ylabel="k" if j == 0 else None,
-                          xlabel="batch size" if i == len(hws) - 1 else None)
+    for ax, hw, tgt, rec, first_col, last_row in _panels(study, axes, hws, tgts):
+        for m in (rec.methods if rec else ()):
+            x = [b.lo for b in m.bands] + [m.bands[-1].hi]
+            y = [b.num_speculative_tokens for b in m.bands] + [m.bands[-1].num_speculative_tokens]
+            ax.step(x, y, where="post", lw=1.4, color=_METHOD_COLORS.get(m.method), label=m.method)
+        _finish_panel(ax, rec, hw, tgt, ylabel="k" if first_col else None, xlabel="batch size" if last_row else None)
     fig.suptitle("Recommended num_speculative_tokens_per_batch_size (k per batch size)", fontsize=9)
     return fig
 

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ._lazy import lazy_reexports
 from .errors import DataError, SpecsimValueError
 
 # re-exported: recorded runs (used by validate) and the GPU runbook
@@ -1077,15 +1078,4 @@ def write_outputs(result: ValidationResult, out_dir: str | os.PathLike | None = 
 _FIGURE_NAMES = ("make_validation_figures", "_FAMILY_STYLE", "_style")
 
 
-def __getattr__(name: str):
-    if name in _FIGURE_NAMES:
-        from . import validation_figures
-
-        value = getattr(validation_figures, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_FIGURE_NAMES})
+__getattr__, __dir__ = lazy_reexports(globals(), "specsim.validation_figures", _FIGURE_NAMES)

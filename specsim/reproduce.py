@@ -365,7 +365,20 @@ def parameter_table(params: StackParams) -> pd.DataFrame:
     """The fitted parameters as a table: one ``global`` row (the stack-wide parameters, plus the
     smoothing exponent and the assumed concurrency), one row per fitted target and one row per
     kind (``median: moe`` / ``median: dense``, what an unfitted target of that kind gets).
-    Per-target parameters are NaN in the global row (they are not used there)."""
+    Per-target parameters are NaN in the global row (they are not used there).
+
+    Parameters
+    ----------
+    params : StackParams
+        Fitted parameters (:func:`fit_stack`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Index: row name; columns: the parameters (efficiencies as fractions of datasheet peaks,
+        ``*_s`` in seconds, ``spec_per_token_s`` in seconds per token, ``concurrency`` in requests)
+        and ``scope``.
+    """
     glob = {k: getattr(params, k) for k in FIT_PARAMS if k not in {k2 for v in params.per_target.values() for k2 in v}}
     glob.update(smooth_p=params.smooth_p, concurrency=params.concurrency)
     rows = [pd.Series(glob, name="global").to_frame().T.assign(scope="global")]
@@ -385,6 +398,14 @@ def mal_scaling_baseline(table: pd.DataFrame, split: str = "dataset") -> dict | 
     this measures how much of the held-out accuracy is interpolation in acceptance.  ``"small_n"``:
     the reference is the largest fitted N of the same sweep, so it extrapolates in N with a constant
     step cost -- what the cost model is for.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``Reproduction.table`` (columns ``target, method, dataset, n, role, throughput_ratio,
+        mean_acceptance_length``).
+    split : {"dataset", "small_n"}
+        The split the table's ``role`` column came from.
 
     Returns
     -------

@@ -1,55 +1,12 @@
-"""Per-position acceptance of speculative decoding, treated as a discrete-time survival curve.
+"""Per-position acceptance of speculative decoding as a survival curve (layer 2, model): estimation from
+vLLM's counters, intervals, parametric extrapolation beyond the measured positions.
 
-In one verification round the drafter proposes N = ``num_speculative_tokens`` tokens and the
-target accepts A of them (0 <= A <= N), left to right; the round then commits A + 1 tokens (the
-target's bonus / correction token).  Position k *survives* if the first k drafts were all accepted:
-
-- conditional acceptance rate (hazard complement)  alpha_k = P(A >= k | A >= k-1)
-- cumulative acceptance rate (survival)            p_k     = P(A >= k) = prod_{j<=k} alpha_j
-- mean acceptance length (counts the bonus token)  MAL(N)  = 1 + sum_{k=1..N} p_k
-
-With constant alpha, MAL(N) = (1 - alpha^(N+1)) / (1 - alpha): Leviathan, Kalman & Matias,
-"Fast Inference from Transformers via Speculative Decoding", ICML 2023, eq. (1).
-
-vLLM counters (``vllm/v1/spec_decode/metrics.py``, ``SpecDecodingStats``): ``num_drafts`` counts
-(request, step) pairs with at least one draft token; ``num_accepted_tokens_per_pos[i]`` counts the
-rounds with A >= i+1.  So ``num_accepted_tokens_per_pos[i] / num_drafts`` is the CUMULATIVE rate
-p_{i+1}, and vLLM's "mean acceptance length" is 1 + sum(accepted) / num_drafts = MAL(N).
-Rounds that accept all N drafts are right-censored at N, so runs at different N pool as a
-discrete-time survival problem (Kaplan & Meier 1958, product-limit estimator).  For n-gram
-drafting a round may propose fewer than N tokens; such rounds only lower the counts at later
-positions (a small downward bias that this module does not correct).
-
-Estimation and intervals
-------------------------
-- Nonparametric (from counts): at position k, at-risk n_k = rounds that reached k (summed over runs
-  with N_r >= k), events e_k = rounds accepting k; alpha_k = e_k / n_k (Kaplan-Meier hazard).
-  Conditional interval: Clopper-Pearson (exact Beta) per position via ``scipy.stats.beta``.
-  Cumulative interval: Greenwood's formula on log-survival,
-  Var(log p_k) = sum_{j<=k} (n_j - e_j) / (n_j e_j)  (Greenwood 1926; Kalbfleisch & Prentice 2002,
-  sec. 1.4), interval p_k * exp(+-z sqrt(Var)), clipped to [0, 1].
-- MAL interval: **propagation** (delta method), not sampling.  Kaplan-Meier log-survival has
-  independent increments, so Cov(log p_i, log p_j) = Var(log p_min(i,j)); then
-  Var(MAL - 1) = sum_ij p_i p_j Cov(log p_i, log p_j), and the interval is taken log-normal on
-  MAL - 1 (so it stays above 1), clipped to [1, N + 1].
-- Parametric fits by maximum likelihood (``scipy.optimize.minimize``, L-BFGS-B) of the survival
-  likelihood prod_k alpha_k^e_k (1 - alpha_k)^(n_k - e_k) when counts exist (one binomial per
-  position with at-risk n_k; this is the exact likelihood of the observed rounds), else least
-  squares on logit of the conditional rates with every position weighted equally
-  (``scipy.optimize.least_squares``).  Parameter covariance = inverse expected Fisher information.
-  Families: ``constant`` alpha_k = alpha; ``geometric_decay`` alpha_k = a r^(k-1) (0 < r < 1);
-  ``logistic`` logit alpha_k = b0 + b1 (k - 1).
-- Extrapolation beyond the largest measured position uses the default family fit
-  (``geometric_decay``; ``constant`` when only one position is measured) anchored at the last
-  measured survival; its interval adds the fit's parameter uncertainty (delta method), assuming it
-  independent of the measured part.  Every output says which positions are measured, fitted or
-  extrapolated.
+Details, derivations and sources: ``docs/modules/specsim.acceptance.md``.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -57,7 +14,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, special, stats
 
-from .errors import NotCollectedError, SpecsimValueError
+from specsim.errors import NotCollectedError, SpecsimValueError
 
 __all__ = ["Acceptance", "FitResult", "FAMILIES", "DEFAULT_FAMILY"]
 
@@ -522,14 +479,19 @@ class Acceptance:
 
     # ---- constructors -----------------------------------------------------------------------
     @classmethod
-    def from_counts(cls, num_drafts: int, accepted_per_pos: Sequence[int], *, temperature: float | None = None,
-                    label: str | None = None) -> "Acceptance":
+    def from_counts(cls, num_drafts, accepted_per_pos: Sequence[int] | None = None, *,
+                    temperature: float | None = None, label: str | None = None) -> "Acceptance":
         """Acceptance of one run from vLLM's spec-decode counters.
 
         Parameters
         ----------
-        num_drafts : int
+        num_drafts : int or counts record
             ``vllm:spec_decode_num_drafts`` — verification rounds with at least one draft token.
+            Or a counts record as every reader in :mod:`specsim.vllm` returns
+            (``specsim.vllm.counts.SpecDecodeCounts``: ``num_drafts``, ``accepted_per_pos``,
+            ``source``); its own checks run first (``check_acceptance_counts``: per-position counts
+            collected, drafts > 0) and ``label`` defaults to its ``source``.  Then omit
+            ``accepted_per_pos``.
         accepted_per_pos : sequence of int, shape (N,)
             ``vllm:spec_decode_num_accepted_tokens_per_pos`` — element i = rounds with >= i+1
             accepted tokens (so element i / num_drafts is the CUMULATIVE rate of position i+1).
@@ -552,6 +514,16 @@ class Acceptance:
             ``accepted_per_pos[i]`` negative, NaN, not whole, above num_drafts, or above
             ``accepted_per_pos[i-1]``.
         """
+        if accepted_per_pos is None and hasattr(num_drafts, "accepted_per_pos"):
+            record = num_drafts
+            check = getattr(record, "check_acceptance_counts", None)
+            if callable(check):
+                check()
+            num_drafts, accepted_per_pos = record.num_drafts, list(record.accepted_per_pos)
+            label = label or getattr(record, "source", None)
+        elif accepted_per_pos is None:
+            raise SpecsimValueError("accepted_per_pos", "is required with a number of drafts "
+                                    "(or pass one counts record from specsim.vllm)")
         return cls._from_runs_impl([(num_drafts, accepted_per_pos)], temperature, label, single=True)
 
     @classmethod

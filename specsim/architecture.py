@@ -1,35 +1,7 @@
-"""Transformer architecture accounting: parameters, weight bytes, KV-cache bytes and FLOPs.
+"""``ModelSpec`` from a Hugging Face ``config.json`` (layer 2, model): parameter and byte counts, FLOPs per
+token, dense / MoE, GQA / MLA / sliding-window / linear-attention KV bytes.
 
-:class:`ModelSpec` is built from any Hugging Face ``config.json`` of a decoder-only model
-(:meth:`ModelSpec.from_hf_config`) and answers the questions a roofline latency model asks:
-how many bytes of weights one forward step reads, how many KV-cache bytes a sequence holds, and
-how many FLOPs a step costs.  Supported layer families:
-
-* dense GQA / MHA decoders (Llama, Qwen2/3, Mistral, SmolLM2, vicuna);
-* mixture-of-experts: routed + shared experts, top-k routing, dense-first layers
-  (DeepSeek ``first_k_dense_replace`` / ``moe_layer_freq``, Qwen ``decoder_sparse_step`` /
-  ``mlp_only_layers``, Llama 4 ``interleave_moe_layer_step``), Mixtral/MiniMax-style experts sized by
-  ``intermediate_size``, Gemma 4's dense MLP running in parallel with the experts;
-* multi-head latent attention (MLA: ``q_lora_rank``, ``kv_lora_rank``, ``qk_rope_head_dim``,
-  ``qk_nope_head_dim``, ``v_head_dim``) - the KV cache stores the compressed latent;
-* sliding-window and hybrid layers (``layer_types``; Gemma 4 global layers with their own head dim,
-  KV-head count and K=V sharing; Qwen3.5/3.6 Gated DeltaNet linear-attention layers that hold a
-  constant recurrent state instead of per-token KV; MiniMax ``attn_type_list``);
-* multimodal wrappers with a nested ``text_config``.
-
-Formulas (h = hidden size, V = vocabulary, E experts, k = experts per token):
-
-* gated MLP (SwiGLU / GeGLU) = 3·h·I parameters; attention = q, k, v, o projections; MLA =
-  q_a + q_b + kv_a_proj_with_mqa + kv_b + o; Gated DeltaNet = in_proj_qkvz + in_proj_ba +
-  conv1d + A_log/dt_bias + out_proj (Hugging Face ``modeling_*`` files of each family).
-* distinct experts read by T tokens per MoE layer under uniform independent top-k routing:
-  E·(1 − (1 − k/E)^T) (each token misses a given expert with probability C(E−1,k)/C(E,k) = 1 − k/E).
-* forward FLOPs = 2·(active matmul parameters)·tokens + attention 4·n_heads·head_dim per
-  (query, attended token) pair (QKᵀ and PV) + 2·V·h per sampled position (Kaplan et al. 2020,
-  "Scaling Laws for Neural Language Models", Table 1).
-
-Bytes per weight (docs/architecture.md): bf16/fp16 2, fp8 1, fp32 4, mxfp4 0.5 + 1/32 (one E8M0
-scale per 32 elements, OCP Microscaling spec v1.0), int4 (w4a16, group 32, bf16 scale) 0.5 + 2/32.
+Details, derivations and sources: ``docs/modules/specsim.architecture.md``.
 """
 from __future__ import annotations
 
@@ -42,9 +14,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .catalog import data_path
-from .errors import DataError, SpecsimValueError
-from .hardware import PRECISIONS
+from specsim.catalog import data_path
+from specsim.errors import DataError, SpecsimValueError
+from specsim.hardware import PRECISIONS
 
 #: Bytes per stored weight element for each precision string (docs/architecture.md).
 BYTES_PER_WEIGHT: dict[str, float] = {
@@ -908,12 +880,12 @@ def _model_files() -> dict[str, Path]:
 
 
 def list_models() -> list[str]:
-    """Names of the model files in ``data/models`` (without ``.json``)."""
+    """Names of the model files in ``specsim/data/models`` (without ``.json``)."""
     return list(_model_files())
 
 
 def load_model(name: str) -> ModelSpec:
-    """Load ``data/models/<name>.json`` (HF config + provenance + serving precision).
+    """Load ``specsim/data/models/<name>.json`` (HF config + provenance + serving precision).
 
     Parameters
     ----------
@@ -959,7 +931,7 @@ def load_model(name: str) -> ModelSpec:
     except SpecsimValueError as exc:
         raise SpecsimValueError(
             "model", f"{match.stem}: its recorded config is incomplete ({exc}); only its published facts are "
-            f"known (data/models/{match.name}), so it cannot be modelled", name) from exc
+            f"known (specsim/data/models/{match.name}), so it cannot be modelled", name) from exc
     sp = doc.get("serving_precision") or {}
     if not sp:
         return replace(spec, source=str(doc.get("source", "")), published=dict(doc.get("published") or {}))

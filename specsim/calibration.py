@@ -1,34 +1,23 @@
-"""Shipped latency calibrations: the default latency model and spec overhead per hardware.
+"""The shipped latency calibrations per hardware (layer 2, model): ``default_latency`` returns the
+roofline carrying a frozen :class:`CalibrationRecord` (overheads, step-time error, scope).
 
-``data/calibration/<hardware>.json`` holds the efficiencies (``specsim.latency.Efficiency``
-fields), the per-step speculative overhead (``specsim.predict.SpecOverhead`` fields) and the
-per-draft-pass overhead fitted for one (hardware, serving stack), with what they were fitted on.
-Where no calibration file exists, predictions use datasheet priors and say so
-(``Prediction.latency_calibrated`` is False).
-
-File format (JSON)::
-
-    {"hardware": "MI300X", "stack": "vLLM 0.23.1rc1 ROCm 7.2",
-     "efficiency": {"bandwidth": .., "compute": .., "fixed_s": .., "per_layer_s": .., "allreduce_latency_s": ..},
-     "spec_overhead": {"fixed_s": .., "per_token_s": ..},
-     "draft_pass_overhead_s": ..,
-     "fitted_on": "...", "held_out": "...", "source": "..."}
+Details, derivations and sources: ``docs/modules/specsim.calibration.md``.
 """
 from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .catalog import data_path
-from .errors import DataError
+from specsim._io import atomic_write_json
+from specsim.catalog import data_path
+from specsim.errors import DataError
+from specsim.latency import Efficiency, Roofline
 
-__all__ = ["load_calibration", "default_latency", "default_overhead", "default_draft_pass_overhead",
-           "calibration_rmse_rel", "write_calibration"]
+__all__ = ["CalibrationRecord", "load_calibration", "default_latency", "write_calibration"]
 
 
 def _key(name: str) -> str:
@@ -98,7 +87,53 @@ def _target_values_and_source(cal: dict, target_name: str | None, is_moe: bool |
     return {}, "medians of all fitted targets"
 
 
-def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None):
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """What a shipped calibration says about one (hardware, target), carried by the latency model
+    (``Roofline.calibration``) so that the draft cost, the speculative overhead and the interval width
+    read it from there instead of re-reading files.
+
+    Attributes
+    ----------
+    file : str
+        Path of the calibration JSON it came from.
+    hardware : str
+    target : str or None
+        Target the values were looked up for.
+    is_moe : bool or None
+        Kind used for the kind medians of an unfitted target.
+    fitted_target : bool
+        Whether the calibration was fitted on this target (else medians: a transfer).
+    scope : str
+        Sentence stating whose values are used, carried into every prediction's assumptions.
+    spec_overhead_fixed_s, spec_overhead_per_token_s : float
+        Per-step speculative overhead (``specsim.engine.SpecOverhead`` fields), seconds.
+    draft_pass_overhead_s : float or None
+        Fixed seconds per draft forward pass, where fitted.
+    rmse_rel : float or None
+        RMS log error of step times that applies to this target: the fit residual for a fitted
+        target, the leave-one-target-out error (``rmse_rel_unfitted_target``) otherwise.
+    """
+
+    file: str
+    hardware: str
+    target: str | None
+    is_moe: bool | None
+    fitted_target: bool
+    scope: str
+    spec_overhead_fixed_s: float
+    spec_overhead_per_token_s: float
+    draft_pass_overhead_s: float | None
+    rmse_rel: float | None
+
+
+_NO_CALIBRATION_SCOPE = (
+    "no calibration shipped for {hw}: datasheet priors for the latency (Efficiency defaults; "
+    "every forward, draft passes included, pays its fixed_s) and NO per-step speculative overhead, so "
+    "speedups are upper-end estimates; pass latency= / overhead= measured on your stack")
+
+
+def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None) -> Roofline:
     """Default latency model of ``hardware``: the shipped calibration, else datasheet priors.
 
     Parameters
@@ -117,22 +152,13 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
     specsim.latency.Roofline
         ``calibrated`` is True only when the file was fitted on this hardware (a file with
         ``"calibrated": false`` carries parameters transferred from another accelerator, and says
-        so in ``describe()``).  The instance has ``calibration_file``, ``calibration_target`` and ``calibration_is_moe``
-        attributes used by :func:`default_overhead` and :func:`default_draft_pass_overhead`.
+        so in ``describe()``).  ``calibration`` is the :class:`CalibrationRecord` (None with
+        datasheet priors; ``scope`` then says so).
     """
-    from .latency import Efficiency, Roofline
-
     cal = load_calibration(hardware.name)
     if cal is None:
-        rl = Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)")
-        rl.calibration_file = None
-        rl.calibration_target = None
-        rl.calibration_is_moe = None
-        rl.calibration_scope = (
-            f"no calibration shipped for {hardware.name}: datasheet priors for the latency (Efficiency defaults; "
-            "every forward, draft passes included, pays its fixed_s) and NO per-step speculative overhead, so "
-            "speedups are upper-end estimates; pass latency= / overhead= measured on your stack")
-        return rl
+        return Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)",
+                        scope=_NO_CALIBRATION_SCOPE.format(hw=hardware.name))
     eff = dict(cal["efficiency"])
     tv, tv_source = _target_values_and_source(cal, target_name, is_moe)
     for k in ("fixed_s", "compute"):
@@ -141,88 +167,33 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
     note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]; for {target_name or 'this target'}: {tv_source}"
     if cal.get("transferred_from"):
         note += f"; parameters TRANSFERRED from {cal['transferred_from']} (not fitted on this hardware)"
-    rl = Roofline(hardware, Efficiency(**eff), calibrated=bool(cal.get("calibrated", True)),
-                  smooth_p=cal.get("smooth_p"), source=note)
-    rl.calibration_file = cal["_path"]
-    rl.calibration_target = target_name
-    rl.calibration_is_moe = is_moe
-    rl.calibration_fitted_target = tv_source.startswith("fitted values")
-    rl.calibration_scope = (
+    fitted_target = tv_source.startswith("fitted values")
+    spec = dict(cal["spec_overhead"])
+    for k_cal, k in (("spec_fixed_s", "fixed_s"), ("spec_per_token_s", "per_token_s")):
+        if k_cal in tv:
+            spec[k] = tv[k_cal]
+    rmse = cal.get("rmse_rel")
+    if not fitted_target and cal.get("rmse_rel_unfitted_target") is not None:
+        rmse = cal["rmse_rel_unfitted_target"]
+    scope = (
         f"latency and speculative overheads from {Path(cal['_path']).name} ({tv_source}"
         + (f", transferred from {cal['transferred_from']}" if cal.get("transferred_from") else "")
         + f"), fitted on {cal.get('stack', 'one serving stack')} at an assumed concurrency "
         f"{cal.get('concurrency_assumed', '?')}: absolute times at other concurrencies, on other stacks or "
         "for unfitted targets are extrapolations; pass latency= / overhead= measured on your stack")
-    return rl
-
-
-def default_overhead(latency):
-    """Per-step speculative overhead to pair with ``latency`` (zero unless it came from a shipped
-    calibration via :func:`default_latency`).
-
-    Returns
-    -------
-    specsim.predict.SpecOverhead
-    """
-    from .predict import SpecOverhead
-
-    ov = getattr(latency, "spec_overhead", None)
-    if isinstance(ov, SpecOverhead):
-        return ov
-    hw = getattr(latency, "hardware", None)
-    if hw is None or not getattr(latency, "calibration_file", None):
-        return SpecOverhead()
-    cal = load_calibration(hw.name)
-    if not cal:
-        return SpecOverhead()
-    d = dict(cal["spec_overhead"])
-    tv = _target_values(cal, getattr(latency, "calibration_target", None), getattr(latency, "calibration_is_moe", None))
-    for k_cal, k in (("spec_fixed_s", "fixed_s"), ("spec_per_token_s", "per_token_s")):
-        if k_cal in tv:
-            d[k] = tv[k_cal]
-    return SpecOverhead(**d)
-
-
-def default_draft_pass_overhead(latency) -> float | None:
-    """Calibrated seconds per draft forward pass for ``latency``'s hardware, or None."""
-    hw = getattr(latency, "hardware", None)
-    if hw is None or not getattr(latency, "calibration_file", None):
-        return None
-    cal = load_calibration(hw.name)
-    if cal is None:
-        return None
-    tv = _target_values(cal, getattr(latency, "calibration_target", None), getattr(latency, "calibration_is_moe", None))
-    return tv.get("draft_pass_overhead_s", cal.get("draft_pass_overhead_s"))
-
-
-def calibration_rmse_rel(latency) -> float | None:
-    """Relative RMS error of the calibration behind ``latency`` (None if uncalibrated).
-
-    For a target the calibration fitted: the fit's RMS log error (``rmse_rel``).  For any other
-    target (kind or all-target medians): the RMS log error of the leave-one-target-out predictions
-    (``rmse_rel_unfitted_target``), which is what using another target's parameters costs.
-    """
-    hw = getattr(latency, "hardware", None)
-    if hw is None or not getattr(latency, "calibration_file", None):
-        return None
-    cal = load_calibration(hw.name)
-    if cal is None:
-        return None
-    if not getattr(latency, "calibration_fitted_target", True) and cal.get("rmse_rel_unfitted_target") is not None:
-        return cal["rmse_rel_unfitted_target"]
-    return cal.get("rmse_rel")
+    record = CalibrationRecord(
+        file=cal["_path"], hardware=hardware.name, target=target_name, is_moe=is_moe, fitted_target=fitted_target,
+        scope=scope, spec_overhead_fixed_s=float(spec.get("fixed_s", 0.0)),
+        spec_overhead_per_token_s=float(spec.get("per_token_s", 0.0)),
+        draft_pass_overhead_s=tv.get("draft_pass_overhead_s", cal.get("draft_pass_overhead_s")),
+        rmse_rel=None if rmse is None else float(rmse))
+    return Roofline(hardware, Efficiency(**eff), calibrated=bool(cal.get("calibrated", True)),
+                    smooth_p=cal.get("smooth_p"), source=note, calibration=record, scope=scope)
 
 
 def write_calibration(path: Path, record: dict[str, Any]) -> Path:
     """Write a calibration record atomically (temp file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600
-    os.replace(tmp, path)
+    atomic_write_json(path, record, indent=2, sort_keys=True)
     _calibration_files.cache_clear()
     _read_calibration.cache_clear()
     return path

@@ -1,20 +1,27 @@
-"""Where specsim's data files live.
+"""Where specsim's files live (layer 0, foundations).
 
-The data shipped with the project is in ``<repo>/data`` (next to the ``specsim`` package in a
-source checkout).  Set the ``SPECSIM_DATA`` environment variable to use another directory.
-Nothing here reads outside the project at run time.
+* Package data -- what the library needs at run time (hardware, models, drafters, published tables,
+  shipped calibrations) -- lies inside the package, ``specsim/data/``, read through
+  :mod:`importlib.resources`, so a wheel install predicts without a checkout.  ``$SPECSIM_DATA``
+  points at another directory of the same layout.
+* Project data -- evidence and outputs of a source checkout (recorded runs, prompts, reproduction and
+  validation tables) -- lies in the repository's ``data/``; an installed copy has none and must be
+  given a directory.
 """
 from __future__ import annotations
 
 import os
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
-from .errors import DataError
+from specsim.errors import DataError
+
+__all__ = ["data_dir", "data_path", "project_dir", "project_data_path", "is_source_checkout"]
 
 
 def data_dir() -> Path:
-    """Return the data directory (``$SPECSIM_DATA`` or ``<repo>/data``).
+    """The package data directory: ``$SPECSIM_DATA`` or ``specsim/data`` of the installed package.
 
     Raises
     ------
@@ -26,17 +33,47 @@ def data_dir() -> Path:
 
 @lru_cache(maxsize=8)
 def _resolve(env: str | None) -> Path:
-    path = Path(env) if env else Path(__file__).resolve().parent.parent / "data"
+    # a file-system install (wheel or editable): the Traversable is a real directory
+    path = Path(env) if env else Path(str(resources.files("specsim").joinpath("data")))
     if not path.is_dir():
-        raise DataError(f"specsim data directory not found: {path} (set SPECSIM_DATA)")
+        raise DataError(f"specsim package data not found: {path} (reinstall specsim, or set SPECSIM_DATA)")
     return path
 
 
 def data_path(*parts: str) -> Path:
-    """Path of a file under the data directory, e.g. ``data_path("hardware.csv")``."""
+    """Path of a package-data file, e.g. ``data_path("hardware.csv")``, ``data_path("models", "Qwen3-8B.json")``."""
     return data_dir().joinpath(*parts)
 
 
-def repo_dir() -> Path:
-    """The project root of a source checkout (parent of the ``specsim`` package)."""
-    return Path(__file__).resolve().parent.parent
+@lru_cache(maxsize=1)
+def _checkout() -> Path | None:
+    root = Path(__file__).resolve().parent.parent
+    pyproject = root / "pyproject.toml"
+    if pyproject.is_file() and (root / "data").is_dir() and 'name = "specsim"' in pyproject.read_text():
+        return root
+    return None
+
+
+def is_source_checkout() -> bool:
+    """True when this ``specsim`` is imported from a source checkout (``pyproject.toml`` and ``data/`` beside it)."""
+    return _checkout() is not None
+
+
+def project_dir() -> Path:
+    """Root of the source checkout this ``specsim`` is imported from.
+
+    Raises
+    ------
+    DataError
+        In an installed copy (no checkout): give the directory explicitly (``runs_dir=``, ``--out``).
+    """
+    root = _checkout()
+    if root is None:
+        raise DataError("not a source checkout of specsim: recorded runs and study outputs live in a checkout's "
+                        "data/; pass the directory explicitly (runs_dir= / out_dir= / --out)")
+    return root
+
+
+def project_data_path(*parts: str) -> Path:
+    """Path under the checkout's ``data/`` (recorded runs, prompts, reproduction, validation); see :func:`project_dir`."""
+    return project_dir().joinpath("data", *parts)

@@ -1,51 +1,23 @@
-"""Draft-cost strategies, one per vLLM speculative ``method`` string.
+"""Draft-cost strategies keyed by vLLM's speculative ``method`` (layer 2, model): sequential, parallel,
+parallel + Markov head and lookup drafters, and the shipped draft specs.
 
-``get_drafter(method, ...)`` returns a ``Drafter`` whose ``draft_time(latency, target, n=..., ...)``
-gives the seconds the drafter spends per verification step (broadcasting over ``n`` and
-``batch``), computed with the same latency model as the target (docs/architecture.md, drafters.py):
-
-* ``sequential`` (``mtp``, ``eagle``, ``eagle3``, ``draft_model``): a first draft pass over the
-  step's N+1 verified tokens per request, then N-1 single-token passes.  Source: vLLM 0.32
-  ``v1/spec_decode/llm_base_proposer.py:propose`` (first pass over all target tokens of the step;
-  ``disable_padded_drafter_batch=False`` by default, so rejected slots are padded, not dropped;
-  loop of N-1 passes at l.689).  Native MTP shares the target's embedding / lm_head; a model with k
-  MTP modules reuses them when N > k (``n_predict`` reuse in ``config/speculative.py``), so every
-  pass costs one module.  Gemma 4 ``mtp`` + assistant: a 4-layer h=1024 decoder with Q-only
-  attention over the target's KV cache (``model_executor/models/gemma4_mtp.py``; no own KV).
-* ``parallel`` (``dflash``): ONE pass of the draft layers over B x (N+1) query tokens (bonus +
-  N mask slots) whose attention also reads K/V projected from the target's context
-  (``v1/spec_decode/dflash.py:set_inputs_first_pass``: ``num_query_per_req = 1 + N``), logits at
-  the N mask positions.  ``pad_to_block_size`` reproduces the z-lab reference (fixed block).
-* ``parallel_markov`` (``dspark``): the DFlash pass, then N sequential steps of the low-rank
-  Markov head (rank-256 ``W1`` gather + ``W2: r -> draft vocab`` GEMV + sample), all inside one
-  graph (``v1/worker/gpu/spec_decode/dspark/speculator.py``).  Native checkpoints query N
-  positions (anchor-as-first-prediction), speculators-format ones N+1.
-* ``lookup`` (``ngram``, ``ngram_gpu``, ``suffix``): no GPU forward; a constant CPU time per
-  request per step (``ngram_proposer.py``: numba KMP suffix match, one numba thread at l.48,
-  async scheduling disabled with ngram, so it is on the critical path).
-
-Per-pass overhead (what makes sequential drafters plateau at N ~ 3-5): every draft forward pays
-the latency model's per-forward fixed cost, i.e. ``fixed_s + per_layer_s * draft_layers`` of the
-``Roofline`` -- vLLM replays a graph, rebuilds attention metadata and samples on EVERY draft pass
-(``llm_base_proposer.py`` loop), the same machinery the target step pays once.  Scaling
-``fixed_s`` by draft_layers/target_layers would make the overhead of a 1-layer head vanish, which
-contradicts the observed plateau; depth-proportional cost is carried by ``per_layer_s`` once
-calibrated.  ``draft_pass_overhead_s`` overrides it (calibratable).  Markov-head steps run inside
-the same graph, so they pay ``markov_step_overhead_s`` (default 5 % of ``fixed_s``: a handful of
-small kernels; assumed).
+Details, derivations and sources: ``docs/modules/specsim.drafters.md``.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from .catalog import data_path
-from .errors import DataError, SpecsimValueError
+from specsim._checks import int_array
+from specsim.architecture import load_model
+from specsim.catalog import data_path
+from specsim.errors import DataError, SpecsimValueError
 
 # vLLM 0.32.0 vllm/config/speculative.py:38-83 (SpeculativeMethod, MTPModelTypes).
 VLLM_MTP_TYPES = (
@@ -208,7 +180,7 @@ class DraftNet:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], name: str) -> "DraftNet":
-        """Build from the ``architecture`` block of a ``data/drafters/*.json`` file."""
+        """Build from the ``architecture`` block of a ``specsim/data/drafters/*.json`` file."""
         d = dict(d)
         try:
             h = int(d["hidden_size"])
@@ -237,13 +209,6 @@ class DraftNet:
         return net
 
 
-def _int_array(name: str, value: Any, lo: int) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
-        arr = arr.astype(int)
-    if arr.dtype.kind not in "iu" or np.any(arr < lo):
-        raise SpecsimValueError(name, f"must be integer(s) >= {lo}", value)
-    return arr
 
 
 def _norm(name: str) -> str:
@@ -265,7 +230,7 @@ class Drafter:
         Native MTP shares the target's embedding / lm_head; the Gemma 4 assistant reads the
         target's KV cache and stores none.
     name, source, assumptions
-        Provenance of the draft spec (``data/drafters/*.json``).
+        Provenance of the draft spec (``specsim/data/drafters/*.json``).
     precision : str or None
         Draft weight precision; None = the target's precision for native MTP (same checkpoint),
         bf16 for separate draft checkpoints.
@@ -274,7 +239,7 @@ class Drafter:
     draft_pass_overhead_s : float or None
         Seconds per draft forward replacing the latency model's fixed per-forward cost; None =
         the shipped calibration's ``draft_pass_overhead_s`` for a calibrated roofline
-        (``specsim.calibration.default_draft_pass_overhead``), else the latency model's own
+        (``latency.calibration.draft_pass_overhead_s``), else the latency model's own
         ``fixed_s + per_layer_s * draft_layers``.
     markov_step_overhead_s : float or None
         Seconds per DSpark Markov-head step on top of its roofline time; None = 5 % of ``fixed_s``.
@@ -385,7 +350,7 @@ class Drafter:
         SpecsimValueError
             Non-integer or < 1 ``n``; a latency model that cannot time the draft.
         """
-        nn = _int_array("num_speculative_tokens", n, 1).astype(float)
+        nn = int_array("num_speculative_tokens", n).astype(float)
         nn, b, c = np.broadcast_arrays(nn, np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
         if self.kind == "lookup":
             if np.any(b < 1):
@@ -399,9 +364,9 @@ class Drafter:
         prec, dtp = self._precision(precision), self.draft_tp or tp
         overhead = self.draft_pass_overhead_s
         if overhead is None and draft_latency is None:
-            from .calibration import default_draft_pass_overhead  # shipped per-hardware calibration
 
-            overhead = default_draft_pass_overhead(latency)
+            rec = getattr(latency, "calibration", None)  # the shipped calibration (CalibrationRecord), if any
+            overhead = rec.draft_pass_overhead_s if rec is not None else None
         kw = dict(tp=dtp, precision=prec, overhead=overhead)
         if self.kind == "sequential":
             first, _ = self._pass(lat, self.draft, batch=b, q=nn + 1.0, context=c, **kw)
@@ -459,17 +424,27 @@ class Drafter:
         return s + (f"; assumptions: {'; '.join(self.assumptions)}" if self.assumptions else "")
 
 
-# ------------------------------------------------------------------ draft specs (data/drafters)
+# ------------------------------------------------------------------ draft specs (specsim/data/drafters)
 
 _SPEC_FIELDS = ("name", "checkpoint", "method", "target", "kind", "architecture", "sources")
 _DRAFTER_KNOBS = ("precision", "draft_tp", "draft_pass_overhead_s", "markov_step_overhead_s", "query_tokens",
                   "block_size", "pad_to_block_size", "lookup_s_per_request")
 
 
-@lru_cache(maxsize=4)
-def _specs(directory: str) -> tuple[dict, ...]:
-    from pathlib import Path
+def draft_specs() -> tuple[dict, ...]:
+    """The shipped draft specs (parsed ``specsim/data/drafters/*.json``), cached and READ-ONLY:
+    callers that modify one use :func:`list_draft_specs` (copies).
 
+    Raises
+    ------
+    DataError
+        A malformed spec file.
+    """
+    return _parse_specs(str(data_path("drafters")))
+
+
+@lru_cache(maxsize=4)
+def _parse_specs(directory: str) -> tuple[dict, ...]:
     out = []
     for p in sorted(Path(directory).glob("*.json")):
         try:
@@ -487,8 +462,8 @@ def _specs(directory: str) -> tuple[dict, ...]:
 
 
 def list_draft_specs() -> list[dict]:
-    """All shipped draft specs (parsed ``data/drafters/*.json``; copies)."""
-    return [json.loads(json.dumps(d)) for d in _specs(str(data_path("drafters")))]
+    """All shipped draft specs (parsed ``specsim/data/drafters/*.json``; copies)."""
+    return [json.loads(json.dumps(d)) for d in draft_specs()]
 
 
 def default_draft(target_name: str, method: str) -> dict:
@@ -614,7 +589,7 @@ def _find_spec(name: str) -> dict | None:
 
 def drafter_from_spec(spec: Mapping[str, Any], *, method: str | None = None,
                       draft_config: Mapping[str, Any] | None = None) -> Drafter:
-    """Build a ``Drafter`` from a draft spec dict (``data/drafters`` schema), with overrides.
+    """Build a ``Drafter`` from a draft spec dict (``specsim/data/drafters`` schema), with overrides.
 
     ``draft_config`` keys: any ``architecture`` field (e.g. ``num_layers``), the drafter knobs
     (precision, draft_tp, draft_pass_overhead_s, markov_step_overhead_s, query_tokens, block_size,
@@ -669,7 +644,7 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
     method : str
         vLLM ``speculative_config.method`` (any of ``VLLM_METHODS``; ``*_mtp`` aliases map to ``mtp``).
     draft_model : str or ModelSpec or DraftNet or dict, optional
-        The draft: a checkpoint / spec name from ``data/drafters`` (e.g.
+        The draft: a checkpoint / spec name from ``specsim/data/drafters`` (e.g.
         ``"google/gemma-4-31B-it-assistant"``), a spec dict, a ``DraftNet``, or -- for
         ``draft_model`` -- a ``ModelSpec`` or a model name for ``specsim.architecture.load_model``.
         Default: ``default_draft(target.name, method)``.
@@ -706,7 +681,6 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
             raise SpecsimValueError("draft_model", "method 'draft_model' needs a draft model (ModelSpec or name)")
         spec = draft_model if hasattr(draft_model, "step_weight_bytes") else None
         if spec is None:
-            from .architecture import load_model  # lazy: sibling module
 
             spec = load_model(str(draft_model))
         return Drafter(method=method, kind="sequential", draft=spec, name=getattr(spec, "name", str(draft_model)),
@@ -726,7 +700,7 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
         name = draft_model if isinstance(draft_model, str) else getattr(draft_model, "name", None)
         spec = _find_spec(name) if name else None
         if spec is None:
-            raise SpecsimValueError("draft_model", "no draft spec with this name or checkpoint in data/drafters",
+            raise SpecsimValueError("draft_model", "no draft spec with this name or checkpoint in specsim/data/drafters",
                                     name, [d["checkpoint"] for d in list_draft_specs()])
     if spec["method"] != canon:
         raise SpecsimValueError("draft_model", f"is a {spec['method']!r} drafter, not usable with method {method!r}",

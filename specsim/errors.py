@@ -63,3 +63,12 @@ class NotCollectedError(SpecsimError):
 
 class RunError(SpecsimError):
     """A real vLLM run failed (server did not start, benchmark failed, interrupted)."""
+
+
+class MissingExtraError(SpecsimError, ImportError):
+    """An optional dependency is not installed: the message names the extra that installs it
+    (``pip install 'specsim[EXTRA]'``).  Also an ``ImportError``."""
+
+    def __init__(self, what: str, package: str, extra: str):
+        self.package, self.extra = package, extra
+        super().__init__(f"{what} needs the optional package {package}: pip install 'specsim[{extra}]'")

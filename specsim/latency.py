@@ -1,24 +1,7 @@
-"""Forward-step latency models: a calibratable roofline and a measured-table interpolator.
+"""Forward-time models (layer 2, model): the roofline per GPU after the TP split, a measured-table
+model with the same interface, and ``calibrate()`` (scipy least squares).
 
-Every latency model answers one question: how many seconds does ONE forward step of ``model``
-take for ``batch`` sequences x ``q`` query tokens each, at KV context ``context`` tokens, after a
-tensor-parallel split over ``tp`` GPUs.  All models broadcast over numpy arrays of
-``batch`` / ``q`` / ``context`` (no Python loops over grid points), and every model says
-whether it is calibrated against measurements or datasheet-only (``calibrated``, ``describe()``).
-
-The roofline (docs/architecture.md; Williams, Waterman & Patterson, "Roofline", CACM 2009)::
-
-    t = max(bytes / (eta_bw * BW), flops / (eta_f * F_dtype)) + t_allreduce + t_fixed
-
-bytes = weights touched (``model.step_weight_bytes``) + KV read (``batch * model.kv_bytes_per_seq``),
-flops = ``model.step_flops``, both divided by ``tp``; ``t_fixed = fixed_s + per_layer_s * layers``.
-Activation traffic (the contract's third byte term) is left out on purpose: it is ~T*h bytes per
-GEMM against ~h^2 bytes of weights, i.e. a few percent where memory-bound, and it only matters
-at large T, where compute dominates; the calibrated ``eta_bw`` absorbs what is left.
-
-Models passed in are duck-typed (``specsim.architecture.ModelSpec`` or any object with the same
-methods: ``step_weight_bytes(tokens, precision)``, ``kv_bytes_per_seq(context, kv_precision)``,
-``step_flops(batch, q, context)``, ``hidden_size``, ``num_layers``).
+Details, derivations and sources: ``docs/modules/specsim.latency.md``.
 """
 from __future__ import annotations
 
@@ -29,7 +12,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 import pandas as pd
 
-from .errors import SpecsimValueError
+from specsim._checks import int_field
+from specsim.errors import SpecsimValueError
 
 PRECISIONS = ("bf16", "fp16", "fp8", "mxfp4", "int4", "fp32")
 _ACT_BYTES = {"fp32": 4.0}  # activation bytes per element; every other precision runs bf16/fp16 activations
@@ -51,10 +35,6 @@ def default_kv_precision(precision: str) -> str:
     return precision if precision in ("bf16", "fp16", "fp32") else "bf16"
 
 
-def _check_tp(tp: Any) -> int:
-    if isinstance(tp, bool) or not isinstance(tp, (int, np.integer)) or tp < 1:
-        raise SpecsimValueError("tp", "must be an integer >= 1", tp)
-    return int(tp)
 
 
 def _grid(batch: Any, q: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -152,6 +132,12 @@ class Roofline:
         (over-estimates by at most 2^(1/p) at the ridge point; smoother for fits).  Default: hard max.
     source : str, optional
         Free text recorded in ``describe()`` (e.g. which measurements calibrated it).
+    calibration : specsim.calibration.CalibrationRecord, optional
+        The shipped calibration these efficiencies came from (set by
+        ``specsim.calibration.default_latency``): the draft-pass and speculative overheads and the
+        step-time error that go with them.  None for datasheet priors or a user's own efficiencies.
+    scope : str, optional
+        One sentence on whose values these are, carried into every prediction's assumptions.
 
     Notes
     -----
@@ -165,7 +151,8 @@ class Roofline:
     """
 
     def __init__(self, hardware: Any, efficiency: Efficiency | None = None, calibrated: bool = False, *,
-                 smooth_p: float | None = None, source: str | None = None):
+                 smooth_p: float | None = None, source: str | None = None, calibration: Any = None,
+                 scope: str | None = None):
         for attr in ("mem_bandwidth_bytes_per_s", "peak_flops", "link_bandwidth_bytes_per_s"):
             if not hasattr(hardware, attr):
                 raise SpecsimValueError("hardware", f"must provide `{attr}` (specsim.hardware.Hardware)",
@@ -181,10 +168,13 @@ class Roofline:
         self.calibrated = bool(calibrated)
         self.smooth_p = smooth_p
         self.source = source
+        self.calibration = calibration
+        self.scope = scope
 
     def with_efficiency(self, efficiency: Efficiency, *, calibrated: bool | None = None,
                         source: str | None = None) -> "Roofline":
-        """Same hardware, other efficiencies."""
+        """Same hardware, other efficiencies (no longer the shipped calibration: ``calibration`` and
+        ``scope`` are not carried over)."""
         return Roofline(self.hardware, efficiency, self.calibrated if calibrated is None else calibrated,
                         smooth_p=self.smooth_p, source=source if source is not None else self.source)
 
@@ -221,7 +211,7 @@ class Roofline:
         SpecsimValueError
             Bad tp / precision / shapes / negative or non-finite sizes.
         """
-        tp = _check_tp(tp)
+        tp = int_field("tp", tp)
         # precision=None: the model's own serving mix (e.g. int4 routed experts + bf16 rest) for the
         # bytes, and its main weight dtype for the peak FLOP/s and the default KV dtype.
         byte_precision = precision
@@ -265,7 +255,7 @@ class Roofline:
         """Seconds of one forward step, ndarray of the broadcast shape (see ``breakdown``).
 
         ``precision=None`` uses the model's serving precision mix (``ModelSpec.weight_dtype`` /
-        ``expert_weight_dtype`` / ``lm_head_dtype`` from ``data/models``).
+        ``expert_weight_dtype`` / ``lm_head_dtype`` from ``specsim/data/models``).
         """
         return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
                               kv_precision=kv_precision)["total_s"]
@@ -320,7 +310,11 @@ class MeasuredLatency:
     def __init__(self, table: pd.DataFrame, *, model_name: str | None = None, tp: int | None = None,
                  precision: str | None = None, max_extrapolation: float = 1.0, outside: str = "error",
                  source: str | None = None):
-        from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator, RegularGridInterpolator
+        from scipy.interpolate import (
+            LinearNDInterpolator,
+            NearestNDInterpolator,
+            RegularGridInterpolator,
+        )
 
         if not isinstance(table, pd.DataFrame):
             raise SpecsimValueError("table", "must be a pandas DataFrame", type(table).__name__)
@@ -381,7 +375,7 @@ class MeasuredLatency:
             Wrong model / tp / precision for this table, bad shapes, or (``outside="error"``) a
             point beyond ``max_extrapolation`` of the table's range; the message names the axis.
         """
-        self._check_call(model, _check_tp(tp), precision)
+        self._check_call(model, int_field("tp", tp), precision)
         b, qq, c = _grid(batch, q, context)
         pts = np.stack([np.log(b), np.log(qq), c], axis=-1)
         f = self.max_extrapolation

@@ -1,46 +1,7 @@
-"""GPU memory budget of a speculative-decoding deployment, per GPU, the way vLLM spends it.
+"""GPU memory budget of a deployment as vLLM computes it (layer 2, model): weights, draft, activations,
+KV cache per request and the concurrency that fits.
 
-vLLM (0.32.0) gives one instance ``gpu_memory_utilization`` x HBM of each GPU
-(``vllm/config/cache.py:102``, default **0.92**; the remaining 8 % is the reserve left to the
-driver / other processes).  Inside that budget it loads the weights, runs a profiling forward
-at ``max_num_batched_tokens`` to measure the activation peak, adds non-torch memory
-(RCCL/NCCL buffers, HIP/CUDA context, graph pools) and hands *everything that is left* to the KV
-cache (``vllm/v1/worker/gpu_worker.py:634`` ``determine_available_memory``).  A configuration
-therefore works when the KV cache it needs fits in what is left:
-
-    required = target weights / TP
-             + draft weights / draft_TP                    (0 extra for weight-sharing drafters)
-             + concurrency x KV(max_model_len) / KV shards  (target cache)
-             + concurrency x draft KV(max_model_len) / draft KV shards  (0 when the drafter
-                                                             reads the target's cache)
-             + activation peak + non-torch memory
-    headroom = gpu_memory_utilization x HBM - required
-
-Sharing, by vLLM method (docs/architecture.md; the "Memory" paragraph of vllm-amd-specdec-post):
-
-* native MTP (``mtp`` without an assistant checkpoint) shares the target's embedding, lm_head
-  and weights file: only the MTP module itself is extra (``Drafter.draft_weight_bytes``);
-* Gemma 4 MTP (``mtp`` + ``google/gemma-4-*-assistant``) loads its own 4-layer checkpoint but has
-  no K/V projections: it attends over the **target's** KV cache, so it adds no KV cache;
-* EAGLE / EAGLE-3 / DFlash / DSpark / draft models load their own weights (sizes from their
-  configs in ``data/drafters``) and keep their own KV cache;
-* n-gram / suffix lookup has no weights and no cache.
-
-Tensor parallelism: weights are divided by TP (vLLM shards every linear layer and the vocab
-embedding; replicated norms are < 0.01 % and ignored).  The draft runs at
-``draft_tensor_parallel_size`` which vLLM defaults to the target TP
-(``vllm/config/speculative.py:1722-1729``).  KV heads are split over TP ranks but never below one
-head per rank (GQA with fewer KV heads than ranks replicates heads): shards = min(TP, KV heads).
-MLA caches one latent per token that every rank holds in full (shards = 1).
-
-Activation peak (heuristic, NOT taken from vLLM's source; vLLM measures it at start-up):
-``max_num_batched_tokens x hidden_size x 2 bytes x 16`` (residual stream, norm output, QKV,
-attention output and the gated-MLP intermediates live at once, ~16 hidden-size bf16 vectors per
-token) plus the fp32 logits of the profiling sampler run: ``min(max_num_seqs,
-max_num_batched_tokens)`` requests (``vllm/v1/worker/gpu_model_runner.py:5590-5600``) x vocab x
-4 bytes, doubled with speculation (one dummy draft token per request, l.5999).
-Non-torch memory defaults to 2 GiB per GPU (assumed; RCCL buffers + context + graph pools).
-Both are parameters, and every budget lists them in ``assumptions``.
+Details, derivations and sources: ``docs/modules/specsim.memory.md``.
 """
 from __future__ import annotations
 
@@ -49,7 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from .errors import SpecsimValueError
+from specsim._checks import int_field
+from specsim.architecture import ModelSpec, load_model
+from specsim.drafters import get_drafter
+from specsim.errors import SpecsimValueError
+from specsim.hardware import Hardware, load_hardware
+from specsim.latency import default_kv_precision
 
 __all__ = [
     "GIB",
@@ -186,10 +152,6 @@ class MemoryBudget:
         return "\n".join(lines)
 
 
-def _pos_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise SpecsimValueError(name, f"must be an integer >= {minimum}", v)
-    return int(v)
 
 
 def _kv_shards(model: Any, tp: int) -> int:
@@ -228,7 +190,7 @@ def memory_budget(
     Parameters
     ----------
     target : str or ModelSpec
-        Target model (name in ``data/models`` or a spec).
+        Target model (name in ``specsim/data/models`` or a spec).
     method : str, optional
         vLLM speculative method (``"dflash"``, ``"eagle3"``, ``"mtp"``, ``"ngram"`` ...);
         ``None`` budgets the target alone (no speculation).
@@ -277,17 +239,14 @@ def memory_budget(
         1 or ``tp`` (vLLM ``_verify_and_get_draft_tp``); ``gpu_memory_utilization`` outside
         (0, 1]; negative ``non_torch_bytes``; unknown model, hardware, method, precision.
     """
-    from .architecture import ModelSpec, load_model
-    from .hardware import Hardware, load_hardware
-    from .latency import default_kv_precision
 
-    tp = _pos_int("tp", tp)
-    concurrency = _pos_int("concurrency", concurrency)
-    max_model_len = _pos_int("max_model_len", max_model_len)
-    n = _pos_int("num_speculative_tokens", num_speculative_tokens, minimum=0)
+    tp = int_field("tp", tp)
+    concurrency = int_field("concurrency", concurrency)
+    max_model_len = int_field("max_model_len", max_model_len)
+    n = int_field("num_speculative_tokens", num_speculative_tokens, minimum=0)
     if draft_tp is None:
         draft_tp = tp
-    draft_tp = _pos_int("draft_tp", draft_tp)
+    draft_tp = int_field("draft_tp", draft_tp)
     if draft_tp not in (1, tp):
         raise SpecsimValueError("draft_tp", "vLLM allows draft_tensor_parallel_size = 1 or the target tp "
                                 "(vllm/config/speculative.py:1730)", draft_tp, [1, tp])
@@ -304,10 +263,10 @@ def memory_budget(
         kv_precision = default_kv_precision(precision or getattr(tgt, "weight_dtype", "bf16"))
     if max_num_batched_tokens is None:
         max_num_batched_tokens = default_max_num_batched_tokens(hw.hbm_bytes)
-    max_num_batched_tokens = _pos_int("max_num_batched_tokens", max_num_batched_tokens)
+    max_num_batched_tokens = int_field("max_num_batched_tokens", max_num_batched_tokens)
     if max_num_seqs is None:
         max_num_seqs = default_max_num_seqs(hw.hbm_bytes)
-    max_num_seqs = _pos_int("max_num_seqs", max_num_seqs)
+    max_num_seqs = int_field("max_num_seqs", max_num_seqs)
 
     assumptions = [
         f"gpu_memory_utilization {u:g} (vLLM 0.32.0 default 0.92): {(1 - u) * hw.hbm_bytes / GIB:.1f} GiB "
@@ -330,7 +289,6 @@ def memory_budget(
     d = None
     if method is not None or drafter is not None:
         if drafter is None:
-            from .drafters import get_drafter
 
             drafter = get_drafter(method, draft_model=draft, target=tgt)
         d = drafter

@@ -1,129 +1,42 @@
-"""Tuning recommendations in vLLM's own formats: best N per concurrency band, a dynamic
-schedule, the per-position cut-off, the crossover concurrency and a memory check.
+"""Tuning recommendations in vLLM's own formats (layer 3, API): best N per concurrency band with
+intervals, a dynamic schedule, the per-position cut-off, the crossover concurrency, a memory check.
 
-``recommend(target, method, ...)`` evaluates the step-time model of :mod:`specsim.predict` on a
-dense grid N = 1..N_max x concurrency C = 1..C_max (one numpy broadcast) and returns, per method:
-
-* **bands** -- maximal runs of batch sizes with the same recommended N, each with the predicted
-  throughput ratio and TPOT (with intervals) at its edges and the runner-up N within
-  ``flat_tolerance`` (2 %) over the whole band (flat optima are common);
-* the **schedule** ``[[lo, hi, N], ...]`` as vLLM 0.32.0's dynamic speculative decoding takes it
-  (``num_speculative_tokens_per_batch_size``, below) and a ready ``--speculative-config`` JSON;
-* the **crossover**: the concurrency from which no N beats the non-speculative server
-  (ratio < 1) up to C_max, or ``None`` ("never in the range asked");
-* the **per-position cut-off** (marginal rule, :func:`marginal_cutoff`) next to the best N;
-* the **memory budget** per GPU (:mod:`specsim.memory`); a method whose KV cache for the top
-  concurrency does not fit is capped at the largest concurrency that fits (``concurrency_cap``);
-  one that does not fit even at concurrency 1 -- or that vLLM would refuse (TP not dividing the
-  heads, weights over HBM, a draft trained for another target) -- is excluded with the reason.
-
-The vLLM side and the tuning study
-----------------------------------
-The schedule rules (``num_speculative_tokens_per_batch_size`` as vLLM 0.32.0 validates and
-expands it; :func:`validate_schedule` adds two stricter rules) and the ``--speculative-config``
-builder live in :mod:`specsim.vllm.schedule`, with their vLLM sources; the tuning study over the
-seed targets, its figures and the computed tuning guide in :mod:`specsim.tuning`.  Both are
-re-exported here (``from specsim.recommend import validate_schedule, tuning_study`` works).
-
-K = 0 is not free
------------------
-With speculation enabled and K = 0 for a batch size, vLLM still (a) runs the drafter's first
-forward pass to keep the drafter's KV cache in sync (``vllm/v1/spec_decode/llm_base_proposer.py:
-616-627``: "The prefill forward pass above already ran ... just return an empty tensor"),
-(b) pays the per-step speculative overhead (rejection sampler / spec metadata:
-``SpecOverhead.step_seconds(C, 0)`` = fixed_s + per_token_s x C), and (c) runs with PIECEWISE
-instead of FULL CUDA graphs on the V1 model runner, because dynamic speculation overrides the
-graph mode (``vllm/config/vllm.py:1040-1054``).  specsim models (a) as one draft pass
-(``Drafter.draft_time(n=1)``: an upper bound -- the K = 0 pass has one query token per request, the
-N = 1 pass two) and (b) exactly; (c) is NOT modelled (no measurement of the graph-mode cost) and is
-listed in every dynamic recommendation's assumptions.  So a K = 0 band predicts a ratio slightly
-below 1, never exactly 1: ``T_0 = t_target(C, q=1) + T_draft_pass + o_spec(C, 0)``.
-
-Intervals (propagation)
------------------------
-Two sources, combined by evaluating the model at the corners (the ratio is monotone in each):
-
-* acceptance: MAL(N) in ``[MAL_lo, MAL_hi]`` from :meth:`Acceptance.mal_interval` (Greenwood /
-  delta method at ``level``) when the profile has counts, else from an explicit
-  ``acceptance_range`` (e.g. the spread over datasets of a published mix: a workload band, not a
-  sampling interval -- the note says which);
-* latency: the speculative step time ``T_step`` scaled by ``exp(+- z x rmse_rel)`` where rmse_rel
-  is the RMS log residual of the latency calibration (``specsim.latency.calibrate``; for a target
-  the shipped calibration was not fitted on, its leave-one-target-out RMS log error) and
-  z = Phi^-1((1 + level) / 2).  For the *ratio* the baseline step and both prefills are held: they
-  come from the same latency model, whose common-mode error cancels in the ratio, so the residual
-  is charged to the speculative step alone (conservative).  For *TPOT* (absolute) the whole
-  speculative cycle (decode + prefill stalls) is scaled.
-
-  ratio_lo = B / (P + OSL / MAL_lo x T_step x e^r),  ratio_hi = B / (P + OSL / MAL_hi x T_step x e^-r)
-
-with B the baseline cycle (C x t_prefill + OSL x T_base) and P the speculative arm's prefill
-(C x t_prefill_spec), both exactly as in :func:`specsim.predict.predict`.  If both inputs lie in
-their intervals, the ratio lies in the corner interval; with independent sources the coverage is
-therefore at least level^2 (0.9025 at 0.95), usually more.  Where neither source exists
-(published rates without counts and a datasheet-only latency model) no interval is given and
-``interval_note`` says why -- never a zero-width interval.
+Details, derivations and sources: ``docs/modules/specsim.recommend.md``.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ._lazy import lazy_reexports
-from .errors import NotCollectedError, SpecsimError, SpecsimValueError
-from .vllm.schedule import SCHEDULE_FIELD, VLLM_VERSION, expand_schedule, speculative_config, validate_schedule
-
-if TYPE_CHECKING:  # re-exported lazily (module __getattr__ at the end): specsim.tuning imports this module
-    from .tuning import (
-        SEED_TARGETS,
-        TUNING_HARDWARE,
-        TuningStudy,
-        best_static_n,
-        make_tuning_figures,
-        plot_acceptance_cutoff,
-        plot_crossover,
-        plot_ratio_heatmaps,
-        plot_schedules,
-        tuning_guide,
-        tuning_guide_facts,
-        tuning_study,
-    )
+from specsim._checks import int_field
+from specsim.architecture import ModelSpec, load_model
+from specsim.catalog import data_path
+from specsim.drafters import list_draft_specs
+from specsim.engine import default_overhead, evaluate
+from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
+from specsim.hardware import Hardware, load_hardware
+from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
+from specsim.predict import check_feasibility, precision_label, resolve_inputs
+from specsim.published import published_methods, published_profile
+from specsim.vllm.schedule import speculative_config
 
 __all__ = [
-    "SCHEDULE_FIELD",
-    "VLLM_VERSION",
-    "validate_schedule",
-    "expand_schedule",
-    "speculative_config",
+    "DEFAULT_CONCURRENCY",
     "CutoffResult",
     "marginal_cutoff",
-    "AcceptanceProfile",
-    "published_profile",
-    "published_methods",
     "OperatingPoint",
     "Band",
     "MethodRecommendation",
     "Recommendation",
     "recommend",
-    "add_recommend_parser",
-    "recommend_cli",
-    "TuningStudy",
-    "tuning_study",
-    "plot_ratio_heatmaps",
-    "plot_crossover",
-    "plot_acceptance_cutoff",
-    "plot_schedules",
-    "tuning_guide_facts",
-    "tuning_guide",
-    "best_static_n",
-    "make_tuning_figures",
+    "is_placeholder_checkpoint",
 ]
 
-_DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 # ============================================================================================
@@ -215,117 +128,16 @@ def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> C
 # ============================================================================================
 # acceptance inputs: published appendix profiles
 
-_PUBLISHED_FILE = ("published", "amd_specdec_n_sweeps.csv")
-_PUBLISHED_DATASETS = ("GSM8K", "MATH500", "HumanEval", "MBPP")
-#: published method label -> vLLM method string
-_PUBLISHED_TO_VLLM = {"mtp_gemma4_assistant": "mtp"}
 
 
-@dataclass(frozen=True)
-class AcceptanceProfile:
-    """An acceptance profile with its provenance and (optional) range.
-
-    Attributes
-    ----------
-    acceptance : Acceptance
-    range : (Acceptance, Acceptance) or None
-        Pointwise lower / upper cumulative curves (e.g. the spread over datasets).
-    range_note : str
-    label, source : str
-    """
-
-    acceptance: Any
-    range: tuple[Any, Any] | None
-    range_note: str
-    label: str
-    source: str
 
 
-def _published_table() -> pd.DataFrame:
-    from .catalog import data_path
-
-    return pd.read_csv(data_path(*_PUBLISHED_FILE))
 
 
-def _norm_name(x: str) -> str:
-    return str(x).strip().split("/")[-1].lower()
 
 
-def published_methods(target) -> list[str]:
-    """vLLM method strings with a published appendix sweep for ``target`` (name or ModelSpec)."""
-    name = _norm_name(getattr(target, "name", target))
-    d = _published_table()
-    labels = d.loc[d["target_model"].map(_norm_name) == name, "method"].unique()
-    return sorted({_PUBLISHED_TO_VLLM.get(m, m) for m in labels})
 
 
-def published_profile(target, method: str, dataset: str = "mix") -> AcceptanceProfile:
-    """Per-position acceptance of the published appendix sweeps (``data/published/amd_specdec_n_sweeps.csv``,
-    source ``vllm-amd-specdec-post``; MI300X, vLLM 0.23.1rc1).
-
-    For each (target, method, dataset) the row with the largest N is used (its
-    ``per_position_acceptance_cumulative``, ``;``-separated CUMULATIVE rates: MAL = 1 + sum holds).
-
-    Parameters
-    ----------
-    target : str or ModelSpec
-        ``"gemma-4-26B-A4B-it"`` or ``"google/gemma-4-26B-A4B-it"``.
-    method : str
-        vLLM method (``"dflash"``, ``"eagle3"``, ``"dspark"``, ``"mtp"``; for Gemma 4 ``"mtp"``
-        is the assistant drafter, published as ``mtp_gemma4_assistant``).
-    dataset : str
-        ``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``, ``"MBPP"`` or ``"mix"`` (default): the
-        equal-weight mixture of the four, whose survival curve is the mean of theirs
-        (a workload drawing each dataset with probability 1/4); its ``range`` is the pointwise
-        min / max over the datasets (workload spread, not sampling error).
-
-    Returns
-    -------
-    AcceptanceProfile
-        ``acceptance.temperature`` is None: the post does not state the sampling temperature,
-        so predictions record the assumption that it applies at the temperature asked.
-
-    Raises
-    ------
-    SpecsimValueError
-        ``target`` / ``method`` / ``dataset`` without published rows (lists what exists).
-    """
-    from .acceptance import Acceptance
-
-    tname = _norm_name(getattr(target, "name", target))
-    d = _published_table()
-    d = d[d["target_model"].map(_norm_name) == tname]
-    if d.empty:
-        raise SpecsimValueError("target", "no published acceptance for this target", tname,
-                                sorted(_published_table()["target_model"].unique()))
-    labels = [m for m in d["method"].unique() if m == method] or \
-             [m for m in d["method"].unique() if _PUBLISHED_TO_VLLM.get(m) == method]
-    if not labels:
-        raise SpecsimValueError("method", f"no published acceptance for {tname} with this method", method,
-                                published_methods(tname))
-    d = d[d["method"] == labels[0]]
-    datasets = sorted(d["dataset"].unique()) if dataset == "mix" else [dataset]
-    if dataset != "mix" and dataset not in set(d["dataset"]):
-        raise SpecsimValueError("dataset", "no published rows for this dataset", dataset,
-                                ["mix", *sorted(d["dataset"].unique())])
-    curves, ns = [], []
-    for ds in datasets:
-        rows = d[d["dataset"] == ds]
-        row = rows.loc[rows["num_speculative_tokens"].idxmax()]
-        curves.append(np.array([float(x) for x in str(row["per_position_acceptance_cumulative"]).split(";")]))
-        ns.append(int(row["num_speculative_tokens"]))
-    m = min(len(c) for c in curves)
-    stack = np.vstack([c[:m] for c in curves])
-    label = f"{tname} {method} {dataset} (published, N={max(ns)})"
-    src = "vllm-amd-specdec-post appendix (data/published/amd_specdec_n_sweeps.csv), MI300X"
-    if dataset != "mix":
-        return AcceptanceProfile(Acceptance.from_rates(stack[0], kind="cumulative", label=label), None, "",
-                                 label, src)
-    acc = Acceptance.from_rates(stack.mean(axis=0), kind="cumulative", label=label)
-    lo = Acceptance.from_rates(stack.min(axis=0), kind="cumulative", label=label + " min")
-    hi = Acceptance.from_rates(stack.max(axis=0), kind="cumulative", label=label + " max")
-    note = f"acceptance range = min/max over datasets {', '.join(datasets)} (workload spread, not sampling error)"
-    return AcceptanceProfile(acc, (lo, hi), note, label, src)
 
 
 # ============================================================================================
@@ -635,18 +447,23 @@ def _rel_error(latency, explicit: float | None) -> tuple[float | None, str]:
     v = getattr(latency, "rmse_rel", None)
     if v is not None:
         return float(v), "latency model rmse_rel"
-    if getattr(latency, "calibration_file", None):
-        from .calibration import calibration_rmse_rel
-
-        v = calibration_rmse_rel(latency)
-        if v is not None:
-            hw = getattr(getattr(latency, "hardware", None), "name", "?")
-            what = ("fit residual of this target" if getattr(latency, "calibration_fitted_target", True)
-                    else "leave-one-target-out error (this target was not fitted)")
-            if not getattr(latency, "calibrated", False):
-                what += ", transferred from another accelerator: a lower bound"
-            return float(v), f"calibration file ({hw}): {what}"
+    rec = getattr(latency, "calibration", None)
+    if rec is not None and rec.rmse_rel is not None:
+        what = ("fit residual of this target" if rec.fitted_target
+                else "leave-one-target-out error (this target was not fitted)")
+        if not getattr(latency, "calibrated", False):
+            what += ", transferred from another accelerator: a lower bound"
+        return float(rec.rmse_rel), f"calibration file ({rec.hardware}): {what}"
     return None, ""
+
+
+def _latency_label(latency) -> str:
+    """How the step times were obtained, in words (``MethodRecommendation.latency_label``)."""
+    rec = getattr(latency, "calibration", None)
+    if getattr(latency, "calibrated", False):
+        return ("calibrated" if rec is None or rec.fitted_target
+                else "calibrated hardware, target not fitted: medians of its kind")
+    return "transferred calibration" if rec is not None else "datasheet-only"
 
 
 def _unwrap_latency(latency):
@@ -664,7 +481,6 @@ def _draft_checkpoint(drafter) -> str | None:
         return None
     name = getattr(drafter, "name", None)
     try:
-        from .drafters import list_draft_specs
 
         for d in list_draft_specs():
             if name in (d.get("name"), d.get("checkpoint")):
@@ -675,13 +491,12 @@ def _draft_checkpoint(drafter) -> str | None:
     return src.split(": ", 1)[1] if ": " in src else name
 
 
-def _is_placeholder(model: str | None) -> bool:
+def is_placeholder_checkpoint(model: str | None) -> bool:
     """True for the stand-in name of a draft derived from the target (no real checkpoint)."""
     return bool(model) and str(model).startswith("(derived ")
 
 
 def _hf_id(target) -> str:
-    from .catalog import data_path
 
     p = data_path("models", f"{target.name}.json")
     if p.is_file():
@@ -761,10 +576,9 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
                    acc_range, range_note, report_cs, memory) -> MethodRecommendation:
     from scipy import stats
 
-    from .predict import _evaluate
 
     ns = np.arange(1, n_max + 1)
-    ev = _evaluate(r, ns[:, None], cs[None, :], isl, osl, tp, overhead)
+    ev = evaluate(r, ns[:, None], cs[None, :], isl, osl, tp, overhead)
     ratio = np.asarray(ev["throughput_ratio"], float)
     t_step = np.asarray(ev["t_step_s"], float)
     tpot = np.asarray(ev["tpot_s"], float)
@@ -892,7 +706,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     model = _draft_checkpoint(r.drafter)
     nmax_sched = max(k for _, _, k in schedule)
     assumptions = list(r.assumptions)
-    if _is_placeholder(model):
+    if is_placeholder_checkpoint(model):
         assumptions.append(f"no published {r.method} checkpoint for {r.target.name}: the config's model field "
                            f"{model!r} is a PLACEHOLDER (costs from a draft derived from the target); put your "
                            "checkpoint's id there before giving the config to vLLM")
@@ -932,10 +746,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         speculative_config=cfg, static_configs=statics, crossover_concurrency=cross, crossover_range=cross_rng,
         crossover_note=cnote, memory=memory, interval_note=interval_note,
         latency_calibrated=bool(getattr(r.latency, "calibrated", False)),
-        latency_label=(("calibrated" if getattr(r.latency, "calibration_fitted_target", True)
-                        else "calibrated hardware, target not fitted: medians of its kind")
-                       if getattr(r.latency, "calibrated", False) else
-                       "transferred calibration" if getattr(r.latency, "calibration_file", None) else "datasheet-only"),
+        latency_label=_latency_label(r.latency),
         assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
         extrapolated_from=meas,
     )
@@ -955,7 +766,7 @@ def recommend(
     precision: str | None = None,
     isl: int = 1024,
     osl: int = 1024,
-    concurrency: Iterable[int] = _DEFAULT_CONCURRENCY,
+    concurrency: Iterable[int] = DEFAULT_CONCURRENCY,
     max_concurrency: int | None = None,
     max_num_speculative_tokens: int | None = None,
     acceptance=None,
@@ -979,7 +790,7 @@ def recommend(
     Parameters
     ----------
     target : str or ModelSpec
-        Target model (``data/models`` name or HF id).
+        Target model (``specsim/data/models`` name or HF id).
     method : str or list of str, optional
         vLLM method(s); default every method with a published acceptance for the target.
     hardware : str or Hardware
@@ -1040,23 +851,19 @@ def recommend(
         Bad concurrency / N / level / tolerance; unknown target, hardware, method; no acceptance
         for a method named explicitly; temperature mismatch without an assumption.
     """
-    from .architecture import ModelSpec, load_model
-    from .hardware import Hardware, load_hardware
-    from .memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
-    from .predict import _default_overhead, _int_field, check_feasibility, precision_label, resolve_inputs
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
-    tp = _int_field("tp", tp)
-    isl = _int_field("isl", isl)
-    osl = _int_field("osl", osl)
+    tp = int_field("tp", tp)
+    isl = int_field("isl", isl)
+    osl = int_field("osl", osl)
     try:
         report_cs = sorted({int(c) for c in concurrency})
     except (TypeError, ValueError):
         raise SpecsimValueError("concurrency", "must be an iterable of integers >= 1", concurrency) from None
     if not report_cs or report_cs[0] < 1:
         raise SpecsimValueError("concurrency", "must be a non-empty set of integers >= 1", concurrency)
-    cmax = _int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
+    cmax = int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
     report_cs = [c for c in report_cs if c <= cmax]
     if not (isinstance(level, (float, int)) and 0 < level < 1):
         raise SpecsimValueError("level", "must lie in (0, 1)", level)
@@ -1064,7 +871,7 @@ def recommend(
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1)", flat_tolerance)
     if max_model_len is None:
         max_model_len = isl + osl
-    max_model_len = _int_field("max_model_len", max_model_len)
+    max_model_len = int_field("max_model_len", max_model_len)
     if max_model_len < isl + osl:
         raise SpecsimValueError("max_model_len", f"must be >= isl + osl = {isl + osl}", max_model_len)
     if gpu_memory_utilization is None:
@@ -1120,11 +927,11 @@ def recommend(
                 raise
             excluded.append((r.method, f"refused (as vLLM would refuse it): {e}"))
             continue
-        ov = overhead if overhead is not None else _default_overhead(r.latency)
+        ov = overhead if overhead is not None else default_overhead(r.latency)
         rel, rel_src = _rel_error(r.latency, step_time_rel_error)
         meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
         n_max = max_num_speculative_tokens if max_num_speculative_tokens is not None else (meas or 15)
-        n_max = _int_field("max_num_speculative_tokens", n_max)
+        n_max = int_field("max_num_speculative_tokens", n_max)
         mem, cap, cap_note = None, None, None
         if check_memory:
             def budget(c):
@@ -1163,105 +970,3 @@ def recommend(
         max_model_len=max_model_len, max_concurrency=cmax, temperature=temperature, methods=tuple(recs),
         excluded=tuple(excluded),
     )
-
-
-# ============================================================================================
-# CLI
-
-
-def add_recommend_parser(p) -> None:
-    """Add the ``specsim recommend`` options to an argparse (sub)parser."""
-    p.add_argument("--target", required=True, help="target model (data/models name or HF id), e.g. gemma-4-26B-A4B-it")
-    p.add_argument("--method", help="vLLM method(s), comma-separated (dflash, eagle3, mtp, dspark, ngram); "
-                                    "default: every method with published acceptance for the target")
-    p.add_argument("--draft", help="draft checkpoint (default: the seed drafter for target/method)")
-    p.add_argument("--hardware", default="MI300X", help="accelerator (data/hardware.csv), default MI300X")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
-    p.add_argument("--isl", type=int, default=1024, help="input tokens per request")
-    p.add_argument("--osl", type=int, default=1024, help="output tokens per request")
-    p.add_argument("--concurrency", default=",".join(map(str, _DEFAULT_CONCURRENCY)),
-                   help="comma-separated concurrencies to report (bands cover 1..max)")
-    p.add_argument("--max-concurrency", type=int, help="upper end of the concurrency range (default: max of --concurrency)")
-    p.add_argument("--max-n", type=int, help="largest num_speculative_tokens considered (default: measured positions)")
-    p.add_argument("--max-model-len", type=int, help="tokens per sequence for the KV-cache check (default isl+osl)")
-    p.add_argument("--gpu-memory-utilization", type=float, help="vLLM gpu_memory_utilization (default 0.92)")
-    p.add_argument("--dataset", default="mix", help="published acceptance: GSM8K, MATH500, HumanEval, MBPP or mix")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to recommend for")
-    p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
-    p.add_argument("--step-time-rel-error", type=float, help="relative 1-sigma step-time error (default: calibration)")
-    p.add_argument("--level", type=float, default=0.95, help="interval level")
-    p.add_argument("--flat-tolerance", type=float, default=0.02, help="runner-up tolerance (fraction)")
-    g = p.add_argument_group("acceptance (at most one; default: published appendix profile)")
-    g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
-    g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated")
-    g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
-    g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
-    out.add_argument("--config-only", action="store_true",
-                     help="print only the --speculative-config JSON of the best method (for $(...))")
-
-
-def _cli_acceptance(args):
-    from .cli import _acceptance_from_args
-
-    return _acceptance_from_args(args, required=False)
-
-
-def recommend_cli(args) -> int:
-    """Run ``specsim recommend`` from parsed arguments (see :func:`add_recommend_parser`).
-
-    Prints the summary (default), the full JSON (``--json``) or only the best method's
-    ``--speculative-config`` JSON (``--config-only``).  Returns the exit status (1 when every
-    method was excluded or speculation never pays, with ``--config-only``).
-    """
-    import sys
-
-    try:
-        cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
-    except ValueError:
-        raise SpecsimValueError("concurrency", "must be comma-separated integers", args.concurrency) from None
-    methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
-    if methods is not None and len(methods) == 1:
-        methods = methods[0]
-    rec = recommend(
-        args.target, methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
-        osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
-        acceptance=_cli_acceptance(args), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
-        level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-    )
-    if args.config_only:
-        best = rec.best
-        if best is None or best.speculative_config is None:
-            why = "; ".join(f"{m}: {r}" for m, r in rec.excluded) or "speculation does not pay in the range asked"
-            print(f"specsim: no speculative config recommended ({why})", file=sys.stderr)
-            return 1
-        model = (best.speculative_config or {}).get("model")
-        if _is_placeholder(model):
-            print(f"specsim: no published {best.method} draft checkpoint for {args.target} (the costs use a draft "
-                  f"derived from the target), so the config's model field would be the placeholder {model!r}; "
-                  "run without --config-only to see the config and put your checkpoint's id in it",
-                  file=sys.stderr)
-            return 1
-        print(best.speculative_config_json)
-        return 0
-    print(rec.to_json(indent=2) if args.json else rec.summary())
-    return 0
-
-
-# ============================================================================================
-# re-exports of specsim.tuning (the tuning study, its figures and guide)
-
-#: Public names of :mod:`specsim.tuning` also reachable here. Resolved on first access rather than
-#: imported at the top: specsim.tuning imports this module, so either may be imported first.
-_TUNING_NAMES = frozenset({
-    "SEED_TARGETS", "TUNING_HARDWARE", "TuningStudy", "tuning_study", "plot_ratio_heatmaps", "plot_crossover",
-    "plot_acceptance_cutoff", "plot_schedules", "tuning_guide_facts", "tuning_guide", "best_static_n",
-    "make_tuning_figures",
-})
-
-
-__getattr__, __dir__ = lazy_reexports(globals(), "specsim.tuning", _TUNING_NAMES)

@@ -25,8 +25,8 @@ def run(argv, capsys):
 
 
 def test_module_entry_point_prints_readable_summary():
-    """``python -m specsim.cli predict ...`` in a fresh interpreter (the console-script path)."""
-    cmd = [sys.executable, "-m", "specsim.cli", "predict", *BASE, "-n", "3", "--concurrency", "8",
+    """``python -m specsim predict ...`` in a fresh interpreter (the console-script path)."""
+    cmd = [sys.executable, "-m", "specsim", "predict", *BASE, "-n", "3", "--concurrency", "8",
            "--acceptance", "0.7", "--profile-temperature", "0"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)

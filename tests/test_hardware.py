@@ -1,4 +1,4 @@
-"""Tests of specsim.hardware: data/hardware.csv values, aliases, precision → peak mapping."""
+"""Tests of specsim.hardware: specsim/data/hardware.csv values, aliases, precision → peak mapping."""
 from __future__ import annotations
 
 import math

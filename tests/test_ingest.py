@@ -1,4 +1,5 @@
-"""Tests of specsim.vllm.ingest on real vLLM 0.32.0 samples and synthetic variants.
+"""Tests of the specsim.vllm readers (counts, prometheus, logs, bench) on real vLLM 0.32.0 samples and
+synthetic variants.
 
 Samples: tests/data/vllm_samples/ (README.md there gives their source). Expected numbers are
 read by hand from the raw files (the Prometheus lines, the log lines) or computed independently
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from specsim.acceptance import Acceptance
 from specsim.errors import DataError, NotCollectedError
 from specsim.vllm import (
     IngestWarning,
@@ -265,7 +267,7 @@ def test_v0_cumulative_lines():
     with pytest.raises(NotCollectedError):
         tot.to_frame()
     with pytest.raises(NotCollectedError):
-        tot.to_acceptance()
+        Acceptance.from_counts(tot)
     lines = open(p("specdecoding_v0_synthetic.log"), encoding="utf-8").read().splitlines()
     with pytest.raises(DataError, match="decreased"):
         parse_spec_decode_log([lines[1], lines[0]]).total()
@@ -411,12 +413,9 @@ def test_pooled_mal_is_count_weighted(runs):
     assert pooled.mal == pytest.approx(1 + pooled.per_position_rates.sum())
 
 
-def test_to_acceptance_matches_counts():
-    pytest.importorskip("specsim.acceptance")
+def test_acceptance_from_counts_record_matches_counts():
     c = read_prometheus(p("metrics_ngram.txt")).spec_counts()
-    try:
-        acc = c.to_acceptance(temperature=0.0)
-    except (ImportError, AttributeError) as exc:  # Acceptance written concurrently
-        pytest.skip(f"specsim.acceptance not ready: {exc}")
+    acc = Acceptance.from_counts(c, temperature=0.0)
+    assert acc.label == c.source
     np.testing.assert_allclose(acc.cumulative(3), [243 / 330, 202 / 330, 172 / 330], rtol=1e-9)
     assert acc.mal(3) == pytest.approx(1 + 617 / 330)

@@ -1,6 +1,6 @@
 """Memory budget (specsim.memory) against hand-computed numbers.
 
-Hand counts below come from the configs in data/models and data/drafters (the numbers are
+Hand counts below come from the configs in specsim/data/models and specsim/data/drafters (the numbers are
 written out, not recomputed by specsim); norm weights (< 1e-4 of the total) are left out of the
 hand counts, hence rel=1e-4 on weight bytes.
 """
@@ -11,7 +11,7 @@ import pytest
 from specsim.errors import SpecsimValueError
 from specsim.memory import GIB, memory_budget
 
-MI300X_HBM = 206158430208  # 192 GiB, data/hardware.csv
+MI300X_HBM = 206158430208  # 192 GiB, specsim/data/hardware.csv
 MI355X_HBM = 309237645312  # 288 GiB
 
 # Llama-3.1-8B-Instruct: h 4096, 32 layers, 32 q / 8 kv heads x 128, I 14336, V 128256, untied
@@ -20,7 +20,7 @@ LLAMA_KV_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 heads x 128, 
 # MiniMax-M2.5: h 3072, 62 layers, 48 q / 8 kv x 128, 256 experts of 3*3072*1536, router 3072x256, V 200064
 MINIMAX_PARAMS = 2 * 200064 * 3072 + 62 * (2 * 3072 * 6144 + 2 * 3072 * 1024 + 256 * 3 * 3072 * 1536 + 3072 * 256)
 MINIMAX_KV_PER_TOKEN = 2 * 62 * 8 * 128 * 2  # 253952 B
-# z-lab gemma-4-26B-A4B-it DFlash (data/drafters): 5 layers h 2816, 16 q / 8 kv x 256, I 8448,
+# z-lab gemma-4-26B-A4B-it DFlash (specsim/data/drafters): 5 layers h 2816, 16 q / 8 kv x 256, I 8448,
 # fc 39649280, lm_head shared with the target
 DFLASH_PARAMS = 5 * (2816 * 16 * 256 * 2 + 2 * 2816 * 8 * 256 + 3 * 2816 * 8448) + 39649280
 DFLASH_KV_PER_TOKEN = 5 * 2 * 8 * 256 * 2  # 40960 B

@@ -27,10 +27,11 @@ def test_notebooks_exist():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, monkeypatch, tmp_path):
     nb = nbformat.read(path, as_version=4)
-    # the kernel inherits the environment: make the source tree importable, render off-screen,
-    # and keep matplotlib / IPython caches out of the user's home
+    # the kernel inherits the environment: make the source tree importable, render off-screen, keep
+    # the GPU path of notebook 03 off, and keep matplotlib / IPython caches out of the user's home
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("SPECSIM_RUN_GPU", raising=False)  # notebook 03's GPU switch: never on in a test
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     client = nbclient.NotebookClient(

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import specsim
 from specsim.acceptance import Acceptance
 from specsim.errors import SpecsimValueError
-from specsim.predict import Prediction, SpecOverhead, best_n, predict, sweep
+from specsim.engine import SpecOverhead
+from specsim.predict import Prediction, best_n, predict, sweep
 
 # --------------------------------------------------------------------------------------------
 # stand-ins for the latency / drafter contracts
@@ -132,11 +133,11 @@ def test_chunked_prefill_cost_is_the_difference_of_two_steps():
     from specsim.architecture import load_model
     from specsim.hardware import load_hardware
     from specsim.latency import Efficiency, Roofline
-    from specsim.predict import _LastPositionLogits
+    from specsim.engine import LastPositionLogits
 
     lat = Roofline(load_hardware("MI300X"), Efficiency(bandwidth=0.6, compute=0.4, fixed_s=3e-3))
     tgt = load_model("Qwen3-8B")
-    m = _LastPositionLogits(tgt)
+    m = LastPositionLogits(tgt)
     isl, osl, n = 512, 256, 3
     ctx = isl + osl / 2
     kw = dict(hardware="MI300X", isl=isl, osl=osl, acceptance=0.7, latency=lat, overhead=SpecOverhead(),
@@ -184,7 +185,7 @@ def test_overhead_enters_step_time():
 # --------------------------------------------------------------------------------------------
 # invariants over random valid inputs (real models, default drafters, datasheet / shipped latency)
 
-# (target, method) pairs for which data/drafters or the derived fallback gives a drafter
+# (target, method) pairs for which specsim/data/drafters or the derived fallback gives a drafter
 PAIRS = [
     ("Qwen3-8B", "eagle3"), ("Qwen3-8B", "dflash"), ("Qwen3-8B", "dspark"), ("Qwen3-8B", "ngram"),
     ("gemma-4-26B-A4B-it", "eagle3"), ("gemma-4-26B-A4B-it", "mtp"), ("gemma-4-26B-A4B-it", "dflash"),

@@ -14,19 +14,14 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from specsim.acceptance import Acceptance
+from specsim.catalog import data_path
 from specsim.errors import SpecsimValueError
-from specsim.predict import SpecOverhead
-from specsim.recommend import (
-    SCHEDULE_FIELD,
-    expand_schedule,
-    make_tuning_figures,
-    marginal_cutoff,
-    published_profile,
-    recommend,
-    speculative_config,
-    tuning_study,
-    validate_schedule,
-)
+from specsim.engine import SpecOverhead
+from specsim.plots.tuning import make_tuning_figures
+from specsim.published import published_profile
+from specsim.recommend import marginal_cutoff, recommend
+from specsim.studies.tuning import tuning_study
+from specsim.vllm.schedule import SCHEDULE_FIELD, expand_schedule, speculative_config, validate_schedule
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -445,7 +440,7 @@ def rec_excluded_fields(rec):
 
 
 def test_published_profile_uses_the_largest_n_row():
-    rows = list(csv.DictReader(open(REPO / "data/published/amd_specdec_n_sweeps.csv")))
+    rows = list(csv.DictReader(open(data_path("published", "amd_specdec_n_sweeps.csv"))))
     mine = [r for r in rows if r["target_model"] == "google/gemma-4-26B-A4B-it" and r["method"] == "dflash"
             and r["dataset"] == "GSM8K"]
     top = max(mine, key=lambda r: int(r["num_speculative_tokens"]))
@@ -508,7 +503,8 @@ def test_figures_label_row_zero_and_name_exclusions_and_tp():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from specsim.recommend import TuningStudy, plot_crossover, plot_ratio_heatmaps, plot_schedules, tuning_guide
+    from specsim.plots.tuning import plot_crossover, plot_ratio_heatmaps, plot_schedules
+    from specsim.studies.tuning import TuningStudy, tuning_guide
 
     kw = dict(hardware="MI300X", max_concurrency=16, concurrency=[1, 16])
     recs = {("MI300X", "gemma-4-26B-A4B-it"): recommend("gemma-4-26B-A4B-it", ["dflash", "eagle3"], tp=2, **kw),
@@ -562,7 +558,7 @@ def test_calibration_object_supplies_the_step_time_error():
 
 
 def test_config_only_refuses_a_placeholder_draft_checkpoint(capsys):
-    """Llama-3.1-8B-Instruct has no published EAGLE-3 checkpoint in data/drafters: the costs use a
+    """Llama-3.1-8B-Instruct has no published EAGLE-3 checkpoint in specsim/data/drafters: the costs use a
     draft derived from the target, the printed config's model field would be a placeholder, so
     --config-only refuses (exit 1) and the full recommendation says so in its assumptions."""
     from specsim.cli import main

@@ -1,4 +1,5 @@
-"""The reproduction of the published tables (specsim.reproduce) and its presentation (specsim.figures).
+"""The reproduction of the published tables (specsim.studies.reproduce), its curves (specsim.studies.curves)
+and its figures (specsim.plots.reproduction).
 
 What is checked:
 * the fit / held-out split is honest: nothing about a held-out row (its published ratio, its
@@ -6,8 +7,8 @@ What is checked:
   while a fit row does;
 * held-out error metrics are computed on held-out rows only; the best-N table is right on a
   constructed table;
-* the seed-table check carries the appendix numbers (data/published/amd_specdec_best.csv: the post's summary table
-  disagrees with its own appendix in three rows);
+* the seed-table check carries the appendix numbers (specsim/data/published/amd_specdec_best.csv: the post's
+  summary table disagrees with its own appendix in three rows);
 * regression guards on the held-out error (tolerance stated below);
 * the MI355X EAGLE-3 transfer prediction against the published concurrency trend;
 * the figure helpers reproduce the reproduction's numbers and label fit / held-out.
@@ -20,9 +21,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsim import figures as F
-from specsim.reproduce import (
-    StackParams, _best_n_table, _error_summary, _split_mask, fit_stack, load_sweeps, mi355x_eagle3_curves,
+from specsim.plots.reproduction import parity_figure, ratio_vs_n_figure
+from specsim.published import load_sweeps
+from specsim.studies.curves import default_reproduction, model_curve, sweep_curves
+from specsim.studies.reproduce import (
+    StackParams, _best_n_table, _error_summary, _split_mask, fit_stack, mi355x_eagle3_curves,
     reproduce, seed_table_check,
 )
 
@@ -30,7 +33,7 @@ from specsim.reproduce import (
 @pytest.fixture(scope="module")
 def rep():
     """The main reproduction (fit on GSM8K, hold out MATH500/HumanEval/MBPP), computed once."""
-    return F.default_reproduction()
+    return default_reproduction()
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +171,7 @@ def test_best_n_table_on_constructed_table():
 
 
 def test_appendix_numbers_behind_the_seed_table(sweeps):
-    """data/published/amd_specdec_best.csv: the summary table disagrees with the appendix in three rows."""
+    """specsim/data/published/amd_specdec_best.csv: the summary table disagrees with the appendix in three rows."""
     # Gemma 4 MTP on gemma-4-26B: summary says MATH500 2.74x at N=5; 2.74x is GSM8K N=5, MATH500 N=5 is 2.83x
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "mtp_gemma4_assistant", "GSM8K", 5) == 2.74
     assert _appendix(sweeps, "gemma-4-26B-A4B-it", "mtp_gemma4_assistant", "MATH500", 5) == 2.83
@@ -281,7 +284,7 @@ def test_mi355x_gain_largest_at_low_concurrency(mi355x, target):
 
 
 def test_model_curve_reproduces_the_table(rep):
-    """figures.model_curve (the curves drawn) at each row's N with the row's OWN acceptance equals the
+    """curves.model_curve (the curves drawn) at each row's N with the row's OWN acceptance equals the
     reproduction's prediction for that row (two code paths: _eval_groups vs model_curve)."""
     from specsim.acceptance import Acceptance
 
@@ -292,16 +295,16 @@ def test_model_curve_reproduces_the_table(rep):
             acc = Acceptance.from_rates(r["per_position_acceptance_cumulative"], kind="cumulative")
             kw = dict(n_values=[int(r["n"])], tp=int(r["tp"]), hardware=r["hardware"], isl=int(r["isl"]),
                       osl=int(r["osl"]))
-            c = F.model_curve(rep.params, r["target"], r["method"], acc, mal=r["mean_acceptance_length"], **kw)
+            c = model_curve(rep.params, r["target"], r["method"], acc, mal=r["mean_acceptance_length"], **kw)
             assert c["predicted_throughput_ratio"].iloc[0] == pytest.approx(r["predicted_throughput_ratio"], rel=1e-9)
             # without the override the curve uses 1 + sum(p_k): the published MAL up to rounding
-            c2 = F.model_curve(rep.params, r["target"], r["method"], acc, **kw)
+            c2 = model_curve(rep.params, r["target"], r["method"], acc, **kw)
             assert c2["mal"].iloc[0] == pytest.approx(r["mean_acceptance_length"], abs=0.0105)
             assert c2["predicted_throughput_ratio"].iloc[0] == pytest.approx(r["predicted_throughput_ratio"], rel=0.01)
 
 
 def test_sweep_curves_extrapolation_flags_and_published_points(rep):
-    cv = F.sweep_curves(rep)
+    cv = sweep_curves(rep)
     assert len(cv) == 56 * 15
     for (tgt, meth, ds), g in cv.groupby(["target", "method", "dataset"]):
         nmax = int(g["acceptance_n"].iloc[0])
@@ -318,8 +321,8 @@ def test_sweep_curves_extrapolation_flags_and_published_points(rep):
 
 
 def test_ratio_figure_labels_fit_and_held_out_and_dashes_extrapolation(rep):
-    cv = F.sweep_curves(rep)
-    fig = F.ratio_vs_n_figure(rep, cv, "gemma-4-26B-A4B-it")
+    cv = sweep_curves(rep)
+    fig = ratio_vs_n_figure(rep, cv, "gemma-4-26B-A4B-it")
     axes = fig.axes
     titles = [ax.get_title() for ax in axes]
     assert titles[0].startswith("GSM8K (fit)")
@@ -340,9 +343,9 @@ def test_figures_are_deterministic_pngs(rep):
         fig.savefig(buf, format="png", metadata={"Software": None})
         return buf.getvalue()
 
-    a, b = png(F.parity_figure(rep)), png(F.parity_figure(rep))
+    a, b = png(parity_figure(rep)), png(parity_figure(rep))
     assert a[:8] == b"\x89PNG\r\n\x1a\n" and a == b
-    fig = F.parity_figure(rep)
+    fig = parity_figure(rep)
     ax = fig.axes[0]
     assert "held out" in ax.get_title() and "fit" in ax.get_title()
     assert "predicted" in ax.get_ylabel() and "published" in ax.get_xlabel()
@@ -353,7 +356,7 @@ def test_figures_are_deterministic_pngs(rep):
 
 def test_unfitted_target_gets_medians_of_its_kind():
     """StackParams.for_target: a fitted target gets its own values; an unfitted one the medians
-    over the fitted targets of the same kind (MoE / dense, from data/models), else over all."""
+    over the fitted targets of the same kind (MoE / dense, from specsim/data/models), else over all."""
     pt = {
         "gemma-4-26B-A4B-it": {"compute": 0.10, "fixed_s": 1e-3},   # MoE
         "Qwen3.6-35B-A3B": {"compute": 0.04, "fixed_s": 3e-3},      # MoE
@@ -363,7 +366,7 @@ def test_unfitted_target_gets_medians_of_its_kind():
     }
     p = StackParams(per_target=pt)
     assert p.for_target("Kimi-K2.5").compute == 0.06
-    moe = p.for_target("MiniMax-M2.5")  # not fitted, MoE in data/models
+    moe = p.for_target("MiniMax-M2.5")  # not fitted, MoE in specsim/data/models
     assert (moe.compute, moe.fixed_s) == (0.06, 3e-3)
     dense = p.for_target("Llama-3.1-8B-Instruct")
     assert dense.compute == pytest.approx(0.25) and dense.fixed_s == pytest.approx(3e-3)
@@ -373,10 +376,11 @@ def test_unfitted_target_gets_medians_of_its_kind():
 
 
 def test_shipped_calibration_applies_kind_medians_in_predict():
-    """data/calibration/MI300X.json carries per-target values and per-kind medians; predict() on an
+    """specsim/data/calibration/MI300X.json carries per-target values and per-kind medians; predict() on an
     unfitted MoE target uses the MoE medians (compute efficiency, fixed cost, speculative overhead),
     on a fitted target its own values."""
-    from specsim.calibration import default_latency, default_overhead, load_calibration
+    from specsim.calibration import default_latency, load_calibration
+    from specsim.engine import default_overhead
     from specsim.hardware import load_hardware
 
     cal = load_calibration("MI300X")
@@ -400,9 +404,9 @@ def test_shipped_calibration_applies_kind_medians_in_predict():
 
 def test_parameter_table_shows_only_what_is_used(rep):
     """The notebook's parameter table: per-target parameters appear per fitted target and as the
-    per-kind medians (the values data/calibration ships), never as unused global defaults."""
+    per-kind medians (the values specsim/data/calibration ships), never as unused global defaults."""
     from specsim.calibration import load_calibration
-    from specsim.reproduce import PER_TARGET_PARAMS, parameter_table
+    from specsim.studies.reproduce import PER_TARGET_PARAMS, parameter_table
 
     t = parameter_table(rep.params)
     assert t.loc["global", list(PER_TARGET_PARAMS)].isna().all()

@@ -1,4 +1,5 @@
-"""Process handling and recording of specsim.vllm.runner, with stand-in server/bench commands.
+"""Process handling and recording of specsim.runs (process, recorder, serve_bench, runner), with
+stand-in server/bench commands.
 
 The stand-ins are tiny Python programs (an http.server that answers /health and /metrics, one that
 exits at once, one that never becomes healthy, a bench that writes a result file or fails).  They
@@ -19,15 +20,9 @@ from pathlib import Path
 import pytest
 
 from specsim.errors import RunError, SpecsimValueError
-from specsim.vllm.runner import (
-    BenchPlan,
-    RunRecorder,
-    Server,
-    compare_outputs,
-    free_port,
-    run_command,
-    serve_and_bench,
-)
+from specsim.runs.process import Server, free_port, run_command
+from specsim.runs.recorder import RunRecorder
+from specsim.runs.serve_bench import BenchPlan, compare_outputs, serve_and_bench
 
 PY = sys.executable
 
@@ -389,8 +384,8 @@ def _health_result(drafts, per_pos, expected):
     (100, [69, 50, 40], 0.99, False),   # 0.69 / 0.99 = 0.697 < 0.7 (just below the threshold)
 ])
 def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
-    from specsim.vllm.matrix import get_matrix
-    from specsim.vllm.runner import _health_judge
+    from specsim.runs.matrix import get_matrix
+    from specsim.runs.runner import _health_judge
 
     h = get_matrix("cpu-validation").health_checks[0]
     with RunRecorder("h", tmp_path) as rec:
@@ -403,8 +398,8 @@ def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
 
 
 def test_health_judge_fails_without_counters(tmp_path):
-    from specsim.vllm.matrix import get_matrix
-    from specsim.vllm.runner import _health_judge
+    from specsim.runs.matrix import get_matrix
+    from specsim.runs.runner import _health_judge
 
     with RunRecorder("h", tmp_path) as rec:
         _health_judge(get_matrix("cpu-validation").health_checks[0])({"metrics": [], "reference": {}}, rec)
@@ -412,7 +407,7 @@ def test_health_judge_fails_without_counters(tmp_path):
 
 
 def test_verify_cost_judge_writes_median_table(tmp_path):
-    from specsim.vllm.runner import _verify_cost_judge
+    from specsim.runs.runner import _verify_cost_judge
 
     rows = [{"batch": 4, "q": 2, "context": 512, "rep": i, "seconds": s} for i, s in enumerate([0.3, 0.1, 0.2], 1)]
     rows += [{"batch": 1, "q": 1, "context": 512, "rep": 1, "seconds": 0.05}]
@@ -427,7 +422,7 @@ def test_verify_cost_judge_writes_median_table(tmp_path):
 
 
 def test_matrix_table_speedup_and_identity(fakes):
-    from specsim.vllm.runner import matrix_table
+    from specsim.runs.runner import matrix_table
 
     def plan(rid, texts, tput, method, baseline=None):
         cmd = [PY, "-c", "import json,sys; json.dump({'generated_texts': sys.argv[2].split('|'), "

@@ -1,9 +1,9 @@
-"""The six trends of vllm-amd-specdec-post (data/published/trends.csv), checked ON THE MODEL.
+"""The six trends of vllm-amd-specdec-post (specsim/data/published/trends.csv), checked ON THE MODEL.
 
 Every model check uses the reproduction's FITTED stack parameters (fit on the GSM8K rows,
-``specsim.figures.default_reproduction``) and, for each published (target, method, dataset)
+``specsim.studies.curves.default_reproduction``) and, for each published (target, method, dataset)
 sweep, the per-position acceptance of its largest-N row, measured up to that N and extrapolated
-beyond it by the acceptance module's parametric fit (``specsim.figures.sweep_curves``, N = 1..15).
+beyond it by the acceptance module's parametric fit (``specsim.studies.curves.sweep_curves``, N = 1..15).
 Nothing here hard-codes an output of the model: the expectations are the post's statements (with
 the ranges it gives) or the appendix numbers.
 
@@ -21,10 +21,10 @@ import pandas as pd
 import pytest
 from scipy.stats import pearsonr
 
-from specsim import figures as F
 from specsim.architecture import load_model
 from specsim.drafters import get_drafter
-from specsim.reproduce import load_sweeps
+from specsim.published import load_sweeps
+from specsim.studies.curves import default_reproduction, model_curve, sweep_acceptance, sweep_curves
 
 SEQUENTIAL = "sequential"
 PARALLEL = ("parallel", "parallel_markov")
@@ -34,12 +34,12 @@ CODE = ("HumanEval", "MBPP")
 
 @pytest.fixture(scope="module")
 def rep():
-    return F.default_reproduction()
+    return default_reproduction()
 
 
 @pytest.fixture(scope="module")
 def curves(rep):
-    return F.sweep_curves(rep, n_values=range(1, 16))
+    return sweep_curves(rep, n_values=range(1, 16))
 
 
 @pytest.fixture(scope="module")
@@ -177,12 +177,12 @@ def test_trend2_parallel_peaks_later_than_sequential(best):
 
 def _same_acceptance_pair(rep, target, dataset, dspark_drafter=None):
     t = rep.table
-    acc = F.sweep_acceptance(t, target, "dflash", dataset)
+    acc = sweep_acceptance(t, target, "dflash", dataset)
     f = t[(t["target"] == target) & (t["dataset"] == dataset)].iloc[0]
     kw = dict(n_values=range(1, 16), hardware=str(f["hardware"]), tp=int(f["tp"]), isl=int(f["isl"]),
               osl=int(f["osl"]))
-    a = F.model_curve(rep.params, target, "dflash", acc, **kw)
-    b = F.model_curve(rep.params, target, "dspark", acc, drafter=dspark_drafter, **kw)
+    a = model_curve(rep.params, target, "dflash", acc, **kw)
+    b = model_curve(rep.params, target, "dspark", acc, drafter=dspark_drafter, **kw)
     return b["predicted_throughput_ratio"].to_numpy() / a["predicted_throughput_ratio"].to_numpy() - 1.0
 
 

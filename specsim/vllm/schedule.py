@@ -1,26 +1,7 @@
-"""vLLM's dynamic-speculation schedule and ``--speculative-config`` JSON: validation, expansion,
-construction.
+"""Dynamic speculation schedules, vLLM 0.32's ``num_speculative_tokens_per_batch_size`` (layer 1, vLLM
+formats): validation and expansion to N per batch size.
 
-Holds :func:`validate_schedule` (vLLM's schedule rules plus two stricter ones),
-:func:`expand_schedule` (the dense batch size -> k lookup vLLM builds) and
-:func:`speculative_config` (a ready ``--speculative-config`` dict, checked by
-:func:`specsim.vllm.config.parse_speculative_config`).  Used by :mod:`specsim.recommend`, which
-re-exports every public name here.
-
-vLLM's schedule field (vLLM 0.32.0, read from the installed wheel)
-------------------------------------------------------------------
-``SpeculativeConfig.num_speculative_tokens_per_batch_size: list[tuple[int, int, int]] | None``
-(``vllm/config/speculative.py:491``): entries ``(range_start, range_end, num_speculative_tokens)``
-with an inclusive batch-size range.  Validated by
-``vllm/v1/spec_decode/dynamic/utils.py:7`` ``validate_and_normalize_dynamic_sd_schedule`` (list,
-3-int entries, ranges positive, start <= end, k >= 0, sorted by start then non-overlapping,
-first range starting at 1) and expanded by ``build_dynamic_sd_schedule_lookup`` (l.77: gaps and
-the tail after the last range carry the previous k forward up to ``max_num_seqs``; every k is
-clamped to ``num_speculative_tokens``, which must be > 0).  The scheduler looks K up by the number
-of scheduled requests each step (``vllm/v1/core/sched/scheduler.py:1486-1490``).
-:func:`validate_schedule` applies the same rules **and two stricter ones**: the entries must
-already be in ascending order (vLLM sorts silently) and every k must be <= ``num_speculative_tokens``
-(vLLM clamps silently), so a schedule never means something other than what it reads.
+Details, derivations and sources: ``docs/modules/specsim.vllm.schedule.md``.
 """
 from __future__ import annotations
 
@@ -29,8 +10,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from specsim.errors import SpecsimValueError
-
-from .config import VLLM_VERSION, parse_speculative_config
+from specsim.vllm.config import VLLM_VERSION, parse_speculative_config
 
 __all__ = [
     "SCHEDULE_FIELD",

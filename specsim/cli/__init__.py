@@ -1,0 +1,246 @@
+"""Command-line interface: ``specsim predict | sweep | best-n | recommend | reproduce | ingest | run-matrix``.
+
+Built on argparse (standard library).  ``specsim <command> --help`` documents every option.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from specsim.cli._args import acceptance_from_args
+from specsim.cli.recommend import add_recommend_parser, recommend_cli
+from specsim.errors import DataError, NotCollectedError, SpecsimError, SpecsimValueError
+from specsim.main_job import run_main_job
+from specsim.predict import predict, sweep
+from specsim.runs.runner import run_matrix
+from specsim.vllm import (
+    diff_scrapes,
+    parse_offline_metrics,
+    read_bench_result,
+    read_prometheus,
+    read_spec_decode_log,
+)
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> None:
+    p.add_argument("--target", required=True, help="target model name (specsim/data/models), e.g. Qwen3-8B")
+    p.add_argument("--method", help="vLLM speculative method string, e.g. eagle3, dflash, mtp, ngram")
+    p.add_argument("--draft", help="draft checkpoint name (default: the seed drafter for target/method)")
+    p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
+    p.add_argument("--hardware", default="MI300X", help="accelerator (specsim/data/hardware.csv), default MI300X")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--precision", help="target weight precision: bf16, fp8, mxfp4, int4 (default: model's serving precision)")
+    p.add_argument("--isl", type=int, default=1024, help="input sequence length, tokens")
+    p.add_argument("--osl", type=int, default=1024, help="output sequence length, tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at")
+    p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
+    g = p.add_argument_group("acceptance (exactly one)")
+    g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
+    g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated (vLLM's per-position rates)")
+    g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
+    g.add_argument("--mal", help="MAL@N: mean acceptance length measured at N (implies constant acceptance)")
+    g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+
+
+def _cmd_predict(args) -> int:
+
+    acc = acceptance_from_args(args)
+    pred = predict(
+        args.target, args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
+        precision=args.precision, concurrency=args.concurrency, isl=args.isl, osl=args.osl, acceptance=acc,
+        draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption,
+    )
+    print(pred.to_json(indent=2) if args.json else pred.summary())
+    return 0
+
+
+def _int_list(s: str, field: str = "list") -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise SpecsimValueError(field, "must be comma-separated integers, e.g. 1,3,5,7", s) from None
+
+
+def _cmd_sweep(args) -> int:
+
+    acc = acceptance_from_args(args)
+    df = sweep(
+        args.target, args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
+        tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
+        acceptance=acc, draft=args.draft, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption,
+    )
+    if args.out:
+        df.to_csv(args.out, index=False)
+        print(f"wrote {len(df)} rows to {args.out}")
+    else:
+        cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "throughput_ratio", "tpot_s", "output_tok_per_s"]
+        print(df[cols].to_string(index=False))
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+
+    run_main_job(figures_dir=args.figures, out_dir=args.out, quick=args.quick)
+    return 0
+
+
+def _cmd_recommend(args) -> int:
+    return recommend_cli(args)
+
+
+def _ingest_kind(path: Path, kind: str) -> str:
+    if kind != "auto":
+        return kind
+    head = path.read_text(errors="replace")[:4096]
+    if path.suffix == ".json":
+        import json as _json
+
+        try:
+            d = _json.loads(path.read_text())
+        except ValueError:
+            return "log"
+        return "offline" if isinstance(d, list) or (isinstance(d, dict) and "metrics" in d) else "bench"
+    if "# TYPE" in head or "# HELP" in head or head.lstrip().startswith("vllm:"):
+        return "metrics"
+    return "log"
+
+
+def _cmd_ingest(args) -> int:
+    """Read vLLM spec-decode outputs and print the tidy per-position table (or JSON)."""
+    status = 0
+    for raw in args.paths:
+        path = Path(raw)
+        if not path.is_file():
+            raise SpecsimValueError("paths", "no such file", raw)
+        kind = _ingest_kind(path, args.kind)
+        try:
+            if kind == "metrics":
+                snap = read_prometheus(path)
+                if args.before:
+                    snap = diff_scrapes(read_prometheus(Path(args.before)), snap)
+                counts = snap.spec_counts()
+            elif kind == "log":
+                counts = read_spec_decode_log(path).total()
+            elif kind == "bench":
+                counts = read_bench_result(path).spec_counts()
+            else:
+                counts = parse_offline_metrics(path).spec_counts()
+        except NotCollectedError as e:
+            print(f"{path}: {kind}: speculative-decoding metrics not collected ({e})")
+            status = max(status, 1)
+            continue
+        except (DataError, ValueError, OSError) as e:
+            raise DataError(f"{path}: {kind}: {e}") from e
+        if args.json:
+            print(json.dumps({"path": str(path), "kind": kind, **counts.summary()}, default=float))
+        else:
+            print(f"== {path} ({kind}): MAL {counts.mal:.3f}, drafts {counts.num_drafts}, "
+                  f"draft tokens {counts.num_draft_tokens}, accepted {counts.num_accepted_tokens}")
+            print(counts.to_frame().to_string(index=False))
+    return status
+
+
+def _cmd_run_matrix(args) -> int:
+
+    run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``specsim`` command."""
+    ap = argparse.ArgumentParser(prog="specsim", description="Analytical cost model of speculative decoding in vLLM")
+    ap.add_argument("--version", action="version", version=f"specsim {_version()}")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("predict", help="predict one operating point")
+    _add_scenario_args(p)
+    p.add_argument("-n", "--num-speculative-tokens", type=int, help="proposal length N")
+    p.add_argument("--concurrency", type=int, default=1, help="concurrent requests (decode batch)")
+    p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
+    p.set_defaults(func=_cmd_predict)
+
+    p = sub.add_parser("sweep", help="evaluate a grid of N x concurrency x hardware")
+    _add_scenario_args(p)
+    p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default="1,2,3,4,5,7,11,15",
+                   help="comma-separated proposal lengths N")
+    p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
+    p.add_argument("--out", help="write the tidy CSV here")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("reproduce", help="main job: reproduce the published tables, regenerate figures/")
+    p.add_argument("--figures", help="figures directory (default: the checkout's figures/, else OUT/figures)")
+    p.add_argument("--out", help="directory of the reproduction tables (default: the checkout's data/reproduction; "
+                                 "required for an installed copy, which then writes its calibrations to OUT/calibration)")
+    p.add_argument("--quick", action="store_true", help="skip the slower sensitivity analyses")
+    p.set_defaults(func=_cmd_reproduce)
+
+    p = sub.add_parser("recommend", help="recommended vLLM speculative config per concurrency band")
+    add_recommend_parser(p)
+    p.set_defaults(func=_cmd_recommend)
+
+    p = sub.add_parser("ingest", help="read vLLM spec-decode outputs (metrics text, log, bench JSON)")
+    p.add_argument("paths", nargs="+", help="files to read")
+    p.add_argument("--kind", choices=["auto", "metrics", "log", "bench", "offline"], default="auto")
+    p.add_argument("--before", help="Prometheus scrape taken before the run (differenced)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_ingest)
+
+    p = sub.add_parser("run-matrix", help="drive real vLLM runs and record them under data/runs/")
+    p.add_argument("--matrix", default="cpu-validation")
+    p.add_argument("--runs-dir", help="where to record (default data/runs)")
+    p.set_defaults(func=_cmd_run_matrix)
+    return ap
+
+
+#: optional third-party modules -> the extra that installs them (pyproject ``[project.optional-dependencies]``)
+_EXTRAS = {"prometheus_client": "vllm", "tqdm": "vllm", "nbclient": "notebooks", "nbformat": "notebooks"}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("specsim")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path without an install
+        return "unknown (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``specsim`` console script (and ``python -m specsim``).
+
+    Returns the exit status: 0 success, 1 a command's own negative answer (e.g. metrics not
+    collected), 2 bad input, a missing optional extra or an OS error -- with a one-line message on
+    stderr, never a traceback.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ModuleNotFoundError as e:
+        extra = _EXTRAS.get((e.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(f"specsim: error: `specsim {args.command}` needs the optional package {e.name}: "
+              f"pip install 'specsim[{extra}]'", file=sys.stderr)
+        return 2
+    except SpecsimError as e:
+        print(f"specsim: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - no flush error at interpreter exit
+        except OSError:
+            pass
+        return 0
+    except OSError as e:  # unwritable --out, missing file: no traceback
+        print(f"specsim: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

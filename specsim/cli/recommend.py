@@ -1,0 +1,83 @@
+"""``specsim recommend``: options and the command (layer 5, entry points)."""
+from __future__ import annotations
+
+import sys
+
+from specsim.cli._args import acceptance_from_args
+from specsim.errors import SpecsimValueError
+from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
+
+
+def add_recommend_parser(p) -> None:
+    """Add the ``specsim recommend`` options to an argparse (sub)parser."""
+    p.add_argument("--target", required=True, help="target model (specsim/data/models name or HF id), e.g. gemma-4-26B-A4B-it")
+    p.add_argument("--method", help="vLLM method(s), comma-separated (dflash, eagle3, mtp, dspark, ngram); "
+                                    "default: every method with published acceptance for the target")
+    p.add_argument("--draft", help="draft checkpoint (default: the seed drafter for target/method)")
+    p.add_argument("--hardware", default="MI300X", help="accelerator (specsim/data/hardware.csv), default MI300X")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
+    p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
+    p.add_argument("--isl", type=int, default=1024, help="input tokens per request")
+    p.add_argument("--osl", type=int, default=1024, help="output tokens per request")
+    p.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)),
+                   help="comma-separated concurrencies to report (bands cover 1..max)")
+    p.add_argument("--max-concurrency", type=int, help="upper end of the concurrency range (default: max of --concurrency)")
+    p.add_argument("--max-n", type=int, help="largest num_speculative_tokens considered (default: measured positions)")
+    p.add_argument("--max-model-len", type=int, help="tokens per sequence for the KV-cache check (default isl+osl)")
+    p.add_argument("--gpu-memory-utilization", type=float, help="vLLM gpu_memory_utilization (default 0.92)")
+    p.add_argument("--dataset", default="mix", help="published acceptance: GSM8K, MATH500, HumanEval, MBPP or mix")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to recommend for")
+    p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
+    p.add_argument("--step-time-rel-error", type=float, help="relative 1-sigma step-time error (default: calibration)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level")
+    p.add_argument("--flat-tolerance", type=float, default=0.02, help="runner-up tolerance (fraction)")
+    g = p.add_argument_group("acceptance (at most one; default: published appendix profile)")
+    g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
+    g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated")
+    g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
+    g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
+    out.add_argument("--config-only", action="store_true",
+                     help="print only the --speculative-config JSON of the best method (for $(...))")
+
+
+def recommend_cli(args) -> int:
+    """Run ``specsim recommend`` from parsed arguments (see :func:`add_recommend_parser`).
+
+    Prints the summary (default), the full JSON (``--json``) or only the best method's
+    ``--speculative-config`` JSON (``--config-only``).  Returns the exit status (1 when every
+    method was excluded or speculation never pays, with ``--config-only``).
+    """
+    try:
+        cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
+    except ValueError:
+        raise SpecsimValueError("concurrency", "must be comma-separated integers", args.concurrency) from None
+    methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
+    if methods is not None and len(methods) == 1:
+        methods = methods[0]
+    rec = recommend(
+        args.target, methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
+        osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
+        acceptance=acceptance_from_args(args, required=False), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
+        temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
+        level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    if args.config_only:
+        best = rec.best
+        if best is None or best.speculative_config is None:
+            why = "; ".join(f"{m}: {r}" for m, r in rec.excluded) or "speculation does not pay in the range asked"
+            print(f"specsim: no speculative config recommended ({why})", file=sys.stderr)
+            return 1
+        model = (best.speculative_config or {}).get("model")
+        if is_placeholder_checkpoint(model):
+            print(f"specsim: no published {best.method} draft checkpoint for {args.target} (the costs use a draft "
+                  f"derived from the target), so the config's model field would be the placeholder {model!r}; "
+                  "run without --config-only to see the config and put your checkpoint's id in it",
+                  file=sys.stderr)
+            return 1
+        print(best.speculative_config_json)
+        return 0
+    print(rec.to_json(indent=2) if args.json else rec.summary())
+    return 0

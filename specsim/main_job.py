@@ -1,0 +1,105 @@
+"""The README's main command, ``specsim reproduce`` (layer 5): run the studies, write their tables,
+the shipped calibrations and every figure.  The only module that imports both studies and plots.
+
+In a source checkout the defaults are the checkout's ``data/reproduction``, ``data/validation``,
+``figures/`` and the package data ``specsim/data/calibration`` (the calibrations predictions use);
+an installed copy writes only where it is told (``out_dir``; calibrations into ``out_dir/calibration``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from pathlib import Path
+
+from specsim.catalog import (
+    data_path,
+    is_source_checkout,
+    project_data_path,
+    project_dir,
+)
+from specsim.errors import DataError, SpecsimValueError
+from specsim.plots.reproduction import reproduction_figures
+from specsim.plots.tuning import make_tuning_figures
+from specsim.plots.validation import make_validation_figures
+from specsim.studies.curves import sweep_curves
+from specsim.studies.reproduce import (
+    reproduction_study,
+    seed_table_check,
+    write_reproduction_outputs,
+)
+from specsim.studies.tuning import tuning_study
+from specsim.studies.validation import validate, write_outputs
+
+__all__ = ["run_main_job", "default_paths"]
+
+log = logging.getLogger(__name__)
+
+
+def default_paths(out_dir: str | os.PathLike | None = None, figures_dir: str | os.PathLike | None = None) -> dict:
+    """Where the main job writes: ``{"out", "figures", "calibration", "validation", "runs"}`` (Paths or None).
+
+    In a source checkout: ``data/reproduction``, ``figures/``, the package's ``specsim/data/calibration``,
+    ``data/validation`` and the recorded runs ``data/runs``.  Elsewhere ``out_dir`` is required;
+    calibrations go to ``out_dir/calibration``, figures to ``out_dir/figures``, and the validation
+    (which needs the recorded runs of a checkout) is skipped.
+
+    Raises
+    ------
+    SpecsimValueError
+        No ``out_dir`` outside a source checkout.
+    """
+    if is_source_checkout():
+        root = project_dir()
+        out = Path(out_dir) if out_dir is not None else project_data_path("reproduction")
+        return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else root / "figures",
+                "calibration": data_path("calibration"), "validation": project_data_path("validation"),
+                "runs": project_data_path("runs")}
+    if out_dir is None:
+        raise SpecsimValueError("--out", "is required outside a source checkout of specsim (an installed copy "
+                                "never writes into its own package data)")
+    out = Path(out_dir)
+    return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else out / "figures",
+            "calibration": out / "calibration", "validation": None, "runs": None}
+
+
+def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os.PathLike | None = None,
+                 quick: bool = False) -> dict:
+    """Reproduce the published tables, fit and write the shipped calibration, regenerate every figure.
+
+    Order matters: the tuning study reads the calibration this run has just written.
+
+    Parameters
+    ----------
+    figures_dir, out_dir : path, optional
+        See :func:`default_paths`.
+    quick : bool
+        Skip the secondary splits (leave-one-target-out, two smallest N).
+
+    Returns
+    -------
+    dict
+        The reproduction summary (also printed).
+    """
+    paths = default_paths(out_dir, figures_dir)
+    figures = paths["figures"]
+    figures.mkdir(parents=True, exist_ok=True)
+    study = reproduction_study(quick=quick)
+    write_reproduction_outputs(study, paths["out"], paths["calibration"])
+    written = list(reproduction_figures(study.rep, study.mi355x, study.sensitivity, figures, sweep_curves(study.rep)))
+    written += make_tuning_figures(figures, tuning_study())
+    if paths["runs"] is not None:
+        try:
+            result = validate(paths["runs"])
+        except DataError as exc:  # no recorded runs / probe yet: say so, the rest of the job stands
+            warnings.warn(f"no validation figures: {exc}", UserWarning, stacklevel=2)
+        else:
+            write_outputs(result, paths["validation"])
+            written += make_validation_figures(figures, result)
+    summary = study.summary
+    print(json.dumps({k: v for k, v in summary.items() if k != "seed_table"}, indent=2, default=float))
+    print(seed_table_check(study.rep).to_string(index=False))
+    n_png = sum(1 for w in written if str(w).endswith(".png"))
+    print(f"wrote {n_png} figures and {len(written) - n_png} other files to {figures}/, tables to {paths['out']}/")
+    return summary

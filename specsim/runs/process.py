@@ -1,0 +1,330 @@
+"""Process handling for real vLLM runs (layer 4, runs): start a server in its own process group,
+poll ``/health``, ALWAYS stop the whole group (SIGINT, then SIGKILL after a grace period), run a
+finite command the same way, and account the CPU time a group used.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Sequence
+
+from specsim.errors import RunError
+
+# --------------------------------------------------------------------------------------------
+# processes
+# --------------------------------------------------------------------------------------------
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that was free a moment ago (bind to port 0 and release it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids of process group ``pgid`` (Linux /proc; falls back to killpg 0)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - non-Linux
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except (ProcessLookupError, PermissionError):
+            return []
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may contain spaces/parentheses
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
+    """SIGINT the process group of ``proc`` (a session leader), SIGKILL after ``grace_s`` seconds.
+
+    Returns the leader's exit code.  Waits until no live member of the group remains (at most
+    ``grace_s`` + 10 s)."""
+    pgid = proc.pid
+    if proc.poll() is None or _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not _group_members(pgid):
+            return proc.returncode
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc.returncode
+
+
+def _tail(path: Path, n_chars: int = 3000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - n_chars))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _system_busy_seconds() -> float | None:
+    """CPU seconds spent not idle by the whole machine since boot (``/proc/stat``; None elsewhere)."""
+    try:
+        f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    v = [int(x) for x in f]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return (sum(v[:8]) - idle) / _CLK_TCK  # user nice system idle iowait irq softirq steal
+
+
+def _group_cpu_seconds(pgid: int) -> float:
+    """user+system CPU seconds of the live members of process group ``pgid`` (``/proc``)."""
+    tot = 0
+    for pid in _group_members(pgid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            rest = stat[stat.rfind(")") + 2:].split()
+            tot += int(rest[11]) + int(rest[12])  # utime, stime (fields 14, 15)
+    return tot / _CLK_TCK
+
+
+class CpuAccount:
+    """CPU time used by other processes while a run was measured (interference on a shared host).
+
+    ``other = system busy - server group - waited-for children (the bench) - this process``, all
+    in CPU seconds over the same wall interval; ``other_fraction`` divides by wall x logical CPUs.
+    """
+
+    def __init__(self, server_pgid: int | None):
+        self.pgid = server_pgid
+
+    def __enter__(self) -> "CpuAccount":
+        import resource
+
+        self._t = time.monotonic()
+        self._sys = _system_busy_seconds()
+        self._srv = _group_cpu_seconds(self.pgid) if self.pgid else 0.0
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._ch = ru.ru_utime + ru.ru_stime
+        t = os.times()
+        self._self = t.user + t.system
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        import resource
+
+        wall = time.monotonic() - self._t
+        sys_b = _system_busy_seconds()
+        srv = (_group_cpu_seconds(self.pgid) if self.pgid else 0.0) - self._srv
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        ch = ru.ru_utime + ru.ru_stime - self._ch
+        t = os.times()
+        me = t.user + t.system - self._self
+        self.result = {"wall_seconds": round(wall, 3), "server_cpu_seconds": round(srv, 3),
+                       "bench_cpu_seconds": round(ch, 3), "runner_cpu_seconds": round(me, 3)}
+        if sys_b is not None and self._sys is not None:
+            busy = sys_b - self._sys
+            other = max(0.0, busy - srv - ch - me)
+            self.result.update(system_busy_cpu_seconds=round(busy, 3), other_cpu_seconds=round(other, 3),
+                               other_fraction=round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None)
+        return False
+
+
+class Server:
+    """A server process (``vllm serve`` or any command that serves ``/health``), as a context manager.
+
+    Parameters
+    ----------
+    cmd : sequence of str
+        Command line.  It must bind ``host:port``.
+    port : int
+        Port the command listens on (use :func:`free_port`).
+    log_path : path
+        File that receives the server's stdout and stderr (kept after the server stops).
+    host : str
+        Address to poll (default 127.0.0.1).
+    env : dict, optional
+        Full environment of the process (default: inherited).
+    health_timeout_s : float
+        Seconds to wait for ``GET /health`` to return 200 before giving up (RunError).
+    stop_timeout_s : float
+        Seconds between SIGINT and SIGKILL when stopping.
+
+    Raises
+    ------
+    RunError
+        From ``__enter__``/:meth:`start` when the process exits before it is healthy or the health
+        timeout passes (the message names the log file and quotes its tail).  The process group is
+        stopped before the error propagates, also on KeyboardInterrupt.
+    """
+
+    def __init__(self, cmd: Sequence[str], *, port: int, log_path: str | os.PathLike, host: str = "127.0.0.1",
+                 env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+                 health_timeout_s: float = 600.0, poll_interval_s: float = 0.5, stop_timeout_s: float = 30.0):
+        self.cmd = [str(c) for c in cmd]
+        self.port = int(port)
+        self.host = host
+        self.log_path = Path(log_path)
+        self.env = env
+        self.cwd = cwd
+        self.health_timeout_s = float(health_timeout_s)
+        self.poll_interval_s = float(poll_interval_s)
+        self.stop_timeout_s = float(stop_timeout_s)
+        self.proc: subprocess.Popen | None = None
+        self.startup_seconds: float | None = None
+        self.returncode: int | None = None
+        self._log = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def get(self, path: str, timeout_s: float = 30.0) -> str:
+        """``GET <url><path>`` and return the body (RunError on failure)."""
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=timeout_s) as r:
+                return r.read().decode("utf-8", "replace")
+        except (urllib.error.URLError, OSError) as e:
+            raise RunError(f"GET {self.url}{path} failed: {e}; server log: {self.log_path}") from e
+
+    def post_json(self, path: str, payload: dict, timeout_s: float = 300.0) -> dict:
+        """``POST <url><path>`` with a JSON body; return the decoded JSON answer."""
+        req = urllib.request.Request(self.url + path, data=json.dumps(payload).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                return json.loads(r.read().decode("utf-8", "replace"))
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise RunError(f"POST {self.url}{path} failed: {e}; server log: {self.log_path}") from e
+
+    def scrape_metrics(self) -> str:
+        """Prometheus text of ``GET /metrics``."""
+        return self.get("/metrics")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def start(self) -> "Server":
+        if self.proc is not None:
+            raise RunError("server already started")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)
+        t0 = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
+                                         start_new_session=True)
+        except OSError as e:
+            self._log.close()
+            raise RunError(f"cannot start server {self.cmd[0]!r}: {e}") from e
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    raise RunError(
+                        f"server exited with code {self.proc.returncode} before /health answered "
+                        f"(after {time.monotonic() - t0:.1f} s); log {self.log_path}:\n{_tail(self.log_path)}")
+                if self._healthy():
+                    break
+                if time.monotonic() - t0 > self.health_timeout_s:
+                    raise RunError(
+                        f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health; "
+                        f"log {self.log_path}:\n{_tail(self.log_path)}")
+                time.sleep(self.poll_interval_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self) -> int | None:
+        """Stop the process group (idempotent); returns the exit code of the server process."""
+        if self.proc is None:
+            return None
+        try:
+            self.returncode = _kill_group(self.proc, self.stop_timeout_s)
+        finally:
+            if self._log is not None and not self._log.closed:
+                self._log.close()
+        return self.returncode
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> bool:
+        self.stop()
+        return False
+
+
+def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[str, str] | None = None,
+                cwd: str | os.PathLike | None = None, timeout_s: float | None = None,
+                stop_timeout_s: float = 15.0) -> float:
+    """Run a finite command in its own process group, output to ``log_path``.
+
+    Returns
+    -------
+    float
+        Wall time in seconds.
+
+    Raises
+    ------
+    RunError
+        Non-zero exit or timeout (the message quotes the log tail).  On any exception, including
+        KeyboardInterrupt, the process group is stopped before the exception propagates.
+    """
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log_path, "ab", buffering=0) as log:
+        try:
+            proc = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        except OSError as e:
+            raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, stop_timeout_s)
+            raise RunError(f"{Path(str(cmd[0])).name} timed out after {timeout_s:g} s; log {log_path}:\n"
+                           f"{_tail(log_path)}") from None
+        except BaseException:
+            _kill_group(proc, stop_timeout_s)
+            raise
+        # the leader is done; make sure nothing it started lingers in the group
+        if _group_members(proc.pid):
+            _kill_group(proc, stop_timeout_s)
+    if rc != 0:
+        raise RunError(f"{Path(str(cmd[0])).name} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
+    return time.monotonic() - t0

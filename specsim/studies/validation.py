@@ -1,0 +1,971 @@
+"""Validation against the recorded real vLLM CPU runs (layer 4, studies): the probe-calibrated CPU
+latency, the run scenario model, fitted overheads and held-out errors.
+
+Details, derivations and sources: ``docs/modules/specsim.studies.validation.md``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from specsim._io import atomic_write
+from specsim.acceptance import Acceptance
+from specsim.architecture import ModelSpec, load_model
+from specsim.catalog import project_data_path, project_dir
+from specsim.drafters import get_drafter
+from specsim.engine import SpecOverhead, evaluate
+from specsim.errors import DataError, SpecsimValueError
+from specsim.hardware import load_hardware
+from specsim.latency import Efficiency, Roofline
+from specsim.predict import resolve_inputs
+from specsim.runs import matrix as _m
+from specsim.runs.records import load_health_checks, load_probe, load_runs, pair_runs
+from specsim.vllm.counts import SpecDecodeCounts
+
+__all__ = [
+    "SampledView", "CpuLatency", "fit_cpu_latency", "Workload", "schedule", "RunScenario",
+    "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
+    "ValidationResult", "validate", "write_outputs",
+]
+
+#: Target of the CPU validation (``specsim/data/models``) and the hardware row it ran on.
+CPU_TARGET = "SmolLM2-135M-Instruct"
+CPU_HARDWARE = "cpu-2core-avx2"
+CPU_PRECISION = "fp32"
+
+
+# ============================================================================================
+# latency: the probe-calibrated CPU model
+# ============================================================================================
+
+class SampledView:
+    """A ``ModelSpec`` whose forward samples ``sampled`` positions per sequence through the lm_head.
+
+    ``ModelSpec.step_flops`` counts the lm_head at every query position by default (right for a
+    verification step); a decode step, a prefill, a draft pass and the probe's ``max_tokens=1``
+    calls compute logits at ONE position per sequence (vLLM ``logits_indices``).  Everything else is
+    delegated to the wrapped spec.
+
+    Parameters
+    ----------
+    model : ModelSpec
+    sampled : "last" or "all"
+        ``"last"``: 1 position per sequence; ``"all"``: q positions (``ModelSpec`` default).
+    """
+
+    def __init__(self, model: Any, sampled: str = "last"):
+        if sampled not in ("last", "all"):
+            raise SpecsimValueError("sampled", "must be 'last' or 'all'", sampled, ["last", "all"])
+        self._model = model
+        self.sampled = sampled
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def step_flops(self, batch: Any, q: Any, context: Any) -> np.ndarray:
+        """FLOPs of one forward (see ``ModelSpec.step_flops``) with 1 or q sampled positions."""
+        s = 1.0 if self.sampled == "last" else None
+        return self._model.step_flops(batch, q, context, sampled=s)
+
+
+@dataclass(frozen=True)
+class CpuLatency:
+    """Probe-calibrated forward-step time of the CPU target (and of depth-scaled drafts).
+
+    A serving step (decode, verification, draft pass) costs the roofline
+    ``t(B, q, L) = ((mem)^p + (comp)^p)^(1/p) + fixed_s`` of :class:`specsim.latency.Roofline` on
+    the ``cpu-2core-avx2`` row (memory = weights + KV over the host's measured bandwidth, compute =
+    FLOPs over eta_f x the fp32 peak), with eta_f, ``fixed_s`` and p fitted to the probe.
+
+    The probe's timed unit is not a serving step: each of its ``LLM.generate`` calls ADMITS B new
+    requests (512 cached + q new tokens, ``max_tokens=1``), which vLLM runs through the
+    prefill-with-cached-prefix path.  Two admission terms are therefore fitted with the roofline and
+    charged ONLY to the probe (:meth:`probe_time`): ``admit_per_seq_s`` per admitted request
+    (request setup, prefix-cache lookup, output / detokeniser) and ``admit_multi_s`` when B > 1
+    (several prefills with cached context in one step; the probe shows a ~jump between B=1 and B=4
+    that its B=4 -> 16 growth does not continue).  In serving, a request pays ``admit_per_seq_s``
+    once, with its prefill; decode steps pay neither.
+
+    Implements the ``LatencyModel`` protocol (``forward_time``, ``breakdown``, ``calibrated``,
+    ``describe``, ``pass_overhead_s``) so ``specsim.drafters.Drafter.draft_time`` can time draft
+    passes with it.
+    """
+
+    roofline: Any
+    admit_per_seq_s: float = 0.0
+    admit_multi_s: float = 0.0
+    rmse_rel: float = float("nan")
+    probe_run_id: str | None = None
+    residuals: pd.DataFrame | None = field(default=None, compare=False, repr=False)
+    calibrated: bool = True
+
+    @property
+    def hardware(self):
+        return self.roofline.hardware
+
+    @property
+    def efficiency(self):
+        return self.roofline.efficiency
+
+    def pass_overhead_s(self, num_layers: int) -> float:
+        return self.roofline.pass_overhead_s(num_layers)
+
+    def breakdown(self, model: Any, *, tp: int = 1, precision: str | None = CPU_PRECISION, batch: Any, q: Any,
+                  context: Any, kv_precision: str | None = None) -> dict[str, np.ndarray]:
+        """Roofline terms of one serving step (``specsim.latency.Roofline.breakdown``), seconds."""
+        return dict(self.roofline.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                                            kv_precision=kv_precision))
+
+    def forward_time(self, model: Any, *, tp: int = 1, precision: str | None = CPU_PRECISION, batch: Any, q: Any,
+                     context: Any, kv_precision: str | None = None) -> np.ndarray:
+        """Seconds of one serving forward step (ndarray, broadcast shape of batch / q / context)."""
+        return self.breakdown(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                              kv_precision=kv_precision)["total_s"]
+
+    def probe_time(self, model: Any, *, batch: Any, q: Any, context: Any) -> np.ndarray:
+        """Seconds of one probe call: a step plus the admission of ``batch`` new requests."""
+        b = np.asarray(batch, dtype=float)
+        return (self.forward_time(model, batch=batch, q=q, context=context) + self.admit_per_seq_s * b
+                + np.where(b > 1.0, self.admit_multi_s, 0.0))
+
+    def describe(self) -> str:
+        return (f"CpuLatency [calibrated on probe {self.probe_run_id}, rmse_rel={self.rmse_rel:.1%}]: "
+                f"{self.roofline.describe()}; probe-only admission terms: {self.admit_per_seq_s * 1e3:.3g} ms/request"
+                f" (also charged once per served request), {self.admit_multi_s * 1e3:.3g} ms when B > 1")
+
+    def params(self) -> dict[str, float]:
+        e = self.roofline.efficiency
+        return {"bandwidth": e.bandwidth, "compute": e.compute, "fixed_s": e.fixed_s,
+                "smooth_p": self.roofline.smooth_p, "admit_per_seq_s": self.admit_per_seq_s,
+                "admit_multi_s": self.admit_multi_s}
+
+
+def fit_cpu_latency(probe: pd.DataFrame, *, target: Any = None, hardware: Any = None, admission: bool = True,
+                    fit_p: bool = True, smooth_p: float | None = None, bandwidth: float = 1.0,
+                    probe_run_id: str | None = None) -> CpuLatency:
+    """Fit the CPU latency model to the verification-cost probe (and nothing else).
+
+    Least squares on relative error (``scipy.optimize.least_squares``, bounded) of
+    :meth:`CpuLatency.probe_time` against the probe's seconds: the roofline p-norm
+    ``((W+KV)/BW)^p + (FLOPs/(eta_f F))^p)^(1/p) + fixed_s`` (p fitted in [1, 16]: 1 = memory and
+    compute add, large = hard max) plus the admission terms, with the target's FLOPs counted at one
+    sampled position per sequence (:class:`SampledView`; the probe uses ``max_tokens=1``).
+
+    ``bandwidth`` (eta_bw) is NOT fitted: at the probe's single context the weight-streaming time
+    ``W / (eta_bw BW)`` is the same for every point, i.e. collinear with ``fixed_s`` (and the KV
+    term ``B kv / (eta_bw BW)`` with ``admit_per_seq_s * B``), so the probe cannot identify it.  It
+    is taken as 1.0 of the hardware row's bandwidth, which is itself MEASURED on this host (numpy
+    copy, STREAM-Copy byte counting; ``specsim/data/hardware.csv``), not a datasheet peak.  It matters for
+    what the probe never saw: draft passes (weights of another model), contexts other than 512.
+
+    Why a roofline and not ``MeasuredLatency``: the probe has one context (512 tokens) and
+    q <= 16, while the runs need prefills of up to ~2000 tokens, other contexts and draft models
+    (the target itself, and a 28-layer truncation the probe never timed); a roofline scales with
+    FLOPs / bytes / layers, a measured table cannot extrapolate (and refuses to).  Also, a measured
+    table would carry the probe's admission cost into every serving step.
+
+    Parameters
+    ----------
+    probe : DataFrame
+        ``batch, q, context, seconds`` (:func:`load_probe`).
+    target : ModelSpec, optional
+        Default ``load_model("SmolLM2-135M-Instruct")``.
+    hardware : Hardware, optional
+        Default ``load_hardware("cpu-2core-avx2")``.
+    admission : bool
+        Fit the two admission terms (else 0).
+    fit_p : bool
+        Fit the roofline exponent p; else use ``smooth_p`` (None = hard max).
+    bandwidth : float
+        Fixed eta_bw in (0, 1].
+
+    Returns
+    -------
+    CpuLatency
+        With ``residuals`` (``batch, q, context, measured, predicted, rel_error``) and ``rmse_rel``.
+
+    Raises
+    ------
+    SpecsimValueError
+        Probe with missing columns, non-positive times, or not more rows than parameters.
+    """
+    from scipy.optimize import least_squares
+
+
+    need = ["batch", "q", "context", "seconds"]
+    if not isinstance(probe, pd.DataFrame) or [c for c in need if c not in probe.columns]:
+        raise SpecsimValueError("probe", "must be a DataFrame with columns batch, q, context, seconds",
+                                None if not isinstance(probe, pd.DataFrame) else list(probe.columns), need)
+    m = probe[need].astype(float).reset_index(drop=True)
+    y = m["seconds"].to_numpy()
+    if not np.all(np.isfinite(y)) or np.any(y <= 0):
+        raise SpecsimValueError("probe.seconds", "must be finite and > 0", y[~(y > 0)][:3].tolist())
+    multi = admission and bool((m["batch"] == 1).any() and (m["batch"] > 1).any())
+    free = [True, True, admission, multi, fit_p]
+    npar = sum(free)
+    if len(m) <= npar:
+        raise SpecsimValueError("probe", f"needs more than {npar} rows to fit {npar} parameters", len(m))
+    target = target if target is not None else load_model(CPU_TARGET)
+    hardware = hardware if hardware is not None else load_hardware(CPU_HARDWARE)
+    view = SampledView(target, "last")
+    b, q, c = (m[k].to_numpy() for k in ("batch", "q", "context"))
+    tmax = float(y.max())
+
+    def latency_of(x) -> CpuLatency:
+        eff = Efficiency(bandwidth=bandwidth, compute=float(x[0]), fixed_s=float(x[1]) * tmax)
+        p = float(x[4]) if fit_p else smooth_p
+        rl = Roofline(hardware, eff, calibrated=True, smooth_p=p,
+                      source=f"verification-cost probe {probe_run_id or '(unnamed)'} only; eta_bw fixed at "
+                             f"{bandwidth:g} of the host's measured copy bandwidth")
+        return CpuLatency(rl, admit_per_seq_s=float(x[2]) * tmax if admission else 0.0,
+                          admit_multi_s=float(x[3]) * tmax if multi else 0.0, probe_run_id=probe_run_id)
+
+    def resid(x):
+        return latency_of(x).probe_time(view, batch=b, q=q, context=c) / y - 1.0
+
+    x0 = np.array([0.5, 0.1, 0.02, 0.05, 2.0])
+    lo = np.array([1e-3, 0.0, 0.0, 0.0, 1.0])
+    hi = np.array([1.0, 1.0, 1.0, 1.0, 16.0])
+    for i, f in enumerate(free):
+        if not f:  # pin unused parameters inside a vanishing interval
+            lo[i], hi[i] = x0[i] - 1e-12, x0[i] + 1e-12
+    sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale="jac")
+    lat = latency_of(sol.x)
+    pred = lat.probe_time(view, batch=b, q=q, context=c)
+    res = m.rename(columns={"seconds": "measured"}).assign(predicted=pred, rel_error=pred / y - 1.0)
+    rmse = float(np.sqrt(np.mean(res["rel_error"] ** 2)))
+    return CpuLatency(lat.roofline, lat.admit_per_seq_s, lat.admit_multi_s, rmse, probe_run_id, res)
+
+
+# ============================================================================================
+# the scenario: continuous-batching replay of one run's workload
+# ============================================================================================
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests of one bench run: input and output lengths (tokens), client concurrency C."""
+
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    concurrency: int
+
+    def __post_init__(self):
+        if len(self.input_lens) != len(self.output_lens) or not self.input_lens:
+            raise SpecsimValueError("input_lens/output_lens", "must be non-empty and of equal length",
+                                    (len(self.input_lens), len(self.output_lens)))
+        if any(int(x) < 1 for x in self.input_lens) or any(int(x) < 1 for x in self.output_lens):
+            raise SpecsimValueError("input_lens/output_lens", "every length must be >= 1 token")
+        if isinstance(self.concurrency, bool) or int(self.concurrency) < 1:
+            raise SpecsimValueError("concurrency", "must be an integer >= 1", self.concurrency)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Continuous-batching schedule of a workload (independent of step times).
+
+    ``decode_batch[s]`` sequences decode in step ``s`` at mean context ``decode_context[s]``
+    tokens; ``prefill_lens`` lists every request's prompt length (each prefilled once).
+    """
+
+    decode_batch: np.ndarray
+    decode_context: np.ndarray
+    prefill_lens: np.ndarray
+    output_tokens: int
+
+
+def schedule(workload: Workload, tokens_per_step: float = 1.0) -> Schedule:
+    """Replay a workload through continuous batching with at most C requests in flight.
+
+    Each engine step: requests are admitted (FIFO) while fewer than C are in flight and are
+    prefilled in that step (their first output token comes from the prefill); every in-flight
+    request already prefilled decodes, committing ``tokens_per_step`` tokens (1 without
+    speculation; the expected ``m_eff`` with it -- a fluid approximation: a request with r tokens
+    left needs ceil(r / m) steps).  A finished request frees its slot for the next step.  This is
+    what ``vllm bench serve --max-concurrency C`` drives against vLLM's scheduler (chunked prefill
+    mixes prefills into decode steps, ``vllm/v1/core/sched/scheduler.py``).
+
+    Parameters
+    ----------
+    workload : Workload
+    tokens_per_step : float
+        Output tokens per request per decode step (>= 1).
+
+    Returns
+    -------
+    Schedule
+
+    Raises
+    ------
+    SpecsimValueError
+        ``tokens_per_step`` < 1 or not finite.
+    """
+    if not (np.isfinite(tokens_per_step) and tokens_per_step >= 1.0):
+        raise SpecsimValueError("tokens_per_step", "must be finite and >= 1 token", tokens_per_step)
+    isl = [int(x) for x in workload.input_lens]
+    osl = [int(x) for x in workload.output_lens]
+    C = int(workload.concurrency)
+    pending = list(range(len(isl)))
+    rem: dict[int, float] = {}
+    ctx: dict[int, float] = {}
+    batches, contexts = [], []
+    while pending or rem:
+        admitted = []
+        while pending and len(rem) + len(admitted) < C:
+            admitted.append(pending.pop(0))
+        if rem:
+            dec = list(rem)
+            batches.append(len(dec))
+            contexts.append(float(np.mean([ctx[i] for i in dec])))
+            for i in dec:
+                rem[i] -= tokens_per_step
+                ctx[i] += tokens_per_step
+                if rem[i] <= 1e-9:
+                    del rem[i]
+        for i in admitted:
+            if osl[i] > 1:
+                rem[i] = float(osl[i] - 1)
+                ctx[i] = float(isl[i] + 1)
+    return Schedule(np.asarray(batches, dtype=float), np.asarray(contexts, dtype=float),
+                    np.asarray(isl, dtype=float), int(sum(osl)))
+
+
+@dataclass(frozen=True)
+class RunScenario:
+    """Everything the throughput-ratio prediction of one spec run rests on (no measured times).
+
+    Attributes
+    ----------
+    method, family : str
+    n : int
+        num_speculative_tokens.
+    q_eff, m_eff : float
+        Query tokens verified and tokens committed per decode request-step (module docstring).
+    draft_step_fraction : float
+        Share of decode request-steps that carried a draft (num_drafts / S).
+    draft : ModelSpec or None
+        Draft model (``draft_model`` method), None for ngram.
+    spec_workload, base_workload : Workload
+    """
+
+    method: str
+    family: str
+    n: int
+    q_eff: float
+    m_eff: float
+    draft_step_fraction: float
+    draft: Any
+    spec_workload: Workload
+    base_workload: Workload
+
+
+def _draft_spec(family: str, target: Any, models_dir: Path | None) -> Any:
+    """The draft ModelSpec of a draft_model family: the target itself for ``selfdraft``; else the
+    converted checkpoint's ``config.json`` under ``models/`` (from ``specsim.runs.matrix``)."""
+
+    if family == "selfdraft":
+        return target
+
+    name = _m.TRUNC_DRAFT if family.startswith("trunc") else family
+    cfg = Path(models_dir or project_dir() / "models") / name / "config.json"
+    if cfg.exists():
+        return ModelSpec.from_hf_config(str(cfg), name=name)
+    # no local checkpoint (fresh clone): the truncation keeps the first K layers of the target
+    k = int("".join(ch for ch in family if ch.isdigit()) or _m.TRUNC_LAYERS)
+    conf = dict(getattr(target, "config", {}) or {})
+    if not conf:
+        raise DataError(f"draft {name}: no {cfg} and the target carries no HF config to truncate")
+    conf["num_hidden_layers"] = k
+    return ModelSpec.from_hf_config(conf, name=name)
+
+
+def run_scenario(row: Mapping, *, target: Any = None, models_dir: Path | None = None) -> RunScenario:
+    """Build the :class:`RunScenario` of one paired spec run (a row of :func:`pair_runs`).
+
+    Raises
+    ------
+    DataError
+        Missing request lengths or spec counters.
+    """
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    for k in ("input_lens", "output_lens", "baseline_input_lens", "baseline_output_lens"):
+        if not row.get(k):
+            raise DataError(f"run {row.get('run_id')}: no per-request {k} (bench.json --save-detailed)")
+    if not (isinstance(row.get("q_eff"), float) and np.isfinite(row["q_eff"])):
+        raise DataError(f"run {row.get('run_id')}: no spec-decode counters")
+    C = int(row["concurrency"])
+    draft = _draft_spec(row["family"], target, models_dir) if row["method"] == "draft_model" else None
+    return RunScenario(method=row["method"], family=row["family"], n=int(row["num_speculative_tokens"]),
+                       q_eff=float(row["q_eff"]), m_eff=float(row["m_eff"]),
+                       draft_step_fraction=float(row["draft_step_fraction"]), draft=draft,
+                       spec_workload=Workload(tuple(row["input_lens"]), tuple(row["output_lens"]), C),
+                       base_workload=Workload(tuple(row["baseline_input_lens"]), tuple(row["baseline_output_lens"]), C))
+
+
+def _prefill_s(lat: CpuLatency, model: Any, isl: np.ndarray, fixed: float | None = None) -> np.ndarray:
+    """Prefill seconds per prompt: one forward over ISL tokens, 0 cached, 1 sampled position, plus
+    the request's admission (``admit_per_seq_s``); ``fixed`` replaces the roofline's fixed term
+    and drops the admission (a draft model's prefill runs inside the proposer)."""
+    bd = lat.breakdown(SampledView(model, "last"), precision=CPU_PRECISION, batch=1, q=isl, context=0.0)
+    t = bd["total_s"]
+    return t + lat.admit_per_seq_s if fixed is None else t - bd["fixed_s"] + fixed
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """Predicted duration of one arm = const + draft_passes*dpo + steps*spec_fixed + verified*per_tok."""
+
+    const: float
+    draft_passes: float
+    steps: float
+    verified_tokens: float
+    output_tokens: int
+
+    def duration(self, dpo: float, spec_fixed: float, per_token: float) -> float:
+        return self.const + self.draft_passes * dpo + self.steps * spec_fixed + self.verified_tokens * per_token
+
+
+def _base_terms(lat: CpuLatency, target: Any, wl: Workload) -> _Terms:
+    sch = schedule(wl, 1.0)
+    dec = lat.forward_time(SampledView(target, "last"), precision=CPU_PRECISION, batch=sch.decode_batch, q=1.0,
+                           context=sch.decode_context)
+    const = float(np.sum(dec) + np.sum(_prefill_s(lat, target, sch.prefill_lens)))
+    return _Terms(const, 0.0, float(len(sch.decode_batch)), 0.0, sch.output_tokens)
+
+
+def _scaled_compute(lat: CpuLatency, factor: float) -> CpuLatency:
+    """The same latency with the compute term multiplied by ``factor`` (eta_f divided by it)."""
+    if factor == 1.0:
+        return lat
+    rl = lat.roofline
+    eff = rl.efficiency.replace(compute=rl.efficiency.compute / factor)
+    return CpuLatency(rl.with_efficiency(eff), lat.admit_per_seq_s, lat.admit_multi_s, lat.rmse_rel,
+                      lat.probe_run_id, lat.residuals)
+
+
+def _spec_terms(lat: CpuLatency, target: Any, sc: RunScenario, lookup_s_per_request: float,
+                lookup_compute_factor: float = 1.0) -> _Terms:
+    """Spec arm: verification (q_eff positions sampled) + draft passes (roofline without the fixed
+    term; the fitted draft_pass_overhead_s is added per pass via ``draft_passes``) + prefills.
+    Lookup methods (ngram) run their forwards with the compute term x ``lookup_compute_factor``."""
+    if sc.method in ("ngram", "ngram_gpu", "suffix"):
+        lat = _scaled_compute(lat, lookup_compute_factor)
+    sch = schedule(sc.spec_workload, sc.m_eff)
+    b, L = sch.decode_batch, sch.decode_context
+    verify = lat.forward_time(SampledView(target, "all"), precision=CPU_PRECISION, batch=b, q=sc.q_eff, context=L)
+    const = float(np.sum(verify) + np.sum(_prefill_s(lat, target, sch.prefill_lens)))
+    passes = 0.0
+    if sc.method == "draft_model":
+        dv = SampledView(sc.draft, "last")
+        # first pass over the step's N+1 target positions per request, then N-1 single-token passes
+        # (vLLM 0.32 llm_base_proposer.propose; padded drafter batch)
+        first = lat.breakdown(dv, precision=CPU_PRECISION, batch=b, q=sc.n + 1.0, context=L)
+        rest = lat.breakdown(dv, precision=CPU_PRECISION, batch=b, q=1.0, context=L)
+        const += float(np.sum(first["total_s"] - first["fixed_s"]) + (sc.n - 1) * np.sum(rest["total_s"] - rest["fixed_s"]))
+        passes += sc.n * len(b)
+        # the draft model prefills every prompt too (one more pass per admitted prompt)
+        const += float(np.sum(_prefill_s(lat, sc.draft, sch.prefill_lens, fixed=0.0)))
+        passes += len(sch.prefill_lens)
+    elif sc.method in ("ngram", "ngram_gpu", "suffix"):
+        const += float(np.sum(b)) * lookup_s_per_request
+    else:
+        raise SpecsimValueError("method", "the CPU validation models ngram and draft_model runs", sc.method,
+                                ["ngram", "draft_model"])
+    verified = float(np.sum(b * sc.q_eff))
+    return _Terms(const, passes, float(len(b)), verified, sch.output_tokens)
+
+
+@dataclass(frozen=True)
+class SpecFit:
+    """Speculative overheads and where they came from.
+
+    Attributes
+    ----------
+    draft_pass_overhead_s : float
+        Seconds of fixed cost per draft forward (replaces the roofline's ``fixed_s`` for draft passes).
+    spec_fixed_s, spec_per_token_s : float
+        ``specsim.engine.SpecOverhead`` fields: seconds per speculative step, and per verified
+        token in the batch.
+    lookup_s_per_request : float
+        ngram lookup seconds per request per step (NOT fitted: the drafters default, assumed).
+    lookup_compute_factor : float
+        Multiplier of the roofline compute term in every forward of an ngram-served run (prefill
+        included), fitted on ``lookup_fitted_on`` (:func:`fit_lookup_factor`); 1 = not fitted.
+    fitted_on, held_out : tuple of str
+        Run ids (``fitted_on`` = every run any parameter was fitted on).
+    rmse_rel : float
+        Relative RMS error of the ratio on the fit set.
+    """
+
+    draft_pass_overhead_s: float = 0.0
+    spec_fixed_s: float = 0.0
+    spec_per_token_s: float = 0.0
+    lookup_s_per_request: float = 5e-6
+    fitted_on: tuple[str, ...] = ()
+    held_out: tuple[str, ...] = ()
+    rmse_rel: float = float("nan")
+    params_fitted: tuple[str, ...] = ()
+    lookup_compute_factor: float = 1.0
+    lookup_fitted_on: tuple[str, ...] = ()
+    lookup_rmse_rel: float = float("nan")
+
+    def to_dict(self) -> dict:
+        return {"draft_pass_overhead_s": self.draft_pass_overhead_s, "spec_fixed_s": self.spec_fixed_s,
+                "spec_per_token_s": self.spec_per_token_s, "lookup_s_per_request": self.lookup_s_per_request,
+                "lookup_compute_factor": self.lookup_compute_factor,
+                "params_fitted": list(self.params_fitted), "fitted_on": list(self.fitted_on),
+                "lookup_fitted_on": list(self.lookup_fitted_on), "held_out": list(self.held_out),
+                "rmse_rel": self.rmse_rel, "lookup_rmse_rel": self.lookup_rmse_rel}
+
+
+def predict_run(row: Mapping, lat: CpuLatency, fit: SpecFit, *, target: Any = None,
+                models_dir: Path | None = None, scenario: RunScenario | None = None) -> dict:
+    """Predicted throughput ratio of one paired spec run (the improved scenario model).
+
+    Uses only: the run's workload (request lengths, C), its spec-decode counters (``q_eff``,
+    ``m_eff``), the baseline's workload, the probe-calibrated latency and the overhead fit.
+
+    Returns
+    -------
+    dict
+        ``predicted_ratio``, ``predicted_spec_tok_per_s``, ``predicted_base_tok_per_s``,
+        ``predicted_spec_s``, ``predicted_base_s`` (durations, seconds), ``predicted_prefill_share``
+        (prefill seconds / baseline duration).
+    """
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    sc = scenario or run_scenario(row, target=target, models_dir=models_dir)
+    bt = _base_terms(lat, target, sc.base_workload)
+    st = _spec_terms(lat, target, sc, fit.lookup_s_per_request, fit.lookup_compute_factor)
+    ds = st.duration(fit.draft_pass_overhead_s, fit.spec_fixed_s, fit.spec_per_token_s)
+    db = bt.duration(0.0, 0.0, 0.0)
+    pre = float(np.sum(_prefill_s(lat, target, np.asarray(sc.base_workload.input_lens, dtype=float))))
+    tps, tpb = st.output_tokens / ds, bt.output_tokens / db
+    return {"predicted_ratio": tps / tpb, "predicted_spec_tok_per_s": tps, "predicted_base_tok_per_s": tpb,
+            "predicted_spec_s": ds, "predicted_base_s": db, "predicted_prefill_share": pre / db}
+
+
+def predict_contract(row: Mapping, lat: CpuLatency, *, target: Any = None, models_dir: Path | None = None,
+                     partial_drafts: bool = True) -> float:
+    """The ratio the library's core model gives for this run (``specsim.engine.evaluate``).
+
+    Same probe-calibrated latency, the run's MAL (``1 + accepted / drafts``), ISL/OSL = the run's
+    mean request lengths, concurrency C, no speculative overhead, the drafter of
+    ``specsim.drafters`` at fp32.  With ``partial_drafts`` (default) ngram runs use the core
+    model's partial-draft terms (fraction of steps drafted = drafts / decode steps, mean proposal
+    = draft tokens / drafts); with ``partial_drafts=False`` it is the "before" (q = N + 1 every
+    step).  The scenario model :func:`predict_run` adds the CPU-specific corrections on top.
+    """
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    counts = SpecDecodeCounts(int(row["num_drafts"]), int(row["num_draft_tokens"]), int(row["num_accepted_tokens"]),
+                              tuple(int(v) for v in row["accepted_per_pos"]), source=row["run_id"])
+    acc = Acceptance.from_counts(counts, temperature=float(row.get("temperature") or 0.0))
+    if row["method"] == "draft_model":
+        drafter = get_drafter("draft_model", draft_model=_draft_spec(row["family"], target, models_dir)
+                              ).with_params(precision=CPU_PRECISION, draft_pass_overhead_s=None)
+    else:
+        drafter = get_drafter(row["method"])
+    r = resolve_inputs(target, row["method"], int(row["num_speculative_tokens"]), hardware=CPU_HARDWARE,
+                       precision=CPU_PRECISION, acceptance=acc, drafter=drafter, latency=lat,
+                       temperature=float(row.get("temperature") or 0.0))
+    isl = int(round(np.mean(row["input_lens"])))
+    osl = max(1, int(round(np.mean(row["output_lens"]))))
+    n = int(row["num_speculative_tokens"])
+    partial = {}
+    if partial_drafts and row["method"] == "ngram":
+        # the core model's partial-draft terms (predict(drafted_fraction=..., mean_proposal_tokens=...))
+        partial = {"drafted_fraction": float(min(1.0, row["draft_step_fraction"])),
+                   "mean_proposal_tokens": float(row["num_draft_tokens"]) / float(row["num_drafts"])}
+    out = evaluate(r, n, int(row["concurrency"]), isl, osl, 1, SpecOverhead(), mal=float(row["mal"]), **partial)
+    return float(np.asarray(out["throughput_ratio"]).reshape(-1)[0])
+
+
+def fit_spec_overheads(pairs: pd.DataFrame, lat: CpuLatency, *, fit_families: Sequence[str] = ("selfdraft",),
+                       params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
+                       target: Any = None, models_dir: Path | None = None,
+                       lookup_s_per_request: float = 5e-6, exclude_contended: bool = True) -> SpecFit:
+    """Fit speculative overheads on the FIT SET only: the usable spec runs of ``fit_families``
+    whose measurement (spec run and its baseline) was not contended by other processes.
+
+    Minimises the relative error of the predicted throughput ratio (:func:`predict_run`) on the
+    fit set with ``scipy.optimize.least_squares`` (parameters >= 0).  The predicted duration is
+    linear in the overheads (the schedule does not depend on step times), so each run is
+    replayed once.  Runs outside the fit set never enter the objective.
+
+    Parameters
+    ----------
+    pairs : DataFrame
+        :func:`pair_runs` output.
+    lat : CpuLatency
+        Probe-calibrated latency.
+    fit_families : sequence of str
+        Families forming the fit set (default the self-draft runs).
+    params : sequence of str
+        Subset of ``draft_pass_overhead_s``, ``spec_fixed_s``, ``spec_per_token_s``; the others stay 0.
+    exclude_contended : bool
+        Leave runs whose spec or baseline measurement was ``contended`` (other processes used
+        > :data:`CONTENDED_FRACTION` of the CPU) out of the fit set; they are judged like any
+        held-out run.
+
+    Returns
+    -------
+    SpecFit
+        (all zeros, ``params_fitted=()``, when the fit set is empty.)
+
+    Raises
+    ------
+    SpecsimValueError
+        Unknown parameter names.
+    """
+    from scipy.optimize import least_squares
+
+
+    allowed = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s")
+    bad = [p for p in params if p not in allowed]
+    if bad or len(set(params)) != len(params):
+        raise SpecsimValueError("params", "must be distinct overhead names", list(params), allowed)
+    target = target if target is not None else load_model(CPU_TARGET)
+    usable = pairs[pairs["usable"].astype(bool)] if len(pairs) else pairs
+    fit_rows = usable[usable["family"].isin(list(fit_families))] if len(usable) else usable
+    if exclude_contended and len(fit_rows):
+        fit_rows = fit_rows[~(_flag(fit_rows["contended"]) | _flag(fit_rows["baseline_contended"]))]
+    held = tuple(r for r in usable["run_id"] if r not in set(fit_rows["run_id"])) if len(usable) else ()
+    if fit_rows is None or len(fit_rows) == 0 or not params:
+        return SpecFit(lookup_s_per_request=lookup_s_per_request, held_out=held)
+    terms = []
+    for row in fit_rows.to_dict("records"):
+        sc = run_scenario(row, target=target, models_dir=models_dir)
+        bt = _base_terms(lat, target, sc.base_workload)
+        st = _spec_terms(lat, target, sc, lookup_s_per_request)
+        terms.append((st, bt.output_tokens / bt.duration(0, 0, 0), float(row["measured_ratio"])))
+    idx = {p: i for i, p in enumerate(params)}
+    scale = 1e-2
+
+    def full(x):
+        v = [0.0, 0.0, 0.0]
+        for p, i in idx.items():
+            v[allowed.index(p)] = float(x[i]) * scale
+        return v
+
+    def resid(x):
+        dpo, sf, pt = full(x)
+        return np.array([(st.output_tokens / st.duration(dpo, sf, pt)) / tb / meas - 1.0 for st, tb, meas in terms])
+
+    sol = least_squares(resid, np.full(len(params), 0.5), bounds=(0.0, np.inf), method="trf")
+    dpo, sf, pt = full(sol.x)
+    rmse = float(np.sqrt(np.mean(resid(sol.x) ** 2)))
+    return SpecFit(dpo, sf, pt, lookup_s_per_request, tuple(fit_rows["run_id"]), held, rmse, tuple(params))
+
+
+def fit_lookup_factor(pairs: pd.DataFrame, lat: CpuLatency, fit: SpecFit, *, n_values: Sequence[int] = (1,),
+                      target: Any = None, models_dir: Path | None = None,
+                      exclude_contended: bool = True) -> SpecFit:
+    """Fit ``lookup_compute_factor`` on the ngram runs with N in ``n_values`` only (default N=1).
+
+    Why: ngram-served runs at concurrency >= 4 are slower per forward than the same token counts
+    in the baseline and in the self-draft runs -- their prefill too (TTFT of the same 15 prompts
+    ~4.2 s vs ~2.5 s at C=16, with no draft model to prefill) -- so the cost is not a per-step
+    overhead the self-draft fit can see but a slowdown of the forward while the ngram proposer is
+    active.  One multiplier of the compute term is fitted (``scipy.optimize.least_squares`` on the
+    relative ratio error, factor in [1, 5]) on the ``n_values`` runs, with the self-draft overheads
+    of ``fit`` fixed, and judged on the other N.
+
+    Returns
+    -------
+    SpecFit
+        ``fit`` with ``lookup_compute_factor``, ``lookup_fitted_on``, ``lookup_rmse_rel`` set,
+        the runs added to ``fitted_on`` and removed from ``held_out``; ``fit`` unchanged when no
+        usable run qualifies.
+    """
+    import dataclasses
+
+    from scipy.optimize import least_squares
+
+
+    target = target if target is not None else load_model(CPU_TARGET)
+    usable = pairs[pairs["usable"].astype(bool)] if len(pairs) else pairs
+    if not len(usable):
+        return fit
+    rows = usable[(usable["method"] == "ngram") & usable["num_speculative_tokens"].isin(list(n_values))]
+    if exclude_contended and len(rows):
+        rows = rows[~(_flag(rows["contended"]) | _flag(rows["baseline_contended"]))]
+    rows = rows[~rows["run_id"].isin(fit.fitted_on)]
+    if not len(rows):
+        return fit
+    cases = []
+    for row in rows.to_dict("records"):
+        sc = run_scenario(row, target=target, models_dir=models_dir)
+        bt = _base_terms(lat, target, sc.base_workload)
+        cases.append((sc, bt.output_tokens / bt.duration(0, 0, 0), float(row["measured_ratio"])))
+
+    def resid(x):
+        out = []
+        for sc, tb, meas in cases:
+            st = _spec_terms(lat, target, sc, fit.lookup_s_per_request, float(x[0]))
+            ds = st.duration(fit.draft_pass_overhead_s, fit.spec_fixed_s, fit.spec_per_token_s)
+            out.append(st.output_tokens / ds / tb / meas - 1.0)
+        return np.array(out)
+
+    sol = least_squares(resid, np.array([1.2]), bounds=([1.0], [5.0]), method="trf")
+    ids = tuple(rows["run_id"])
+    return dataclasses.replace(fit, lookup_compute_factor=float(sol.x[0]), lookup_fitted_on=ids,
+                               lookup_rmse_rel=float(np.sqrt(np.mean(resid(sol.x) ** 2))),
+                               fitted_on=tuple(fit.fitted_on) + ids,
+                               held_out=tuple(r for r in fit.held_out if r not in set(ids)))
+
+
+# ============================================================================================
+# the whole validation
+# ============================================================================================
+
+@dataclass
+class ValidationResult:
+    """Output of :func:`validate`.
+
+    Attributes
+    ----------
+    runs : DataFrame
+        Every recorded bench run (:func:`load_runs`).
+    errors : DataFrame
+        One row per spec run: measured and predicted ratios (scenario model and contract model),
+        ``error`` (= predicted / measured - 1), ``role`` ("fitted" / "held-out" / "excluded"),
+        counters and the per-run scenario quantities.
+    latency : CpuLatency
+    fit : SpecFit
+    summary : dict
+        Headline numbers (median / max |error| on held-out runs, best-N agreement, token identity,
+        health checks, what was fitted on what).
+    health : DataFrame
+    """
+
+    runs: pd.DataFrame
+    errors: pd.DataFrame
+    latency: CpuLatency
+    fit: SpecFit
+    summary: dict
+    health: pd.DataFrame
+    best_n: pd.DataFrame
+
+
+def _best_n(errors: pd.DataFrame) -> pd.DataFrame:
+    """Best N per (family, concurrency) on held-out runs: measured argmax vs predicted argmax.
+
+    Replicates of one (family, N, concurrency) -- the same configuration recorded in several
+    matrix runs -- are averaged first (measured and predicted ratios alike)."""
+    rows = []
+    ho = errors[errors["role"] == "held-out"]
+    for (fam, c), g0 in ho.groupby(["family", "concurrency"]):
+        g = g0.groupby("num_speculative_tokens")[["measured_ratio", "predicted_ratio", "contract_ratio"]].mean()
+        if len(g) < 2:
+            continue
+        mb, pb, cb = (int(g[k].idxmax()) for k in ("measured_ratio", "predicted_ratio", "contract_ratio"))
+        rows.append({"family": fam, "concurrency": int(c), "n_values": ",".join(str(int(n)) for n in g.index),
+                     "replicates": int(len(g0)), "measured_best_n": mb, "predicted_best_n": pb, "contract_best_n": cb,
+                     "agree": mb == pb, "contract_agree": mb == cb,
+                     "measured_best_ratio": float(g["measured_ratio"].max()),
+                     "measured_ratio_at_predicted_best": float(g.loc[pb, "measured_ratio"]),
+                     # measured ratio lost by running the predicted best N instead of the measured best
+                     "regret": float(g.loc[pb, "measured_ratio"] / g["measured_ratio"].max() - 1)})
+    return pd.DataFrame(rows, columns=["family", "concurrency", "n_values", "replicates", "measured_best_n",
+                                       "predicted_best_n", "contract_best_n", "agree", "contract_agree",
+                                       "measured_best_ratio", "measured_ratio_at_predicted_best", "regret"])
+
+
+def _replicate_spread(errors: pd.DataFrame) -> dict:
+    """Measurement noise floor: for configurations recorded more than once (several matrix stamps),
+    the relative spread max/min - 1 of their measured ratios."""
+    u = errors[errors["usable"].astype(bool)]
+    spreads = []
+    for _, g in u.groupby(["family", "num_speculative_tokens", "concurrency"]):
+        if len(g) >= 2:
+            spreads.append(float(g["measured_ratio"].max() / g["measured_ratio"].min() - 1))
+    return {"configurations_repeated": len(spreads),
+            "median_spread": float(np.median(spreads)) if spreads else None,
+            "max_spread": float(np.max(spreads)) if spreads else None,
+            "definition": "max/min - 1 of the measured ratio over the recordings of one (family, N, concurrency)"}
+
+
+def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequence[str] = ("selfdraft",),
+             overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
+             lookup_fit_n: Sequence[int] = (1,), models_dir: str | os.PathLike | None = None,
+             strict: bool = True) -> ValidationResult:
+    """Load the recorded runs, calibrate (probe -> latency; fit set -> overheads), predict, judge.
+
+    Parameters
+    ----------
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    fit_families : sequence of str
+        Run families whose runs fit the speculative overheads (default: the self-draft runs);
+        every other usable spec run is held out and judged.
+    overhead_params : sequence of str
+        Overheads fitted on the fit set (see :func:`fit_spec_overheads`); default all three (the
+        least-squares fit on the self-draft runs is free to set any of them to 0).
+    lookup_fit_n : sequence of int
+        ngram N values whose (uncontended) runs fit ``lookup_compute_factor``
+        (:func:`fit_lookup_factor`); empty = not fitted (factor 1).  Every prediction is also given
+        with factor 1 (``predicted_ratio_no_lookup_factor``) for comparison.
+    models_dir : path, optional
+        Local checkpoints (for the truncated draft's config.json); default ``<repo>/models``.
+    strict : bool
+        See :func:`load_runs`.
+
+    Returns
+    -------
+    ValidationResult
+
+    Raises
+    ------
+    DataError
+        No probe recorded, malformed run directories (strict).
+    """
+    import dataclasses
+
+
+    target = load_model(CPU_TARGET)
+    md = Path(models_dir) if models_dir is not None else None
+    runs = load_runs(runs_dir, strict=strict)
+    probe_id, probe = load_probe(runs_dir)
+    lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
+    pairs = pair_runs(runs)
+    fit = fit_spec_overheads(pairs, lat, fit_families=fit_families, params=overhead_params, target=target,
+                             models_dir=md)
+    if lookup_fit_n:
+        fit = fit_lookup_factor(pairs, lat, fit, n_values=lookup_fit_n, target=target, models_dir=md)
+    fit_v1 = dataclasses.replace(fit, lookup_compute_factor=1.0)
+    fitted = set(fit.fitted_on)
+    recs = []
+    for row in pairs.to_dict("records"):
+        rec = {k: row.get(k) for k in (
+            "run_id", "matrix", "family", "method", "num_speculative_tokens", "concurrency", "temperature",
+            "status", "usable", "exclusion_reason", "baseline_run_id", "pairing", "output_tok_per_s",
+            "baseline_tok_per_s", "measured_ratio", "measured_tpot_ratio", "mean_tpot_s", "baseline_tpot_s",
+            "mean_ttft_s", "baseline_ttft_s", "duration_s", "baseline_duration_s", "num_drafts", "num_draft_tokens", "num_accepted_tokens", "mal", "acceptance_rate",
+            "mean_draft_length", "decode_steps", "draft_step_fraction", "q_eff", "m_eff", "greedy_identical",
+            "identical", "compared", "contended", "baseline_contended", "other_cpu_fraction")}
+        rec["accepted_per_pos"] = ";".join(map(str, row["accepted_per_pos"])) if row.get("accepted_per_pos") else ""
+        rec["role"] = "fitted" if row["run_id"] in fitted else ("held-out" if row["usable"] else "excluded")
+        for k in ("predicted_ratio", "contract_ratio", "error", "contract_error", "predicted_prefill_share",
+                  "predicted_ratio_no_lookup_factor", "error_no_lookup_factor", "spec_duration_error",
+                  "base_duration_error"):
+            rec[k] = np.nan
+        if row["usable"]:
+            sc = run_scenario(row, target=target, models_dir=md)
+            p = predict_run(row, lat, fit, target=target, scenario=sc)
+            rec.update(p)
+            rec["predicted_ratio_no_lookup_factor"] = predict_run(row, lat, fit_v1, target=target,
+                                                                  scenario=sc)["predicted_ratio"]
+            rec["error_no_lookup_factor"] = rec["predicted_ratio_no_lookup_factor"] / rec["measured_ratio"] - 1.0
+            rec["contract_ratio"] = predict_contract(row, lat, target=target, models_dir=md)
+            rec["error"] = rec["predicted_ratio"] / rec["measured_ratio"] - 1.0
+            # where the miss sits: each arm's predicted vs measured duration (diagnostic only)
+            rec["spec_duration_error"] = rec["predicted_spec_s"] / rec["duration_s"] - 1.0
+            rec["base_duration_error"] = rec["predicted_base_s"] / rec["baseline_duration_s"] - 1.0
+            rec["contract_error"] = rec["contract_ratio"] / rec["measured_ratio"] - 1.0
+        recs.append(rec)
+    errors = pd.DataFrame(recs)
+    if errors.empty:
+        errors = pd.DataFrame(columns=["run_id", "role", "family", "num_speculative_tokens", "concurrency",
+                                       "measured_ratio", "predicted_ratio", "contract_ratio", "error", "contract_error"])
+    best = _best_n(errors)
+    health = load_health_checks(runs_dir)
+    summary = _summarise(runs, errors, best, lat, fit, health, probe_id)
+    return ValidationResult(runs, errors, lat, fit, summary, health, best)
+
+
+def _flag(s: pd.Series) -> pd.Series:
+    """Boolean flag column with missing values as False."""
+    return s.map(lambda v: bool(v) if isinstance(v, (bool, np.bool_)) else False)
+
+
+def _stats(e: pd.Series) -> dict:
+    a = e.abs().dropna()
+    return {"n": int(len(a)), "median_abs_error": float(a.median()) if len(a) else None,
+            "max_abs_error": float(a.max()) if len(a) else None,
+            "mean_error": float(e.dropna().mean()) if len(a) else None}
+
+
+def _summarise(runs, errors, best, lat, fit, health, probe_id) -> dict:
+    ho = errors[errors["role"] == "held-out"]
+    ft = errors[errors["role"] == "fitted"]
+    spec = errors
+    greedy = spec[(spec["temperature"].fillna(0).astype(float) == 0) & spec["greedy_identical"].notna()]
+    excl = runs[~runs["usable"]] if len(runs) else runs
+    summ = {
+        "what_is_measured": "output tok/s, TPOT, TTFT (vllm bench serve), spec-decode counters of each run's own "
+                            "/metrics delta, greedy token identity vs the baseline, verification-cost probe",
+        "latency_model": lat.describe(),
+        "latency_params": lat.params(),
+        "latency_fitted_on": f"verification-cost probe {probe_id} only ({0 if lat.residuals is None else len(lat.residuals)} points)",
+        "latency_rmse_rel": lat.rmse_rel,
+        "overheads": fit.to_dict(),
+        "held_out": _stats(ho["error"]) if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_contract_model": _stats(ho["contract_error"]) if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_without_lookup_factor": _stats(ho["error_no_lookup_factor"]) if len(ho)
+        else _stats(pd.Series(dtype=float)),
+        "held_out_uncontended": _stats(ho.loc[~(_flag(ho["contended"]) | _flag(ho["baseline_contended"])), "error"])
+        if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_uncontended_contract_model": _stats(
+            ho.loc[~(_flag(ho["contended"]) | _flag(ho["baseline_contended"])), "contract_error"])
+        if len(ho) else _stats(pd.Series(dtype=float)),
+        "held_out_by_family": {f: _stats(g["error"]) for f, g in ho.groupby("family")} if len(ho) else {},
+        "fit_set": _stats(ft["error"]) if len(ft) else _stats(pd.Series(dtype=float)),
+        "best_n_agreement": {"agree": int(best["agree"].sum()) if len(best) else 0, "groups": int(len(best)),
+                             "contract_agree": int(best["contract_agree"].sum()) if len(best) else 0,
+                             "max_regret": float(best["regret"].min()) if len(best) else None},
+        "measurement_noise": _replicate_spread(errors),
+        "token_identity": {"runs_checked": int(len(greedy)),
+                           "all_identical_runs": int(greedy["greedy_identical"].astype(bool).sum()) if len(greedy) else 0,
+                           "requests_identical": int(pd.to_numeric(greedy["identical"]).sum()) if len(greedy) else 0,
+                           "requests_compared": int(pd.to_numeric(greedy["compared"]).sum()) if len(greedy) else 0,
+                           "basis": "generated text of vllm bench serve (detokenised), request by request"},
+        "runs": {"bench_runs": int(len(runs)), "usable": int(runs["usable"].sum()) if len(runs) else 0,
+                 "excluded": [{"run_id": r.run_id, "reason": r.exclusion_reason} for r in excl.itertuples()]},
+        "health_checks": health.to_dict("records"),
+    }
+    return json.loads(json.dumps(summ, default=_jsonable))
+
+
+def _jsonable(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return None if not np.isfinite(o) else float(o)
+    if isinstance(o, (np.bool_,)):
+        return bool(o)
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+# ============================================================================================
+# outputs (atomic)
+# ============================================================================================
+
+
+
+def write_outputs(result: ValidationResult, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write ``errors.csv``, ``runs.csv``, ``best_n.csv``, ``latency_fit.csv`` and ``summary.json``
+    into ``out_dir`` (default ``<data>/validation``), each atomically (temp file + rename)."""
+
+    d = Path(out_dir) if out_dir is not None else project_data_path("validation")
+    runs = result.runs.drop(columns=[c for c in ("input_lens", "output_lens", "path") if c in result.runs.columns])
+    if "accepted_per_pos" in runs:
+        runs = runs.assign(accepted_per_pos=[";".join(map(str, v)) if isinstance(v, list) else "" for v in runs["accepted_per_pos"]])
+    out = [
+        atomic_write(d / "errors.csv", lambda p: result.errors.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "runs.csv", lambda p: runs.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "best_n.csv", lambda p: result.best_n.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "summary.json", lambda p: p.write_text(json.dumps(result.summary, indent=2) + "\n")),
+    ]
+    if result.latency.residuals is not None:
+        out.append(atomic_write(d / "latency_fit.csv",
+                                 lambda p: result.latency.residuals.to_csv(p, index=False, float_format="%.6g")))
+    return out

@@ -1,0 +1,330 @@
+"""The speculative-decoding counts record every vLLM format is read into (layer 1, vLLM formats).
+
+:class:`SpecDecodeCounts` holds vLLM's counters (``vllm/v1/spec_decode/metrics.py``
+``SpecDecodingStats``): drafts, draft tokens, accepted tokens and accepted tokens per position.
+Readers return it; an ``Acceptance`` is made from it in the model layer
+(``specsim.acceptance.Acceptance.from_counts(record)``).  Definitions: see ``docs/vllm-formats.md``.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.errors import DataError, NotCollectedError, SpecsimValueError
+
+
+class IngestWarning(UserWarning):
+    """A vLLM output was read, but a value is only known to within rounding (log lines)."""
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+def as_count(value: Any, what: str) -> int:
+    """Convert a counter value (int, integral float such as Prometheus' ``330.0``) to int."""
+    if isinstance(value, bool):
+        raise DataError(f"{what}: expected a count, got a boolean {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{what}: expected a count, got {value!r}") from None
+    if not math.isfinite(f) or f < 0 or f != int(f):
+        raise DataError(f"{what}: expected a non-negative integer count, got {value!r}")
+    return int(f)
+
+
+# --------------------------------------------------------------------------------------------
+# SpecDecodeCounts
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpecDecodeCounts:
+    """Speculative-decoding counters of one run (or one logging interval, or one engine).
+
+    Parameters
+    ----------
+    num_drafts : int
+        Drafts = (request, step) pairs that proposed >= 1 token (vLLM ``num_drafts``).
+    num_draft_tokens : int
+        Draft tokens proposed (tokens).
+    num_accepted_tokens : int
+        Draft tokens accepted (tokens; the accepted prefix, without the bonus token).
+    accepted_per_pos : tuple of int, shape (N,)
+        ``accepted_per_pos[i]`` = drafts that accepted >= i+1 tokens. Empty when the source does
+        not report it (vLLM v0 log lines); per-position quantities then raise NotCollectedError.
+    source : str
+        Where the numbers came from (file, format), carried into frames and ``Acceptance`` labels.
+    num_speculative_tokens : int, optional
+        N. Defaults to ``len(accepted_per_pos)``; must be given when ``accepted_per_pos`` is empty.
+    num_drafts_range : tuple (int, int), optional
+        Inclusive range of ``num_drafts`` values consistent with the source when ``num_drafts``
+        was reconstructed from rounded log values (None = exact counter value).
+
+    Raises
+    ------
+    DataError
+        If the counters violate an identity that holds for every real vLLM output
+        (``vllm/v1/spec_decode/metrics.py`` ``observe_draft``): sum(accepted_per_pos) ==
+        num_accepted_tokens (equivalently MAL = 1 + sum of per-position rates); accepted_per_pos
+        non-increasing with accepted_per_pos[0] <= num_drafts; num_drafts <= num_draft_tokens <=
+        N * num_drafts; num_accepted_tokens <= num_draft_tokens. The message names the numbers.
+    """
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_pos: tuple = ()
+    source: str = ""
+    num_speculative_tokens: int | None = None
+    num_drafts_range: tuple | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        d = as_count(self.num_drafts, "num_drafts")
+        t = as_count(self.num_draft_tokens, "num_draft_tokens")
+        a = as_count(self.num_accepted_tokens, "num_accepted_tokens")
+        per = tuple(as_count(v, f"accepted_per_pos[{i}]") for i, v in enumerate(self.accepted_per_pos))
+        set_(self, "num_drafts", d)
+        set_(self, "num_draft_tokens", t)
+        set_(self, "num_accepted_tokens", a)
+        set_(self, "accepted_per_pos", per)
+        n = self.num_speculative_tokens
+        if n is None:
+            if not per:
+                raise SpecsimValueError("num_speculative_tokens", "required when accepted_per_pos is empty")
+            n = len(per)
+        n = as_count(n, "num_speculative_tokens")
+        if n < 1:
+            raise SpecsimValueError("num_speculative_tokens", "must be >= 1", n)
+        if per and len(per) != n:
+            raise DataError(
+                f"{self.source}: accepted_per_pos has {len(per)} positions but "
+                f"num_speculative_tokens is {n}")
+        set_(self, "num_speculative_tokens", n)
+        if self.num_drafts_range is not None:
+            lo, hi = (int(x) for x in self.num_drafts_range)
+            if not lo <= d <= hi:
+                raise DataError(f"{self.source}: num_drafts {d} outside its range [{lo}, {hi}]")
+            set_(self, "num_drafts_range", None if lo == hi else (lo, hi))
+        self._check()
+
+    def _check(self) -> None:
+        d, t, a, per, n = (self.num_drafts, self.num_draft_tokens, self.num_accepted_tokens,
+                           self.accepted_per_pos, self.num_speculative_tokens)
+        where = f"{self.source or 'counts'}"
+        if per and sum(per) != a:
+            raise DataError(
+                f"{where}: sum(accepted_per_pos) = {sum(per)} != num_accepted_tokens = {a} "
+                f"(accepted_per_pos = {list(per)}); MAL = 1 + accepted/drafts would disagree with "
+                f"1 + sum of per-position rates")
+        if per and any(per[i + 1] > per[i] for i in range(len(per) - 1)):
+            raise DataError(f"{where}: accepted_per_pos must be non-increasing, got {list(per)}")
+        if per and per[0] > d:
+            raise DataError(
+                f"{where}: accepted_per_pos[0] = {per[0]} > num_drafts = {d} "
+                f"(position-1 acceptance rate would exceed 1)")
+        if d > t:
+            raise DataError(f"{where}: num_drafts = {d} > num_draft_tokens = {t} "
+                            f"(every draft proposes >= 1 token)")
+        if t > n * d:
+            raise DataError(f"{where}: num_draft_tokens = {t} > N x num_drafts = {n} x {d} = {n * d}")
+        if a > t:
+            raise DataError(f"{where}: num_accepted_tokens = {a} > num_draft_tokens = {t}")
+
+    # ---- derived quantities ---------------------------------------------------------------
+    @property
+    def has_per_position(self) -> bool:
+        """True when per-position counts were collected."""
+        return bool(self.accepted_per_pos)
+
+    @property
+    def exact(self) -> bool:
+        """True when every count is an exact counter value (not reconstructed from rounding)."""
+        return self.num_drafts_range is None
+
+    def _need_drafts(self, what: str) -> None:
+        if self.num_drafts == 0:
+            raise DataError(f"{self.source or 'counts'}: {what} is undefined: no drafts were made "
+                            f"(num_drafts = 0)")
+
+    def _need_per_pos(self) -> None:
+        if not self.accepted_per_pos:
+            raise NotCollectedError(
+                f"{self.source or 'counts'}: per-position acceptance counts were not collected "
+                f"(only totals; e.g. vLLM v0 log lines)")
+
+    @property
+    def mal(self) -> float:
+        """Mean acceptance length (tokens per verification step, counts the bonus token),
+        1 + num_accepted_tokens / num_drafts (``vllm/v1/spec_decode/metrics.py``)."""
+        self._need_drafts("MAL")
+        return 1.0 + self.num_accepted_tokens / self.num_drafts
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Token-level draft acceptance rate, accepted / draft tokens (fraction, not percent;
+        vLLM prints it x100 as "Avg Draft acceptance rate")."""
+        if self.num_draft_tokens == 0:
+            raise DataError(f"{self.source or 'counts'}: acceptance rate undefined: 0 draft tokens")
+        return self.num_accepted_tokens / self.num_draft_tokens
+
+    @property
+    def mean_draft_length(self) -> float:
+        """Draft tokens per draft (tokens); < N for drafters that may propose fewer (ngram)."""
+        self._need_drafts("mean draft length")
+        return self.num_draft_tokens / self.num_drafts
+
+    @property
+    def per_position_rates(self) -> np.ndarray:
+        """Cumulative (unconditional) acceptance rate per position, shape (N,):
+        p_k = accepted_per_pos[k-1] / num_drafts, as vLLM reports it."""
+        self._need_per_pos()
+        self._need_drafts("per-position rate")
+        return np.asarray(self.accepted_per_pos, dtype=float) / self.num_drafts
+
+    @property
+    def conditional_rates(self) -> np.ndarray:
+        """Conditional acceptance rate per position, shape (N,): alpha_k = accepted_per_pos[k-1] /
+        accepted_per_pos[k-2] (alpha_1 = p_1); NaN where the previous position had no acceptances
+        (undefined, not zero)."""
+        self._need_per_pos()
+        self._need_drafts("conditional rate")
+        prev = np.concatenate([[self.num_drafts], self.accepted_per_pos[:-1]]).astype(float)
+        cur = np.asarray(self.accepted_per_pos, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(prev > 0, cur / np.where(prev > 0, prev, 1.0), np.nan)
+
+    # ---- outputs --------------------------------------------------------------------------
+    def to_frame(self) -> pd.DataFrame:
+        """Tidy table, one row per draft position.
+
+        Returns
+        -------
+        pandas.DataFrame
+            Columns ``position`` (1-based), ``num_drafts``, ``num_draft_tokens``,
+            ``num_accepted_tokens`` (run totals, repeated), ``accepted_per_pos``,
+            ``cumulative_ar`` (p_k), ``conditional_ar`` (alpha_k, NaN if undefined), ``mal``
+            (run MAL), ``mal_through_position`` (1 + sum_{j<=k} p_j), ``exact``, ``source``.
+
+        Raises
+        ------
+        NotCollectedError
+            If per-position counts were not collected.
+        DataError
+            If there were no drafts.
+        """
+        p = self.per_position_rates
+        n = self.num_speculative_tokens
+        return pd.DataFrame({
+            "position": np.arange(1, n + 1),
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "accepted_per_pos": np.asarray(self.accepted_per_pos, dtype=np.int64),
+            "cumulative_ar": p,
+            "conditional_ar": self.conditional_rates,
+            "mal": self.mal,
+            "mal_through_position": 1.0 + np.cumsum(p),
+            "exact": self.exact,
+            "source": self.source,
+        })
+
+    def summary(self) -> dict:
+        """Totals and derived scalars (works without per-position counts)."""
+        out = {
+            "source": self.source, "num_speculative_tokens": self.num_speculative_tokens,
+            "num_drafts": self.num_drafts, "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens, "exact": self.exact,
+            "num_drafts_range": self.num_drafts_range,
+        }
+        if self.num_drafts:
+            out.update(mal=self.mal, mean_draft_length=self.mean_draft_length,
+                       acceptance_rate=self.acceptance_rate)
+        return out
+
+    def check_acceptance_counts(self) -> None:
+        """Check that these counts can make an acceptance model (``Acceptance.from_counts(self)`` calls
+        this first): per-position counts collected and at least one draft; warns (``IngestWarning``)
+        when ``num_drafts`` was reconstructed from rounded log values.
+
+        Raises
+        ------
+        NotCollectedError
+            If per-position counts were not collected.
+        DataError
+            If there were no drafts.
+        """
+        self._need_per_pos()
+        self._need_drafts("an acceptance model")
+        if not self.exact:
+            warnings.warn(
+                f"{self.source}: num_drafts = {self.num_drafts} was reconstructed from rounded log "
+                f"values (consistent range {self.num_drafts_range})", IngestWarning, stacklevel=3)
+
+    # ---- aggregation ----------------------------------------------------------------------
+    def __add__(self, other: "SpecDecodeCounts") -> "SpecDecodeCounts":
+        """Pool two sets of counts (engines, intervals) by summing counts, never averaging MALs.
+
+        Raises
+        ------
+        DataError
+            If the two have different num_speculative_tokens.
+        """
+        if not isinstance(other, SpecDecodeCounts):
+            return NotImplemented
+        if other.num_speculative_tokens != self.num_speculative_tokens:
+            raise DataError(
+                f"cannot pool counts with different num_speculative_tokens: "
+                f"{self.num_speculative_tokens} ({self.source}) vs "
+                f"{other.num_speculative_tokens} ({other.source})")
+        if self.accepted_per_pos and other.accepted_per_pos:
+            per = tuple(x + y for x, y in zip(self.accepted_per_pos, other.accepted_per_pos))
+        else:
+            per = ()
+        lo1, hi1 = self.num_drafts_range or (self.num_drafts, self.num_drafts)
+        lo2, hi2 = other.num_drafts_range or (other.num_drafts, other.num_drafts)
+        srcs = [s for s in (self.source, other.source) if s]
+        return SpecDecodeCounts(
+            num_drafts=self.num_drafts + other.num_drafts,
+            num_draft_tokens=self.num_draft_tokens + other.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens + other.num_accepted_tokens,
+            accepted_per_pos=per,
+            source=" + ".join(dict.fromkeys(srcs)),
+            num_speculative_tokens=self.num_speculative_tokens,
+            num_drafts_range=(lo1 + lo2, hi1 + hi2),
+        )
+
+    def __radd__(self, other):
+        if other == 0:  # support sum(list_of_counts)
+            return self
+        return NotImplemented
+
+    def _sub(self, before: "SpecDecodeCounts", where: str) -> "SpecDecodeCounts":
+        if before.num_speculative_tokens != self.num_speculative_tokens:
+            raise DataError(f"{where}: num_speculative_tokens changed between scrapes "
+                            f"({before.num_speculative_tokens} -> {self.num_speculative_tokens}); "
+                            f"different server?")
+        pairs = [("num_drafts", before.num_drafts, self.num_drafts),
+                 ("num_draft_tokens", before.num_draft_tokens, self.num_draft_tokens),
+                 ("num_accepted_tokens", before.num_accepted_tokens, self.num_accepted_tokens)]
+        pairs += [(f"accepted_per_pos[{i}]", b, a)
+                  for i, (b, a) in enumerate(zip(before.accepted_per_pos, self.accepted_per_pos))]
+        for name, b, a in pairs:
+            if a < b:
+                raise DataError(f"{where}: counter reset: {name} went from {b} to {a} "
+                                f"(server restarted between the scrapes?)")
+        per = tuple(a - b for _, b, a in pairs[3:])
+        return SpecDecodeCounts(self.num_drafts - before.num_drafts,
+                                self.num_draft_tokens - before.num_draft_tokens,
+                                self.num_accepted_tokens - before.num_accepted_tokens,
+                                per, source=where,
+                                num_speculative_tokens=self.num_speculative_tokens)

@@ -1,0 +1,316 @@
+"""Prometheus ``/metrics`` text and ``LLM.get_metrics()`` into counts (layer 1, vLLM formats).
+
+Counters ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and
+``..._num_accepted_tokens_per_pos`` (label ``position``), one series per engine
+(``vllm/v1/spec_decode/metrics.py`` ``SpecDecodingProm``); parsed with prometheus_client's parser.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from specsim.errors import (
+    DataError,
+    MissingExtraError,
+    NotCollectedError,
+    SpecsimValueError,
+)
+from specsim.vllm.counts import SpecDecodeCounts, as_count
+
+#: Base names (without ``_total``) of the v1 spec-decode counters (vllm/v1/spec_decode/metrics.py).
+SPEC_METRIC_NAMES = {
+    "num_drafts": "vllm:spec_decode_num_drafts",
+    "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+    "accepted_per_pos": "vllm:spec_decode_num_accepted_tokens_per_pos",
+}
+_GENERATION_TOKENS = "vllm:generation_tokens"
+_PROMPT_TOKENS = "vllm:prompt_tokens"
+_NAME_TO_FIELD = {v: k for k, v in SPEC_METRIC_NAMES.items()}
+
+
+
+# --------------------------------------------------------------------------------------------
+# Prometheus text and LLM.get_metrics()
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Spec-decode and token counters from one Prometheus scrape / ``LLM.get_metrics()`` call
+    (cumulative since the engine started), or the difference of two (:func:`diff_scrapes`).
+
+    Attributes
+    ----------
+    spec_by_engine : dict[str, SpecDecodeCounts]
+        Per label set (engine, model_name, instance, ...; ``position`` removed). Empty when the
+        server ran without speculative decoding: ``status == "not collected"``.
+    generation_tokens, prompt_tokens : int or None
+        ``vllm:generation_tokens`` / ``vllm:prompt_tokens`` summed over label sets (tokens);
+        None when absent.
+    source : str
+    """
+
+    spec_by_engine: Mapping[str, SpecDecodeCounts]
+    generation_tokens: int | None
+    prompt_tokens: int | None
+    source: str = ""
+
+    @property
+    def status(self) -> str:
+        """``"collected"`` or ``"not collected"`` (spec-decode counters absent, never zero)."""
+        return "collected" if self.spec_by_engine else "not collected"
+
+    def spec_counts(self) -> SpecDecodeCounts:
+        """Counts summed over engines / instances / model names.
+
+        Raises
+        ------
+        NotCollectedError
+            If the scrape has no spec-decode counters (server without --speculative-config).
+        """
+        if not self.spec_by_engine:
+            raise NotCollectedError(
+                f"{self.source}: no vllm:spec_decode_* counters (speculative decoding not enabled "
+                f"or metrics not collected); acceptance is unknown, not zero")
+        total = sum(self.spec_by_engine.values())
+        return SpecDecodeCounts(total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens,
+                                total.accepted_per_pos, source=self.source,
+                                num_speculative_tokens=total.num_speculative_tokens)
+
+    def to_frame(self) -> pd.DataFrame:
+        """``spec_counts().to_frame()``."""
+        return self.spec_counts().to_frame()
+
+
+def _label_key(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{k}={labels[k]}" for k in sorted(labels)) or "(no labels)"
+
+
+def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source: str) -> MetricsSnapshot:
+    """samples: (base_name, labels without position, position or None, value)."""
+    spec: dict[str, dict[str, Any]] = {}
+    gen: int | None = None
+    prompt: int | None = None
+    for name, labels, pos, value in samples:
+        what = f"{source}: {name}{{{_label_key(labels)}}}"
+        if name == _GENERATION_TOKENS:
+            gen = (gen or 0) + as_count(value, what)
+            continue
+        if name == _PROMPT_TOKENS:
+            prompt = (prompt or 0) + as_count(value, what)
+            continue
+        fld = _NAME_TO_FIELD.get(name)
+        if fld is None:
+            continue
+        entry = spec.setdefault(_label_key(labels), {"accepted_per_pos": {}})
+        if fld == "accepted_per_pos":
+            if pos is None:
+                raise DataError(f"{what}: per-position counter without a 'position' label")
+            if pos in entry["accepted_per_pos"]:
+                raise DataError(f"{what}: duplicate sample for position {pos}")
+            entry["accepted_per_pos"][pos] = as_count(value, f"{what} position={pos}")
+        else:
+            if fld in entry:
+                raise DataError(f"{what}: duplicate sample")
+            entry[fld] = as_count(value, what)
+    by_engine: dict[str, SpecDecodeCounts] = {}
+    for key, e in spec.items():
+        missing = [SPEC_METRIC_NAMES[f] for f in SPEC_METRIC_NAMES if f != "accepted_per_pos" and f not in e]
+        if not e["accepted_per_pos"]:
+            missing.append(SPEC_METRIC_NAMES["accepted_per_pos"])
+        if missing:
+            raise DataError(f"{source}: incomplete spec-decode counters for {{{key}}}: missing "
+                            f"{', '.join(missing)} (truncated scrape?)")
+        pos = e["accepted_per_pos"]
+        if sorted(pos) != list(range(len(pos))):
+            raise DataError(f"{source}: {SPEC_METRIC_NAMES['accepted_per_pos']}{{{key}}} positions "
+                            f"{sorted(pos)} are not 0..N-1 (truncated scrape?)")
+        by_engine[key] = SpecDecodeCounts(
+            e["num_drafts"], e["num_draft_tokens"], e["num_accepted_tokens"],
+            tuple(pos[i] for i in range(len(pos))), source=f"{source} {{{key}}}")
+    return MetricsSnapshot(by_engine, gen, prompt, source)
+
+
+def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSnapshot:
+    """Parse vLLM's Prometheus ``/metrics`` text.
+
+    Counters are matched on their ``_total`` samples (``_created`` gauges ignored) and kept per
+    label set (engine, model_name, instance ...), see :meth:`MetricsSnapshot.spec_counts` for
+    the sum. Parsing uses ``prometheus_client.parser.text_string_to_metric_families``.
+
+    Parameters
+    ----------
+    text : str
+        Exposition-format text.
+    source : str
+        Label carried into the results.
+
+    Returns
+    -------
+    MetricsSnapshot
+        Cumulative since the server started; diff two with :func:`diff_scrapes`.
+
+    Raises
+    ------
+    DataError
+        Unparseable text, non-integer or negative counts, incomplete spec-decode series, or
+        counters that violate vLLM's identities (see :class:`SpecDecodeCounts`).
+    """
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:  # optional dependency, extra "vllm"
+        raise MissingExtraError("reading Prometheus text", "prometheus-client", "vllm") from exc
+    if not isinstance(text, str):
+        raise SpecsimValueError("text", "must be the /metrics text (str)", type(text).__name__)
+    samples = []
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                name = s.name
+                if name.endswith("_created"):
+                    continue
+                if name.endswith("_total"):
+                    name = name[: -len("_total")]
+                labels = dict(s.labels)
+                pos = labels.pop("position", None)
+                if pos is not None:
+                    try:
+                        pos = int(pos)
+                    except ValueError:
+                        raise DataError(f"{source}: {s.name}: position label {pos!r} is not an integer") from None
+                samples.append((name, labels, pos, s.value))
+    except DataError:
+        raise
+    except (ValueError, TypeError, IndexError, KeyError) as exc:
+        raise DataError(f"{source}: malformed Prometheus text: {exc}") from exc
+    return _build_snapshot(samples, source)
+
+
+def read_prometheus(path: str | os.PathLike) -> MetricsSnapshot:
+    """Read a saved ``/metrics`` scrape from a file; see :func:`parse_prometheus_text`."""
+    with open(path, encoding="utf-8") as fh:
+        return parse_prometheus_text(fh.read(), source=os.path.basename(os.fspath(path)))
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def parse_offline_metrics(metrics: Any, *, source: str = "LLM.get_metrics") -> MetricsSnapshot:
+    """Read the result of ``LLM.get_metrics()`` (offline runs).
+
+    Parameters
+    ----------
+    metrics : iterable, or str / PathLike of a JSON file
+        ``vllm.v1.metrics.reader`` objects (duck-typed: ``.name``, ``.labels`` and ``.value``
+        (Counter, Gauge) or ``.values`` (Vector); Histograms, which have ``.buckets``, are
+        skipped), or their dict dump ``{"name", "labels", "type", "value" | "values"}``, or a JSON
+        file holding such a list (or a dict with the list under ``"metrics"`` / ``"all_metrics"``).
+    source : str
+
+    Returns
+    -------
+    MetricsSnapshot
+        Cumulative since the ``LLM`` was created.
+
+    Raises
+    ------
+    DataError
+        Malformed entries or inconsistent counters.
+    """
+    if isinstance(metrics, (str, os.PathLike)):
+        path = os.fspath(metrics)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                metrics = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc})") from exc
+        source = os.path.basename(path) if source == "LLM.get_metrics" else source
+    if isinstance(metrics, Mapping):
+        for key in ("metrics", "all_metrics"):
+            if key in metrics and isinstance(metrics[key], list):
+                metrics = metrics[key]
+                break
+        else:
+            raise DataError(f"{source}: expected a list of metrics, got a dict with keys {sorted(metrics)}")
+    samples = []
+    for i, m in enumerate(metrics):
+        name = _get(m, "name")
+        if not isinstance(name, str):
+            raise DataError(f"{source}: entry {i} has no metric name: {m!r}")
+        labels = _get(m, "labels", {}) or {}
+        if not isinstance(labels, Mapping):
+            raise DataError(f"{source}: {name}: labels must be a mapping, got {labels!r}")
+        labels = {str(k): str(v) for k, v in labels.items()}
+        kind = str(_get(m, "type", type(m).__name__ if not isinstance(m, Mapping) else "")).lower()
+        if name.endswith("_total"):
+            name = name[: -len("_total")]
+        if kind == "histogram" or _get(m, "buckets") is not None:
+            continue
+        values = _get(m, "values")
+        if values is not None:
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise DataError(f"{source}: {name}: 'values' must be a list, got {values!r}")
+            labels.pop("position", None)
+            for pos, v in enumerate(values):
+                samples.append((name, labels, pos, v))
+            continue
+        has_value = ("value" in m) if isinstance(m, Mapping) else hasattr(m, "value")
+        if not has_value:
+            raise DataError(f"{source}: {name}: entry has neither 'value' nor 'values'")
+        pos = labels.pop("position", None)
+        samples.append((name, labels, int(pos) if pos is not None else None, _get(m, "value")))
+    return _build_snapshot(samples, source)
+
+
+def diff_scrapes(before: MetricsSnapshot | str, after: MetricsSnapshot | str) -> MetricsSnapshot:
+    """Counters accumulated between two scrapes (``after - before``), per engine.
+
+    Parameters
+    ----------
+    before, after : MetricsSnapshot or str
+        Snapshots, or raw ``/metrics`` text.
+
+    Returns
+    -------
+    MetricsSnapshot
+        ``status == "not collected"`` if neither scrape has spec-decode counters.
+
+    Raises
+    ------
+    DataError
+        Counter reset (any counter decreased: server restarted), spec-decode counters in only
+        one of the two scrapes, an engine that disappeared, or N changed.
+    """
+    if isinstance(before, str):
+        before = parse_prometheus_text(before, source="before")
+    if isinstance(after, str):
+        after = parse_prometheus_text(after, source="after")
+    where = f"{after.source} - {before.source}"
+    if bool(before.spec_by_engine) != bool(after.spec_by_engine):
+        raise DataError(f"{where}: spec-decode counters present in only one scrape "
+                        f"(before: {before.status}, after: {after.status}); not the same server?")
+    gone = set(before.spec_by_engine) - set(after.spec_by_engine)
+    if gone:
+        raise DataError(f"{where}: engine label sets {sorted(gone)} disappeared between scrapes")
+    spec = {}
+    for key, a in after.spec_by_engine.items():
+        b = before.spec_by_engine.get(key)
+        if b is None:  # engine appeared after the first scrape: it started from zero
+            b = SpecDecodeCounts(0, 0, 0, (0,) * a.num_speculative_tokens)
+        spec[key] = a._sub(b, f"{where} {{{key}}}")
+
+    def _d(name: str, b: int | None, a: int | None) -> int | None:
+        if a is None or b is None:
+            return None
+        if a < b:
+            raise DataError(f"{where}: counter reset: {name} went from {b} to {a}")
+        return a - b
+
+    return MetricsSnapshot(spec, _d(_GENERATION_TOKENS, before.generation_tokens, after.generation_tokens),
+                           _d(_PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens), where)

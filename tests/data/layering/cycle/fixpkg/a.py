@@ -1,0 +1,6 @@
+from fixpkg import base
+from fixpkg.b import helper
+
+
+def run():
+    return helper(base.X)

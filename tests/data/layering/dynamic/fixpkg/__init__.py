@@ -1,0 +1,3 @@
+def __getattr__(name):
+    from . import b
+    return getattr(b, name)

@@ -1,0 +1,1 @@
+from .y import Thing

@@ -1,0 +1,3 @@
+from .top import T
+
+VERSION = "1"

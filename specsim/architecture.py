@@ -948,3 +948,14 @@ def load_model(name: str) -> ModelSpec:
             f"({sp.get('source', 'no source given')})")
     return replace(spec, weight_dtype=w, expert_weight_dtype=e, lm_head_dtype=hd, assumptions=kept + (note,),
                    source=str(doc.get("source", "")), published=dict(doc.get("published") or {}))
+
+
+def model_hf_id(name: str) -> str:
+    """Hugging Face id recorded in the catalog file of model ``name`` (``specsim/data/models``), else ``name``."""
+    p = _model_files().get(str(name))
+    if p is not None:
+        try:
+            return json.loads(p.read_text()).get("hf_id") or str(name)
+        except json.JSONDecodeError:  # pragma: no cover - load_model reports malformed files
+            return str(name)
+    return str(name)

@@ -1,12 +1,7 @@
-"""Where specsim's files live (layer 0, foundations).
+"""Where specsim's files live (layer 0, foundations): package data ``specsim/data/`` through
+:mod:`importlib.resources` (``$SPECSIM_DATA`` overrides) and a source checkout's project ``data/``.
 
-* Package data -- what the library needs at run time (hardware, models, drafters, published tables,
-  shipped calibrations) -- lies inside the package, ``specsim/data/``, read through
-  :mod:`importlib.resources`, so a wheel install predicts without a checkout.  ``$SPECSIM_DATA``
-  points at another directory of the same layout.
-* Project data -- evidence and outputs of a source checkout (recorded runs, prompts, reproduction and
-  validation tables) -- lies in the repository's ``data/``; an installed copy has none and must be
-  given a directory.
+Details: ``docs/modules/specsim.catalog.md``.
 """
 from __future__ import annotations
 

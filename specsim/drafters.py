@@ -18,17 +18,11 @@ from specsim._checks import int_array
 from specsim.architecture import load_model
 from specsim.catalog import data_path
 from specsim.errors import DataError, SpecsimValueError
+from specsim.vllm.config import MTP_METHODS, SPECULATIVE_METHODS
 
-# vLLM 0.32.0 vllm/config/speculative.py:38-83 (SpeculativeMethod, MTPModelTypes).
-VLLM_MTP_TYPES = (
-    "deepseek_mtp", "dots3_note_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp", "glm4_moe_lite_mtp",
-    "glm_ocr_mtp", "ernie_mtp", "nemotron_h_mtp", "exaone_moe_mtp", "exaone4_5_mtp", "qwen3_next_mtp",
-    "qwen4_exp_mtp", "qwen3_5_mtp", "longcat_flash_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
-    "bailing_hybrid_mtp", "mtp", "kimi_k3_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp", "hy_v3_mtp",
-    "hy_v4_mtp", "gemma4_mtp", "inkling_mtp", "glm5_next_mtp",
-)
-VLLM_METHODS = ("ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "custom_class", "eagle",
-                "eagle3", "extract_hidden_states", *VLLM_MTP_TYPES, "dflash", "ngram_gpu", "dspark")
+# vLLM's method list has one home, specsim.vllm.config (vllm/config/speculative.py, 0.32.0)
+VLLM_MTP_TYPES = MTP_METHODS
+VLLM_METHODS = SPECULATIVE_METHODS
 _KIND = {"mtp": "sequential", "eagle": "sequential", "eagle3": "sequential", "draft_model": "sequential",
          "dflash": "parallel", "dspark": "parallel_markov", "ngram": "lookup", "ngram_gpu": "lookup",
          "suffix": "lookup"}
@@ -303,7 +297,7 @@ class Drafter:
             raise SpecsimValueError("Drafter field", "unknown field", unknown, sorted(names))
         return dataclasses.replace(self, **changes)
 
-    def _precision(self, target_precision: str | None) -> str:
+    def draft_precision(self, target_precision: str | None) -> str:
         if self.precision is not None:
             return self.precision
         if target_precision is None:  # target at its serving mix: draft layers run at bf16
@@ -361,7 +355,7 @@ class Drafter:
             raise SpecsimValueError("draft_latency", "the target's latency model cannot time draft passes "
                                     "(measured table?); pass draft_latency=Roofline(...) or a table of the draft",
                                     type(latency).__name__)
-        prec, dtp = self._precision(precision), self.draft_tp or tp
+        prec, dtp = self.draft_precision(precision), self.draft_tp or tp
         overhead = self.draft_pass_overhead_s
         if overhead is None and draft_latency is None:
 

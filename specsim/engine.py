@@ -1,10 +1,7 @@
-"""One speculative step's cost (layer 2, model): the step-time model every prediction evaluates.
+"""One speculative step's cost (layer 2, model): :class:`Scenario`, :func:`evaluate` over arrays of N,
+concurrency, ISL and OSL, chunked prefill and :func:`output_throughput`.
 
-:class:`Scenario` is the resolved input (target, drafter, latency model, acceptance, precision);
-:func:`evaluate` broadcasts the step model over arrays of N, concurrency, ISL and OSL.  The formulas
-and their sources are in ``docs/model.md``: baseline step ``t_target(C, q=1, L)``; speculative step
-``T_draft(N) + t_target(C, q=N+1, L) + o_spec``; chunked prefill; throughput
-``C * OSL / (C * t_prefill + (OSL / MAL) * T_step)`` (:func:`output_throughput`).
+Details: ``docs/modules/specsim.engine.md``.
 """
 from __future__ import annotations
 
@@ -187,7 +184,7 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     dspec = getattr(r.drafter, "draft", None)
     if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
-        dprec = r.drafter._precision(prec) if hasattr(r.drafter, "_precision") else (prec or "bf16")
+        dprec = r.drafter.draft_precision(prec) if hasattr(r.drafter, "draft_precision") else (prec or "bf16")
         t_prefill_spec = t_prefill_spec + prefill_seconds(lat, dspec, tp, dprec, c, 1.0, isl, ctx)
     mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
     # tokens committed per step: steps without a draft (lookup miss) commit 1

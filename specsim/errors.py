@@ -1,4 +1,4 @@
-"""Exception types raised by specsim.
+"""Exception types raised by specsim (layer 0, foundations).
 
 Every error caused by bad input names the offending field and the rule it broke, so that a
 user sees *what* to fix rather than a silently wrong number.

@@ -1,9 +1,7 @@
-"""The README's main command, ``specsim reproduce`` (layer 5): run the studies, write their tables,
-the shipped calibrations and every figure.  The only module that imports both studies and plots.
+"""The README's main command, ``specsim reproduce`` (layer 5): studies, tables, shipped calibrations and
+every figure; the only module that imports both studies and plots.
 
-In a source checkout the defaults are the checkout's ``data/reproduction``, ``data/validation``,
-``figures/`` and the package data ``specsim/data/calibration`` (the calibrations predictions use);
-an installed copy writes only where it is told (``out_dir``; calibrations into ``out_dir/calibration``).
+Details: ``docs/modules/specsim.main_job.md``.
 """
 from __future__ import annotations
 
@@ -68,7 +66,8 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
                  quick: bool = False) -> dict:
     """Reproduce the published tables, fit and write the shipped calibration, regenerate every figure.
 
-    Order matters: the tuning study reads the calibration this run has just written.
+    Order matters in a source checkout: the tuning study reads the shipped calibration, which this run has
+    just written (an installed copy's tuning study reads its shipped calibration; this run's goes to ``out_dir``).
 
     Parameters
     ----------

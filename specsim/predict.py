@@ -30,7 +30,7 @@ from specsim.hardware import Hardware, load_hardware
 from specsim.memory import memory_budget
 from specsim.vllm.config import parse_speculative_config
 
-__all__ = ["SpecOverhead", "Prediction", "predict", "sweep", "best_n", "resolve_inputs"]
+__all__ = ["Prediction", "predict", "sweep", "best_n", "resolve_inputs"]
 
 
 

@@ -1,9 +1,7 @@
-"""The published tables specsim reproduces, read in one place (layer 2, model).
+"""The published tables specsim reproduces (layer 2, model): the only reader of
+``specsim/data/published/`` (vllm-amd-specdec-post, amd-eagle3-post; sources per row in each file).
 
-The only reader of ``specsim/data/published/``: the vllm-amd-specdec-post appendix N sweeps on MI300X
-(per-position acceptance, MAL, tok/s), its best-speedup table, the per-dataset workloads, the
-amd-eagle3-post MI355X EAGLE-3 ranges and the MiniMax-M3 acceptance.  Sources per row: the
-``source`` column of each file and ``specsim/data/published/README.md``.
+Details: ``docs/modules/specsim.published.md``.
 """
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from specsim._checks import int_field
-from specsim.architecture import ModelSpec, load_model
-from specsim.catalog import data_path
+from specsim.architecture import ModelSpec, load_model, model_hf_id
 from specsim.drafters import list_draft_specs
 from specsim.engine import default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
@@ -496,17 +495,6 @@ def is_placeholder_checkpoint(model: str | None) -> bool:
     return bool(model) and str(model).startswith("(derived ")
 
 
-def _hf_id(target) -> str:
-
-    p = data_path("models", f"{target.name}.json")
-    if p.is_file():
-        try:
-            return json.loads(p.read_text()).get("hf_id") or target.name
-        except json.JSONDecodeError:  # pragma: no cover
-            return target.name
-    return target.name
-
-
 def _first_sustained_below(values: np.ndarray, cs: np.ndarray) -> int | None:
     """Smallest c such that values < 1 for every concurrency >= c (None if the last is >= 1)."""
     ok = values >= 1.0
@@ -966,7 +954,7 @@ def recommend(
         recs.append(m)
     recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
     return Recommendation(
-        target=tgt.name, hf_id=_hf_id(tgt), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
+        target=tgt.name, hf_id=model_hf_id(tgt.name), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
         max_model_len=max_model_len, max_concurrency=cmax, temperature=temperature, methods=tuple(recs),
         excluded=tuple(excluded),
     )

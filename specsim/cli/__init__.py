@@ -1,4 +1,4 @@
-"""Command-line interface: ``specsim predict | sweep | best-n | recommend | reproduce | ingest | run-matrix``.
+"""The ``specsim`` command (layer 5, entry points): ``predict | sweep | recommend | reproduce | ingest | run-matrix``.
 
 Built on argparse (standard library).  ``specsim <command> --help`` documents every option.
 """

@@ -1,9 +1,7 @@
-"""Figures of the reproduction of the published tables (layer 5, plots: drawing only).
+"""Figures of the reproduction of the published tables (layer 5, plots: drawing only, matplotlib's
+object API on the Agg canvas, so the PNG bytes depend only on the inputs and matplotlib's version).
 
-The numbers come from :mod:`specsim.studies.reproduce` and :mod:`specsim.studies.curves`.  Figures
-are drawn with matplotlib's object API on the Agg canvas (no pyplot, no global backend change),
-with matplotlib's default style plus fixed sizes, so the PNG bytes depend only on the inputs and
-the matplotlib version.
+Details: ``docs/modules/specsim.plots.reproduction.md``.
 """
 from __future__ import annotations
 

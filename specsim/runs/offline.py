@@ -21,7 +21,7 @@ WORKER = Path(__file__).resolve().parent / "_offline_worker.py"
 def run_offline(job: dict, *, run_id: str, runs_dir: str | os.PathLike, install: VllmInstall | None = None,
                 env: dict[str, str] | None = None, provenance: dict | None = None, timeout_s: float = 1800.0,
                 judge=None) -> RunResult:
-    """Run :mod:`specsim.vllm._offline_worker` in the vLLM environment and record it.
+    """Run :mod:`specsim.runs._offline_worker` in the vLLM environment and record it.
 
     The run directory holds ``job.json``, ``result.json`` (outputs, timings, ``llm.get_metrics()``),
     ``worker.log`` and ``provenance.json``.  ``judge(result: dict, recorder)`` may add checks or

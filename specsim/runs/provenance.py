@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsim.catalog import project_dir
+from specsim.catalog import is_source_checkout, project_dir
 from specsim.errors import RunError
 
 #: Environment for every vLLM process (feasibility notes, NOTES.md sections 1 and 3): the CPU
@@ -108,7 +108,12 @@ class VllmInstall:
     @classmethod
     def default(cls) -> "VllmInstall":
         env = os.environ.get("SPECSIM_VLLM_VENV")
-        return cls(Path(env) if env else project_dir() / ".venv-vllm")
+        if env:
+            return cls(Path(env))
+        if not is_source_checkout():
+            raise RunError("no vLLM environment: set SPECSIM_VLLM_VENV to the virtual environment that has vLLM "
+                           "(a source checkout defaults to its .venv-vllm)")
+        return cls(project_dir() / ".venv-vllm")
 
     @property
     def python(self) -> Path:
@@ -158,7 +163,8 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
     env = dict(os.environ)
     for k, v in VLLM_ENV_DEFAULTS.items():
         env.setdefault(k, v)
-    env.setdefault("VLLM_CACHE_ROOT", str(project_dir() / ".cache" / "vllm"))
+    cache = project_dir() / ".cache" if is_source_checkout() else Path.home() / ".cache" / "specsim"
+    env.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))
     if install is not None and "LD_PRELOAD" not in os.environ:
         iomp = install.venv / "lib" / "libiomp5.so"
         if iomp.exists():
@@ -183,7 +189,7 @@ def base_provenance(*, install: VllmInstall | None = None, model_dir: str | os.P
         "date": utc_now(),
         "host": {"cpu_model": _cpu_model(), "logical_cpus": os.cpu_count(), "platform": platform.platform(),
                  "python": sys.version.split()[0]},
-        "git": _git_revision(project_dir()),
+        "git": _git_revision(project_dir()) if is_source_checkout() else None,
     }
     if install is not None:
         prov["vllm_versions"] = install.versions()

@@ -1,9 +1,7 @@
-"""Atomic, never-overwriting recording of one run (layer 4, runs).
+"""Atomic, never-overwriting recording of one run (layer 4, runs): written into a temporary directory,
+renamed into ``<runs_dir>/<run-id>`` when it ends; an existing run id raises ``RunError``.
 
-Each run is written into ``<runs_dir>/.tmp-<run-id>-*`` and moved to ``<runs_dir>/<run-id>`` with one
-:func:`os.rename` when it ends (:class:`RunRecorder`), so a run directory is either complete or
-absent.  A recorded run is never overwritten or deleted: an existing run id raises
-:class:`~specsim.errors.RunError`.  A failed run is still recorded (``status="failed"``).
+Details: ``docs/modules/specsim.runs.recorder.md``.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Model curves of the reproduction (layer 4, studies): predicted throughput ratio vs N for each
-published (target, method, dataset) sweep with the fitted stack parameters, and the reproduction
-loaded from its recorded outputs (or recomputed).
+"""Model curves of the reproduction (layer 4, studies): predicted ratio vs N per published
+(target, method, dataset) sweep with the fitted parameters, and the recorded reproduction outputs.
 
-* :func:`model_curve` -- predicted ratio vs ``num_speculative_tokens`` for one (target, method);
-* :func:`sweep_curves` -- :func:`model_curve` over N = 1..15 for every published sweep, each with the
-  per-position acceptance of its largest-N row (measured up to that N, extrapolated beyond).
+Details: ``docs/modules/specsim.studies.curves.md``.
 """
 from __future__ import annotations
 
@@ -23,8 +20,8 @@ from specsim.drafters import get_drafter
 from specsim.engine import Scenario, evaluate
 from specsim.errors import SpecsimValueError
 from specsim.hardware import load_hardware
+from specsim.published import PUBLISHED_METHODS
 from specsim.studies.reproduce import (
-    PUBLISHED_METHODS,
     Reproduction,
     StackParams,
     concurrency_sensitivity,
@@ -44,7 +41,7 @@ def sweep_acceptance(table: pd.DataFrame, target: str, method: str, dataset: str
     Parameters
     ----------
     table : DataFrame
-        ``Reproduction.table`` (or :func:`specsim.studies.reproduce.load_sweeps`): needs ``target``,
+        ``Reproduction.table`` (or :func:`specsim.published.load_sweeps`): needs ``target``,
         ``method``, ``dataset``, ``n`` and ``per_position_acceptance_cumulative`` (``;``-separated
         per-position CUMULATIVE acceptance p_k, as published).
     target, method, dataset : str
@@ -79,7 +76,7 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
                 concurrency: int | None = None, drafter=None, mal=None) -> pd.DataFrame:
     """Predicted throughput ratio vs N for one (target, method) with fitted stack parameters.
 
-    The same evaluation as the reproduction (:func:`specsim.studies.reproduce._eval_groups`): the target's
+    The same evaluation as the reproduction (``specsim.studies.reproduce.fit_stack``'s evaluation): the target's
     own fitted parameters (``params.for_target``), the fitted roofline (``params.latency``), the
     fitted speculative overhead (``params.overhead``) and the fitted seconds per draft pass; the
     model is :func:`specsim.engine.evaluate` (docs/architecture.md), with MAL(N) from ``acceptance``.
@@ -91,7 +88,7 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
     target : str
         Short target name in ``specsim/data/models``.
     method : str
-        Published method label (:data:`specsim.studies.reproduce.PUBLISHED_METHODS`, e.g.
+        Published method label (:data:`specsim.published.PUBLISHED_METHODS`, e.g.
         ``"mtp_gemma4_assistant"``) or a vLLM method string.
     acceptance : Acceptance
         Per-position acceptance; MAL(N) = 1 + sum_{k<=N} p_k.

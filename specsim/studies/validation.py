@@ -17,7 +17,7 @@ import pandas as pd
 from specsim._io import atomic_write
 from specsim.acceptance import Acceptance
 from specsim.architecture import ModelSpec, load_model
-from specsim.catalog import project_data_path, project_dir
+from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.drafters import get_drafter
 from specsim.engine import SpecOverhead, evaluate
 from specsim.errors import DataError, SpecsimValueError
@@ -372,7 +372,8 @@ def _draft_spec(family: str, target: Any, models_dir: Path | None) -> Any:
         return target
 
     name = _m.TRUNC_DRAFT if family.startswith("trunc") else family
-    cfg = Path(models_dir or project_dir() / "models") / name / "config.json"
+    root = models_dir or (project_dir() / "models" if is_source_checkout() else None)
+    cfg = Path(root) / name / "config.json" if root is not None else Path(name) / "config.json"
     if cfg.exists():
         return ModelSpec.from_hf_config(str(cfg), name=name)
     # no local checkpoint (fresh clone): the truncation keeps the first K layers of the target

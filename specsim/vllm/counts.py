@@ -1,9 +1,7 @@
-"""The speculative-decoding counts record every vLLM format is read into (layer 1, vLLM formats).
+"""The speculative-decoding counts record every vLLM format is read into (layer 1, vLLM formats);
+``Acceptance.from_counts(record)`` makes the model of it.
 
-:class:`SpecDecodeCounts` holds vLLM's counters (``vllm/v1/spec_decode/metrics.py``
-``SpecDecodingStats``): drafts, draft tokens, accepted tokens and accepted tokens per position.
-Readers return it; an ``Acceptance`` is made from it in the model layer
-(``specsim.acceptance.Acceptance.from_counts(record)``).  Definitions: see ``docs/vllm-formats.md``.
+Details: ``docs/modules/specsim.vllm.counts.md``.
 """
 from __future__ import annotations
 
@@ -308,7 +306,9 @@ class SpecDecodeCounts:
             return self
         return NotImplemented
 
-    def _sub(self, before: "SpecDecodeCounts", where: str) -> "SpecDecodeCounts":
+    def minus(self, before: "SpecDecodeCounts", where: str) -> "SpecDecodeCounts":
+        """These counts minus an earlier scrape of the same server (``where`` names both in errors);
+        raises ``DataError`` on a counter reset or a changed ``num_speculative_tokens``."""
         if before.num_speculative_tokens != self.num_speculative_tokens:
             raise DataError(f"{where}: num_speculative_tokens changed between scrapes "
                             f"({before.num_speculative_tokens} -> {self.num_speculative_tokens}); "

@@ -303,7 +303,7 @@ def diff_scrapes(before: MetricsSnapshot | str, after: MetricsSnapshot | str) ->
         b = before.spec_by_engine.get(key)
         if b is None:  # engine appeared after the first scrape: it started from zero
             b = SpecDecodeCounts(0, 0, 0, (0,) * a.num_speculative_tokens)
-        spec[key] = a._sub(b, f"{where} {{{key}}}")
+        spec[key] = a.minus(b, f"{where} {{{key}}}")
 
     def _d(name: str, b: int | None, a: int | None) -> int | None:
         if a is None or b is None:

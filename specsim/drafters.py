@@ -203,8 +203,6 @@ class DraftNet:
         return net
 
 
-
-
 def _norm(name: str) -> str:
     return str(name).strip().split("/")[-1].lower()
 

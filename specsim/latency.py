@@ -35,8 +35,6 @@ def default_kv_precision(precision: str) -> str:
     return precision if precision in ("bf16", "fp16", "fp32") else "bf16"
 
 
-
-
 def _grid(batch: Any, q: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Broadcast and validate batch (>=1), q (>=1), context (>=0)."""
     try:

@@ -152,8 +152,6 @@ class MemoryBudget:
         return "\n".join(lines)
 
 
-
-
 def _kv_shards(model: Any, tp: int) -> int:
     """Ranks over which one sequence's KV cache is divided (module docstring)."""
     if getattr(model, "attention_kind", "gqa") == "mla":

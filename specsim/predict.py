@@ -33,8 +33,6 @@ from specsim.vllm.config import parse_speculative_config
 __all__ = ["Prediction", "predict", "sweep", "best_n", "resolve_inputs"]
 
 
-
-
 @dataclass(frozen=True)
 class Prediction:
     """One predicted operating point.  Times are seconds, throughputs output tokens/s.
@@ -158,12 +156,6 @@ def _check_draft_matches_target(drafter, target, field: str) -> None:
                                     f"not for the target {target.name}", spec["checkpoint"])
 
 
-
-
-
-
-
-
 def resolve_inputs(
     target,
     method: str | None = None,
@@ -261,12 +253,6 @@ def resolve_inputs(
 
 # --------------------------------------------------------------------------------------------
 # the vectorised core
-
-
-
-
-
-
 
 
 def predict(
@@ -403,8 +389,6 @@ def predict(
     )
 
 
-
-
 def precision_label(target, precision: str | None) -> str:
     """Readable precision: the string given, or the model's serving mix when None."""
     if precision is not None:
@@ -508,8 +492,6 @@ def _partial_assumptions(drafted_fraction, mean_proposal_tokens) -> tuple[str, .
 def _describe(latency) -> str:
     d = getattr(latency, "describe", None)
     return d() if callable(d) else type(latency).__name__
-
-
 
 
 _GRID_SCALARS = ("num_speculative_tokens", "concurrency", "isl", "osl")

@@ -47,7 +47,6 @@ class AcceptanceProfile:
 
 
 def _published_table() -> pd.DataFrame:
-
     return pd.read_csv(data_path(*_PUBLISHED_FILE))
 
 
@@ -186,7 +185,6 @@ METHOD_ORDER = ("mtp", "mtp_gemma4_assistant", "eagle3", "dflash", "dspark")
 
 
 def method_label(method: str) -> str:
-
     return METHOD_LABELS.get(method, method)
 
 

@@ -128,17 +128,6 @@ def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> C
 # acceptance inputs: published appendix profiles
 
 
-
-
-
-
-
-
-
-
-
-
-
 # ============================================================================================
 # results
 

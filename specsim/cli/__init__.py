@@ -49,7 +49,6 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
 
 
 def _cmd_predict(args) -> int:
-
     acc = acceptance_from_args(args)
     pred = predict(
         args.target, args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
@@ -69,7 +68,6 @@ def _int_list(s: str, field: str = "list") -> list[int]:
 
 
 def _cmd_sweep(args) -> int:
-
     acc = acceptance_from_args(args)
     df = sweep(
         args.target, args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
@@ -87,7 +85,6 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-
     run_main_job(figures_dir=args.figures, out_dir=args.out, quick=args.quick)
     return 0
 
@@ -149,7 +146,6 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
-
     run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
     return 0
 

@@ -231,7 +231,6 @@ def plot_schedules(study):
     return fig
 
 
-
 def make_tuning_figures(figures_dir, study) -> list[Path]:
     """Regenerate the tuning figures (``tuning_*.png``) into ``figures_dir``.
 

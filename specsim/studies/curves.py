@@ -33,8 +33,6 @@ from specsim.studies.reproduce import (
 # ------------------------------------------------------------------------------ model curves
 
 
-
-
 def sweep_acceptance(table: pd.DataFrame, target: str, method: str, dataset: str):
     """Per-position acceptance of the largest-N published row of one sweep.
 

@@ -147,12 +147,6 @@ def _median_values(per_target: dict, is_moe: bool | None) -> dict:
 # ------------------------------------------------------------------------------------ data
 
 
-
-
-
-
-
-
 # ------------------------------------------------------------------------------ evaluation
 
 
@@ -173,7 +167,6 @@ class _Group:
 
 
 def _groups(df: pd.DataFrame) -> list[_Group]:
-
     out = []
     for (tgt, meth, hw, tp), g in df.groupby(["target", "method", "hardware", "tp"], sort=False):
         spec = load_model(tgt)

@@ -109,9 +109,6 @@ def tuning_study(targets: Sequence[tuple[str, int]] = SEED_TARGETS, hardware: Se
     return TuningStudy(recs, isl, osl, max_concurrency)
 
 
-
-
-
 def tuning_guide_facts(study: TuningStudy) -> list[str]:
     """Sentences computed from the study (no prior belief): best N at low / high concurrency,
     crossover, cut-off vs best N, excluded methods."""

@@ -951,7 +951,6 @@ def _jsonable(o):
 # ============================================================================================
 
 
-
 def write_outputs(result: ValidationResult, out_dir: str | os.PathLike | None = None) -> list[Path]:
     """Write ``errors.csv``, ``runs.csv``, ``best_n.csv``, ``latency_fit.csv`` and ``summary.json``
     into ``out_dir`` (default ``<data>/validation``), each atomically (temp file + rename)."""

@@ -33,7 +33,6 @@ _PROMPT_TOKENS = "vllm:prompt_tokens"
 _NAME_TO_FIELD = {v: k for k, v in SPEC_METRIC_NAMES.items()}
 
 
-
 # --------------------------------------------------------------------------------------------
 # Prometheus text and LLM.get_metrics()
 # --------------------------------------------------------------------------------------------

@@ -252,7 +252,7 @@ def resolve_inputs(
 
 
 # --------------------------------------------------------------------------------------------
-# the vectorised core
+# predict, sweep, best_n
 
 
 def predict(

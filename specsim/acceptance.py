@@ -609,7 +609,7 @@ class Acceptance:
         return cls._make(data=data, temperature=temperature, label=label, assumptions=assumptions)
 
     @classmethod
-    def from_rates(cls, rates: Sequence[float] | str, kind: str = "conditional", *,
+    def from_rates(cls, rates: Sequence[float] | str, kind: str = "cumulative", *,
                    temperature: float | None = None, num_drafts: int | None = None,
                    label: str | None = None) -> "Acceptance":
         """Acceptance from per-position rates.
@@ -619,9 +619,14 @@ class Acceptance:
         rates : sequence of float, shape (N,), or str
             Per-position acceptance rates in [0, 1], position 1 first (a string of numbers
             separated by ';' is accepted, as in the published tables).
-        kind : {"conditional", "cumulative"}
-            ``"conditional"``: alpha_k = P(A >= k | A >= k-1).  ``"cumulative"``: p_k = P(A >= k)
-            (vLLM's ``accepted_per_pos / num_drafts`` and the published per-position AR tables).
+        kind : {"cumulative", "conditional"}, default "cumulative"
+            ``"cumulative"`` (the default, vLLM's convention): p_k = P(A >= k), as vLLM reports
+            per-position rates (``accepted_per_pos / num_drafts``, the ``SpecDecoding metrics``
+            log line's "Per-position acceptance rate", ``vllm bench``'s
+            ``spec_decode_per_position_acceptance_rates``) and as the published per-position AR
+            tables give them.  ``"conditional"``: alpha_k = P(A >= k | A >= k-1); say so
+            explicitly.  Example: vLLM's rates ``[0.8, 0.6, 0.45, 0.3]`` are cumulative, MAL(4) =
+            1 + 0.8 + 0.6 + 0.45 + 0.3 = 3.15; read as conditional they would give 2.203.
         temperature, label
             As in ``from_counts``.
         num_drafts : int, optional

@@ -322,8 +322,9 @@ class Drafter:
             A ``MeasuredLatency`` can only time the model it measured, so it needs ``draft_latency``.
         target : ModelSpec, optional
             The target (unused by the cost; kept for the contract and future checks).
-        n : int or int array (>= 1)
-            num_speculative_tokens.
+        n : int or int array (>= 0)
+            Draft tokens this step (num_speculative_tokens, or a dynamic schedule's k; k = 0 is
+            the proposer's KV-sync pass only: one draft forward over the new token, or the lookup).
         batch : array_like (>= 1)
             Sequences per step (concurrency).
         context : array_like (>= 0)
@@ -340,10 +341,15 @@ class Drafter:
         Raises
         ------
         SpecsimValueError
-            Non-integer or < 1 ``n``; a latency model that cannot time the draft.
+            Non-integer or negative ``n``; a latency model that cannot time the draft.
         """
-        nn = int_array("num_speculative_tokens", n).astype(float)
+        nn = int_array("num_speculative_tokens", n, minimum=0).astype(float)
         nn, b, c = np.broadcast_arrays(nn, np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+        # k = 0 (a dynamic schedule skipping speculation at this batch size): vLLM still calls the
+        # proposer; a model drafter runs its first forward over the step's new token to keep its KV
+        # cache in sync and returns no tokens (v1/spec_decode/llm_base_proposer.py l.617-626), a
+        # lookup drafter still scans each request's history
+        zero = nn == 0
         if self.kind == "lookup":
             if np.any(b < 1):
                 raise SpecsimValueError("batch", "must be >= 1", batch)
@@ -363,10 +369,11 @@ class Drafter:
         if self.kind == "sequential":
             first, _ = self._pass(lat, self.draft, batch=b, q=nn + 1.0, context=c, **kw)
             rest, _ = self._pass(lat, self.draft, batch=b, q=np.ones_like(nn), context=c, **kw)
-            return first + (nn - 1.0) * rest
+            return first + np.maximum(nn - 1.0, 0.0) * rest
         q = nn + 1.0 if self.query_tokens == "n+1" else nn.copy()
         if self.pad_to_block_size:
             q = np.maximum(q, float(self.block_size))
+        q = np.where(zero, 1.0, q)  # k = 0: the one sync pass over the new token, no drafting block
         t, bd = self._pass(lat, self.draft, batch=b, q=q, context=c, **kw)
         if self.kind == "parallel":
             return t
@@ -414,6 +421,37 @@ class Drafter:
         if self.draft_pass_overhead_s is not None:
             s += f", draft_pass_overhead={self.draft_pass_overhead_s * 1e6:.3g} us"
         return s + (f"; assumptions: {'; '.join(self.assumptions)}" if self.assumptions else "")
+
+
+# ------------------------------------------------------------------ what of a --speculative-config is modelled
+
+#: ``--speculative-config`` fields the cost model uses: the drafter (method, model), N and its
+#: dynamic schedule, the draft TP (draft time and memory) and synthetic acceptance (the acceptance
+#: input).  ``parallel_drafting`` is modelled for the parallel drafters (dflash, dspark), and
+#: ``rejection_sample_method`` for "standard" / "synthetic".  Every other non-default field is
+#: reported by :func:`unmodelled_config_fields`.
+MODELLED_CONFIG_FIELDS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
+                          "num_speculative_tokens_per_batch_size", "synthetic_acceptance_rates",
+                          "synthetic_acceptance_length")
+
+
+def unmodelled_config_fields(cfg: Any) -> tuple[str, ...]:
+    """``"not modelled: <field>=<value>"`` for each non-default field of a parsed
+    :class:`specsim.vllm.config.SpeculativeConfig` that the cost model ignores (e.g.
+    ``attention_backend``, ``moe_backend``, ``quantization``, ``draft_load_config``, the n-gram
+    lookup window, ``rejection_sample_method="block"``); vLLM's normalised defaults (e.g. the n-gram
+    window 5..5) count as set."""
+    canon = "mtp" if cfg.method in VLLM_MTP_TYPES else cfg.method
+    out = []
+    for k, v in cfg.to_dict().items():
+        if k in MODELLED_CONFIG_FIELDS:
+            continue
+        if k == "parallel_drafting" and _KIND.get(canon) in ("parallel", "parallel_markov"):
+            continue
+        if k == "rejection_sample_method" and v in ("standard", "synthetic"):
+            continue
+        out.append(f"not modelled: {k}={v if isinstance(v, str) else json.dumps(v, sort_keys=True)}")
+    return tuple(out)
 
 
 # ------------------------------------------------------------------ draft specs (specsim/data/drafters)

@@ -43,8 +43,13 @@ class SpecOverhead:
                 raise SpecsimValueError(f"overhead.{name}", "must be a finite number >= 0 seconds", v)
 
     def step_seconds(self, concurrency, n):
-        """Overhead seconds per speculative step (broadcasts over ``concurrency`` and ``n``)."""
-        return self.fixed_s + self.per_token_s * np.asarray(concurrency) * (np.asarray(n) + 1)
+        """Overhead seconds per speculative step (broadcasts over ``concurrency`` and ``n``).
+
+        ``n = 0`` (a dynamic schedule's k = 0: vLLM schedules no draft tokens, so no rejection
+        sampling runs, ``v1/worker/gpu_model_runner.py``) keeps the fixed term -- the proposer is
+        still called every step -- and drops the per-verified-token term."""
+        n = np.asarray(n)
+        return self.fixed_s + np.where(n > 0, self.per_token_s * np.asarray(concurrency) * (n + 1), 0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +78,9 @@ class Scenario:
     assumptions : tuple of str
     temperature : float or None
         Sampling temperature predicted at.
+    speculative_config : SpeculativeConfig or None
+        The parsed ``--speculative-config`` when one was given (its schedule, draft TP and
+        ``max_model_len`` are checked and applied by ``specsim.predict``).
     """
 
     target: Any
@@ -85,6 +93,7 @@ class Scenario:
     num_speculative_tokens: int | None = None
     assumptions: tuple[str, ...] = ()
     temperature: float | None = 0.0
+    speculative_config: Any = None
 
 
 class LastPositionLogits:
@@ -186,7 +195,9 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
         # the drafter also processes the prompt once (EAGLE / draft model first pass over new tokens)
         dprec = r.drafter.draft_precision(prec) if hasattr(r.drafter, "draft_precision") else (prec or "bf16")
         t_prefill_spec = t_prefill_spec + prefill_seconds(lat, dspec, tp, dprec, c, 1.0, isl, ctx)
-    mal_drafted = np.asarray(r.acceptance.mal(n) if mal is None else mal, dtype=float)
+    # k = 0 steps (dynamic schedule): nothing drafted, one token committed
+    mal_drafted = np.asarray(r.acceptance.mal(np.maximum(n, 1)) if mal is None else mal, dtype=float)
+    mal_drafted = np.where(n == 0, 1.0, mal_drafted)
     # tokens committed per step: steps without a draft (lookup miss) commit 1
     mal = 1.0 + f * (mal_drafted - 1.0)
     cycle_base = c * t_prefill + osl * t_base
@@ -198,7 +209,7 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
         "isl": isl,
         "osl": osl,
         "mal": mal,
-        "acceptance_rate": (mal - 1.0) / n,
+        "acceptance_rate": (mal - 1.0) / np.maximum(n, 1),
         "t_base_s": np.broadcast_to(t_base, n.shape),
         "t_verify_s": np.broadcast_to(t_verify, n.shape),
         "t_draft_s": np.broadcast_to(t_draft, n.shape),

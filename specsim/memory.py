@@ -201,7 +201,9 @@ def memory_budget(
     tp : int
         Target tensor-parallel degree.
     draft_tp : int, optional
-        ``draft_tensor_parallel_size``; vLLM's default is ``tp``; vLLM allows only 1 or ``tp``.
+        ``draft_tensor_parallel_size``; default the drafter's ``draft_tp`` (set from a
+        speculative config), else vLLM's default ``tp``; vLLM allows only 1 or ``tp``.  The draft
+        weights and the draft KV cache are divided over ``draft_tp`` ranks.
     precision : str, optional
         Uniform target weight precision; default ``None`` = the model's serving precisions
         (``ModelSpec.weight_dtype`` / ``expert_weight_dtype`` / ``lm_head_dtype``, e.g. an FP8
@@ -242,8 +244,10 @@ def memory_budget(
     concurrency = int_field("concurrency", concurrency)
     max_model_len = int_field("max_model_len", max_model_len)
     n = int_field("num_speculative_tokens", num_speculative_tokens, minimum=0)
-    if draft_tp is None:
-        draft_tp = tp
+    if draft_tp is None:  # the drafter's own (speculative_config draft_tensor_parallel_size), else vLLM's default tp
+        draft_tp = getattr(drafter, "draft_tp", None) or tp
+    elif getattr(drafter, "draft_tp", None) not in (None, draft_tp):
+        raise SpecsimValueError("draft_tp", f"conflicts with the drafter's draft_tp={drafter.draft_tp}", draft_tp)
     draft_tp = int_field("draft_tp", draft_tp)
     if draft_tp not in (1, tp):
         raise SpecsimValueError("draft_tp", "vLLM allows draft_tensor_parallel_size = 1 or the target tp "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
@@ -17,7 +18,7 @@ from specsim._checks import int_array, int_field
 from specsim.acceptance import Acceptance
 from specsim.architecture import ModelSpec, load_model
 from specsim.calibration import default_latency
-from specsim.drafters import draft_specs, get_drafter
+from specsim.drafters import draft_specs, get_drafter, unmodelled_config_fields
 from specsim.engine import (
     Scenario,
     SpecOverhead,
@@ -63,6 +64,16 @@ class Prediction:
         Whether some of the N positions lie beyond the measured ones (parametric extrapolation).
     assumptions : tuple of str
         Every assumption the number rests on (acceptance from a scalar, temperature, ...).
+    warnings : tuple of str
+        What the reader must see (printed as ``WARNING`` lines by :meth:`summary`): temperature > 0
+        from acceptance of another or unknown temperature, zero acceptance, a ratio below 1
+        (:func:`prediction_warnings`).
+    num_speculative_tokens_source : {"argument", "speculative_config", "schedule"}
+        Where ``num_speculative_tokens`` (the N modelled) came from: the argument, the config's
+        ``num_speculative_tokens``, or its ``num_speculative_tokens_per_batch_size`` entry for a
+        batch of ``concurrency`` requests (0 = speculation skipped at this batch size).
+    configured_num_speculative_tokens : int or None
+        The N given (argument or config); differs from ``num_speculative_tokens`` under a schedule.
     """
 
     target: str
@@ -93,11 +104,15 @@ class Prediction:
     acceptance_extrapolated: bool
     temperature: float | None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    num_speculative_tokens_source: str = "argument"
+    configured_num_speculative_tokens: int | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serialisable)."""
         d = asdict(self)
         d["assumptions"] = list(self.assumptions)
+        d["warnings"] = list(self.warnings)
         return d
 
     def to_json(self, **kw) -> str:
@@ -123,6 +138,8 @@ class Prediction:
             lines.append("  acceptance          extrapolated beyond the measured positions (parametric fit)")
         for a in self.assumptions:
             lines.append(f"  assumption          {a}")
+        for w in self.warnings:
+            lines.append(f"  WARNING             {w}")
         return "\n".join(lines)
 
     def __str__(self) -> str:  # pragma: no cover - formatting only
@@ -156,6 +173,46 @@ def _check_draft_matches_target(drafter, target, field: str) -> None:
                                     f"not for the target {target.name}", spec["checkpoint"])
 
 
+def _load_target(target) -> ModelSpec:
+    """A catalog name (``load_model``), or an existing path to a Hugging Face ``config.json`` or to a
+    model directory holding one (``ModelSpec.from_hf_config``)."""
+    if isinstance(target, (str, os.PathLike)):
+        p = os.path.expanduser(os.fspath(target))
+        if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
+            return ModelSpec.from_hf_config(p)
+    return load_model(target)
+
+
+def prediction_warnings(r: Scenario, throughput_ratio: float | None = None) -> tuple[str, ...]:
+    """Warnings a prediction must show, not only record (``Prediction.warnings``).
+
+    - sampling temperature > 0 from acceptance measured at another temperature or at an unknown
+      one (acceptance falls with temperature: the numbers may be optimistic);
+    - measured acceptance zero at position 1 (every draft rejected);
+    - a throughput ratio below 1 (speculation is predicted slower than none: below break-even).
+    """
+    out = []
+    t, prof_t = r.temperature, getattr(r.acceptance, "temperature", None)
+    if t is not None and t > 0:
+        if prof_t is None:
+            out.append(f"predicting at temperature {t:g} from acceptance of unknown temperature: acceptance "
+                       "usually falls as temperature rises, so these numbers may be optimistic; measure at "
+                       f"temperature {t:g} (or pass the profile's temperature)")
+        elif not np.isclose(prof_t, t):
+            out.append(f"predicting at temperature {t:g} from acceptance measured at temperature {prof_t:g}: "
+                       "transferred by assumption only")
+    try:
+        p1 = float(np.asarray(r.acceptance.cumulative(1)).reshape(-1)[0])
+    except Exception:  # noqa: BLE001 - a custom acceptance object without cumulative()
+        p1 = None
+    if p1 is not None and p1 == 0.0:
+        out.append("acceptance is zero: every draft token is rejected (MAL 1.0), so speculation only adds cost")
+    if throughput_ratio is not None and np.isfinite(throughput_ratio) and throughput_ratio < 1.0:
+        out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1, speculation is predicted "
+                   "slower than no speculation at this operating point")
+    return tuple(out)
+
+
 def resolve_inputs(
     target,
     method: str | None = None,
@@ -178,6 +235,7 @@ def resolve_inputs(
 
     assumptions: list[str] = []
     draft_name = None
+    cfg = None
     if temperature is not None and not (np.isfinite(temperature) and temperature >= 0):
         raise SpecsimValueError("temperature", "must be a finite number >= 0 (0 = greedy)", temperature)
     if speculative_config is not None:
@@ -197,13 +255,19 @@ def resolve_inputs(
     if method is None and drafter is None:
         raise SpecsimValueError("method", "is required (a vLLM speculative method string) unless speculative_config is given")
 
-    tgt = target if isinstance(target, ModelSpec) else load_model(target)
+    tgt = target if isinstance(target, ModelSpec) else _load_target(target)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     # precision None = the model's serving mix from specsim/data/models (e.g. int4 routed experts)
 
+    # draft_tensor_parallel_size (checked against the target tp in check_feasibility) sets the
+    # draft's TP: draft passes and draft memory use it
+    dtp = cfg.draft_tensor_parallel_size if cfg is not None and cfg.builds_draft_model else None
     if drafter is None:
-        drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt)
+        drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt,
+                              draft_config={"draft_tensor_parallel_size": dtp} if dtp is not None else None)
         _check_draft_matches_target(drafter, tgt, "speculative_config.model" if draft_name else "draft")
+    elif dtp is not None and hasattr(drafter, "with_params"):
+        drafter = drafter.with_params(draft_tp=dtp)
     method = getattr(drafter, "method", method)
 
     if latency is None:
@@ -211,6 +275,19 @@ def resolve_inputs(
         latency = default_latency(hw, tgt.name, is_moe=bool(getattr(tgt, "is_moe", False)))
     scope = getattr(latency, "scope", None)
 
+    synthetic = cfg is not None and cfg.synthetic_acceptance_rates is not None
+    if synthetic and acceptance is not None:
+        raise SpecsimValueError("acceptance", "conflicts with speculative_config rejection_sample_method='synthetic': "
+                                "vLLM's synthetic rejection sampler fixes the acceptance; give one of the two",
+                                type(acceptance).__name__)
+    if synthetic:
+        # vLLM accepts position i with the configured unconditional rate whatever the draft proposes
+        # (vllm/config/speculative.py _resolve_synthetic_acceptance_rates): cumulative rates
+        acceptance = Acceptance.from_rates(list(cfg.synthetic_acceptance_rates), kind="cumulative",
+                                           temperature=temperature, label="synthetic")  # any temperature
+        assumptions.append("acceptance from speculative_config rejection_sample_method='synthetic': unconditional "
+                           f"per-position rates {list(cfg.synthetic_acceptance_rates)} (vLLM forces them; the "
+                           "drafter's cost is still paid)")
     if acceptance is None:
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
     if not isinstance(acceptance, Acceptance):
@@ -235,6 +312,8 @@ def resolve_inputs(
     assumptions.extend(getattr(drafter, "assumptions", ()) or ())  # e.g. a draft derived from the target
     if scope:
         assumptions.append(scope)
+    if cfg is not None:
+        assumptions.extend(unmodelled_config_fields(cfg))
     if num_speculative_tokens is not None:
         num_speculative_tokens = int_field("num_speculative_tokens", num_speculative_tokens)
     return Scenario(
@@ -248,6 +327,7 @@ def resolve_inputs(
         num_speculative_tokens=num_speculative_tokens,
         assumptions=tuple(dict.fromkeys(assumptions)),
         temperature=temperature,
+        speculative_config=cfg,
     )
 
 
@@ -281,9 +361,10 @@ def predict(
 
     Parameters
     ----------
-    target : str or ModelSpec
-        Target model: a name in ``specsim/data/models`` (``"Qwen3-8B"``, ``"Qwen/Qwen3-8B"``) or a
-        :class:`~specsim.architecture.ModelSpec`.
+    target : str, path or ModelSpec
+        Target model: a name in ``specsim/data/models`` (``"Qwen3-8B"``, ``"Qwen/Qwen3-8B"``), an
+        existing path to a Hugging Face ``config.json`` or a model directory holding one
+        (``ModelSpec.from_hf_config``), or a :class:`~specsim.architecture.ModelSpec`.
     method : str, optional
         vLLM speculative ``method`` string (``"eagle3"``, ``"dflash"``, ``"mtp"``, ...).  Optional
         when ``speculative_config`` gives it.
@@ -353,14 +434,16 @@ def predict(
     overhead = overhead if overhead is not None else default_overhead(r.latency)
     _check_partial(drafted_fraction, mean_proposal_tokens)
     feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
-    out = evaluate(r, r.num_speculative_tokens, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
+    n_used = int(scheduled_n(r, concurrency))
+    n_src, n_notes = _n_source(r, concurrency, n_used)
+    out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                     mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
-    extrap = acceptance_extrapolated(r.acceptance, r.num_speculative_tokens)
+    extrap = acceptance_extrapolated(r.acceptance, n_used) if n_used > 0 else False
     return Prediction(
         target=r.target.name,
         method=r.method,
-        num_speculative_tokens=r.num_speculative_tokens,
+        num_speculative_tokens=n_used,
         hardware=r.hardware_name,
         tp=tp,
         precision=precision_label(r.target, r.precision),
@@ -385,8 +468,51 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        assumptions=r.assumptions + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas,
+        warnings=prediction_warnings(r, vals["throughput_ratio"]),
+        assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas,
+        num_speculative_tokens_source=n_src,
+        configured_num_speculative_tokens=r.num_speculative_tokens,
     )
+
+
+def scheduled_n(r: Scenario, concurrency):
+    """N modelled at each concurrency: the config's dynamic schedule entry when it has one, else N.
+
+    vLLM 0.32 looks the schedule up by the step's batch size, the number of requests scheduled in
+    the step (``v1/core/sched/scheduler.py`` l.1486-1490, ``dynamic_sd_lookup[len(num_scheduled_tokens)]``);
+    at a steady concurrency C every running request is in each step, so the batch size is C.  The
+    dense lookup (gaps and the tail carry the previous k forward; k clamped to N) is
+    ``SpeculativeConfig.n_for_batch_size`` (``v1/spec_decode/dynamic/utils.py``).  k = 0 skips
+    speculation for that step (no draft tokens, no rejection sampling); ``specsim.engine.evaluate``
+    then commits one token per step and still charges the proposer's pass and the fixed overhead.
+
+    Returns
+    -------
+    int or ndarray of int, the shape of ``concurrency``.
+    """
+    cfg = r.speculative_config
+    if cfg is None or not cfg.is_dynamic:
+        return np.broadcast_to(r.num_speculative_tokens, np.shape(concurrency)).copy() \
+            if np.ndim(concurrency) else r.num_speculative_tokens
+    if np.ndim(concurrency):
+        c = np.asarray(concurrency)
+        return np.array([cfg.n_for_batch_size(int(x)) for x in c.reshape(-1)], dtype=np.int64).reshape(c.shape)
+    return cfg.n_for_batch_size(int(concurrency))
+
+
+def _n_source(r: Scenario, concurrency: int, n_used: int) -> tuple[str, tuple[str, ...]]:
+    cfg = r.speculative_config
+    if cfg is None:
+        return "argument", ()
+    if not cfg.is_dynamic:
+        return "speculative_config", ()
+    notes = (f"N={n_used} from num_speculative_tokens_per_batch_size at batch size {concurrency} (= concurrency; "
+             f"configured num_speculative_tokens {cfg.num_speculative_tokens})",)
+    if n_used == 0:
+        notes += (f"k=0 at batch size {concurrency}: speculation skipped (no draft tokens, no rejection sampling, "
+                  "1 token per step); still paid: the drafter's KV-sync pass over the new token (lookup: the scan), "
+                  "its prefill pass and the fixed speculative overhead",)
+    return "schedule", notes
 
 
 def precision_label(target, precision: str | None) -> str:
@@ -406,7 +532,10 @@ def check_feasibility(r: Scenario, *, tp: int, concurrency: int, isl: int, osl: 
     SpecsimValueError
         ``tp`` does not divide the target's attention heads (vLLM requires
         ``num_attention_heads % tensor_parallel_size == 0``, ``model_executor/models/*``);
-        ``isl + osl`` exceeds the target's ``max_position_embeddings``; the target (+ draft)
+        ``isl + osl`` exceeds the target's ``max_position_embeddings``; ``num_speculative_tokens``
+        beyond ``isl + osl`` or ``max_position_embeddings``; a speculative config's
+        ``draft_tensor_parallel_size`` neither 1 nor ``tp`` or its ``max_model_len`` beyond the
+        target's ``max_position_embeddings`` (vLLM ``vllm/config/speculative.py``); the target (+ draft)
         weights do not fit in the GPUs' memory at this TP, or the KV cache of one request does
         not fit beside them (``specsim.memory.memory_budget``).
 
@@ -435,6 +564,15 @@ def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: 
     max_pos = getattr(tgt, "max_position_embeddings", None)
     if max_pos and isl + osl > max_pos:
         raise SpecsimValueError("isl + osl", f"exceeds the target's max_position_embeddings {max_pos}", isl + osl)
+    n_spec = r.num_speculative_tokens
+    if max_pos and n_spec is not None and n_spec > max_pos:
+        # N draft tokens per step need N positions: more than the model has is no deployment
+        raise SpecsimValueError("num_speculative_tokens", f"exceeds the context: N draft tokens per step need N "
+                                f"positions, the target's max_position_embeddings is {max_pos}", n_spec,
+                                [f"1..{max_pos}"])
+    cfg = r.speculative_config
+    if cfg is not None:  # draft TP 1 or tp; max_model_len <= the target's (vLLM config rules)
+        cfg.check_target(tp, max_pos)
     if getattr(r.latency, "hardware", None) is None or getattr(r.latency.hardware, "kind", "gpu") != "gpu":
         return None
     try:
@@ -501,7 +639,7 @@ _GRID_CATEGORICAL = ("target", "method", "hardware", "tp", "precision", "accepta
 def sweep(
     target,
     method=None,
-    num_speculative_tokens: Iterable[int] = range(1, 16),
+    num_speculative_tokens: Iterable[int] | None = None,
     *,
     hardware="MI300X",
     tp=1,
@@ -518,6 +656,7 @@ def sweep(
     temperature_assumption: str | None = None,
     drafted_fraction: float = 1.0,
     mean_proposal_tokens: float | None = None,
+    speculative_config: str | Mapping | None = None,
 ) -> pd.DataFrame:
     """Evaluate the model over a full grid and return a tidy DataFrame (one row per point).
 
@@ -525,8 +664,12 @@ def sweep(
     ``draft`` may be a list (categorical axes, looped over); ``drafted_fraction`` and
     ``mean_proposal_tokens`` are as in :func:`predict`; ``num_speculative_tokens``,
     ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
-    vectorised numpy broadcast per categorical combination).  ``acceptance`` may be a dict
-    ``{label: Acceptance}`` to sweep several profiles.
+    vectorised numpy broadcast per categorical combination; ``num_speculative_tokens`` defaults to
+    1..15).  ``acceptance`` may be a dict ``{label: Acceptance}`` to sweep several profiles.
+    ``speculative_config`` (as in :func:`predict`) fixes method and N; with a
+    ``num_speculative_tokens_per_batch_size`` schedule each concurrency row models the schedule's
+    k at that batch size (:func:`scheduled_n`; column ``num_speculative_tokens_source`` =
+    "schedule", ``configured_num_speculative_tokens`` = the config's N).
 
     Returns
     -------
@@ -554,28 +697,44 @@ def sweep(
         acc_items = list(acceptance.items())
     else:
         acc_items = [(None, a) for a in as_list(acceptance)]
+    if num_speculative_tokens is None:
+        num_speculative_tokens = range(1, 16) if speculative_config is None else \
+            [parse_speculative_config(speculative_config).num_speculative_tokens]
     ns = int_array("num_speculative_tokens", np.atleast_1d(np.asarray(list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])))
     cs = int_array("concurrency", np.atleast_1d(np.asarray(list(concurrency) if not np.isscalar(concurrency) else [concurrency])))
     isls = int_array("isl", np.atleast_1d(np.asarray(list(isl) if not np.isscalar(isl) else [isl])))
     osls = int_array("osl", np.atleast_1d(np.asarray(list(osl) if not np.isscalar(osl) else [osl])))
+    for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
+        if arr.size == 0:
+            raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
+    if speculative_config is not None and len(ns) != 1:
+        raise SpecsimValueError("num_speculative_tokens", "speculative_config fixes N (its num_speculative_tokens); "
+                                "sweep N without a speculative_config", list(ns))
     N, C, I, O = (a.reshape(-1) for a in np.meshgrid(ns, cs, isls, osls, indexing="ij"))
     frames = []
     for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
     ):
         r = resolve_inputs(
-            tgt, meth, None, hardware=hw, precision=prec, acceptance=acc, draft=drf, drafter=drafter, latency=latency,
+            tgt, meth, None if speculative_config is None or len(ns) != 1 else int(ns[0]), hardware=hw,
+            precision=prec, acceptance=acc, draft=drf, drafter=drafter, latency=latency,
             temperature=temperature, temperature_assumption=temperature_assumption,
+            speculative_config=speculative_config,
         )
         tp_i = int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits(r, tp_i, N, C, I, O)
         ov = overhead if overhead is not None else default_overhead(r.latency)
-        out = evaluate(r, N, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
+        n_used = scheduled_n(r, C) if r.speculative_config is not None else N
+        out = evaluate(r, n_used, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
                         mean_proposal_tokens=mean_proposal_tokens)
         df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
-        extrap = {int(k): acceptance_extrapolated(r.acceptance, int(k)) for k in np.unique(ns)}
-        df["acceptance_extrapolated"] = [extrap[int(k)] for k in N]
+        extrap = {int(k): acceptance_extrapolated(r.acceptance, int(k)) if k > 0 else False
+                  for k in np.unique(n_used)}
+        df["acceptance_extrapolated"] = [extrap[int(k)] for k in n_used]
+        if r.speculative_config is not None:
+            df["num_speculative_tokens_source"] = "schedule" if r.speculative_config.is_dynamic else "speculative_config"
+            df["configured_num_speculative_tokens"] = N
         df.insert(0, "acceptance", acc_label if acc_label is not None else getattr(r.acceptance, "label", None))
         df.insert(0, "precision", precision_label(r.target, r.precision))
         df.insert(0, "tp", tp_i)

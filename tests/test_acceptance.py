@@ -371,7 +371,7 @@ def test_fitted_parametric_has_delta_method_intervals():
     with pytest.raises(NotCollectedError):
         Acceptance.constant(0.8).mal_interval(3)
     with pytest.raises(NotCollectedError):
-        Acceptance.from_rates([0.9, 0.8]).conditional_interval(2)
+        Acceptance.from_rates([0.9, 0.8], kind="conditional").conditional_interval(2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,7 +457,7 @@ def test_to_dict_json_round_trip():
     acc = Acceptance.from_runs([simulate_counts(rng, [0.9, 0.8, 0.7], 500),
                                 simulate_counts(rng, [0.9, 0.8, 0.7, 0.6, 0.5], 800)],
                                temperature=0.0, label="pooled")
-    for obj in (acc, acc.fit("logistic"), Acceptance.from_mal(3.2, 5), Acceptance.from_rates([0.9, 0.5])):
+    for obj in (acc, acc.fit("logistic"), Acceptance.from_mal(3.2, 5), Acceptance.from_rates([0.9, 0.5], kind="conditional")):
         d = json.loads(json.dumps(obj.to_dict()))
         back = Acceptance.from_dict(d)
         ns = np.arange(1, 30)
@@ -511,7 +511,7 @@ def test_errors_counts():
 
 @pytest.mark.parametrize("method", ["mal", "conditional", "cumulative", "is_extrapolated"])
 def test_errors_n(method):
-    acc = Acceptance.from_rates([0.9, 0.8])
+    acc = Acceptance.from_rates([0.9, 0.8], kind="conditional")
     fn = getattr(acc, method)
     raises_field("n", fn, 0, rule=">= 1")
     raises_field("n", fn, -3, rule=">= 1")
@@ -534,3 +534,20 @@ def test_errors_misc():
     raises_field("kind", Acceptance.from_dict, {"kind": "other"})
     with pytest.raises(NotCollectedError):
         Acceptance.constant(0.5).fit("logistic")
+
+
+def test_from_rates_default_is_vllm_cumulative():
+    """vLLM's per-position rates are cumulative and ``from_rates`` reads them so by default
+    (BAD-INPUTS #117): the 2026 log line of README.md (vllm-ascend#13640) prints 'Mean acceptance
+    length: 2.91' with 'Per-position acceptance rate: 0.739, 0.478, 0.261, 0.174, 0.130, 0.087,
+    0.043', and MAL = 1 + sum of the cumulative rates = 2.912."""
+    rates = [0.739, 0.478, 0.261, 0.174, 0.130, 0.087, 0.043]
+    acc = Acceptance.from_rates(rates)
+    assert acc.mal(7) == pytest.approx(1 + sum(rates)) and acc.mal(7) == pytest.approx(2.912)
+    np.testing.assert_allclose(acc.cumulative(7), rates)
+    assert acc.mal(7) == pytest.approx(Acceptance.from_rates(rates, kind="cumulative").mal(7))
+    # read as conditional they give the old, silently wrong 2.203
+    assert Acceptance.from_rates(rates, kind="conditional").mal(7) == pytest.approx(1 + np.cumprod(rates).sum())
+    assert Acceptance.from_rates(rates, kind="conditional").mal(7) == pytest.approx(2.203, abs=1e-3)
+    # cumulative rates must not increase: a conditional list passed without kind is refused, not misread
+    raises_field("rates[1]", Acceptance.from_rates, [0.5, 0.9], rule="must not increase")

@@ -182,3 +182,205 @@ def test_sweep_bad_list_exit_2(capsys):
 def test_infeasible_deployments_exit_2(argv, field, capsys):
     rc, _, err = run(argv, capsys)
     assert rc == 2 and field in err, err
+
+
+# --------------------------------------------------------------------------------------------
+# the hand-off: --acceptance-from any file ingest reads; --target as a path; --json everywhere
+SAMPLE_FILES = ROOT / "tests" / "data" / "samples"
+BENCH_A = {"num_drafts": 357, "accepted_per_pos": [271, 216, 185]}  # tests/data/samples/run/bench_a.json
+
+
+def _readme_command(marker: str) -> list[str]:
+    """The README quickstart's shell command that contains ``marker``, as argv (continuations joined)."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    joined = text.replace("\\\n", " ")
+    lines = [ln.strip() for ln in joined.splitlines() if ln.strip().startswith(".venv/bin/specsim") and marker in ln]
+    assert lines, f"README has no specsim command with {marker!r}"
+    argv = shlex.split(lines[0], comments=True)
+    assert argv[0] == ".venv/bin/specsim"
+    return argv[1:]
+
+
+def test_readme_hand_off_command_runs(capsys, monkeypatch):
+    """Exactly the README's `predict --acceptance-from examples/bench_ngram_smollm2.json ...` (no vLLM)."""
+    monkeypatch.chdir(ROOT)
+    argv = _readme_command("predict --acceptance-from")
+    assert "examples/bench_ngram_smollm2.json" in argv
+    assert (ROOT / "examples" / "bench_ngram_smollm2.json").read_bytes() == (SAMPLE_FILES / "run" / "bench_a.json").read_bytes()
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    acc = Acceptance.from_counts(BENCH_A["num_drafts"], BENCH_A["accepted_per_pos"], temperature=0.0)
+    p = predict("SmolLM2-135M-Instruct", "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", concurrency=4,
+                isl=256, osl=64, acceptance=acc)
+    assert f"throughput ratio    {p.throughput_ratio:6.3f}x" in out
+    assert f"{1 + (271 + 216 + 185) / 357:6.3f} tokens/step" in out  # MAL 2.882 from the file's own counts
+    rc, out, _ = run([*argv, "--json"], capsys)
+    d = json.loads(out)
+    assert d["mal"] == pytest.approx(1 + 672 / 357, rel=1e-12) and d["warnings"] == []
+
+
+def test_readme_ingest_json_command(capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    rc, out, _ = run(_readme_command("ingest examples/"), capsys)
+    assert rc == 0
+    d = json.loads(out)
+    assert d["kind"] == "bench" and d["accepted_per_pos"] == [271, 216, 185] and d["num_drafts"] == 357
+    assert d["cumulative_rates"] == pytest.approx([271 / 357, 216 / 357, 185 / 357], rel=1e-12)
+    assert d["conditional_rates"] == pytest.approx([271 / 357, 216 / 271, 185 / 216], rel=1e-12)
+
+
+@pytest.mark.parametrize("files, drafts, per_pos", [
+    (["run/bench_a.json"], 357, [271, 216, 185]),
+    (["run/metrics_b_after.prom", "run/metrics_b_before.prom"], 426 - 363, [322 - 275, 254 - 217, 220 - 185]),
+    (["run/server_c.log"], 212, [136, 126, 108]),
+    (["offline/offline_result.json"], 75, [55, 48, 42]),
+])
+def test_acceptance_from_each_format(files, drafts, per_pos, capsys):
+    argv = ["predict", *BASE, "-n", "3", "--acceptance-from", str(SAMPLE_FILES / files[0]), "--json"]
+    if len(files) > 1:
+        argv += ["--before", str(SAMPLE_FILES / files[1])]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["mal"] == pytest.approx(1 + sum(per_pos) / drafts, rel=1e-12)
+    p = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", isl=512, osl=256,
+                acceptance=Acceptance.from_counts(drafts, per_pos))
+    assert d["throughput_ratio"] == pytest.approx(p.throughput_ratio, rel=1e-12)
+
+
+def test_acceptance_from_with_temperature_mismatch_refused(capsys):
+    argv = ["predict", *BASE, "-n", "3", "--acceptance-from", str(SAMPLE_FILES / "run/bench_a.json"),
+            "--profile-temperature", "0", "--temperature", "0.8"]
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and "temperature" in err
+
+
+def test_before_without_acceptance_from_exit_2(capsys):
+    rc, _, err = run(["predict", *BASE, "-n", "3", "--acceptance", "0.7", "--before", "x.prom"], capsys)
+    assert rc == 2 and "--before" in err
+
+
+def test_sweep_and_recommend_take_acceptance_from(capsys):
+    f = str(SAMPLE_FILES / "run/bench_a.json")
+    rc, out, err = run(["sweep", *BASE, "-n", "1,3", "--concurrency", "1,4", "--acceptance-from", f, "--json"], capsys)
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 4 and {r["num_speculative_tokens"] for r in rows} == {1, 3}
+    n3 = [r for r in rows if r["num_speculative_tokens"] == 3]
+    assert all(r["mal"] == pytest.approx(1 + 672 / 357, rel=1e-12) for r in n3)
+    n1 = [r for r in rows if r["num_speculative_tokens"] == 1]
+    assert all(r["mal"] == pytest.approx(1 + 271 / 357, rel=1e-12) for r in n1)
+    rc, out, err = run(["recommend", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "--hardware",
+                        "cpu-2core-avx2", "--precision", "fp32", "--isl", "256", "--osl", "64", "--concurrency",
+                        "1,4", "--acceptance-from", f, "--profile-temperature", "0", "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["target"] == "SmolLM2-135M-Instruct" and d["methods"][0]["method"] == "ngram"
+
+
+def _write_hf_config(tmp_path) -> Path:
+    doc = json.loads((ROOT / "specsim" / "data" / "models" / "SmolLM2-135M-Instruct.json").read_text())
+    d = tmp_path / "my-smollm2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(doc["config"]))
+    return d
+
+
+def test_target_as_hf_config_path_or_directory(tmp_path, capsys):
+    from specsim.architecture import ModelSpec
+
+    d = _write_hf_config(tmp_path)
+    spec = ModelSpec.from_hf_config(d / "config.json")
+    p = predict(spec, "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", isl=256, osl=64, acceptance=0.7)
+    for target in (str(d), str(d / "config.json")):
+        rc, out, err = run(["predict", "--target", target, "--method", "ngram", "-n", "3", "--hardware",
+                            "cpu-2core-avx2", "--precision", "fp32", "--isl", "256", "--osl", "64",
+                            "--acceptance", "0.7", "--json"], capsys)
+        assert rc == 0, err
+        got = json.loads(out)
+        assert got["target"] == spec.name and got["throughput_ratio"] == pytest.approx(p.throughput_ratio, rel=1e-12)
+        # the Python API takes the path too
+        assert predict(target, "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", isl=256, osl=64,
+                       acceptance=0.7).throughput_ratio == pytest.approx(p.throughput_ratio, rel=1e-12)
+    rc, _, err = run(["predict", "--target", str(tmp_path), "--method", "ngram", "-n", "3", "--acceptance", "0.7"],
+                     capsys)
+    assert rc == 2 and "--target" in err and "config.json" in err
+
+
+def test_ingest_json_not_collected_and_log_rates(capsys):
+    rc, out, _ = run(["ingest", str(SAMPLES / "metrics_base.txt"), "--json"], capsys)
+    assert rc == 1 and json.loads(out)["status"] == "not collected" and json.loads(out)["kind"] == "metrics"
+    rc, out, _ = run(["ingest", str(SAMPLE_FILES / "run/server_c.log"), "--json"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and d["kind"] == "log" and d["accepted_per_pos"] == [136, 126, 108]
+    assert d["conditional_rates"] == pytest.approx([136 / 212, 126 / 136, 108 / 126], rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# one detector over every reader (specsim.vllm.detect.read_counts), as ingest uses it
+@pytest.mark.parametrize("rel, kind, drafts, per_pos", [
+    ("run/bench_a.json", "bench", 357, (271, 216, 185)),
+    ("run/bench_a.log", "bench-log", 357, (271, 216, 185)),  # console output of the run of bench_a.json
+    ("run/metrics_a_after.prom", "metrics", 357, (271, 216, 185)),  # the server's first bench run
+    ("run/server_c.log", "log", 212, (136, 126, 108)),
+    ("offline/offline_result.json", "offline", 75, (55, 48, 42)),
+    ("gl/report.json", "guidellm", 106, (68, 63, 54)),  # = metrics_after.prom - metrics_before.prom (fresh server)
+    ("gl/metrics_after.prom", "metrics", 106, (68, 63, 54)),
+    ("spec_eval/acceptance.csv", "speculators-csv", 106, (68, 63, 54)),
+    ("spec_eval/eval.log", "speculators-log", 106, (68, 63, 54)),
+    # two --append-result runs: the second is metrics_b_after - metrics_b_before = 63 drafts
+    ("run/bench_appended.json", "bench", 357 + 63, (271 + 47, 216 + 37, 185 + 35)),
+    # the max_concurrency=4 row ran under a dynamic schedule (censored per-position counts): skipped
+    ("sweep/results/exp2/summary.csv", "sweep", 38, (33, 28, 25)),
+])
+def test_read_counts_detects_every_format(rel, kind, drafts, per_pos):
+    from specsim.vllm import read_counts
+
+    got_kind, c = read_counts(SAMPLE_FILES / rel)
+    assert got_kind == kind
+    assert c.num_drafts == drafts and tuple(c.accepted_per_pos) == per_pos
+
+
+def test_read_counts_response_and_sweep_dir():
+    from specsim.vllm import read_counts
+
+    kind, c = read_counts(SAMPLE_FILES / "run/response_detailed.json")
+    raw = json.loads((SAMPLE_FILES / "run/response_detailed.json").read_text())["metrics"]["speculative_decoding"]
+    assert kind == "response" and c.num_drafts == raw["num_spec_steps"] == 6
+    assert c.accepted_per_pos == (4, 1, 0) and c.num_accepted_tokens == raw["num_accepted_draft_tokens"] == 5  # histogram [2, 3, 1, 0]
+    kind, c = read_counts(SAMPLE_FILES / "sweep")
+    run0 = json.loads(next((SAMPLE_FILES / "sweep").rglob("*max_concurrency=1/run=0.json")).read_text())
+    assert kind == "sweep" and c.num_drafts == run0["spec_decode_num_drafts"]
+    assert "1 of 2 sweep runs without usable spec-decode counts skipped" in c.source  # the scheduled run is censored
+
+
+def test_read_counts_refuses_what_holds_no_counts():
+    from specsim.errors import DataError
+    from specsim.vllm import read_counts
+
+    with pytest.raises(DataError, match="InferenceX golden acceptance-length"):
+        read_counts(SAMPLE_FILES / "ix/minimaxm3_eagle3.yaml")
+    with pytest.raises(DataError, match="JSON, but not a format specsim reads"):
+        read_counts(SAMPLE_FILES / "run/req.json")
+
+
+def test_acceptance_from_takes_the_runs_recorded_temperature(capsys):
+    """bench_a.log's Namespace line says temperature=0.0 (greedy): the profile carries it, so a
+    prediction at 0 has no temperature assumption and one at 0.5 is refused without an assumption."""
+    from specsim.vllm.detect import run_temperature
+
+    log = SAMPLE_FILES / "run/bench_a.log"
+    assert "temperature=0.0," in log.read_text()
+    assert run_temperature(log, "bench-log") == 0.0
+    assert run_temperature(SAMPLE_FILES / "gl/report.json", "guidellm") == 0.0  # request body {"temperature": 0}
+    assert run_temperature(SAMPLE_FILES / "run/bench_a.json", "bench") is None  # not saved in the JSON
+    base = ["predict", *BASE, "-n", "3", "--acceptance-from", str(log)]
+    rc, out, err = run([*base, "--json"], capsys)
+    assert rc == 0, err
+    assert not any("no recorded temperature" in a for a in json.loads(out)["assumptions"])
+    rc, _, err = run([*base, "--temperature", "0.5"], capsys)
+    assert rc == 2 and "measured at temperature 0.0" in err
+    rc, _, err = run([*base, "--profile-temperature", "0.7"], capsys)
+    assert rc == 2 and "--profile-temperature" in err and "conflicts" in err

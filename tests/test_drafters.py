@@ -210,9 +210,71 @@ def test_measured_target_latency_needs_draft_latency(rl):
 
 def test_bad_n_rejected(rl):
     d = get_drafter("eagle3", target="Qwen3-8B")
-    for bad in (0, 2.5, -1):
+    for bad in (2.5, -1):
         with pytest.raises(SpecsimValueError, match="num_speculative_tokens"):
             d.draft_time(rl, None, n=bad, batch=1, context=0)
+
+
+@pytest.mark.parametrize("target,method", [("Qwen3-8B", "eagle3"), ("Qwen3-8B", "dflash"), ("Qwen3-8B", "dspark"),
+                                           ("Qwen3-8B", "ngram")])
+def test_k_zero_is_one_sync_pass(rl, target, method):
+    """k = 0 (a dynamic schedule skipping speculation): vLLM still calls the proposer; a model
+    drafter runs one forward over the new token (llm_base_proposer.py l.617-626), a lookup the scan."""
+    d = get_drafter(method, target=target)
+    t0 = float(d.draft_time(rl, None, n=0, batch=8, context=1024))
+    if d.kind == "lookup":
+        assert t0 == pytest.approx(8 * d.lookup_s_per_request)
+        return
+    one_pass = float(_pass(rl, d, q=1, batch=8, context=1024))
+    if d.kind == "parallel_markov":  # no Markov steps at k = 0; the pass itself as the parallel pass
+        assert t0 <= float(d.draft_time(rl, None, n=1, batch=8, context=1024))
+    else:
+        assert t0 == pytest.approx(one_pass, rel=1e-12) or d.draft_pass_overhead_s is not None
+    # k = 1 is the same single pass (sampling from it); k = 0 costs no more
+    assert 0 < t0 <= float(d.draft_time(rl, None, n=1, batch=8, context=1024))
+    ts = d.draft_time(rl, None, n=np.array([0, 1, 3]), batch=8, context=1024)
+    assert np.all(np.diff(ts) >= 0) and (ts[2] > ts[0] or d.kind != "sequential")  # one parallel pass
+
+
+def test_draft_tp_changes_draft_time_and_memory(rl):
+    """draft_tensor_parallel_size (speculative config) is the TP of the draft passes and of the
+    draft's share of memory; vLLM allows 1 or the target's tp."""
+    from specsim.memory import memory_budget
+
+    d1 = get_drafter("eagle3", target="Qwen3-8B", draft_config={"draft_tensor_parallel_size": 1})
+    d2 = get_drafter("eagle3", target="Qwen3-8B", draft_config={"draft_tensor_parallel_size": 2})
+    t1 = float(d1.draft_time(rl, None, n=3, batch=16, context=1024, tp=2))
+    t2 = float(d2.draft_time(rl, None, n=3, batch=16, context=1024, tp=2))
+    assert t1 != t2 and t2 == pytest.approx(float(get_drafter("eagle3", target="Qwen3-8B").draft_time(
+        rl, None, n=3, batch=16, context=1024, tp=2)))
+    m1 = memory_budget("Qwen3-8B", drafter=d1, hardware="MI300X", tp=2)
+    m2 = memory_budget("Qwen3-8B", drafter=d2, hardware="MI300X", tp=2)
+    assert (m1.draft_tp, m2.draft_tp) == (1, 2)
+    assert m1.draft_weight_bytes == pytest.approx(2 * m2.draft_weight_bytes)
+    with pytest.raises(SpecsimValueError, match="draft_tp"):
+        memory_budget("Qwen3-8B", drafter=d1, hardware="MI300X", tp=2, draft_tp=2)
+
+
+def test_unmodelled_config_fields_listed():
+    from specsim.drafters import unmodelled_config_fields
+    from specsim.vllm.config import parse_speculative_config
+
+    cfg = parse_speculative_config({"method": "eagle3", "model": "m", "num_speculative_tokens": 3,
+                                    "attention_backend": "flash_attn", "moe_backend": "triton", "quantization": "fp8",
+                                    "draft_tensor_parallel_size": 1, "rejection_sample_method": "block",
+                                    "draft_load_config": {"load_format": "safetensors"},
+                                    "num_speculative_tokens_per_batch_size": [[1, 4, 3]]})
+    got = unmodelled_config_fields(cfg)
+    assert set(got) == {"not modelled: attention_backend=FLASH_ATTN", "not modelled: moe_backend=triton",
+                        "not modelled: quantization=fp8", "not modelled: rejection_sample_method=block",
+                        'not modelled: draft_load_config={"load_format": "safetensors"}'}
+    assert unmodelled_config_fields(parse_speculative_config(
+        {"method": "dflash", "model": "m", "num_speculative_tokens": 3})) == ()  # parallel_drafting modelled
+    assert "not modelled: parallel_drafting=true" in unmodelled_config_fields(parse_speculative_config(
+        {"method": "eagle3", "model": "m", "num_speculative_tokens": 3, "parallel_drafting": True}))
+    assert unmodelled_config_fields(parse_speculative_config(
+        {"method": "ngram", "num_speculative_tokens": 3})) == ("not modelled: prompt_lookup_max=5",
+                                                                "not modelled: prompt_lookup_min=5")
 
 
 @settings(max_examples=30, deadline=None)

@@ -19,7 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from specsim.acceptance import Acceptance
-from specsim.errors import DataError, NotCollectedError
+from specsim.errors import DataError, NotCollectedError, SpecsimValueError
 from specsim.vllm import (
     IngestWarning,
     SpecDecodeCounts,
@@ -419,3 +419,307 @@ def test_acceptance_from_counts_record_matches_counts():
     assert acc.label == c.source
     np.testing.assert_allclose(acc.cumulative(3), [243 / 330, 202 / 330, 172 / 330], rtol=1e-9)
     assert acc.mal(3) == pytest.approx(1 + 617 / 330)
+
+
+# ---------------------------------------------------------------------------------------------
+# historical log layouts (lines quoted in tests/data/samples/README.md; vllm_samples/hist_*.log)
+# ---------------------------------------------------------------------------------------------
+SAMPLES = os.path.join(os.path.dirname(__file__), "data", "samples")
+
+
+def _one(name: str, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        log = read_spec_decode_log(p(name), **kw)
+    assert len(log.records) == 1
+    return log.records[0]
+
+
+def test_hist_v0_quoted_line():
+    r = _one("hist_v0_vllm7301.log")
+    c = r.counts
+    # k = 4, draft tokens 53716 -> 13429 drafts; emitted 34244 - 13429 = 20815 prefix-accepted
+    assert r.format == "v0"
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (13429, 53716, 20815)
+    assert c.num_speculative_tokens == 4 and not c.has_per_position
+    assert r.logged["num_accepted_tokens_any_position"] == 32594
+
+
+def test_hist_v1_pre15902_line_has_no_drafts():
+    r = _one("hist_v1_pre15902.log")
+    c = r.counts
+    assert r.format == "v1-pre15902"
+    assert (c.num_draft_tokens, c.num_accepted_tokens) == (66, 66)
+    assert c.num_drafts is None and c.num_speculative_tokens is None
+    assert c.acceptance_rate == 1.0
+    with pytest.raises(NotCollectedError, match="number of drafts"):
+        c.mal
+    with pytest.raises(NotCollectedError):
+        Acceptance.from_counts(c)
+    # the trailing ", " is part of the layout: without it the line was cut
+    with pytest.raises(DataError, match="matches no known"):
+        parse_spec_decode_log("Speculative metrics: Draft acceptance rate: 1.000, "
+                              "Number of accepted tokens: 66, Number of draft tokens: 6")
+
+
+def test_hist_v1_09_quoted_line_reconstructs_drafts():
+    r = _one("hist_v1_0.9_vllm19254.log")
+    c = r.counts
+    # by hand: MAL 2.16 -> D in [150/1.165, 150/1.155] = [128.8, 129.9] -> 129;
+    # 70/129 = .5426, 46/129 = .3566, 34/129 = .2636 -> .543 .357 .264; sum 150; 2.16 = 1 + 1.164
+    assert r.format == "v1-0.9"
+    assert (c.num_drafts, c.num_draft_tokens, c.accepted_per_pos) == (129, 387, (70, 46, 34))
+    assert c.exact and c.num_speculative_tokens == 3
+
+
+def test_hist_v1_pr24127_elided_list():
+    with pytest.warns(IngestWarning, match=r"cut with '\.\.\.'"):
+        log = read_spec_decode_log(p("hist_v1_pr24127_elided.log"))
+    r = log.records[0]
+    c = r.counts
+    # by hand: MAL 5.44 -> D in [262/4.445, 262/4.435] = [58.9, 59.1] -> 59; .983 x 59 = 58,
+    # .949 x 59 = 56, the other 148 accepted tokens need >= 3 more positions (each <= 56): N >= 5
+    assert r.format == "v1-pr24127" and r.elided
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (59, 295, 262)
+    assert c.num_speculative_tokens is None and not c.has_per_position
+    assert r.logged["per_position_rates"] == (0.983, 0.949)
+    assert r.logged["num_speculative_tokens_min"] == 5
+    assert r.logged["draft_acceptance_rate_pct"] == 88.8
+    assert r.logged["accepted_throughput_tokens_per_s"] == 4.37
+    assert c.mal == pytest.approx(1 + 262 / 59)
+    with pytest.raises(NotCollectedError):
+        c.to_frame()
+    assert log.total().num_drafts == 59
+
+
+def test_hist_v1_2026_ordering_elided_list():
+    r = _one("hist_v1_ascend2026_elided.log")
+    c = r.counts
+    # by hand: MAL 2.91 -> D in [44/1.915, 44/1.905] = [22.98, 23.10] -> 23; printed rates x 23 =
+    # 17, 11, 6, 4, 3, 2, 1 (sum 44 = Accepted); 161 / 23 = 7 tokens per draft: N >= 7
+    assert r.format == "v1" and r.elided and r.process == "APIServer pid=79"
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (23, 161, 44)
+    assert r.logged["num_speculative_tokens_min"] == 7
+    assert len(r.logged["per_position_rates"]) == 7
+
+
+def test_hist_early_v1_log_and_prom():
+    log = read_spec_decode_log(os.path.join(SAMPLES, "hist", "early_v1.log"))
+    c = log.total()
+    assert log.records[0].format == "v1-early"
+    # the line: Draft acceptance rate: 62.5%, Accepted: 250 tokens, Drafted: 400 tokens
+    assert (c.num_draft_tokens, c.num_accepted_tokens, c.num_drafts) == (400, 250, None)
+    assert c.acceptance_rate == 0.625 and c.summary()["acceptance_rate"] == 0.625
+    assert set(c.not_collected) == {"num_drafts", "num_speculative_tokens"}
+    with pytest.raises(NotCollectedError):
+        c.mal
+    s = read_prometheus(os.path.join(SAMPLES, "hist", "early_v1.prom"))
+    sc = s.spec_counts()  # the scrape's two counters: draft tokens 400.0, accepted 250.0
+    assert (sc.num_draft_tokens, sc.num_accepted_tokens, sc.num_drafts) == (400, 250, None)
+    z = diff_scrapes(s, s).spec_counts()
+    assert (z.num_draft_tokens, z.num_drafts) == (0, None)
+
+
+def test_separators_without_spaces():
+    r = _one("nospace_edited.log")
+    # server_a.log line 121 (Accepted 235, Drafted 432, MAL 2.63, .708 .500 .424): by hand D = 144
+    # (235/1.635 = 143.7 .. 235/1.625 = 144.6), a = 102, 72, 61 (sum 235)
+    assert r.format == "v1"
+    assert (r.counts.num_drafts, r.counts.accepted_per_pos) == (144, (102, 72, 61))
+    assert r.logged["accepted_throughput_tokens_per_s"] == 5.72
+
+
+def test_real_server_log_totals():
+    # server_a.log: every "SpecDecoding metrics:" line, Accepted / Drafted summed by hand below
+    path = os.path.join(SAMPLES, "run", "server_a.log")
+    acc = dft = 0
+    for line in open(path, encoding="utf-8"):
+        if "SpecDecoding metrics:" in line:
+            acc += int(line.split("Accepted: ")[1].split(" ")[0])
+            dft += int(line.split("Drafted: ")[1].split(" ")[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        c = read_spec_decode_log(path).total()
+    assert (c.num_accepted_tokens, c.num_draft_tokens) == (acc, dft)
+
+
+# ---------------------------------------------------------------------------------------------
+# messages: empty / not this format / truncated or invalid / speculative decoding off
+# ---------------------------------------------------------------------------------------------
+def test_log_messages_tell_the_cases_apart(tmp_path):
+    (tmp_path / "empty.log").write_text("")
+    with pytest.raises(DataError, match="empty"):
+        read_spec_decode_log(tmp_path / "empty.log")
+    with pytest.raises(DataError, match=r"not a vLLM log.*first line.*looks like JSON"):
+        read_spec_decode_log(p("bench_ngram.json"))
+    (tmp_path / "rand.log").write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(DataError, match="not a vLLM log"):
+        read_spec_decode_log(tmp_path / "rand.log")
+    # a real vLLM log with its spec-decode lines and config removed: speculative decoding off
+    lines = [ln for ln in open(os.path.join(SAMPLES, "run", "server_a.log"), encoding="utf-8")
+             if "SpecDecoding" not in ln and "speculative" not in ln.lower()]
+    (tmp_path / "off.log").write_text("".join(lines))
+    with pytest.raises(NotCollectedError, match="speculative decoding off"):
+        read_spec_decode_log(tmp_path / "off.log").total()
+    # offline run: configured, but vllm.LLM logs no stats
+    with pytest.raises(NotCollectedError, match="configured.*stats logging"):
+        read_spec_decode_log(os.path.join(SAMPLES, "offline", "offline.log")).total()
+
+
+def test_log_cut_mid_line_vs_at_line_boundary(tmp_path):
+    text = open(p("hist_v1_0.9_vllm19254.log"), encoding="utf-8").read()
+    # cut inside the per-position list at a comma: the AR-first layout ends with the list, so
+    # only the missing line end tells the cut
+    cut = text[: text.index(", 0.264")]
+    (tmp_path / "cut.log").write_text(cut)
+    with pytest.raises(DataError, match="no line end"):
+        read_spec_decode_log(tmp_path / "cut.log")
+    with pytest.warns(IngestWarning, match=r"skipped 1 malformed.*lines \[1\]"):
+        lg = read_spec_decode_log(tmp_path / "cut.log", strict=False)
+    assert lg.skipped[0][0] == 1
+    with pytest.raises(DataError, match="every spec-decode line was malformed"):
+        lg.total()
+    # cut at a line boundary: a valid shorter log
+    two = open(p("specdecoding_multi_engine_synthetic.log"), encoding="utf-8").read().splitlines(True)
+    (tmp_path / "short.log").write_text("".join(two[: len(two) // 2]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        short = read_spec_decode_log(tmp_path / "short.log")
+        full = read_spec_decode_log(p("specdecoding_multi_engine_synthetic.log"))
+    assert 0 < len(short.records) < len(full.records)
+    def key(r):
+        return (r.line_no, r.engine, r.counts.num_drafts, r.counts.num_draft_tokens, r.counts.accepted_per_pos)
+    assert [key(r) for r in short.records] == [key(r) for r in full.records[: len(short.records)]]
+
+
+def test_lenient_lists_skipped_lines():
+    good = open(p("specdecoding_truncated_synthetic.log"), encoding="utf-8").read().splitlines()
+    lines = [good[0], "INFO junk", good[1], good[0], good[0].replace("65.5%", "99.9%")]
+    with pytest.warns(IngestWarning, match=r"skipped 2 malformed spec-decode line\(s\): lines \[3, 5\]"):
+        lg = parse_spec_decode_log(lines, strict=False)
+    assert [i for i, _ in lg.skipped] == [3, 5]
+    assert "matches no known" in lg.skipped[0][1] and "99.9%" in lg.skipped[1][1]
+    assert [r.line_no for r in lg.records] == [1, 4]
+    with pytest.raises(DataError, match=r"log:3: "):
+        parse_spec_decode_log(lines)
+
+
+def test_prometheus_messages_tell_the_cases_apart(tmp_path):
+    (tmp_path / "e.prom").write_text("")
+    with pytest.raises(DataError, match="empty"):
+        read_prometheus(tmp_path / "e.prom")
+    (tmp_path / "r.prom").write_bytes(bytes(range(256)))
+    with pytest.raises(DataError, match="not Prometheus text.*not UTF-8"):
+        read_prometheus(tmp_path / "r.prom")
+    with pytest.raises(DataError, match=r"not Prometheus text.*first line.*looks like JSON"):
+        read_prometheus(p("bench_ngram.json"))
+    with pytest.raises(DataError, match="not Prometheus text"):
+        read_prometheus(p("specdecoding_log_lines.txt"))
+    with pytest.raises(DataError, match="not a vLLM /metrics scrape"):
+        parse_prometheus_text("# TYPE foo counter\nfoo_total 3.0\n")
+    text = open(p("metrics_ngram.txt"), encoding="utf-8").read()
+    i = text.index("vllm:spec_decode_num_drafts_total{")
+    j = text.index("\n", i)
+    # cut inside the drafts value (330.0 -> 33): the missing line end says so, no wrong number
+    with pytest.raises(DataError, match="truncated.*no line end"):
+        parse_prometheus_text(text[: j - 3])
+    with pytest.raises(NotCollectedError, match="speculative decoding off"):
+        read_prometheus(p("metrics_base.txt")).spec_counts()
+
+
+def test_negative_counter_is_named():
+    # BAD-INPUTS #132: drafts = -5
+    text = ('vllm:spec_decode_num_drafts_total{engine="0"} -5\n'
+            'vllm:spec_decode_num_draft_tokens_total{engine="0"} 20\n'
+            'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 5\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 3\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 2\n')
+    with pytest.raises(DataError, match=r"vllm:spec_decode_num_drafts\{engine=0\}: negative counter \(-5"):
+        parse_prometheus_text(text)
+    with pytest.raises(DataError, match="negative counter"):
+        parse_offline_metrics([{"name": "vllm:spec_decode_num_draft_tokens", "value": -1.0}])
+    with pytest.raises(DataError, match="num_drafts: negative counter"):
+        SpecDecodeCounts(-5, 20, 5, (3, 2))
+
+
+def test_offline_messages_tell_the_cases_apart(tmp_path):
+    (tmp_path / "e.json").write_text("  \n")
+    with pytest.raises(DataError, match="empty"):
+        parse_offline_metrics(tmp_path / "e.json")
+    (tmp_path / "r.json").write_bytes(bytes(range(128, 256)))
+    with pytest.raises(DataError, match="not UTF-8"):
+        parse_offline_metrics(tmp_path / "r.json")
+    with pytest.raises(DataError, match=r"not JSON.*first line"):
+        parse_offline_metrics(p("specdecoding_log_lines.txt"))
+    with pytest.raises(DataError, match=r"not an LLM.get_metrics\(\) dump.*bench result"):
+        parse_offline_metrics(p("bench_ngram.json"))
+    text = open(p("offline_metrics_multi_engine_synthetic.json"), encoding="utf-8").read()
+    (tmp_path / "t.json").write_text(text[: len(text) // 2])
+    with pytest.raises(DataError, match="truncated JSON"):
+        parse_offline_metrics(tmp_path / "t.json")
+    with pytest.raises(DataError, match="not an LLM.get_metrics"):
+        parse_offline_metrics(5)
+    with pytest.raises(DataError, match="position label 'x'"):
+        parse_offline_metrics([{"name": "vllm:spec_decode_num_accepted_tokens_per_pos",
+                                "labels": {"position": "x"}, "value": 1}])
+
+
+def _render_pr24127(d: int, t: int, per: tuple, keep: int) -> str:
+    """Independent rendering of the 2025-09 (PR#24127) layout as quoted, the per-position list
+    cut after `keep` entries with '...' (keep = len(per): not cut)."""
+    a = sum(per)
+    rates = ", ".join(f"{x / d:.3f}" for x in per[:keep]) + (", ..." if keep < len(per) else "")
+    return ("SpecDecoding metrics: Draft acceptance rate: %.1f%%, Mean acceptance length: %.2f, "
+            "Accepted throughput: %.2f tokens/s, Drafted throughput: %.2f tokens/s, Accepted: %d tokens, "
+            "Drafted: %d tokens, Per-position acceptance rate: %s" % (100 * a / t, 1 + a / d, a / 10, t / 10, a, t, rates))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_interval(), st.data())
+def test_elided_line_property(x, data):
+    d, t, per = x
+    keep = data.draw(st.integers(1, len(per)))
+    line = _render_pr24127(d, t, per, keep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        r = parse_spec_decode_log(line).records[0]
+    c = r.counts
+    assert (c.num_draft_tokens, c.num_accepted_tokens) == (t, sum(per))
+    if keep == len(per):  # not cut: full reconstruction, N known
+        assert not r.elided and c.num_speculative_tokens == len(per)
+    else:
+        assert r.elided and c.num_speculative_tokens is None and not c.has_per_position
+    if c.num_drafts is None:  # only when nothing was accepted (MAL 1.00 says nothing about D)
+        assert sum(per) == 0 and r.elided
+    else:
+        lo, hi = c.num_drafts_range or (c.num_drafts, c.num_drafts)
+        assert lo <= d <= hi  # the truth is among the consistent values
+        if r.elided:
+            assert len(r.logged["per_position_rates"]) == keep
+            assert keep <= r.logged["num_speculative_tokens_min"] <= len(per)  # a true lower bound
+
+
+def test_elided_line_mal_rounding_to_one():
+    # hypothesis find: D = 200, per = (1, 0) prints MAL 1.00 with Accepted 1 (once a ZeroDivisionError)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        c = parse_spec_decode_log(_render_pr24127(200, 200, (1, 0), 1)).records[0].counts
+    lo, hi = c.num_drafts_range or (c.num_drafts, c.num_drafts)
+    assert lo <= 200 <= hi
+
+
+def test_counts_with_fields_not_collected():
+    early = SpecDecodeCounts(None, 400, 250, (), not_collected=("num_speculative_tokens",))
+    assert early.not_collected == ("num_drafts", "num_speculative_tokens")
+    assert early.acceptance_rate == 250 / 400 and early.exact
+    for prop in ("mal", "mean_draft_length", "per_position_rates"):
+        with pytest.raises(NotCollectedError):
+            getattr(early, prop)
+    full = SpecDecodeCounts(10, 25, 12, (7, 5, 0))
+    pooled = early + full  # unknown in one part: unknown in the sum
+    assert (pooled.num_drafts, pooled.num_speculative_tokens, pooled.accepted_per_pos) == (None, None, ())
+    assert (pooled.num_draft_tokens, pooled.num_accepted_tokens) == (425, 262)
+    with pytest.raises(SpecsimValueError):  # N still required unless declared not collected
+        SpecDecodeCounts(10, 20, 5)
+    with pytest.raises(DataError, match="without a number of drafts"):
+        SpecDecodeCounts(None, 20, 5, (5,))

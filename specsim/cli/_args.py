@@ -1,31 +1,116 @@
 """Command-line arguments shared by the ``specsim`` commands (layer 5, entry points)."""
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
 from specsim.acceptance import Acceptance
+from specsim.architecture import ModelSpec, load_model
 from specsim.errors import SpecsimValueError
+from specsim.vllm.detect import read_counts, run_temperature
+
+ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N, "
+                    "--acceptance-from FILE")
+
+
+def add_acceptance_from_args(g) -> None:
+    """Add ``--acceptance-from FILE`` and ``--before FILE`` to an argparse group."""
+    g.add_argument("--acceptance-from", metavar="FILE",
+                   help="measured acceptance from any file `specsim ingest` reads (Prometheus /metrics scrape, "
+                        "vLLM log, vllm bench serve JSON, LLM.get_metrics() JSON)")
+    g.add_argument("--before", metavar="FILE",
+                   help="with --acceptance-from a Prometheus scrape: the scrape taken before the run (differenced)")
+
+
+def float_list(text: str, field: str) -> list[float]:
+    """Comma-separated numbers into floats.
+
+    Raises
+    ------
+    SpecsimValueError
+        Empty string, an empty item (``0.8,,0.6`` or a trailing comma) or an item that is not a
+        number; names ``field`` and the offending item.
+    """
+    items = [x.strip() for x in str(text).split(",")]
+    if not any(items):
+        raise SpecsimValueError(field, "must be comma-separated numbers in [0, 1], position 1 first, e.g. 0.8,0.6,0.45",
+                                text)
+    out = []
+    for i, x in enumerate(items):
+        if not x:
+            raise SpecsimValueError(f"{field}[{i}]", "is empty (a stray comma?): give comma-separated numbers "
+                                    "in [0, 1], e.g. 0.8,0.6,0.45", text)
+        try:
+            out.append(float(x))
+        except ValueError:
+            raise SpecsimValueError(f"{field}[{i}]", "is not a number: give comma-separated numbers in [0, 1], "
+                                    "e.g. 0.8,0.6,0.45", x) from None
+    return out
+
+
+def resolve_target(target: str):
+    """``--target``: a catalog name stays a name; an existing path to a Hugging Face ``config.json``
+    or to a model directory holding one becomes a :class:`~specsim.architecture.ModelSpec`."""
+    p = Path(str(target)).expanduser()
+    if p.is_file() or (p.is_dir() and (p / "config.json").is_file()):
+        return ModelSpec.from_hf_config(p)
+    if p.is_dir():
+        try:
+            load_model(str(target))  # a catalog name that happens to be a directory here too
+            return target
+        except SpecsimValueError:
+            pass
+        raise SpecsimValueError("--target", "is a directory without a config.json (give a model directory, a "
+                                "config.json or a catalog name)", str(target))
+    return target
+
+
+def acceptance_from_file(path: str, before: str | None = None, temperature: float | None = None) -> Acceptance:
+    """``--acceptance-from FILE [--before FILE]``: the counts of any file ``specsim ingest`` reads into
+    :meth:`Acceptance.from_counts` (labelled with the file and its format), at the temperature the
+    file records for its run (``specsim.vllm.detect.run_temperature``) unless ``temperature``
+    (``--profile-temperature``) is given; the two must agree when both are known."""
+    kind, counts = read_counts(path, before=before)
+    recorded = run_temperature(path, kind)
+    if temperature is None:
+        temperature = recorded
+    elif recorded is not None and not math.isclose(recorded, temperature, abs_tol=1e-9):
+        raise SpecsimValueError("--profile-temperature", f"conflicts with the temperature {recorded:g} that {path} "
+                                "records for its run", temperature, [recorded])
+    return Acceptance.from_counts(counts, temperature=temperature, label=f"{path} ({kind})")
 
 
 def acceptance_from_args(args, required: bool = True):
     """Build the Acceptance given on the command line (one of --acceptance, --cumulative,
-    --conditional, --mal).  With ``required=False`` none given returns None."""
+    --conditional, --mal, --acceptance-from).  With ``required=False`` none given returns None."""
     t = args.profile_temperature
+    if t is not None and not (math.isfinite(t) and t >= 0):
+        raise SpecsimValueError("--profile-temperature", "must be a finite number >= 0 (0 = greedy)", t)
     mal_arg = getattr(args, "mal", None)
-    given = [x for x in (args.acceptance, args.cumulative, args.conditional, mal_arg) if x is not None]
+    from_file = getattr(args, "acceptance_from", None)
+    before = getattr(args, "before", None)
+    given = [x for x in (args.acceptance, args.cumulative, args.conditional, mal_arg, from_file) if x is not None]
+    if before is not None and from_file is None:
+        raise SpecsimValueError("--before", "applies only with --acceptance-from FILE (a Prometheus scrape)", before)
     if not given and not required:
         if t is not None:
             raise SpecsimValueError("profile_temperature", "applies to an acceptance given on the command line", t)
         return None
     if len(given) != 1:
-        raise SpecsimValueError(
-            "acceptance", "give exactly one of --acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N"
-        )
+        raise SpecsimValueError("acceptance", f"give exactly one of {ACCEPTANCE_FLAGS}")
+    if from_file is not None:
+        return acceptance_from_file(from_file, before, t)
     if args.acceptance is not None:
         return Acceptance.constant(args.acceptance, temperature=t)
     if args.cumulative is not None:
-        return Acceptance.from_rates([float(x) for x in args.cumulative.split(",")], kind="cumulative", temperature=t)
+        return Acceptance.from_rates(float_list(args.cumulative, "--cumulative"), kind="cumulative", temperature=t)
     if args.conditional is not None:
-        return Acceptance.from_rates([float(x) for x in args.conditional.split(",")], kind="conditional", temperature=t)
+        return Acceptance.from_rates(float_list(args.conditional, "--conditional"), kind="conditional", temperature=t)
     mal, _, n = args.mal.partition("@")
     if not n:
         raise SpecsimValueError("--mal", "takes MAL@N, e.g. 3.2@4", args.mal)
-    return Acceptance.from_mal(float(mal), int(n), temperature=t)
+    try:
+        mal_f, n_i = float(mal), int(n)
+    except ValueError:
+        raise SpecsimValueError("--mal", "takes MAL@N with a number MAL and an integer N, e.g. 3.2@4", args.mal) from None
+    return Acceptance.from_mal(mal_f, n_i, temperature=t)

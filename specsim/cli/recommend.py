@@ -3,14 +3,19 @@ from __future__ import annotations
 
 import sys
 
-from specsim.cli._args import acceptance_from_args
+from specsim.cli._args import (
+    acceptance_from_args,
+    add_acceptance_from_args,
+    resolve_target,
+)
 from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
 
 
 def add_recommend_parser(p) -> None:
     """Add the ``specsim recommend`` options to an argparse (sub)parser."""
-    p.add_argument("--target", required=True, help="target model (specsim/data/models name or HF id), e.g. gemma-4-26B-A4B-it")
+    p.add_argument("--target", required=True, help="target model (specsim/data/models name or HF id, e.g. "
+                                                   "gemma-4-26B-A4B-it, or a path to a config.json / model directory)")
     p.add_argument("--method", help="vLLM method(s), comma-separated (dflash, eagle3, mtp, dspark, ngram); "
                                     "default: every method with published acceptance for the target")
     p.add_argument("--draft", help="draft checkpoint (default: the seed drafter for target/method)")
@@ -35,6 +40,7 @@ def add_recommend_parser(p) -> None:
     g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
     g.add_argument("--cumulative", help="per-position CUMULATIVE acceptance, comma-separated")
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
+    add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
@@ -57,7 +63,7 @@ def recommend_cli(args) -> int:
     if methods is not None and len(methods) == 1:
         methods = methods[0]
     rec = recommend(
-        args.target, methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
+        resolve_target(args.target), methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
         osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
         acceptance=acceptance_from_args(args, required=False), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,

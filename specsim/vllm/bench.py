@@ -1,5 +1,6 @@
-"""``vllm bench serve --save-result`` JSON into counts and a summary (layer 1, vLLM formats;
-``vllm/benchmarks/serve.py``: before/after deltas of ``/metrics``).
+"""``vllm bench serve --save-result`` JSON (and ``--append-result`` files holding several results)
+into counts and a summary (layer 1, vLLM formats; ``vllm/benchmarks/serve.py``: before/after
+deltas of ``/metrics``).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from specsim.errors import DataError, NotCollectedError
+from specsim.errors import DataError, NotCollectedError, SpecsimValueError
 from specsim.vllm.counts import SpecDecodeCounts, as_count
 
 # --------------------------------------------------------------------------------------------
@@ -87,7 +88,69 @@ class BenchResult:
         return df
 
 
-def read_bench_result(data: str | os.PathLike | Mapping, *, source: str | None = None) -> BenchResult:
+def _load_results(path: str, src: str) -> list:
+    """Every JSON object of a ``--save-result`` file (one) or an ``--append-result`` file (several,
+    one per line: ``vllm/benchmarks/serve.py`` writes ``"\\n"`` then ``json.dump`` for each run)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{src}: not a text file ({exc})") from exc
+    dec = json.JSONDecoder()
+    out, i, n = [], 0, len(text)
+    while True:
+        while i < n and text[i].isspace():
+            i += 1
+        if i >= n:
+            break
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError as exc:
+            which = f"result {len(out) + 1}" if out else "the file"
+            raise DataError(f"{src}: not valid JSON in {which} (truncated file?): {exc}") from exc
+        if not isinstance(obj, dict):
+            raise DataError(f"{src}: expected a JSON object for result {len(out) + 1}, "
+                            f"got {type(obj).__name__}")
+        out.append(obj)
+    if not out:
+        raise DataError(f"{src}: not valid JSON (empty file)")
+    return out
+
+
+def read_bench_results(path: str | os.PathLike, *, source: str | None = None) -> list[BenchResult]:
+    """Read every result of a ``vllm bench serve --save-result`` / ``--append-result`` file.
+
+    ``--append-result`` opens the file in append mode and writes a newline and one ``json.dump``
+    per run (``vllm/benchmarks/serve.py`` 0.32.0, the "Save to file" block), so the file is a
+    sequence of JSON objects; a plain ``--save-result`` file is the one-element case.
+
+    Parameters
+    ----------
+    path : path-like
+    source : str, optional
+        Label; each result gets ``"<source>[i]"`` (0-based) when the file holds several.
+
+    Returns
+    -------
+    list of BenchResult
+        In file order (oldest run first).
+
+    Raises
+    ------
+    DataError
+        A result that is not valid JSON / not an object, or whose spec fields are incomplete or
+        disagree (as :func:`read_bench_result`).
+    """
+    p = os.fspath(path)
+    src = source or os.path.basename(p)
+    raws = _load_results(p, src)
+    if len(raws) == 1:
+        return [_bench_from_raw(raws[0], src)]
+    return [_bench_from_raw(r, f"{src}[{i}]") for i, r in enumerate(raws)]
+
+
+def read_bench_result(data: str | os.PathLike | Mapping, *, source: str | None = None,
+                      index: int | None = None) -> BenchResult:
     """Read a ``vllm bench serve --save-result`` JSON file (or its loaded dict).
 
     The spec-decode fields (``vllm/benchmarks/serve.py`` 0.32.0) are
@@ -96,23 +159,52 @@ def read_bench_result(data: str | os.PathLike | Mapping, *, source: str | None =
     (percent, = 100 accepted/draft tokens) and ``spec_decode_per_position_acceptance_rates``
     (= accepted_per_pos / drafts, full float precision, so accepted_per_pos is recovered exactly).
 
+    Parameters
+    ----------
+    data : path-like or mapping
+    source : str, optional
+    index : int, optional
+        Which result of an ``--append-result`` file (several results, see
+        :func:`read_bench_results`); 0-based, negative counts from the end.  Without it, a file
+        holding more than one result is refused rather than silently reduced to one.
+
     Raises
     ------
     DataError
-        Not JSON / not an object, incomplete spec fields, or fields that disagree with each other.
+        Not JSON / not an object, incomplete spec fields, fields that disagree with each other, or
+        a file with several results and no ``index``.
+    SpecsimValueError
+        ``index`` out of range for the file.
     """
     if isinstance(data, Mapping):
-        raw, src = dict(data), source or "bench"
-    else:
-        path = os.fspath(data)
-        src = source or os.path.basename(path)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                raw = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{src}: not valid JSON (truncated file?): {exc}") from exc
-        if not isinstance(raw, dict):
-            raise DataError(f"{src}: expected a JSON object, got {type(raw).__name__}")
+        return _bench_from_raw(dict(data), source or "bench")
+    path = os.fspath(data)
+    src = source or os.path.basename(path)
+    raws = _load_results(path, src)
+    if index is None:
+        if len(raws) != 1:
+            raise DataError(
+                f"{src}: the file holds {len(raws)} results (written with --append-result); read "
+                f"them all with read_bench_results(path) or pick one with index=0..{len(raws) - 1}")
+        return _bench_from_raw(raws[0], src)
+    if isinstance(index, bool) or not isinstance(index, int) or not -len(raws) <= index < len(raws):
+        raise SpecsimValueError("index", f"must be an integer in [{-len(raws)}, {len(raws) - 1}] "
+                                f"(the file holds {len(raws)} results)", index)
+    i = index % len(raws)
+    return _bench_from_raw(raws[i], src if len(raws) == 1 else f"{src}[{i}]")
+
+
+def _float(v, what: str) -> float:
+    if isinstance(v, bool):
+        raise DataError(f"{what}: expected a number, got {v!r}")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise DataError(f"{what}: expected a number, got {v!r}") from None
+
+
+def _bench_from_raw(raw: dict, src: str) -> BenchResult:
+    """One result object into a BenchResult (the checks of :func:`read_bench_result`)."""
     present = [k for k in _SPEC_BENCH_KEYS if k in raw]
     if not present:
         return BenchResult(raw, None, src)
@@ -130,15 +222,15 @@ def read_bench_result(data: str | os.PathLike | Mapping, *, source: str | None =
         raise DataError(f"{src}: spec-decode fields present with 0 drafts")
     per = []
     for i, r in enumerate(rates):
-        x = float(r) * d
+        x = _float(r, f"{src}: spec_decode_per_position_acceptance_rates[{i}]") * d
         if not math.isfinite(x) or abs(x - round(x)) > 1e-6 * max(1.0, d):
             raise DataError(f"{src}: per-position rate [{i}] = {r} x {d} drafts = {x} is not a count")
         per.append(int(round(x)))
-    mal = float(raw["spec_decode_acceptance_length"])
+    mal = _float(raw["spec_decode_acceptance_length"], f"{src}: spec_decode_acceptance_length")
     if abs(mal - (1 + a / d)) > 1e-9 * max(1.0, mal):
         raise DataError(f"{src}: spec_decode_acceptance_length {mal} != 1 + accepted/drafts "
                         f"= 1 + {a}/{d} = {1 + a / d}")
-    ar = float(raw["spec_decode_acceptance_rate"])
+    ar = _float(raw["spec_decode_acceptance_rate"], f"{src}: spec_decode_acceptance_rate")
     if t and abs(ar - 100.0 * a / t) > 1e-9 * max(1.0, ar):
         hint = " (looks like a fraction, expected percent)" if abs(ar - a / t) < 1e-9 else ""
         raise DataError(f"{src}: spec_decode_acceptance_rate {ar} != 100 x accepted/draft tokens "

@@ -177,6 +177,60 @@ class SpeculativeConfig:
             k = kk
         return min(self.num_speculative_tokens, k)
 
+    @property
+    def builds_draft_model(self) -> bool:
+        """True for the methods for which vLLM 0.32 builds a draft ``ModelConfig`` (and so checks
+        ``draft_tensor_parallel_size``): all but ngram, ngram_gpu, suffix, custom_class and
+        extract_hidden_states (``vllm/config/speculative.py`` l.1192-1270; mtp/dspark use the target
+        checkpoint, l.1148-1170)."""
+        return self.method not in ("ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states")
+
+    def draft_tp_for(self, tp: int) -> int | None:
+        """Draft tensor-parallel degree vLLM 0.32 uses beside a target at ``tp``.
+
+        ``SpeculativeConfig._verify_and_get_draft_tp`` (``vllm/config/speculative.py`` l.1712-1743):
+        unset -> the target's tp (1 for an mlp_speculator, which cannot run at tp > 1); set -> it
+        must be 1 or the target's tp.  Methods without a draft model ignore the field (None).
+
+        Raises
+        ------
+        SpecsimValueError
+            Field ``draft_tensor_parallel_size`` when it is neither 1 nor ``tp``; field ``tp``
+            when ``tp`` is not an int >= 1.
+        """
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise SpecsimValueError("tp", "must be an integer >= 1", tp)
+        if not self.builds_draft_model:
+            return None
+        d = self.draft_tensor_parallel_size
+        if d is None:
+            return 1 if self.method == "mlp_speculator" else tp
+        if d not in (1, tp):
+            raise SpecsimValueError("draft_tensor_parallel_size",
+                                    f"must be 1 or the target's tensor_parallel_size {tp} (vLLM "
+                                    "_verify_and_get_draft_tp, vllm/config/speculative.py l.1735-1742)",
+                                    d, allowed=sorted({1, tp}))
+        return d
+
+    def check_target(self, tp: int, target_max_model_len: int | None = None) -> int | None:
+        """The rules vLLM 0.32 checks against the target: the draft TP (:meth:`draft_tp_for`) and
+        ``max_model_len`` not larger than the target's (``_maybe_override_draft_max_model_len``,
+        ``vllm/config/speculative.py`` l.1633-1675; the target's ``max_model_len`` defaults to its
+        ``max_position_embeddings``).  Returns the draft TP (None without a draft model).
+
+        Raises
+        ------
+        SpecsimValueError
+            Field ``draft_tensor_parallel_size`` or ``speculative_config.max_model_len``.
+        """
+        dtp = self.draft_tp_for(tp)
+        if (self.builds_draft_model and target_max_model_len and self.max_model_len is not None
+                and self.max_model_len > target_max_model_len):
+            raise SpecsimValueError("speculative_config.max_model_len", "cannot be larger than the target's "
+                                    f"max_model_len {target_max_model_len} (vLLM _maybe_override_draft_max_model_len)",
+                                    self.max_model_len)
+        return dtp
+
     def to_dict(self) -> dict:
         """Non-default fields plus ``method`` and ``num_speculative_tokens``, JSON-ready."""
         out: dict[str, Any] = {}
@@ -459,7 +513,8 @@ def parse_speculative_config(config: str | Mapping[str, Any]) -> SpeculativeConf
     if out["use_heterogeneous_vocab"] and out["draft_sample_method"] != "greedy":  # l.1868-1873
         raise SpecsimValueError("draft_sample_method", "must be 'greedy' with use_heterogeneous_vocab",
                                 out["draft_sample_method"], allowed=("greedy",))
-    if out["dspark_draft_topk"] is not None and method != "dspark":  # l.1509-1510
+    if (out["dspark_draft_topk"] is not None and method != "dspark"  # l.1509-1510, draft-model branch only
+            and method not in ("ngram", "ngram_gpu", "suffix", "custom_class", "extract_hidden_states")):
         raise SpecsimValueError("dspark_draft_topk", "only supported by method='dspark'",
                                 out["dspark_draft_topk"])
     return SpeculativeConfig(**out)

@@ -25,18 +25,31 @@ class IngestWarning(UserWarning):
 # helpers
 # --------------------------------------------------------------------------------------------
 def as_count(value: Any, what: str) -> int:
-    """Convert a counter value (int, integral float such as Prometheus' ``330.0``) to int."""
+    """Convert a counter value (int, integral float such as Prometheus' ``330.0``) to int.
+
+    Raises
+    ------
+    DataError
+        Not a number, not finite, not integral, or negative (``"negative counter"``, naming it:
+        vLLM's counters only ever increase from 0, so a negative value is a corrupted file).
+    """
     if isinstance(value, bool):
         raise DataError(f"{what}: expected a count, got a boolean {value!r}")
     try:
-        return operator.index(value)
+        i = operator.index(value)
     except TypeError:
         pass
+    else:
+        if i < 0:
+            raise DataError(f"{what}: negative counter ({i}); counts are never negative")
+        return i
     try:
         f = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise DataError(f"{what}: expected a count, got {value!r}") from None
-    if not math.isfinite(f) or f < 0 or f != int(f):
+    if math.isfinite(f) and f < 0:
+        raise DataError(f"{what}: negative counter ({value!r}); counts are never negative")
+    if not math.isfinite(f) or f != int(f):
         raise DataError(f"{what}: expected a non-negative integer count, got {value!r}")
     return int(f)
 
@@ -50,8 +63,11 @@ class SpecDecodeCounts:
 
     Parameters
     ----------
-    num_drafts : int
-        Drafts = (request, step) pairs that proposed >= 1 token (vLLM ``num_drafts``).
+    num_drafts : int or None
+        Drafts = (request, step) pairs that proposed >= 1 token (vLLM ``num_drafts``).  None when
+        the source does not report it (the early vLLM V1 log line and ``/metrics`` of 2025-03/04
+        had only accepted and draft tokens); MAL and every per-draft quantity then raise
+        NotCollectedError (unknown, never zero), while ``acceptance_rate`` still works.
     num_draft_tokens : int
         Draft tokens proposed (tokens).
     num_accepted_tokens : int
@@ -62,10 +78,15 @@ class SpecDecodeCounts:
     source : str
         Where the numbers came from (file, format), carried into frames and ``Acceptance`` labels.
     num_speculative_tokens : int, optional
-        N. Defaults to ``len(accepted_per_pos)``; must be given when ``accepted_per_pos`` is empty.
+        N. Defaults to ``len(accepted_per_pos)``; must be given when ``accepted_per_pos`` is empty,
+        unless ``not_collected`` names it (the source does not say N: early V1 lines, log lines
+        whose per-position list was cut with ``...``); it is then None.
     num_drafts_range : tuple (int, int), optional
         Inclusive range of ``num_drafts`` values consistent with the source when ``num_drafts``
         was reconstructed from rounded log values (None = exact counter value).
+    not_collected : tuple of str, optional
+        Fields the source does not report, among ``"num_drafts"`` (added automatically when
+        ``num_drafts`` is None) and ``"num_speculative_tokens"``.  Stored sorted.
 
     Raises
     ------
@@ -84,10 +105,20 @@ class SpecDecodeCounts:
     source: str = ""
     num_speculative_tokens: int | None = None
     num_drafts_range: tuple | None = None
+    not_collected: tuple = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        d = as_count(self.num_drafts, "num_drafts")
+        nc = set(self.not_collected)
+        unknown = nc - {"num_drafts", "num_speculative_tokens"}
+        if unknown:
+            raise SpecsimValueError("not_collected", "names fields the source does not report",
+                                    sorted(unknown), allowed=("num_drafts", "num_speculative_tokens"))
+        if self.num_drafts is None:
+            nc.add("num_drafts")
+        elif "num_drafts" in nc:
+            raise SpecsimValueError("num_drafts", "must be None when not_collected names it", self.num_drafts)
+        d = None if self.num_drafts is None else as_count(self.num_drafts, "num_drafts")
         t = as_count(self.num_draft_tokens, "num_draft_tokens")
         a = as_count(self.num_accepted_tokens, "num_accepted_tokens")
         per = tuple(as_count(v, f"accepted_per_pos[{i}]") for i, v in enumerate(self.accepted_per_pos))
@@ -95,14 +126,24 @@ class SpecDecodeCounts:
         set_(self, "num_draft_tokens", t)
         set_(self, "num_accepted_tokens", a)
         set_(self, "accepted_per_pos", per)
+        if d is None and per:
+            raise DataError(f"{self.source or 'counts'}: per-position counts without a number of drafts")
+        if d is None and self.num_drafts_range is not None:
+            raise SpecsimValueError("num_drafts_range", "needs num_drafts (the estimate)")
         n = self.num_speculative_tokens
-        if n is None:
+        if n is None and "num_speculative_tokens" not in nc:
             if not per:
                 raise SpecsimValueError("num_speculative_tokens", "required when accepted_per_pos is empty")
             n = len(per)
-        n = as_count(n, "num_speculative_tokens")
-        if n < 1:
-            raise SpecsimValueError("num_speculative_tokens", "must be >= 1", n)
+        if n is not None and "num_speculative_tokens" in nc:
+            raise SpecsimValueError("num_speculative_tokens", "must be None when not_collected names it", n)
+        if n is not None:
+            n = as_count(n, "num_speculative_tokens")
+            if n < 1:
+                raise SpecsimValueError("num_speculative_tokens", "must be >= 1", n)
+        elif per:
+            raise SpecsimValueError("num_speculative_tokens", "is len(accepted_per_pos) when those are given")
+        set_(self, "not_collected", tuple(sorted(nc)))
         if per and len(per) != n:
             raise DataError(
                 f"{self.source}: accepted_per_pos has {len(per)} positions but "
@@ -130,10 +171,10 @@ class SpecDecodeCounts:
             raise DataError(
                 f"{where}: accepted_per_pos[0] = {per[0]} > num_drafts = {d} "
                 f"(position-1 acceptance rate would exceed 1)")
-        if d > t:
+        if d is not None and d > t:
             raise DataError(f"{where}: num_drafts = {d} > num_draft_tokens = {t} "
                             f"(every draft proposes >= 1 token)")
-        if t > n * d:
+        if d is not None and n is not None and t > n * d:
             raise DataError(f"{where}: num_draft_tokens = {t} > N x num_drafts = {n} x {d} = {n * d}")
         if a > t:
             raise DataError(f"{where}: num_accepted_tokens = {a} > num_draft_tokens = {t}")
@@ -150,6 +191,9 @@ class SpecDecodeCounts:
         return self.num_drafts_range is None
 
     def _need_drafts(self, what: str) -> None:
+        if self.num_drafts is None:
+            raise NotCollectedError(f"{self.source or 'counts'}: {what} is unknown: the source does "
+                                    f"not report the number of drafts (early vLLM V1 output)")
         if self.num_drafts == 0:
             raise DataError(f"{self.source or 'counts'}: {what} is undefined: no drafts were made "
                             f"(num_drafts = 0)")
@@ -244,9 +288,13 @@ class SpecDecodeCounts:
             "num_accepted_tokens": self.num_accepted_tokens, "exact": self.exact,
             "num_drafts_range": self.num_drafts_range,
         }
+        if self.not_collected:
+            out["not_collected"] = list(self.not_collected)
         if self.num_drafts:
             out.update(mal=self.mal, mean_draft_length=self.mean_draft_length,
                        acceptance_rate=self.acceptance_rate)
+        elif self.num_drafts is None and self.num_draft_tokens:
+            out["acceptance_rate"] = self.acceptance_rate
         return out
 
     def check_acceptance_counts(self) -> None:
@@ -279,7 +327,8 @@ class SpecDecodeCounts:
         """
         if not isinstance(other, SpecDecodeCounts):
             return NotImplemented
-        if other.num_speculative_tokens != self.num_speculative_tokens:
+        n1, n2 = self.num_speculative_tokens, other.num_speculative_tokens
+        if n1 is not None and n2 is not None and n1 != n2:
             raise DataError(
                 f"cannot pool counts with different num_speculative_tokens: "
                 f"{self.num_speculative_tokens} ({self.source}) vs "
@@ -288,17 +337,23 @@ class SpecDecodeCounts:
             per = tuple(x + y for x, y in zip(self.accepted_per_pos, other.accepted_per_pos))
         else:
             per = ()
-        lo1, hi1 = self.num_drafts_range or (self.num_drafts, self.num_drafts)
-        lo2, hi2 = other.num_drafts_range or (other.num_drafts, other.num_drafts)
         srcs = [s for s in (self.source, other.source) if s]
+        n = n1 if n1 is not None and n2 is not None else None
+        if self.num_drafts is None or other.num_drafts is None:
+            d, rng = None, None  # unknown in one part: unknown in the sum
+        else:
+            lo1, hi1 = self.num_drafts_range or (self.num_drafts, self.num_drafts)
+            lo2, hi2 = other.num_drafts_range or (other.num_drafts, other.num_drafts)
+            d, rng = self.num_drafts + other.num_drafts, (lo1 + lo2, hi1 + hi2)
         return SpecDecodeCounts(
-            num_drafts=self.num_drafts + other.num_drafts,
+            num_drafts=d,
             num_draft_tokens=self.num_draft_tokens + other.num_draft_tokens,
             num_accepted_tokens=self.num_accepted_tokens + other.num_accepted_tokens,
-            accepted_per_pos=per,
+            accepted_per_pos=per if n is not None else (),
             source=" + ".join(dict.fromkeys(srcs)),
-            num_speculative_tokens=self.num_speculative_tokens,
-            num_drafts_range=(lo1 + lo2, hi1 + hi2),
+            num_speculative_tokens=n,
+            num_drafts_range=rng,
+            not_collected=() if n is not None else ("num_speculative_tokens",),
         )
 
     def __radd__(self, other):
@@ -313,7 +368,10 @@ class SpecDecodeCounts:
             raise DataError(f"{where}: num_speculative_tokens changed between scrapes "
                             f"({before.num_speculative_tokens} -> {self.num_speculative_tokens}); "
                             f"different server?")
-        pairs = [("num_drafts", before.num_drafts, self.num_drafts),
+        if (before.num_drafts is None) != (self.num_drafts is None):
+            raise DataError(f"{where}: num_drafts reported in only one of the two scrapes "
+                            f"(different vLLM versions?)")
+        pairs = [("num_drafts", before.num_drafts or 0, self.num_drafts or 0),
                  ("num_draft_tokens", before.num_draft_tokens, self.num_draft_tokens),
                  ("num_accepted_tokens", before.num_accepted_tokens, self.num_accepted_tokens)]
         pairs += [(f"accepted_per_pos[{i}]", b, a)
@@ -323,8 +381,9 @@ class SpecDecodeCounts:
                 raise DataError(f"{where}: counter reset: {name} went from {b} to {a} "
                                 f"(server restarted between the scrapes?)")
         per = tuple(a - b for _, b, a in pairs[3:])
-        return SpecDecodeCounts(self.num_drafts - before.num_drafts,
+        return SpecDecodeCounts(None if self.num_drafts is None else self.num_drafts - before.num_drafts,
                                 self.num_draft_tokens - before.num_draft_tokens,
                                 self.num_accepted_tokens - before.num_accepted_tokens,
                                 per, source=where,
-                                num_speculative_tokens=self.num_speculative_tokens)
+                                num_speculative_tokens=self.num_speculative_tokens,
+                                not_collected=self.not_collected)

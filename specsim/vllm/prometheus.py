@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -31,6 +32,20 @@ SPEC_METRIC_NAMES = {
 _GENERATION_TOKENS = "vllm:generation_tokens"
 _PROMPT_TOKENS = "vllm:prompt_tokens"
 _NAME_TO_FIELD = {v: k for k, v in SPEC_METRIC_NAMES.items()}
+_READ_NAMES = tuple(SPEC_METRIC_NAMES.values()) + (_GENERATION_TOKENS, _PROMPT_TOKENS)
+_RE_PROM_HEAD = re.compile(
+    r"^(?:# (?:HELP|TYPE|EOF)\b|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+    r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|NaN|Inf))(?:[ \t]+-?\d+)?[ \t]*$)")
+
+
+def _first_line(text: str) -> str:
+    head = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return repr(head[:80])
+
+
+def _json_hint(text: str) -> str:
+    head = text.lstrip()[:1]
+    return "; it looks like JSON (a bench result or LLM.get_metrics() dump?)" if head in ("{", "[") else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,12 +87,13 @@ class MetricsSnapshot:
         """
         if not self.spec_by_engine:
             raise NotCollectedError(
-                f"{self.source}: no vllm:spec_decode_* counters (speculative decoding not enabled "
-                f"or metrics not collected); acceptance is unknown, not zero")
+                f"{self.source}: no vllm:spec_decode_* counters: this run had speculative decoding "
+                f"off (or the metrics were not collected); acceptance is unknown, not zero")
         total = sum(self.spec_by_engine.values())
         return SpecDecodeCounts(total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens,
                                 total.accepted_per_pos, source=self.source,
-                                num_speculative_tokens=total.num_speculative_tokens)
+                                num_speculative_tokens=total.num_speculative_tokens,
+                                not_collected=tuple(x for x in total.not_collected if x != "num_drafts"))
 
     def to_frame(self) -> pd.DataFrame:
         """``spec_counts().to_frame()``."""
@@ -117,6 +133,14 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
             entry[fld] = as_count(value, what)
     by_engine: dict[str, SpecDecodeCounts] = {}
     for key, e in spec.items():
+        if ("num_drafts" not in e and not e["accepted_per_pos"] and "num_draft_tokens" in e
+                and "num_accepted_tokens" in e):
+            # early V1 (2025-03/04) exposed only draft and accepted tokens: a valid scrape whose
+            # drafts and N are unknown (a cut scrape loses num_drafts, printed first, last)
+            by_engine[key] = SpecDecodeCounts(
+                None, e["num_draft_tokens"], e["num_accepted_tokens"], (), source=f"{source} {{{key}}}",
+                not_collected=("num_speculative_tokens",))
+            continue
         missing = [SPEC_METRIC_NAMES[f] for f in SPEC_METRIC_NAMES if f != "accepted_per_pos" and f not in e]
         if not e["accepted_per_pos"]:
             missing.append(SPEC_METRIC_NAMES["accepted_per_pos"])
@@ -155,8 +179,13 @@ def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSn
     Raises
     ------
     DataError
-        Unparseable text, non-integer or negative counts, incomplete spec-decode series, or
-        counters that violate vLLM's identities (see :class:`SpecDecodeCounts`).
+        Three kinds, told apart in the message: empty text ("empty"); text that is not a
+        Prometheus exposition or has no ``vllm:`` metric ("not Prometheus text (first line ...)",
+        "not a vLLM /metrics scrape"); a truncated or invalid scrape (a counter sample on the last
+        line without a line end, unparseable lines, non-integer or negative counts ("negative
+        counter"), incomplete spec-decode series, counters that violate vLLM's identities, see
+        :class:`SpecDecodeCounts`).  A scrape without spec-decode counters is valid:
+        ``status == "not collected"``.
     """
     try:
         from prometheus_client.parser import text_string_to_metric_families
@@ -164,7 +193,22 @@ def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSn
         raise MissingExtraError("reading Prometheus text", "prometheus-client", "vllm") from exc
     if not isinstance(text, str):
         raise SpecsimValueError("text", "must be the /metrics text (str)", type(text).__name__)
+    if not text.strip():
+        raise DataError(f"{source}: empty: no Prometheus text")
+    lines = text.splitlines()
+    head = next(ln.strip() for ln in lines if ln.strip())
+    if not _RE_PROM_HEAD.match(head) and not re.match(r"vllm:|[a-zA-Z_:][a-zA-Z0-9_:]*\{", head):
+        raise DataError(f"{source}: not Prometheus text: the first line is neither '# HELP'/'# TYPE' "
+                        f"nor a 'name value' sample (first line {_first_line(text)}){_json_hint(text)}")
+    if not text.endswith("\n"):
+        last = lines[-1].strip()
+        if last.startswith(_READ_NAMES):
+            raise DataError(f"{source}: truncated: the last line has no line end (scrape cut "
+                            f"mid-line?): {last[:200]!r}")
+    if "\x00" in text:
+        raise DataError(f"{source}: not Prometheus text: NUL bytes (binary data)")
     samples = []
+    seen_vllm = False
     try:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
@@ -173,6 +217,7 @@ def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSn
                     continue
                 if name.endswith("_total"):
                     name = name[: -len("_total")]
+                seen_vllm = seen_vllm or name.startswith("vllm:")
                 labels = dict(s.labels)
                 pos = labels.pop("position", None)
                 if pos is not None:
@@ -183,15 +228,32 @@ def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSn
                 samples.append((name, labels, pos, s.value))
     except DataError:
         raise
-    except (ValueError, TypeError, IndexError, KeyError) as exc:
-        raise DataError(f"{source}: malformed Prometheus text: {exc}") from exc
+    except Exception as exc:  # any failure of the third-party parser = bad text
+        raise DataError(f"{source}: malformed Prometheus text (truncated or invalid): "
+                        f"{type(exc).__name__}: {str(exc)[:300]}") from exc
+    if not seen_vllm:
+        raise DataError(f"{source}: not a vLLM /metrics scrape: valid Prometheus text without any "
+                        f"vllm:* metric (first line {_first_line(text)})")
     return _build_snapshot(samples, source)
 
 
 def read_prometheus(path: str | os.PathLike) -> MetricsSnapshot:
     """Read a saved ``/metrics`` scrape from a file; see :func:`parse_prometheus_text`."""
-    with open(path, encoding="utf-8") as fh:
-        return parse_prometheus_text(fh.read(), source=os.path.basename(os.fspath(path)))
+    source = os.path.basename(os.fspath(path))
+    return parse_prometheus_text(_read_text(path, source, "Prometheus text"), source=source)
+
+
+def _read_text(path: str | os.PathLike, source: str, what: str) -> str:
+    """A file's text; DataError for an empty file or bytes that are not UTF-8 text."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if not data.strip():
+        raise DataError(f"{source}: empty file" + (" (only whitespace)" if data else ""))
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise DataError(f"{source}: not {what}: the file is not UTF-8 text "
+                        f"(first bytes {data[:16]!r})") from None
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -220,28 +282,51 @@ def parse_offline_metrics(metrics: Any, *, source: str = "LLM.get_metrics") -> M
     Raises
     ------
     DataError
-        Malformed entries or inconsistent counters.
+        Told apart in the message: an empty file ("empty file"); a file that is not a metrics
+        dump ("not JSON (first line ...)", "not an LLM.get_metrics() dump": another JSON shape);
+        a truncated or invalid one ("invalid JSON (truncated file?)", malformed entries, negative
+        counters, inconsistent counters).  A dump without spec-decode counters (also ``[]``) is
+        valid: ``status == "not collected"``.
     """
     if isinstance(metrics, (str, os.PathLike)):
         path = os.fspath(metrics)
-        try:
-            with open(path, encoding="utf-8") as fh:
-                metrics = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc})") from exc
         source = os.path.basename(path) if source == "LLM.get_metrics" else source
+        text = _read_text(path, source, "an LLM.get_metrics() JSON dump")
+        try:
+            metrics = json.loads(text)
+        except json.JSONDecodeError as exc:
+            body = text.strip()
+            if body[:1] not in ("{", "[") or exc.pos <= text.index(body[0]) + 1:
+                raise DataError(f"{source}: not JSON, so not an LLM.get_metrics() dump "
+                                f"(first line {_first_line(text)})") from exc
+            if exc.msg.startswith("Extra data"):
+                raise DataError(f"{source}: several JSON documents in one file (an --append-result "
+                                f"bench file?), not an LLM.get_metrics() dump: {exc}") from exc
+            if exc.pos >= len(text.rstrip()) - 1:
+                raise DataError(f"{source}: truncated JSON (the document ends early): {exc}") from exc
+            raise DataError(f"{source}: invalid JSON: {exc}") from exc
+        except RecursionError as exc:
+            raise DataError(f"{source}: JSON nested too deeply to be a metrics dump") from exc
     if isinstance(metrics, Mapping):
         for key in ("metrics", "all_metrics"):
             if key in metrics and isinstance(metrics[key], list):
                 metrics = metrics[key]
                 break
         else:
-            raise DataError(f"{source}: expected a list of metrics, got a dict with keys {sorted(metrics)}")
+            keys = sorted(map(str, metrics))
+            hint = (" (a vllm bench result? use read_bench_result)"
+                    if any(k.startswith(("spec_decode_", "completed", "duration")) for k in keys) else "")
+            raise DataError(f"{source}: not an LLM.get_metrics() dump: expected a list of metrics, "
+                            f"got a JSON object with keys {keys[:12]}{hint}")
+    if isinstance(metrics, (str, bytes, int, float, bool)) or metrics is None or not hasattr(metrics, "__iter__"):
+        raise DataError(f"{source}: not an LLM.get_metrics() dump: expected a list of metrics, "
+                        f"got {type(metrics).__name__}")
     samples = []
     for i, m in enumerate(metrics):
         name = _get(m, "name")
         if not isinstance(name, str):
-            raise DataError(f"{source}: entry {i} has no metric name: {m!r}")
+            raise DataError(f"{source}: entry {i} has no metric name (not an LLM.get_metrics() "
+                            f"dump?): {str(m)[:200]}")
         labels = _get(m, "labels", {}) or {}
         if not isinstance(labels, Mapping):
             raise DataError(f"{source}: {name}: labels must be a mapping, got {labels!r}")
@@ -263,7 +348,12 @@ def parse_offline_metrics(metrics: Any, *, source: str = "LLM.get_metrics") -> M
         if not has_value:
             raise DataError(f"{source}: {name}: entry has neither 'value' nor 'values'")
         pos = labels.pop("position", None)
-        samples.append((name, labels, int(pos) if pos is not None else None, _get(m, "value")))
+        if pos is not None:
+            try:
+                pos = int(pos)
+            except ValueError:
+                raise DataError(f"{source}: {name}: position label {pos!r} is not an integer") from None
+        samples.append((name, labels, pos, _get(m, "value")))
     return _build_snapshot(samples, source)
 
 
@@ -301,7 +391,9 @@ def diff_scrapes(before: MetricsSnapshot | str, after: MetricsSnapshot | str) ->
     for key, a in after.spec_by_engine.items():
         b = before.spec_by_engine.get(key)
         if b is None:  # engine appeared after the first scrape: it started from zero
-            b = SpecDecodeCounts(0, 0, 0, (0,) * a.num_speculative_tokens)
+            b = SpecDecodeCounts(None if a.num_drafts is None else 0, 0, 0,
+                                 (0,) * len(a.accepted_per_pos), num_speculative_tokens=a.num_speculative_tokens,
+                                 not_collected=tuple(x for x in a.not_collected if x != "num_drafts"))
         spec[key] = a.minus(b, f"{where} {{{key}}}")
 
     def _d(name: str, b: int | None, a: int | None) -> int | None:

@@ -1,0 +1,365 @@
+"""One format detector and dispatcher over the readers of :mod:`specsim.vllm` (layer 1).
+
+:func:`read_counts` takes any file a vLLM user has (a Prometheus ``/metrics`` scrape, a server log
+with ``SpecDecoding metrics:`` lines, a ``vllm bench serve --save-result`` JSON, an offline
+``LLM.get_metrics()`` dump, and the formats added to :data:`KINDS` by the readers in this package)
+and returns the counts record with the format it was read as.  It keeps three answers apart:
+
+- the file is not a format specsim reads (empty, binary, or text of no known shape: ``DataError``
+  naming the first line and the formats read);
+- the file is of a known format but broken (truncated JSON, malformed Prometheus text, a cut log
+  line: ``DataError`` from the format's reader, prefixed with the path and format);
+- the file is fine but speculative decoding was off (``NotCollectedError``, never zero).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import DataError, NotCollectedError, SpecsimValueError
+from specsim.vllm.bench import BenchResult, read_bench_result, read_bench_results
+from specsim.vllm.bench_log import read_bench_logs
+from specsim.vllm.counts import SpecDecodeCounts
+from specsim.vllm.guidellm import read_guidellm_report
+from specsim.vllm.logs import read_spec_decode_log
+from specsim.vllm.per_request import read_response_spec_metrics
+from specsim.vllm.prometheus import diff_scrapes, parse_offline_metrics, read_prometheus
+from specsim.vllm.speculators import (
+    read_speculators_acceptance,
+    read_speculators_eval_log,
+)
+from specsim.vllm.sweep import read_bench_sweep, read_sweep_summary_runs
+
+__all__ = ["KINDS", "detect_kind", "read_counts", "run_temperature"]
+
+#: format name -> what it is (the values of ``--kind``; "auto" detects)
+KINDS: dict[str, str] = {
+    "metrics": "Prometheus /metrics text (curl /metrics)",
+    "log": "vLLM log with 'SpecDecoding metrics:' lines (vllm serve / LLM)",
+    "bench": "vllm bench serve --save-result JSON (--append-result: the results pooled)",
+    "offline": "LLM.get_metrics() dumped as JSON",
+    "bench-log": "vllm bench serve console output with its Speculative Decoding block",
+    "sweep": "vllm bench sweep output directory or its summary.csv (runs pooled)",
+    "response": "one OpenAI response of vllm serve --per-request-spec-decode-metrics",
+    "guidellm": "GuideLLM benchmark report JSON (benchmarks pooled)",
+    "speculators-csv": "speculators evaluate acceptance CSV (subsets pooled)",
+    "speculators-log": "speculators evaluate log with its Acceptance Report (subsets pooled)",
+}
+
+#: formats that hold acceptance but no counts: what to use instead
+_NOT_COUNTS = {
+    "inferencex": "an InferenceX golden acceptance-length file (AL per N, no per-position counts): read it "
+                  "with specsim.vllm.read_golden_al and build Acceptance.from_mal(AL, N)",
+}
+
+_SNIFF_BYTES = 65536
+_PROM_SAMPLE = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\{.*\})?\s+[-+]?(\d[\d.eE+-]*|\.\d+|[Ii]nf|NaN|nan)(\s+-?\d+)?$")
+_LOG_LINE = re.compile(r"\b(INFO|WARNING|WARN|DEBUG|ERROR|CRITICAL)\b|SpecDecoding metrics|Speculative metrics")
+_BENCH_KEYS = {"num_prompts", "completed", "request_throughput", "output_throughput", "total_input_tokens",
+               "duration", "mean_ttft_ms", "max_concurrency", "backend", "endpoint_type"}
+
+
+def _allowed() -> str:
+    return ", ".join(f"{k} ({v})" for k, v in KINDS.items())
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            s = line.strip()
+            return s if len(s) <= 100 else s[:100] + "..."
+    return ""
+
+
+def _sniff(path: Path) -> str:
+    """The file's leading text, after refusing what no reader can read (missing, empty, binary)."""
+    if not path.exists():
+        raise SpecsimValueError("path", "no such file", str(path))
+    if path.is_dir():
+        raise SpecsimValueError("path", "is a directory, not a file", str(path))
+    with open(path, "rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if not head.strip():
+        raise DataError(f"{path}: empty file (no bytes{' but whitespace' if head else ''}): not a vLLM "
+                        f"output; formats read: {_allowed()}")
+    if b"\x00" in head:
+        raise DataError(f"{path}: binary data (NUL bytes), not a vLLM text output; formats read: {_allowed()}")
+    text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
+    if text.count("\ufffd") > max(8, len(text) // 20):
+        raise DataError(f"{path}: binary data (not UTF-8 text), not a vLLM output; formats read: {_allowed()}")
+    return text
+
+
+def _first_json(text: str) -> Any:
+    """The first JSON document of a text holding several (None if it does not parse)."""
+    try:
+        return json.JSONDecoder().raw_decode(text.lstrip())[0]
+    except ValueError:
+        return None
+
+
+def _is_bench(doc: Any) -> bool:
+    return isinstance(doc, dict) and (any(str(k).startswith("spec_decode_") for k in doc)
+                                      or len(_BENCH_KEYS & set(map(str, doc))) >= 2)
+
+
+def _json_kind(doc: Any) -> str | None:
+    if isinstance(doc, list):
+        if doc and all(isinstance(m, dict) and "name" in m for m in doc):
+            return "offline"
+        if doc and all(_is_bench(m) for m in doc):
+            return "bench"  # vllm bench sweep summary.json: a list of results
+        return None
+    if isinstance(doc, dict):
+        if isinstance(doc.get("metrics"), list):
+            return "offline"
+        if isinstance(doc.get("benchmarks"), list) and ("metadata" in doc or "config" in doc):
+            return "guidellm"
+        if "choices" in doc and isinstance(doc.get("metrics", {}), dict):
+            return "response"
+        if _is_bench(doc):
+            return "bench"
+    return None
+
+
+def detect_kind(path: str | os.PathLike) -> str:
+    """The format of a file (a key of :data:`KINDS`), from its content (the suffix only breaks ties).
+
+    Raises
+    ------
+    SpecsimValueError
+        ``path`` missing or a directory.
+    DataError
+        Empty or binary file; a JSON file that does not parse (reported as truncated / invalid
+        JSON, not as a log); JSON or text of no known shape (the message quotes the first line
+        and lists the formats read).
+    """
+    path = Path(path)
+    text = _sniff(path)
+    stripped = text.lstrip()
+    is_json = path.suffix.lower() == ".json"
+    if stripped[:1] == "{" or (stripped[:1] == "[" and (is_json or not _LOG_LINE.search(text))) or is_json:
+        with open(path, "rb") as fh:
+            full = fh.read().decode("utf-8", errors="replace").lstrip("\ufeff")
+        try:
+            doc = json.loads(full)
+        except ValueError as exc:
+            if stripped[:1] not in "{[":
+                raise DataError(f"{path}: a .json file that is not JSON (first line {_first_line(text)!r}); "
+                                f"formats read: {_allowed()}") from exc
+            if getattr(exc, "msg", "") == "Extra data":
+                first = _first_json(full)
+                if _is_bench(first):
+                    return "bench"  # vllm bench serve --append-result: one result per line
+                if first is not None:
+                    raise DataError(f"{path}: several JSON documents, not one, and the first is no vllm bench "
+                                    f"result; formats read: {_allowed()}") from exc
+            raise DataError(f"{path}: not valid JSON (truncated or edited file?): {exc}") from exc
+        kind = _json_kind(doc)
+        if kind is None:
+            what = (f"top-level keys {sorted(map(str, doc))[:12]}" if isinstance(doc, dict)
+                    else f"a JSON {type(doc).__name__}")
+            raise DataError(f"{path}: JSON, but not a format specsim reads ({what}); formats read: {_allowed()}")
+        return kind
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if any(ln.startswith(("# HELP ", "# TYPE ")) for ln in lines[:50]) or (lines and _PROM_SAMPLE.match(lines[0])):
+        return "metrics"
+    if lines and lines[0].startswith("subset,") and "num_drafts" in lines[0]:
+        return "speculators-csv"
+    if lines and "spec_decode_" in lines[0] and "," in lines[0] and "endpoint_type" in lines[0]:
+        return "sweep"  # vllm bench sweep summary.csv
+    if "golden_al" in text[:4096].lower() or (path.suffix.lower() in (".yaml", ".yml") and "acceptance" in text.lower()):
+        raise DataError(f"{path}: {_NOT_COUNTS['inferencex']}")
+    full = _full_text(path, text)
+    if "Speculative Decoding Acceptance Report" in full:
+        return "speculators-log"
+    if "Serving Benchmark Result" in full:
+        return "bench-log"
+    if any(_LOG_LINE.search(ln) for ln in lines):
+        return "log"
+    raise DataError(f"{path}: not a format specsim reads (first line {_first_line(text)!r}); "
+                    f"formats read: {_allowed()}")
+
+
+def _full_text(path: Path, head: str) -> str:
+    if len(head) < _SNIFF_BYTES - 8:
+        return head
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8", errors="replace")
+
+
+def _pool(counts: list[SpecDecodeCounts | None], path: Path, what: str) -> SpecDecodeCounts:
+    """Several results of one file pooled (sum of counts; acceptance per position does not depend on
+    the load).  Results without spec-decode counts are skipped; none at all is not collected."""
+    got = [c for c in counts if c is not None]
+    if not got:
+        raise NotCollectedError(f"{path}: none of its {len(counts)} {what} has speculative-decoding counts "
+                                "(speculative decoding off); acceptance is unknown, not zero")
+    ns = sorted({c.num_speculative_tokens for c in got})
+    if len(ns) > 1:
+        raise DataError(f"{path}: its {what}s ran at different num_speculative_tokens {ns}: pool only one N "
+                        "(read them with the format's reader in specsim.vllm and pick)")
+    out = got[0] if len(got) == 1 else sum(got[1:], got[0])
+    if len(got) < len(counts):
+        out = replace(out, source=f"{out.source} ({len(counts) - len(got)} of {len(counts)} {what}s without "
+                                  "usable spec-decode counts skipped)")
+    return out
+
+
+def _bench_counts(results: list[BenchResult], path: Path, what: str = "result") -> SpecDecodeCounts:
+    return _pool([r.spec for r in results], path, what)
+
+
+def _sweep_counts(path: Path) -> SpecDecodeCounts:
+    # per-position counts of a run under a dynamic schedule are censored: such runs are skipped
+    # (SweepRun.acceptance_counts), the rest pooled
+    runs = read_bench_sweep(path) if path.is_dir() else read_sweep_summary_runs(path)
+    out = []
+    for run in runs:
+        try:
+            out.append(run.acceptance_counts())
+        except NotCollectedError:
+            out.append(None)
+    return _pool(out, path, "sweep run")
+
+
+def _read_metrics(path: Path, before: Path | None) -> SpecDecodeCounts:
+    snap = read_prometheus(path)
+    if before is not None:
+        snap = diff_scrapes(read_prometheus(before), snap)
+    return snap.spec_counts()
+
+
+def _read_bench(p: Path) -> SpecDecodeCounts:
+    with open(p, "rb") as fh:
+        head = fh.read(256).lstrip()
+    if head.startswith(b"["):  # vllm bench sweep summary.json: a list of results
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            doc = json.load(fh)
+        return _bench_counts([read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(doc)], p)
+    return _bench_counts(read_bench_results(p), p)
+
+
+def _spec_or_none(b) -> SpecDecodeCounts | None:
+    try:
+        return b.spec_counts()
+    except NotCollectedError:
+        return None
+
+
+_READERS: dict[str, Callable[[Path], SpecDecodeCounts]] = {
+    "log": lambda p: read_spec_decode_log(p).total(),
+    "bench": _read_bench,
+    "offline": lambda p: parse_offline_metrics(p).spec_counts(),
+    "bench-log": lambda p: _bench_counts(read_bench_logs(p), p, "Serving Benchmark Result block"),
+    "sweep": _sweep_counts,
+    "response": lambda p: read_response_spec_metrics(p).counts,
+    "guidellm": lambda p: _pool([_spec_or_none(b) for b in read_guidellm_report(p)], p, "GuideLLM benchmark"),
+    "speculators-csv": lambda p: _pool(list(read_speculators_acceptance(p).values()), p, "subset"),
+    "speculators-log": lambda p: _pool(list(read_speculators_eval_log(p).values()), p, "subset"),
+}
+
+
+def read_counts(path: str | os.PathLike, kind: str = "auto",
+                before: str | os.PathLike | None = None) -> tuple[str, SpecDecodeCounts]:
+    """Read the speculative-decoding counts of any vLLM output specsim knows.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file.
+    kind : str
+        ``"auto"`` (detect from the content, :func:`detect_kind`) or a key of :data:`KINDS`.
+    before : str or path-like, optional
+        A Prometheus scrape taken before the run; the counts are then after - before.  Only for a
+        Prometheus scrape (an error for any other format, never ignored).
+
+    Returns
+    -------
+    kind : str
+        The format read.
+    counts : SpecDecodeCounts
+
+    Raises
+    ------
+    SpecsimValueError
+        ``kind`` unknown; ``path`` or ``before`` missing; ``before`` given for a file that is not a
+        Prometheus scrape, or ``before`` itself not a Prometheus scrape.
+    DataError
+        Not a format specsim reads (empty, binary, unknown shape), or a known format that is
+        truncated or inconsistent (the message starts with the path and the format).
+    NotCollectedError
+        A valid file without speculative-decoding metrics (speculative decoding off).
+    """
+    if not isinstance(kind, str) or (kind != "auto" and kind not in KINDS):
+        raise SpecsimValueError("kind", "unknown format", kind, ["auto", *KINDS])
+    path = Path(path)
+    if path.is_dir() and kind in ("auto", "sweep"):
+        return "sweep", _sweep_counts(path)
+    if kind == "auto":
+        kind = detect_kind(path)
+    else:
+        _sniff(path)
+    before_path = None
+    if before is not None:
+        before_path = Path(before)
+        if kind != "metrics":
+            raise SpecsimValueError("before", f"applies only to a Prometheus /metrics scrape, but {path} is "
+                                    f"read as {kind!r} ({KINDS[kind]})", str(before), ["a Prometheus scrape"])
+        bkind = detect_kind(before_path)
+        if bkind != "metrics":
+            raise SpecsimValueError("before", f"must be a Prometheus /metrics scrape, but it reads as {bkind!r} "
+                                    f"({KINDS[bkind]})", str(before))
+    try:
+        counts = _read_metrics(path, before_path) if kind == "metrics" else _READERS[kind](path)
+    except DataError as exc:
+        msg = str(exc)
+        raise DataError(msg if msg.startswith(str(path)) else f"{path}: {kind}: {msg}") from exc
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: {kind}: {exc}") from exc
+    return kind, counts
+
+
+_NAMESPACE_T = re.compile(r"Namespace\(.*?\btemperature=([-+0-9.eE]+|None)\b")
+
+
+def _number_or_none(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def run_temperature(path: str | os.PathLike, kind: str) -> float | None:
+    """The sampling temperature a file records for its run, when it records one (else None).
+
+    Recorded by: the ``vllm bench serve`` console output (its ``Namespace(... temperature=...)``
+    line), a bench JSON saved with a ``temperature`` key (``--metadata temperature=...``), and a
+    GuideLLM report (the request body's ``temperature``, when all its benchmarks agree).  The other
+    formats (Prometheus, server logs, offline metrics) do not know the requests' temperature.
+    """
+    path = Path(path)
+    try:
+        if kind == "bench-log":
+            temps = {m.group(1) for m in _NAMESPACE_T.finditer(_full_text(path, _sniff(path)))}
+            vals = {float(t) for t in temps if t != "None"}
+            return vals.pop() if len(vals) == 1 and "None" not in temps else None
+        if kind in ("bench", "guidellm") and path.is_file():
+            with open(path, "rb") as fh:
+                text = fh.read().decode("utf-8", errors="replace")
+            if kind == "bench":
+                t = _number_or_none((_first_json(text) or {}).get("temperature"))
+                return t
+            doc = json.loads(text)
+            vals = set()
+            for b in doc.get("benchmarks") or []:
+                body = (((b or {}).get("config") or {}).get("backend") or {}).get("extras") or {}
+                vals.add(_number_or_none((body.get("body") or {}).get("temperature")))
+            return vals.pop() if len(vals) == 1 else None
+    except (ValueError, AttributeError, OSError, DataError):
+        return None
+    return None

@@ -1,0 +1,188 @@
+"""Rows of tests/data/samples/BAD-INPUTS.md that were not "clear", one test per row fixed: each now
+gives a specsim error naming the field (exit code 2 in the CLI, no traceback) or, where the input is
+valid but the number misleads, a WARNING in the summary and ``warnings`` in ``--json``."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specsim.acceptance import Acceptance
+from specsim.cli import main
+from specsim.errors import DataError, SpecsimValueError
+from specsim.predict import predict, sweep
+from specsim.vllm.detect import read_counts
+
+SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
+BASE = ["predict", "--target", "Qwen3-8B", "--method", "eagle3", "--hardware", "MI300X"]
+
+
+def run(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def assert_exit_2_naming(argv, field, capsys):
+    rc, out, err = run(argv, capsys)
+    assert rc == 2, (out, err)
+    assert err.startswith("specsim: error: ") and "Traceback" not in err
+    assert field in err, err
+    return err
+
+
+# --- #4: -n 1000000, far beyond the context -------------------------------------------------
+def test_row_4_n_beyond_the_context_refused(capsys):
+    err = assert_exit_2_naming([*BASE, "-n", "1000000", "--acceptance", "0.8"], "num_speculative_tokens", capsys)
+    assert "max_position_embeddings is 40960" in err and "1000000" in err and "allowed: 1..40960" in err
+
+
+# --- #26-28: --cumulative that is not a list of numbers -------------------------------------------
+@pytest.mark.parametrize("value, field", [("a,b", "--cumulative[0]"), ("", "--cumulative"),
+                                          ("0.8,0.6,", "--cumulative[2]")])
+def test_rows_26_28_cumulative_not_numbers(value, field, capsys):
+    err = assert_exit_2_naming([*BASE, "-n", "3", "--cumulative", value], field, capsys)
+    assert "comma-separated numbers in [0, 1]" in err
+
+
+def test_rows_26_28_conditional_likewise(capsys):
+    assert_exit_2_naming([*BASE, "-n", "3", "--conditional", "0.9,x"], "--conditional[1]", capsys)
+
+
+# --- #81-82: ingest an empty file, random bytes ------------------------------------------------
+def test_row_81_ingest_empty_file(tmp_path, capsys):
+    f = tmp_path / "empty.log"
+    f.write_bytes(b"")
+    err = assert_exit_2_naming(["ingest", str(f)], "empty file", capsys)
+    assert "not collected" not in err and "speculative decoding off" not in err
+    assert "metrics (Prometheus" in err  # lists the formats read
+
+
+def test_row_82_ingest_random_bytes(tmp_path, capsys):
+    f = tmp_path / "x.prom"
+    f.write_bytes(np.random.default_rng(0).integers(0, 256, 3000, dtype=np.uint8).tobytes())
+    err = assert_exit_2_naming(["ingest", str(f)], "binary data", capsys)
+    assert "not collected" not in err and "no 'SpecDecoding metrics' lines" not in err
+
+
+def test_ingest_text_of_no_known_format(tmp_path, capsys):
+    f = tmp_path / "notes.txt"
+    f.write_text("hello world\nsecond line\n")
+    err = assert_exit_2_naming(["ingest", str(f)], "not a format specsim reads", capsys)
+    assert "first line 'hello world'" in err
+
+
+# --- #93: a truncated bench JSON is truncated JSON, not "no log lines" ----------------------------
+def test_row_93_truncated_bench_json(tmp_path, capsys):
+    text = (SAMPLES / "run" / "bench_a.json").read_text()
+    f = tmp_path / "bench.json"
+    f.write_text(text[: len(text) // 2])
+    err = assert_exit_2_naming(["ingest", str(f)], "not valid JSON (truncated", capsys)
+    assert "not collected" not in err and "no 'SpecDecoding metrics' lines" not in err
+    with pytest.raises(DataError, match="not valid JSON"):
+        read_counts(f)
+
+
+# --- #102: --before with a file that is not a Prometheus scrape ----------------------------------
+def test_row_102_before_with_a_log_is_an_error(capsys):
+    err = assert_exit_2_naming(["ingest", str(SAMPLES / "run" / "server_a.log"), "--before",
+                                str(SAMPLES / "run" / "metrics_a_before.prom")], "before", capsys)
+    assert "'log'" in err and "Prometheus" in err
+    with pytest.raises(SpecsimValueError) as ei:
+        read_counts(SAMPLES / "run" / "bench_a.json", before=SAMPLES / "run" / "metrics_a_before.prom")
+    assert ei.value.field == "before"
+
+
+def test_before_that_is_not_a_scrape_is_an_error():
+    with pytest.raises(SpecsimValueError) as ei:
+        read_counts(SAMPLES / "run" / "metrics_a_after.prom", before=SAMPLES / "run" / "server_a.log")
+    assert ei.value.field == "before" and "'log'" in str(ei.value)
+
+
+# --- #117: from_rates without kind reads vLLM's cumulative rates -----------------------------------
+def test_row_117_from_rates_default_cumulative():
+    rates = [0.739, 0.478, 0.261, 0.174, 0.130, 0.087, 0.043]  # README.md's 2026 log line, MAL 2.91
+    assert Acceptance.from_rates(rates).mal(7) == pytest.approx(2.912)
+
+
+# --- #122: zero acceptance predicts 0.342x with no flag ---------------------------------------------
+def test_row_122_zero_acceptance_warns(capsys):
+    p = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.from_counts(1000, [0, 0, 0], temperature=0.0))
+    assert p.mal == pytest.approx(1.0) and p.throughput_ratio < 1
+    assert any(w.startswith("acceptance is zero") for w in p.warnings)
+    assert any(w.startswith("below break-even") and f"{p.throughput_ratio:.3f}x" in w for w in p.warnings)
+    assert p.to_dict()["warnings"] == list(p.warnings)
+    assert "WARNING             acceptance is zero" in p.summary()
+    rc, out, _ = run([*BASE, "-n", "3", "--acceptance", "0", "--json"], capsys)
+    assert rc == 0 and any("acceptance is zero" in w for w in json.loads(out)["warnings"])
+
+
+# --- #123-124: sweep over an empty list ----------------------------------------------------------
+@pytest.mark.parametrize("field, kw", [("num_speculative_tokens", {"num_speculative_tokens": []}),
+                                       ("concurrency", {"concurrency": []})])
+def test_rows_123_124_sweep_empty_axis(field, kw):
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", acceptance=0.7, **kw)
+    assert ei.value.field == field and "must not be empty" in str(ei.value)
+
+
+def test_rows_123_124_sweep_empty_axis_cli(capsys):
+    argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", "-n", ","]
+    assert_exit_2_naming(argv, "num_speculative_tokens", capsys)
+
+
+# --- #140: temperature > 0 without a profile temperature: a WARNING, not only an assumption ------------
+def test_row_140_temperature_without_profile_temperature_warns(capsys):
+    rc, out, _ = run([*BASE, "-n", "3", "--acceptance", "0.8", "--temperature", "0.7"], capsys)
+    assert rc == 0
+    assert "WARNING             predicting at temperature 0.7 from acceptance of unknown temperature" in out
+    rc, out, _ = run([*BASE, "-n", "3", "--acceptance", "0.8", "--temperature", "0.7", "--json"], capsys)
+    d = json.loads(out)
+    assert rc == 0 and any("unknown temperature" in w for w in d["warnings"])
+    # measured at another temperature, transferred by an explicit assumption: still a warning
+    p = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.constant(0.8, temperature=0.0), temperature=0.7,
+                temperature_assumption="same prompts")
+    assert any("measured at temperature 0" in w for w in p.warnings)
+    # greedy from a greedy profile: no warning
+    p0 = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.constant(0.8, temperature=0.0))
+    assert p0.warnings == ()
+
+
+def test_row_140_sweep_warns_on_stderr(capsys):
+    argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.8", "-n", "2",
+            "--concurrency", "1", "--temperature", "0.7"]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0 and "num_speculative_tokens" in out
+    assert "specsim: WARNING: predicting at temperature 0.7 from acceptance of unknown temperature" in err
+
+
+# --- #103: a plain install (no prometheus_client) reading a .prom: the extra is named, no traceback -----
+def test_row_103_missing_prometheus_client_names_the_extra(monkeypatch, capsys):
+    import sys
+
+    for mod in [m for m in sys.modules if m == "prometheus_client" or m.startswith("prometheus_client.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.setitem(sys.modules, "prometheus_client.parser", None)
+    err = assert_exit_2_naming(["ingest", str(SAMPLES / "run" / "metrics_a_after.prom")], "specsim[vllm]", capsys)
+    assert "prometheus" in err
+
+
+# --- #104: the real vllm bench serve console output is read, not "speculative decoding off" ------------
+def test_row_104_bench_console_log_is_read(capsys):
+    rc, out, err = run(["ingest", str(SAMPLES / "run" / "bench_a.log"), "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    bench = json.loads((SAMPLES / "run" / "bench_a.json").read_text())  # the same run's --save-result JSON
+    assert d["kind"] == "bench-log" and d["num_drafts"] == bench["spec_decode_num_drafts"] == 357
+    assert d["num_accepted_tokens"] == bench["spec_decode_accepted_tokens"]
+
+
+# --- #76: "num_speculative_tokens": 100000 in the speculative config (was 0.007x, rc 0) ----------------
+def test_row_76_config_n_beyond_the_context_refused(capsys):
+    cfg = '{"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 100000}'
+    err = assert_exit_2_naming(["predict", "--target", "Qwen3-8B", "--speculative-config", cfg, "--acceptance", "0.8"],
+                               "num_speculative_tokens", capsys)
+    assert "max_position_embeddings is 40960" in err

@@ -5,12 +5,13 @@ Details: ``docs/modules/specsim.main_job.md``.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
+from specsim._progress import progress
 from specsim.catalog import (
     data_path,
     is_source_checkout,
@@ -22,15 +23,11 @@ from specsim.plots.reproduction import reproduction_figures
 from specsim.plots.tuning import make_tuning_figures
 from specsim.plots.validation import make_validation_figures
 from specsim.studies.curves import sweep_curves
-from specsim.studies.reproduce import (
-    reproduction_study,
-    seed_table_check,
-    write_reproduction_outputs,
-)
+from specsim.studies.reproduce import reproduction_study, study_steps, write_reproduction_outputs
 from specsim.studies.tuning import tuning_study
 from specsim.studies.validation import validate, write_outputs
 
-__all__ = ["run_main_job", "default_paths"]
+__all__ = ["run_main_job", "default_paths", "MainJobResult"]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +59,27 @@ def default_paths(out_dir: str | os.PathLike | None = None, figures_dir: str | o
             "calibration": out / "calibration", "validation": None, "runs": None}
 
 
+@dataclass(frozen=True)
+class MainJobResult:
+    """What :func:`run_main_job` did.
+
+    Attributes
+    ----------
+    summary : dict
+        The reproduction summary (``data/reproduction/summary.json``).
+    written : tuple of Path
+        Every file written (tables, calibrations, figures).
+    paths : dict
+        :func:`default_paths` used.
+    """
+
+    summary: dict
+    written: tuple
+    paths: dict
+
+
 def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os.PathLike | None = None,
-                 quick: bool = False) -> dict:
+                 quick: bool = False, show_progress: bool = True) -> MainJobResult:
     """Reproduce the published tables, fit and write the shipped calibration, regenerate every figure.
 
     Order matters in a source checkout: the tuning study reads the shipped calibration, which this run has
@@ -75,30 +91,37 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
         See :func:`default_paths`.
     quick : bool
         Skip the secondary splits (leave-one-target-out, two smallest N).
+    show_progress : bool
+        A progress bar on stderr (tqdm, where installed).
 
     Returns
     -------
-    dict
-        The reproduction summary (also printed).
+    MainJobResult
     """
     paths = default_paths(out_dir, figures_dir)
     figures = paths["figures"]
     figures.mkdir(parents=True, exist_ok=True)
-    study = reproduction_study(quick=quick)
-    write_reproduction_outputs(study, paths["out"], paths["calibration"])
-    written = list(reproduction_figures(study.rep, study.mi355x, study.sensitivity, figures, sweep_curves(study.rep)))
-    written += make_tuning_figures(figures, tuning_study())
-    if paths["runs"] is not None:
-        try:
-            result = validate(paths["runs"])
-        except DataError as exc:  # no recorded runs / probe yet: say so, the rest of the job stands
-            warnings.warn(f"no validation figures: {exc}", UserWarning, stacklevel=2)
-        else:
-            write_outputs(result, paths["validation"])
-            written += make_validation_figures(figures, result)
-    summary = study.summary
-    print(json.dumps({k: v for k, v in summary.items() if k != "seed_table"}, indent=2, default=float))
-    print(seed_table_check(study.rep).to_string(index=False))
+    validating = paths["runs"] is not None
+    with progress(study_steps(quick) + 2 + validating, "specsim reproduce", enabled=show_progress) as bar:
+        bar.set_postfix_str("fitting the published sweeps")
+        study = reproduction_study(quick=quick, progress=bar)
+        written = write_reproduction_outputs(study, paths["out"], paths["calibration"])
+        bar.set_postfix_str("reproduction figures")
+        written += reproduction_figures(study.rep, study.mi355x, study.sensitivity, figures, sweep_curves(study.rep))
+        bar.update()
+        bar.set_postfix_str("tuning study")
+        written += make_tuning_figures(figures, tuning_study())
+        bar.update()
+        if validating:
+            bar.set_postfix_str("CPU validation")
+            try:
+                result = validate(paths["runs"])
+            except DataError as exc:  # no recorded runs / probe yet: say so, the rest of the job stands
+                warnings.warn(f"no validation figures: {exc}", UserWarning, stacklevel=2)
+            else:
+                written += write_outputs(result, paths["validation"])
+                written += make_validation_figures(figures, result)
+            bar.update()
     n_png = sum(1 for w in written if str(w).endswith(".png"))
-    print(f"wrote {n_png} figures and {len(written) - n_png} other files to {figures}/, tables to {paths['out']}/")
-    return summary
+    log.info("wrote %d figures to %s and %d tables / calibrations", n_png, figures, len(written) - n_png)
+    return MainJobResult(summary=study.summary, written=tuple(Path(w) for w in written), paths=paths)

@@ -5,12 +5,15 @@ Built on argparse (standard library).  ``specsim <command> --help`` documents ev
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import sys
 from importlib import metadata
 from pathlib import Path
+
+import pandas as pd
 
 from specsim.cli._args import (
     acceptance_from_args,
@@ -97,7 +100,16 @@ def _warn_temperature(t: float | None, profile_t: float | None) -> None:
 
 
 def _cmd_reproduce(args) -> int:
-    run_main_job(figures_dir=args.figures, out_dir=args.out, quick=args.quick)
+    res = run_main_job(figures_dir=args.figures, out_dir=args.out, quick=args.quick)
+    summary = res.summary
+    if args.json:
+        print(json.dumps({"summary": summary, "written": [str(w) for w in res.written]}, indent=2, default=float))
+        return 0
+    print(json.dumps({k: v for k, v in summary.items() if k != "seed_table"}, indent=2, default=float))
+    print(pd.DataFrame(summary["seed_table"]).to_string(index=False))
+    n_png = sum(1 for w in res.written if w.suffix == ".png")
+    print(f"wrote {n_png} figures to {res.paths['figures']}/ and {len(res.written) - n_png} tables and "
+          f"calibrations (tables in {res.paths['out']}/)")
     return 0
 
 
@@ -160,7 +172,9 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
-    run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+    results = run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
     return 0
 
 
@@ -191,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="directory of the reproduction tables (default: the checkout's data/reproduction; "
                                  "required for an installed copy, which then writes its calibrations to OUT/calibration)")
     p.add_argument("--quick", action="store_true", help="skip the slower sensitivity analyses")
+    p.add_argument("--json", action="store_true", help="print the summary and the files written as JSON")
     p.set_defaults(func=_cmd_reproduce)
 
     p = sub.add_parser("recommend", help="recommended vLLM speculative config per concurrency band")
@@ -209,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run-matrix", help="drive real vLLM runs and record them under data/runs/")
     p.add_argument("--matrix", default="cpu-validation")
     p.add_argument("--runs-dir", help="where to record (default data/runs)")
+    p.add_argument("--json", action="store_true", help="print the recorded runs' results as JSON")
     p.set_defaults(func=_cmd_run_matrix)
     return ap
 

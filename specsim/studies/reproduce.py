@@ -636,16 +636,21 @@ class ReproductionStudy:
     summary: dict
 
 
-def reproduction_study(quick: bool = False) -> ReproductionStudy:
+def reproduction_study(quick: bool = False, progress=None) -> ReproductionStudy:
     """Reproduce the published tables: the headline split, the sensitivity to the assumed
-    concurrency, the secondary splits (skipped when ``quick``) and the MI355X EAGLE-3 cases."""
+    concurrency, the secondary splits (skipped when ``quick``) and the MI355X EAGLE-3 cases.
+
+    ``progress``: optional bar (``update()`` per fit; :func:`study_steps` fits in all)."""
+    tick = progress.update if progress is not None else (lambda n=1: None)
     rep = reproduce("dataset", "GSM8K")
+    tick()
     sens_fixed = concurrency_sensitivity(rep)
     stress = []
     loto_log_err = []
     if not quick:
         for tgt in rep.table["target"].unique():
             r2 = reproduce("target", tgt, concurrency=rep.params.concurrency)
+            tick()
             s = r2.summary
             h = r2.table[r2.table["role"] == "held_out"]
             loto_log_err.extend(np.log(h["predicted_throughput_ratio"] / h["throughput_ratio"]).tolist())
@@ -653,6 +658,7 @@ def reproduction_study(quick: bool = False) -> ReproductionStudy:
                 "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
                 "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
         r3 = reproduce("small_n", concurrency=rep.params.concurrency)
+        tick()
         s = r3.summary
         stress.append({"split": "fit on the two smallest N per sweep", **{k: s[k] for k in (
             "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
@@ -666,12 +672,18 @@ def reproduction_study(quick: bool = False) -> ReproductionStudy:
                                "held_out_best_n_exact": b.get("best_n_exact"),
                                "held_out_best_n_within_one_step": b.get("best_n_within_one_step")})
     curves = mi355x_eagle3_curves(rep.params)
+    tick()
     summary = dict(rep.summary)
     # RMS log error of predicting a target from the OTHER targets' parameters (leave-one-target-out):
     # the interval width the shipped calibration gives targets it was not fitted on
     summary["loto_rms_log"] = float(np.sqrt(np.mean(np.square(loto_log_err)))) if loto_log_err else None
     summary["seed_table"] = seed_table_check(rep).to_dict(orient="records")
     return ReproductionStudy(rep, sens_fixed, pd.DataFrame(stress), curves, summary)
+
+
+def study_steps(quick: bool = False) -> int:
+    """Number of ``progress.update()`` calls :func:`reproduction_study` makes (its fits and the MI355X cases)."""
+    return 2 if quick else 3 + load_sweeps()["target"].nunique()
 
 
 #: hardware that gets the MI300X calibration transferred (same vendor stack, ROCm): MI325X is MI300X's

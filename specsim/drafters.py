@@ -568,6 +568,55 @@ def derive_draft_spec(target: Any, method: str) -> dict:
     return spec
 
 
+def spec_from_draft_checkpoint(checkpoint: str, target: Any, method: str) -> dict:
+    """Draft spec of an EAGLE / EAGLE-3 / DFlash checkpoint that is not in the catalog.
+
+    ``checkpoint`` is a path to its ``config.json`` (or to the directory holding it): the spec takes
+    the draft's own ``num_hidden_layers``, ``hidden_size``, ``intermediate_size``, attention heads and
+    ``draft_vocab_size`` (speculators / vLLM EAGLE-3 configs; ``vocab_size`` otherwise) over the
+    dimensions :func:`derive_draft_spec` derives from the target.  Any other string (e.g. a hub id
+    that cannot be fetched here) gets the derived spec, named after the checkpoint, and says so in
+    its assumptions.
+
+    Raises
+    ------
+    SpecsimValueError
+        As :func:`derive_draft_spec`; a config path that is not valid JSON.
+    """
+    spec = derive_draft_spec(target, method)
+    spec["name"], spec["checkpoint"] = checkpoint, checkpoint
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        spec["assumptions"] = [f"assumed: draft checkpoint {checkpoint} is not in specsim's catalog and its "
+                               f"config is not available here: its structure is DERIVED from the target "
+                               f"({spec['assumptions'][0].split('; ', 1)[-1]})"]
+        return spec
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecsimValueError("speculative_config.model", f"{path} is not a readable config.json ({exc})",
+                                checkpoint) from exc
+    cfg = {**cfg, **(cfg.get("transformer_layer_config") or {})}  # speculators nests the decoder's config
+    arch = spec["architecture"]
+    h = int(cfg.get("hidden_size") or arch["hidden_size"])
+    layers = int(cfg.get("num_hidden_layers") or arch["num_layers"])
+    heads = int(cfg.get("num_attention_heads") or arch["attention"][0]["num_heads"])
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    hd = int(cfg.get("head_dim") or h // heads)
+    vocab = int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or arch["lm_head"]["vocab"])
+    fc_in = {"eagle3": 3, "eagle": 2, "dflash": 5}[method]
+    arch.update(num_layers=layers, hidden_size=h, intermediate_size=int(cfg.get("intermediate_size") or 3 * h),
+                attention=[{"count": layers, "num_heads": heads, "kv_heads": kv, "head_dim": hd}],
+                attn_input_dim=2 * h if method == "eagle3" else h, fc_params=fc_in * h * h)
+    arch["lm_head"] = {**arch["lm_head"], "vocab": vocab, "dim": h}
+    spec["assumptions"] = [f"draft structure read from {path} ({layers} layer(s), h {h}, {heads}/{kv} heads x {hd}, "
+                           f"lm_head {vocab} rows); fc {fc_in}h->h assumed for {method}"]
+    spec["sources"] = {"structure": str(path)}
+    return spec
+
+
 def _derive_native_mtp_spec(target: Any) -> dict:
     """Native MTP module of a target whose config declares one (DeepSeek-V3 style, vLLM
     ``model_executor/models/deepseek_mtp.py``): per native depth one decoder layer at the target's
@@ -729,6 +778,9 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
     else:
         name = draft_model if isinstance(draft_model, str) else getattr(draft_model, "name", None)
         spec = _find_spec(name) if name else None
+        if spec is None and name and canon in ("eagle", "eagle3", "dflash") and target is not None \
+                and not isinstance(target, str):
+            spec = spec_from_draft_checkpoint(str(name), target, canon)
         if spec is None:
             raise SpecsimValueError("draft_model", "no draft spec with this name or checkpoint in specsim/data/drafters",
                                     name, [d["checkpoint"] for d in list_draft_specs()])

@@ -384,3 +384,15 @@ def test_acceptance_from_takes_the_runs_recorded_temperature(capsys):
     assert rc == 2 and "measured at temperature 0.0" in err
     rc, _, err = run([*base, "--profile-temperature", "0.7"], capsys)
     assert rc == 2 and "--profile-temperature" in err and "conflicts" in err
+
+
+def test_sweep_takes_n_from_the_speculative_config_schedule(capsys):
+    """`specsim sweep --speculative-config` with a dynamic schedule: N per concurrency is the schedule's
+    (vLLM 0.32 num_speculative_tokens_per_batch_size: batch 1-4 -> 2, 5-512 -> 0)."""
+    cfg = json.dumps({"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 2,
+                      "num_speculative_tokens_per_batch_size": [[1, 4, 2], [5, 512, 0]]})
+    assert main(["sweep", "--target", "Qwen3-8B", "--speculative-config", cfg, "--acceptance", "0.7",
+                 "--concurrency", "2,8", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["concurrency"], r["num_speculative_tokens"]) for r in rows] == [(2, 2), (8, 0)]
+    assert {r["num_speculative_tokens_source"] for r in rows} == {"schedule"}

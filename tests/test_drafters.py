@@ -308,3 +308,39 @@ def test_derived_eagle3_matches_published_size():
     assert e.draft.fc_params == 2 * 5120 * 5120 and e.draft.lm_shared_with_target
     with pytest.raises(SpecsimValueError, match="target/method"):
         get_drafter("dspark", target=load_model("Llama-3.1-8B-Instruct"))
+
+
+def test_eagle3_checkpoint_outside_the_catalog_is_derived_and_says_so():
+    """BAD-INPUTS #77: a real EAGLE-3 checkpoint named by hub id (no config here) gets a spec derived
+    from the target, named after the checkpoint, with the derivation in its assumptions."""
+    from specsim.architecture import load_model
+
+    tgt = load_model("Llama-3.1-8B-Instruct")
+    d = get_drafter("eagle3", draft_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", target=tgt)
+    assert d.name == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+    assert d.draft.hidden_size == tgt.hidden_size and d.draft.num_layers == 1
+    assert any("not in specsim's catalog" in a and "DERIVED" in a for a in d.assumptions)
+
+
+def test_draft_checkpoint_given_by_its_config_uses_its_own_dimensions(tmp_path):
+    """A draft config.json (speculators EAGLE-3 layout, dimensions unlike the target's) sets the draft's
+    layers, width, heads and draft vocabulary; the directory form works too."""
+    import json
+
+    from specsim.architecture import load_model
+
+    cfg = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 2048, "num_hidden_layers": 2,
+           "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 5504,
+           "draft_vocab_size": 16000, "vocab_size": 128256}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    tgt = load_model("Llama-3.1-8B-Instruct")
+    for given in (tmp_path / "config.json", tmp_path):
+        d = get_drafter("eagle3", draft_model=str(given), target=tgt)
+        net = d.draft
+        assert (net.num_layers, net.hidden_size, net.intermediate_size) == (2, 2048, 5504)
+        assert net.lm_vocab == 16000 and net.fc_params == 3 * 2048 * 2048
+        assert net.attention[0].num_heads == 16 and net.attention[0].kv_heads == 4
+        assert any("read from" in a for a in d.assumptions)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(SpecsimValueError, match="config.json"):
+        get_drafter("eagle3", draft_model=str(tmp_path), target=tgt)

@@ -74,10 +74,10 @@ def _int_list(s: str, field: str = "list") -> list[int]:
 def _cmd_sweep(args) -> int:
     acc = acceptance_from_args(args)
     df = sweep(
-        resolve_target(args.target), args.method, num_speculative_tokens=_int_list(args.n, "--n"), hardware=args.hardware.split(","),
+        resolve_target(args.target), args.method, num_speculative_tokens=_sweep_n(args), hardware=args.hardware.split(","),
         tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
         acceptance=acc, draft=args.draft, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption,
+        temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config,
     )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     if args.out:
@@ -89,6 +89,18 @@ def _cmd_sweep(args) -> int:
         cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "throughput_ratio", "tpot_s", "output_tok_per_s"]
         print(df[cols].to_string(index=False))
     return 0
+
+
+#: proposal lengths ``specsim sweep`` evaluates when neither ``-n`` nor ``--speculative-config`` gives N
+_SWEEP_N = "1,2,3,4,5,7,11,15"
+
+
+def _sweep_n(args) -> list[int] | None:
+    """``-n`` as integers; without it, N comes from ``--speculative-config`` (or its schedule), else
+    the default grid."""
+    if args.n is not None:
+        return _int_list(args.n, "--n")
+    return None if args.speculative_config else _int_list(_SWEEP_N, "--n")
 
 
 def _warn_temperature(t: float | None, profile_t: float | None) -> None:
@@ -193,8 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="evaluate a grid of N x concurrency x hardware")
     _add_scenario_args(p)
-    p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default="1,2,3,4,5,7,11,15",
-                   help="comma-separated proposal lengths N")
+    p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default=None,
+                   help="comma-separated proposal lengths N (default 1,2,3,4,5,7,11,15, or N from --speculative-config)")
     p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
     p.add_argument("--out", help="write the tidy CSV here")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")

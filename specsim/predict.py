@@ -468,7 +468,7 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        warnings=prediction_warnings(r, vals["throughput_ratio"]),
+        warnings=prediction_warnings(r, vals["throughput_ratio"]) + feas,  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas,
         num_speculative_tokens_source=n_src,
         configured_num_speculative_tokens=r.num_speculative_tokens,

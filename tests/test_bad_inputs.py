@@ -186,3 +186,17 @@ def test_row_76_config_n_beyond_the_context_refused(capsys):
     err = assert_exit_2_naming(["predict", "--target", "Qwen3-8B", "--speculative-config", cfg, "--acceptance", "0.8"],
                                "num_speculative_tokens", capsys)
     assert "max_position_embeddings is 40960" in err
+
+
+def test_concurrency_whose_kv_cache_does_not_fit_warns_in_the_output(capsys):
+    """BAD-INPUTS #8: --concurrency 10000000 still gives a number (vLLM queues, it does not refuse), but
+    the KV-cache overflow is a WARNING line and in --json ``warnings``, not only an assumption."""
+    from specsim.cli import main
+
+    args = ["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7",
+            "--hardware", "MI300X", "--concurrency", "10000000"]
+    assert main(args) == 0
+    assert "WARNING" in capsys.readouterr().out
+    assert main(args + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("does not fit" in w for w in out["warnings"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 import _thread
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -441,3 +442,32 @@ def test_matrix_table_speedup_and_identity(fakes):
     assert df.loc["baseline", "speedup_vs_baseline"] == pytest.approx(1.0)
     assert df.loc["ngram", "greedy_identical"] == "1/2"
     assert df.loc["ngram", "output_throughput_tokens_per_s"] == 75.0
+
+
+_IGNORING_PARENT = r"""
+import json, signal, subprocess, sys, time
+from specsim.runs.process import _kill_group, _reset_child_signals
+# like a Ray worker / Jupyter kernel: SIGINT ignored and blocked in the process that starts the server
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+out = {}
+for name, pre in (("reset", _reset_child_signals), ("inherited", None)):
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                         preexec_fn=pre)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    out[name] = [_kill_group(p, 3.0), time.monotonic() - t0]
+print(json.dumps(out))
+"""
+
+
+def test_children_stop_on_sigint_even_when_the_parent_ignores_and_blocks_it():
+    """Issue 11 item 3: a blocked mask / ignored SIGINT survives exec; with the reset the child ends on
+    the group's SIGINT (exit -SIGINT) before the grace period, without it only SIGKILL ends it."""
+    import signal
+
+    res = subprocess.run([sys.executable, "-c", _IGNORING_PARENT], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["reset"][0] == -signal.SIGINT and out["reset"][1] < 3.0
+    assert out["inherited"][0] == -signal.SIGKILL  # the defect the reset removes

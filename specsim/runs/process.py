@@ -53,6 +53,20 @@ def _group_members(pgid: int) -> list[int]:
     return out
 
 
+#: signals a child gets back at their default disposition, unblocked (see :func:`_reset_child_signals`)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def _reset_child_signals() -> None:
+    """``preexec_fn`` of every child: unblock all signals and restore the default handlers of the stop
+    signals.  A blocked mask and an ignored disposition survive ``exec`` (POSIX ``execve``): children of
+    a Ray worker or a Jupyter kernel, which block / ignore SIGINT, would otherwise ignore the SIGINT of
+    :func:`_kill_group` and end only by SIGKILL after the grace period."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for s in _STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
     """SIGINT the process group of ``proc`` (a session leader), SIGKILL after ``grace_s`` seconds.
 
@@ -198,6 +212,8 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.startup_seconds: float | None = None
         self.returncode: int | None = None
+        #: seconds the last stop took (SIGINT to the group's end); None before a stop
+        self.stop_seconds: float | None = None
         self._log = None
 
     @property
@@ -246,7 +262,7 @@ class Server:
         try:
             self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                          stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=_reset_child_signals)
         except OSError as e:
             self._log.close()
             raise RunError(f"cannot start server {self.cmd[0]!r}: {e}") from e
@@ -273,9 +289,11 @@ class Server:
         """Stop the process group (idempotent); returns the exit code of the server process."""
         if self.proc is None:
             return None
+        t0 = time.monotonic()
         try:
             self.returncode = _kill_group(self.proc, self.stop_timeout_s)
         finally:
+            self.stop_seconds = time.monotonic() - t0
             if self._log is not None and not self._log.closed:
                 self._log.close()
         return self.returncode
@@ -310,7 +328,8 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
     with open(log_path, "ab", buffering=0) as log:
         try:
             proc = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                    preexec_fn=_reset_child_signals)
         except OSError as e:
             raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
         try:

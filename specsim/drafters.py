@@ -586,9 +586,13 @@ def spec_from_draft_checkpoint(checkpoint: str, target: Any, method: str) -> dic
     spec = derive_draft_spec(target, method)
     spec["name"], spec["checkpoint"] = checkpoint, checkpoint
     path = Path(checkpoint)
+    looks_like_path = checkpoint.endswith(".json") or checkpoint.startswith((".", "/", "~")) or path.exists()
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
+        if looks_like_path:
+            raise SpecsimValueError("speculative_config.model", "no such draft config.json (give the file or the "
+                                    "directory holding it, or a checkpoint name)", checkpoint)
         spec["assumptions"] = [f"assumed: draft checkpoint {checkpoint} is not in specsim's catalog and its "
                                f"config is not available here: its structure is DERIVED from the target "
                                f"({spec['assumptions'][0].split('; ', 1)[-1]})"]
@@ -598,21 +602,46 @@ def spec_from_draft_checkpoint(checkpoint: str, target: Any, method: str) -> dic
     except (OSError, json.JSONDecodeError) as exc:
         raise SpecsimValueError("speculative_config.model", f"{path} is not a readable config.json ({exc})",
                                 checkpoint) from exc
-    cfg = {**cfg, **(cfg.get("transformer_layer_config") or {})}  # speculators nests the decoder's config
+    if not isinstance(cfg, dict):
+        raise SpecsimValueError("speculative_config.model", f"{path} must hold a JSON object (a Hugging Face config)",
+                                type(cfg).__name__)
+    nested = cfg.get("transformer_layer_config")
+    cfg = {**cfg, **(nested if isinstance(nested, dict) else {})}  # speculators nests the decoder's config
     arch = spec["architecture"]
-    h = int(cfg.get("hidden_size") or arch["hidden_size"])
-    layers = int(cfg.get("num_hidden_layers") or arch["num_layers"])
-    heads = int(cfg.get("num_attention_heads") or arch["attention"][0]["num_heads"])
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    hd = int(cfg.get("head_dim") or h // heads)
-    vocab = int(cfg.get("draft_vocab_size") or cfg.get("vocab_size") or arch["lm_head"]["vocab"])
+    taken: list[str] = []
+
+    def field(key: str, default: int, *alts: str) -> int:
+        for k in (key, *alts):
+            v = cfg.get(k)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 1:
+                    raise SpecsimValueError(f"{path.name}: {k}", "must be a positive integer", v)
+                return int(v)
+        taken.append(key)
+        return int(default)
+
+    h = field("hidden_size", arch["hidden_size"])
+    layers = field("num_hidden_layers", arch["num_layers"])
+    heads = field("num_attention_heads", arch["attention"][0]["num_heads"])
+    kv = field("num_key_value_heads", arch["attention"][0]["kv_heads"])
+    hd = field("head_dim", h // heads)
+    inter = field("intermediate_size", arch["intermediate_size"])
+    vocab = field("draft_vocab_size", arch["lm_head"]["vocab"], "vocab_size")
     fc_in = {"eagle3": 3, "eagle": 2, "dflash": 5}[method]
-    arch.update(num_layers=layers, hidden_size=h, intermediate_size=int(cfg.get("intermediate_size") or 3 * h),
+    arch.update(num_layers=layers, hidden_size=h, intermediate_size=inter,
                 attention=[{"count": layers, "num_heads": heads, "kv_heads": kv, "head_dim": hd}],
                 attn_input_dim=2 * h if method == "eagle3" else h, fc_params=fc_in * h * h)
     arch["lm_head"] = {**arch["lm_head"], "vocab": vocab, "dim": h}
-    spec["assumptions"] = [f"draft structure read from {path} ({layers} layer(s), h {h}, {heads}/{kv} heads x {hd}, "
-                           f"lm_head {vocab} rows); fc {fc_in}h->h assumed for {method}"]
+    notes = [f"draft structure read from {path} ({layers} layer(s), h {h}, {heads}/{kv} heads x {hd}, "
+             f"MLP {inter}, lm_head {vocab} rows); fc {fc_in}h->h assumed for {method}"]
+    if taken:
+        notes.append(f"assumed: {path.name} lacks {', '.join(taken)}: taken from the structure derived from the target")
+    names = " ".join(str(a) for a in (cfg.get("architectures") or []))
+    markers = {"eagle3": ("eagle",), "eagle": ("eagle",), "dflash": ("dflash",)}[method]
+    if names and not any(m in names.lower() for m in (*markers, "speculator", "draft")):
+        notes.append(f"caution: {path.name} declares architectures {names!r}, which does not look like a {method} draft head; "
+                     "its layer count and sizes are used as given")
+    spec["assumptions"] = notes
     spec["sources"] = {"structure": str(path)}
     return spec
 

@@ -23,7 +23,11 @@ from specsim.plots.reproduction import reproduction_figures
 from specsim.plots.tuning import make_tuning_figures
 from specsim.plots.validation import make_validation_figures
 from specsim.studies.curves import sweep_curves
-from specsim.studies.reproduce import reproduction_study, study_steps, write_reproduction_outputs
+from specsim.studies.reproduce import (
+    reproduction_study,
+    study_steps,
+    write_reproduction_outputs,
+)
 from specsim.studies.tuning import tuning_study
 from specsim.studies.validation import validate, write_outputs
 

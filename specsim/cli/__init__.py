@@ -10,6 +10,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -52,8 +53,19 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
 
 
+def _synthetic_config(args) -> bool:
+    """True when ``--speculative-config`` asks for synthetic acceptance (then it IS the acceptance input)."""
+    cfg = getattr(args, "speculative_config", None)
+    if not cfg:
+        return False
+    try:
+        return isinstance(d := json.loads(cfg), dict) and d.get("rejection_sample_method") == "synthetic"
+    except ValueError:
+        return False  # predict's own parse reports the bad JSON
+
+
 def _cmd_predict(args) -> int:
-    acc = acceptance_from_args(args)
+    acc = acceptance_from_args(args, required=not _synthetic_config(args))
     pred = predict(
         resolve_target(args.target), args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
         precision=args.precision, concurrency=args.concurrency, isl=args.isl, osl=args.osl, acceptance=acc,
@@ -72,7 +84,7 @@ def _int_list(s: str, field: str = "list") -> list[int]:
 
 
 def _cmd_sweep(args) -> int:
-    acc = acceptance_from_args(args)
+    acc = acceptance_from_args(args, required=not _synthetic_config(args))
     df = sweep(
         resolve_target(args.target), args.method, num_speculative_tokens=_sweep_n(args), hardware=args.hardware.split(","),
         tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
@@ -252,6 +264,11 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings of the library as one ``specsim: warning:`` line on stderr (no source lines)."""
+    print(f"specsim: warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specsim`` console script (and ``python -m specsim``).
 
@@ -260,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     stderr, never a traceback.
     """
     args = build_parser().parse_args(argv)
+    previous = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         return int(args.func(args) or 0)
     except ModuleNotFoundError as e:
@@ -281,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # unwritable --out, missing file: no traceback
         print(f"specsim: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        warnings.showwarning = previous
 
 
 if __name__ == "__main__":  # pragma: no cover

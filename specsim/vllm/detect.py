@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 from specsim.errors import DataError, NotCollectedError, SpecsimValueError
 from specsim.vllm.bench import BenchResult, read_bench_result, read_bench_results
 from specsim.vllm.bench_log import read_bench_logs
-from specsim.vllm.counts import SpecDecodeCounts
+from specsim.vllm.counts import IngestWarning, SpecDecodeCounts
 from specsim.vllm.guidellm import read_guidellm_report
 from specsim.vllm.logs import read_spec_decode_log
 from specsim.vllm.per_request import read_response_spec_metrics
@@ -235,7 +236,22 @@ def _read_metrics(path: Path, before: Path | None) -> SpecDecodeCounts:
     return snap.spec_counts()
 
 
+def _scheduled_sweep_root(p: Path) -> Path | None:
+    """The ``vllm bench sweep`` directory above ``p`` whose ``serve_params.json`` sets a dynamic
+    ``num_speculative_tokens_per_batch_size`` schedule (up to four levels up), else None."""
+    for d in list(p.parents)[:4]:
+        sp = d / "serve_params.json"
+        if sp.is_file() and "num_speculative_tokens_per_batch_size" in sp.read_text(errors="replace"):
+            return d
+    return None
+
+
 def _read_bench(p: Path) -> SpecDecodeCounts:
+    root = _scheduled_sweep_root(p)
+    if root is not None:  # aggregate counters of a scheduled run mix draft lengths: the sweep reader checks
+        raise DataError(f"{p} belongs to a vllm bench sweep whose serve parameters use a dynamic "
+                        f"num_speculative_tokens_per_batch_size schedule; read the sweep directory {root} "
+                        "(its runs are checked for mixed draft lengths) or per-request metrics instead")
     with open(p, "rb") as fh:
         head = fh.read(256).lstrip()
     if head.startswith(b"["):  # vllm bench sweep summary.json: a list of results
@@ -243,6 +259,18 @@ def _read_bench(p: Path) -> SpecDecodeCounts:
             doc = json.load(fh)
         return _bench_counts([read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(doc)], p)
     return _bench_counts(read_bench_results(p), p)
+
+
+def _bench_log_counts(p: Path) -> SpecDecodeCounts:
+    """Counts of a ``vllm bench serve`` console log; several blocks (e.g. a ``vllm bench sweep`` log) are
+    pooled with a warning: the console output does not say whether the server used a dynamic schedule,
+    under which pooled per-position counts mix draft lengths."""
+    results = read_bench_logs(p)
+    if len(results) > 1:
+        warnings.warn(f"{p}: pooled {len(results)} Serving Benchmark Result blocks; if the server used a dynamic "
+                      "num_speculative_tokens_per_batch_size schedule their per-position counts mix draft lengths "
+                      "(read the sweep directory or per-request metrics instead)", IngestWarning, stacklevel=2)
+    return _bench_counts(results, p, "Serving Benchmark Result block")
 
 
 def _spec_or_none(b) -> SpecDecodeCounts | None:
@@ -256,7 +284,7 @@ _READERS: dict[str, Callable[[Path], SpecDecodeCounts]] = {
     "log": lambda p: read_spec_decode_log(p).total(),
     "bench": _read_bench,
     "offline": lambda p: parse_offline_metrics(p).spec_counts(),
-    "bench-log": lambda p: _bench_counts(read_bench_logs(p), p, "Serving Benchmark Result block"),
+    "bench-log": lambda p: _bench_log_counts(p),
     "sweep": _sweep_counts,
     "response": lambda p: read_response_spec_metrics(p).counts,
     "guidellm": lambda p: _pool([_spec_or_none(b) for b in read_guidellm_report(p)], p, "GuideLLM benchmark"),

@@ -126,7 +126,7 @@ class Prediction:
             f"{self.target} | method={self.method} N={self.num_speculative_tokens} | {self.hardware} TP={self.tp} "
             f"{self.precision} | concurrency={self.concurrency} ISL/OSL={self.isl}/{self.osl}",
             f"  throughput ratio    {self.throughput_ratio:6.3f}x  (bound with free drafting {self.speedup_bound:.3f}x)",
-            f"  MAL                 {self.mal:6.3f} tokens/step (AR per drafted token {self.acceptance_rate:.3f})",
+            f"  MAL                 {self.mal:6.3f} tokens/step ((MAL - 1) / N = {self.acceptance_rate:.3f} accepted per proposed token)",
             f"  output throughput   {self.output_tok_per_s:10.1f} tok/s  (baseline {self.baseline_output_tok_per_s:.1f})",
             f"  TPOT                {self.tpot_s * 1e3:8.3f} ms     (baseline {self.baseline_tpot_s * 1e3:.3f} ms)",
             f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "
@@ -302,7 +302,7 @@ def resolve_inputs(
             raise SpecsimValueError(
                 "temperature",
                 f"the acceptance profile was measured at temperature {prof_t}; predicting at another "
-                "temperature needs a profile measured there or an explicit temperature_assumption",
+                "temperature needs a profile measured there or an explicit temperature_assumption (CLI: --temperature-assumption TEXT)",
                 temperature,
             )
         assumptions.append(f"temperature {temperature} (profile measured at {prof_t}): {temperature_assumption}")

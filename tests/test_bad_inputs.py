@@ -200,3 +200,23 @@ def test_concurrency_whose_kv_cache_does_not_fit_warns_in_the_output(capsys):
     assert main(args + ["--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert any("does not fit" in w for w in out["warnings"])
+
+
+def test_target_path_that_does_not_exist_is_named_as_such(capsys):
+    from specsim.cli import main
+
+    assert main(["predict", "--target", "/nonexistent/dir/config.json", "--method", "eagle3", "-n", "3",
+                 "--acceptance", "0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "--target" in err and "no such file" in err
+
+
+def test_synthetic_acceptance_needs_no_acceptance_flag(capsys):
+    """rejection_sample_method "synthetic" (as InferenceX runs): the config's rates ARE the acceptance;
+    MAL = 1 + 0.8 + 0.6 + 0.4 = 2.8."""
+    from specsim.cli import main
+
+    cfg = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "rejection_sample_method": "synthetic",
+                      "synthetic_acceptance_rates": [0.8, 0.6, 0.4]})
+    assert main(["predict", "--target", "Qwen3-8B", "--speculative-config", cfg, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mal"] == pytest.approx(2.8)

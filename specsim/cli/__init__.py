@@ -39,7 +39,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
     p.add_argument("--hardware", default="MI300X", help="accelerator (specsim/data/hardware.csv), default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
-    p.add_argument("--precision", help="target weight precision: bf16, fp8, mxfp4, int4 (default: model's serving precision)")
+    p.add_argument("--precision", help="target weight precision: bf16, fp16, fp8, mxfp4, int4, fp32 (default: model's serving precision)")
     p.add_argument("--isl", type=int, default=1024, help="input sequence length, tokens")
     p.add_argument("--osl", type=int, default=1024, help="output sequence length, tokens")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at")
@@ -190,8 +190,10 @@ def _cmd_ingest(args) -> int:
                   f"accepted {counts.num_accepted_tokens}{ar}")
             if counts.has_per_position and counts.num_drafts:
                 print(counts.to_frame().to_string(index=False))
+            elif counts.has_per_position:
+                print("  (no drafts in this file: per-position acceptance is unknown, not zero)")
             else:
-                print("  (per-position counts not collected by this format)")
+                print("  (per-position counts not in this file: not collected by its format, or cut with '...')")
     return status
 
 

@@ -48,12 +48,24 @@ def float_list(text: str, field: str) -> list[float]:
     return out
 
 
+def _is_catalog_name(target: str) -> bool:
+    try:
+        load_model(str(target))
+        return True
+    except SpecsimValueError:
+        return False
+
+
 def resolve_target(target: str):
     """``--target``: a catalog name stays a name; an existing path to a Hugging Face ``config.json``
     or to a model directory holding one becomes a :class:`~specsim.architecture.ModelSpec`."""
     p = Path(str(target)).expanduser()
     if p.is_file() or (p.is_dir() and (p / "config.json").is_file()):
         return ModelSpec.from_hf_config(p)
+    looks_like_path = str(target).endswith(".json") or str(target).startswith((".", "/", "~"))
+    if looks_like_path and not p.exists() and not _is_catalog_name(target):
+        raise SpecsimValueError("--target", "no such file or directory (give a config.json, a model directory or "
+                                "a catalog name)", str(target))
     if p.is_dir():
         try:
             load_model(str(target))  # a catalog name that happens to be a directory here too

@@ -22,6 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from specsim.errors import DataError, NotCollectedError, SpecsimValueError
 from specsim.vllm.bench import BenchResult, read_bench_result, read_bench_results
 from specsim.vllm.bench_log import read_bench_logs
@@ -174,7 +176,7 @@ def detect_kind(path: str | os.PathLike) -> str:
         return "speculators-csv"
     if lines and "spec_decode_" in lines[0] and "," in lines[0] and "endpoint_type" in lines[0]:
         return "sweep"  # vllm bench sweep summary.csv
-    if "golden_al" in text[:4096].lower() or (path.suffix.lower() in (".yaml", ".yml") and "acceptance" in text.lower()):
+    if path.suffix.lower() in (".yaml", ".yml") and _is_golden_al(text):
         raise DataError(f"{path}: {_NOT_COUNTS['inferencex']}")
     full = _full_text(path, text)
     if "Speculative Decoding Acceptance Report" in full:
@@ -244,6 +246,18 @@ def _scheduled_sweep_root(p: Path) -> Path | None:
         if sp.is_file() and "num_speculative_tokens_per_batch_size" in sp.read_text(errors="replace"):
             return d
     return None
+
+
+def _is_golden_al(text: str) -> bool:
+    """An InferenceX golden acceptance-length YAML: ``{model: {mode: {N: AL, ...}}}`` (with ``_metadata``)."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    if not isinstance(doc, dict):
+        return False
+    curves = [m for k, v in doc.items() if k != "_metadata" and isinstance(v, dict) for m in v.values()]
+    return bool(curves) and all(isinstance(c, dict) and c and all(isinstance(n, int) for n in c) for c in curves)
 
 
 def _read_bench(p: Path) -> SpecDecodeCounts:

@@ -81,6 +81,11 @@ class Scenario:
     speculative_config : SpeculativeConfig or None
         The parsed ``--speculative-config`` when one was given (its schedule, draft TP and
         ``max_model_len`` are checked and applied by ``specsim.predict``).
+    target_time_scale : float, default 1
+        Factor on every TARGET forward (baseline step, verification, target prefill) -- the
+        anchoring of a user's measured baseline (``specsim.predict``, ``baseline=``): the measured
+        baseline fixes the target's absolute step time, the model's structure how it changes with
+        q = N + 1 and concurrency.  Draft passes and host / speculative overheads are not scaled.
     """
 
     target: Any
@@ -94,6 +99,12 @@ class Scenario:
     assumptions: tuple[str, ...] = ()
     temperature: float | None = 0.0
     speculative_config: Any = None
+    target_time_scale: float = 1.0
+
+    def __post_init__(self):
+        v = self.target_time_scale
+        if not (isinstance(v, (int, float)) and np.isfinite(v) and v > 0):
+            raise SpecsimValueError("target_time_scale", "must be a finite number > 0", v)
 
 
 class LastPositionLogits:
@@ -176,10 +187,11 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     f = float(drafted_fraction)
     # tokens proposed per drafted step: N, or fewer for lookup drafters that propose partial blocks
     n_prop = n if mean_proposal_tokens is None else np.minimum(n, float(mean_proposal_tokens))
-    t_base = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx), dtype=float)
+    k = float(r.target_time_scale)
+    t_base = k * np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx), dtype=float)
     # verification query tokens per sequence, averaged over steps with and without a draft
-    t_verify = np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx),
-                          dtype=float)
+    t_verify = k * np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx),
+                              dtype=float)
     t_draft = np.asarray(
         r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
     )
@@ -188,7 +200,7 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     # prefill of one request, piggybacked on a decode step of the other C - 1 requests (chunked
     # prefill); the same target cost in both arms (the prompt is the same; timing it against the
     # larger verification step would make an MoE prefill look cheaper under speculation)
-    t_prefill = prefill_seconds(lat, tgt, tp, prec, c, 1.0, isl, ctx)
+    t_prefill = k * prefill_seconds(lat, tgt, tp, prec, c, 1.0, isl, ctx)
     t_prefill_spec = t_prefill
     dspec = getattr(r.drafter, "draft", None)
     if draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup":

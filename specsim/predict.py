@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping
@@ -31,7 +32,8 @@ from specsim.hardware import Hardware, load_hardware
 from specsim.memory import memory_budget
 from specsim.vllm.config import parse_speculative_config
 
-__all__ = ["Prediction", "predict", "sweep", "best_n", "resolve_inputs"]
+__all__ = ["Prediction", "MeasuredBaseline", "predict", "sweep", "best_n", "resolve_inputs", "break_even_mal",
+           "health_terms", "anchor_target_time", "resolve_overhead"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,35 @@ class Prediction:
         batch of ``concurrency`` requests (0 = speculation skipped at this batch size).
     configured_num_speculative_tokens : int or None
         The N given (argument or config); differs from ``num_speculative_tokens`` under a schedule.
+    break_even_mal : float
+        Health check: the MAL (tokens per step, bonus included) at which ``throughput_ratio`` would
+        be exactly 1 at this operating point, with the same step times and prefills
+        (:func:`break_even_mal`).  ``throughput_ratio < 1`` exactly when ``mal < break_even_mal``.
+        ``inf`` when no MAL breaks even (the speculative arm's extra prefill alone costs more than
+        all decode steps of the baseline; ``null`` in :meth:`to_dict` / JSON).  Without prefill it is
+        ``verify_cost_in_baseline_steps``.
+    verify_cost_in_baseline_steps : float
+        Health check: the WHOLE speculative step (draft + verification + overhead, ``t_step_s``) in
+        baseline decode steps, ``t_step_s / t_base_s``: what one verify cycle costs.
+    verification_cost_in_baseline_steps : float
+        The target's verification forward alone (q = N + 1 tokens per sequence, ``t_verify_s``) in
+        baseline decode steps, ``t_verify_s / t_base_s``: near 1 while decode is memory-bound.
+    target_time_scale : float
+        Factor applied to every target forward (``Scenario.target_time_scale``): 1 unless the
+        prediction is anchored on a measured baseline (``baseline=``), then the solved k.
+    baseline_anchor : dict or None
+        With ``baseline=``: the anchoring record -- ``metric`` (``"tpot_s"`` or
+        ``"output_tok_per_s"``), ``measured``, ``predicted_unanchored``, ``predicted_anchored``
+        (equal to ``measured`` by construction, up to the root finder's tolerance), the measured
+        point (``concurrency``, ``isl``, ``osl``), ``target_time_scale`` and ``source``.
+    term_sources : dict of str to str
+        Where each term of the step model came from (keys ``target_step``, ``verification``,
+        ``target_prefill``, ``draft``, ``speculative_overhead``, ``acceptance``): a measurement
+        (the anchored baseline, the user's ``latency=`` / ``overhead=``, measured acceptance), the
+        stack calibration (``specsim/data/calibration``) or datasheet priors.
+    overhead_fixed_s, overhead_per_token_s : float
+        The per-step speculative overhead used (:class:`~specsim.engine.SpecOverhead` fields; its
+        source is ``term_sources["speculative_overhead"]``).
     """
 
     target: str
@@ -107,12 +138,22 @@ class Prediction:
     num_speculative_tokens_source: str = "argument"
     configured_num_speculative_tokens: int | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    break_even_mal: float = math.nan
+    verify_cost_in_baseline_steps: float = math.nan
+    verification_cost_in_baseline_steps: float = math.nan
+    target_time_scale: float = 1.0
+    baseline_anchor: dict[str, Any] | None = None
+    term_sources: dict[str, str] = field(default_factory=dict)
+    overhead_fixed_s: float = 0.0
+    overhead_per_token_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-Python dict (JSON-serialisable)."""
+        """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None)."""
         d = asdict(self)
         d["assumptions"] = list(self.assumptions)
         d["warnings"] = list(self.warnings)
+        if not math.isfinite(d["break_even_mal"]):
+            d["break_even_mal"] = None
         return d
 
     def to_json(self, **kw) -> str:
@@ -132,8 +173,19 @@ class Prediction:
             f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "
             f"{self.t_verify_s * 1e3:.3f} + overhead {self.t_overhead_s * 1e3:.3f}  (baseline step {self.t_base_s * 1e3:.3f} ms)",
             f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
+            f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (MAL {self.mal:.3f}: ratio < 1 below it)",
+            f"  step cost           {self.verify_cost_in_baseline_steps:6.3f} baseline steps (verification alone "
+            f"{self.verification_cost_in_baseline_steps:.3f})",
             f"  latency model       {lat}: {self.latency_description}",
         ]
+        if self.baseline_anchor is not None:
+            a = self.baseline_anchor
+            lines.append(f"  anchored on         measured baseline {_fmt_metric(a['metric'], a['measured'])} at "
+                         f"concurrency {a['concurrency']} ISL/OSL={a['isl']}/{a['osl']} ({a['source']}): target "
+                         f"forwards x {self.target_time_scale:.4g} (unanchored "
+                         f"{_fmt_metric(a['metric'], a['predicted_unanchored'])})")
+        for term, src in self.term_sources.items():
+            lines.append(f"  term {term:<14} {src}")
         if self.acceptance_extrapolated:
             lines.append("  acceptance          extrapolated beyond the measured positions (parametric fit)")
         for a in self.assumptions:
@@ -183,13 +235,89 @@ def _load_target(target) -> ModelSpec:
     return load_model(target)
 
 
-def prediction_warnings(r: Scenario, throughput_ratio: float | None = None) -> tuple[str, ...]:
+def _fmt_mal(m: float) -> str:
+    return f"{m:6.3f}" if math.isfinite(m) else "   inf (no MAL breaks even)"
+
+
+def _fmt_metric(metric: str, v: float) -> str:
+    return f"TPOT {v * 1e3:.3f} ms" if metric == "tpot_s" else f"{v:.1f} output tok/s"
+
+
+#: MAL - 1 (accepted draft tokens per step) below which acceptance is called near zero in the warnings
+NEAR_ZERO_ACCEPTED_PER_STEP = 0.05
+
+
+def break_even_mal(out: Mapping[str, Any], concurrency, osl) -> np.ndarray:
+    """MAL at which the throughput ratio is exactly 1, same step times and prefills (closed form).
+
+    Each request costs ``C * t_prefill + (OSL / MAL) * T_step`` seconds of engine time per batch
+    of C requests (:func:`specsim.engine.output_throughput`:
+    ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``).  Setting the speculative arm equal
+    to the baseline arm (``MAL = 1``, ``T_base``, the target's prefill only) gives
+
+    ``MAL* = OSL * T_step / (C * OSL / tok_s_base - C * t_prefill_spec)``
+
+    where ``C * OSL / tok_s_base = C * t_prefill + OSL * T_base`` (the baseline's engine time per
+    C requests) and the speculative arm's prefill (the target's plus the drafter's pass over the
+    prompt) is read back from the same dict: ``C * t_prefill_spec = C * OSL / tok_s - OSL * T_step / MAL``.
+    The ratio is increasing in MAL, so ``ratio < 1`` exactly when ``MAL < MAL*``.  Without
+    prefill ``MAL* = T_step / T_base``.
+
+    Parameters
+    ----------
+    out : mapping
+        :func:`specsim.engine.evaluate` output (``t_step_s``, ``mal``, ``output_tok_per_s``,
+        ``baseline_output_tok_per_s``; seconds, tokens/s).
+    concurrency, osl : array_like
+        C and OSL of the evaluation (broadcast with ``out``).
+
+    Returns
+    -------
+    ndarray
+        Break-even MAL (tokens per step); ``inf`` where the denominator is <= 0 (no MAL breaks
+        even: the speculative arm's extra prefill alone exceeds the baseline's decode time).
+    """
+    c = np.asarray(concurrency, dtype=float)
+    o = np.asarray(osl, dtype=float)
+    t_step = np.asarray(out["t_step_s"], dtype=float)
+    mal = np.asarray(out["mal"], dtype=float)
+    cycle_base = c * o / np.asarray(out["baseline_output_tok_per_s"], dtype=float)
+    prefill_spec = c * o / np.asarray(out["output_tok_per_s"], dtype=float) - o * t_step / mal  # = C t_prefill_spec
+    den = cycle_base - prefill_spec
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, o * t_step / np.where(den > 0, den, 1.0), np.inf)
+
+
+def health_terms(out: Mapping[str, Any], concurrency, osl) -> dict[str, np.ndarray]:
+    """The health checks of a prediction (``Prediction`` fields, ``sweep`` columns).
+
+    Returns
+    -------
+    dict of ndarray
+        ``break_even_mal`` (:func:`break_even_mal`), ``verify_cost_in_baseline_steps``
+        (``t_step_s / t_base_s``: draft + verification + overhead in baseline steps) and
+        ``verification_cost_in_baseline_steps`` (``t_verify_s / t_base_s``: the target's
+        verification forward alone).
+    """
+    t_base = np.asarray(out["t_base_s"], dtype=float)
+    return {
+        "break_even_mal": break_even_mal(out, concurrency, osl),
+        "verify_cost_in_baseline_steps": np.asarray(out["t_step_s"], dtype=float) / t_base,
+        "verification_cost_in_baseline_steps": np.asarray(out["t_verify_s"], dtype=float) / t_base,
+    }
+
+
+def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, mal: float | None = None,
+                        break_even: float | None = None) -> tuple[str, ...]:
     """Warnings a prediction must show, not only record (``Prediction.warnings``).
 
     - sampling temperature > 0 from acceptance measured at another temperature or at an unknown
       one (acceptance falls with temperature: the numbers may be optimistic);
-    - measured acceptance zero at position 1 (every draft rejected);
-    - a throughput ratio below 1 (speculation is predicted slower than none: below break-even).
+    - measured acceptance zero at position 1 (every draft rejected), a MAL of 1 (nothing accepted,
+      e.g. a schedule's k = 0) or near-zero acceptance (``mal - 1 <``
+      :data:`NEAR_ZERO_ACCEPTED_PER_STEP`), naming the break-even MAL;
+    - a throughput ratio below 1 (speculation is predicted slower than none: below break-even),
+      naming the MAL and the break-even MAL.
     """
     out = []
     t, prof_t = r.temperature, getattr(r.acceptance, "temperature", None)
@@ -205,10 +333,20 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None) -> t
         p1 = float(np.asarray(r.acceptance.cumulative(1)).reshape(-1)[0])
     except Exception:  # noqa: BLE001 - a custom acceptance object without cumulative()
         p1 = None
+    be = "" if break_even is None else f"; break-even MAL {_fmt_mal(break_even).strip()}"
     if p1 is not None and p1 == 0.0:
-        out.append("acceptance is zero: every draft token is rejected (MAL 1.0), so speculation only adds cost")
+        out.append("acceptance is zero: every draft token is rejected (MAL 1.0), so speculation only adds "
+                   f"cost{be}")
+    elif mal is not None and mal - 1.0 <= 1e-12:
+        out.append(f"MAL is {mal:.3f}: no draft token is committed at this operating point, so speculation only "
+                   f"adds cost{be}")
+    elif mal is not None and mal - 1.0 < NEAR_ZERO_ACCEPTED_PER_STEP:
+        out.append(f"acceptance is near zero: MAL {mal:.3f} (fewer than {NEAR_ZERO_ACCEPTED_PER_STEP} accepted "
+                   f"tokens per step){be}")
     if throughput_ratio is not None and np.isfinite(throughput_ratio) and throughput_ratio < 1.0:
-        out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1, speculation is predicted "
+        why = "" if mal is None or break_even is None else \
+            f" (MAL {mal:.3f} < break-even MAL {_fmt_mal(break_even).strip()})"
+        out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1{why}, speculation is predicted "
                    "slower than no speculation at this operating point")
     return tuple(out)
 
@@ -332,6 +470,381 @@ def resolve_inputs(
 
 
 # --------------------------------------------------------------------------------------------
+# measured baseline (anchoring) and where each term comes from
+
+#: relative tolerance (at least one token) within which a measured baseline's mean ISL / OSL must
+#: match the ISL / OSL predicted at
+BASELINE_LENGTH_TOLERANCE = 0.02
+
+_BASELINE_METRICS = ("tpot_s", "output_tok_per_s")
+
+
+@dataclass(frozen=True)
+class MeasuredBaseline:
+    """A measured NON-speculative baseline of the user's deployment, to anchor the target's step time.
+
+    Parameters
+    ----------
+    tpot_s : float, optional
+        Mean time per output token of one stream, seconds (``vllm bench serve``'s ``mean_tpot_ms``
+        / 1000: ``(e2e latency - TTFT) / (output tokens - 1)`` per request, averaged).
+    output_tok_per_s : float, optional
+        Aggregate output tokens/s of all streams (``vllm bench serve``'s ``output_throughput``).
+    concurrency : int, optional
+        Concurrent requests of the measurement (``max_concurrency``); None = the concurrency
+        predicted at.
+    isl, osl : int, optional
+        Mean input / output tokens per request of the measurement; None = the ISL / OSL predicted at.
+    metric : {"tpot_s", "output_tok_per_s"}, optional
+        Which measurement to anchor on when both are given (default ``output_tok_per_s``, the
+        quantity the throughput ratio is made of).
+    source : str
+        Where the numbers come from (shown in the prediction).
+
+    Raises
+    ------
+    SpecsimValueError
+        Neither measurement given, a non-finite or non-positive value, an unknown ``metric`` or
+        one that names a measurement not given.
+    """
+
+    tpot_s: float | None = None
+    output_tok_per_s: float | None = None
+    concurrency: int | None = None
+    isl: int | None = None
+    osl: int | None = None
+    metric: str | None = None
+    source: str = "argument"
+
+    def __post_init__(self):
+        for name in _BASELINE_METRICS:
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.floating))
+                                  or not math.isfinite(v) or v <= 0):
+                raise SpecsimValueError(f"baseline.{name}", "must be a finite number > 0", v)
+        if self.tpot_s is None and self.output_tok_per_s is None:
+            raise SpecsimValueError("baseline", "needs a measurement: tpot_s (seconds) or output_tok_per_s", None,
+                                    list(_BASELINE_METRICS))
+        for name in ("concurrency", "isl", "osl"):
+            if getattr(self, name) is not None:
+                int_field(f"baseline.{name}", getattr(self, name))
+        if self.metric is not None:
+            if self.metric not in _BASELINE_METRICS:
+                raise SpecsimValueError("baseline.metric", "unknown measurement", self.metric, list(_BASELINE_METRICS))
+            if getattr(self, self.metric) is None:
+                raise SpecsimValueError("baseline.metric", f"names {self.metric}, which was not given", self.metric)
+
+    @property
+    def anchor_metric(self) -> tuple[str, float]:
+        """``(metric, value)`` anchored on: ``metric`` if set, else output tok/s when given, else TPOT."""
+        m = self.metric or ("output_tok_per_s" if self.output_tok_per_s is not None else "tpot_s")
+        return m, float(getattr(self, m))
+
+    @classmethod
+    def from_bench(cls, path, *, index: int | None = None, metric: str | None = None,
+                   field_prefix: str = "baseline") -> MeasuredBaseline:
+        """Read a ``vllm bench serve --save-result`` JSON of the NON-speculative baseline.
+
+        Uses :func:`specsim.vllm.bench.read_bench_result`.  Fields read (``vllm/benchmarks/serve.py``
+        0.32.0, ``result_json``): ``output_throughput`` (tok/s), ``mean_tpot_ms``,
+        ``max_concurrency`` (the ``--max-concurrency`` of the run), ``request_rate`` (must be
+        ``"inf"``: a closed loop at ``max_concurrency``), ``completed``, ``total_input_tokens`` and
+        ``total_output_tokens`` (mean ISL / OSL = total / completed, rounded to whole tokens).
+
+        Parameters
+        ----------
+        path : path-like
+        index : int, optional
+            Which result of an ``--append-result`` file.
+        metric : {"tpot_s", "output_tok_per_s"}, optional
+            Anchor on TPOT or on output tok/s (default output tok/s).
+        field_prefix : str
+            Prefix of the field names in errors (the CLI passes ``--baseline-from``).
+
+        Raises
+        ------
+        SpecsimValueError
+            The run had speculative decoding (``spec_decode_*`` counters present: not a baseline),
+            no fixed concurrency (``max_concurrency`` null or a finite ``request_rate``), no completed
+            request, or lacks the measurement anchored on.
+        DataError
+            Not a ``vllm bench serve`` result (as the reader).
+        """
+        from specsim.vllm.bench import read_bench_result
+
+        p = os.fspath(path)
+        res = read_bench_result(p, index=index)
+        raw = res.raw
+        if res.spec is not None:
+            raise SpecsimValueError(
+                f"{field_prefix}.spec_decode_num_drafts",
+                f"{res.source} records speculative-decoding counters ({res.spec.num_drafts} drafts): it is a run "
+                "WITH speculative decoding, not the baseline; give the result of the same server and benchmark "
+                "without --speculative-config", p)
+        mc = raw.get("max_concurrency")
+        if mc is None:
+            raise SpecsimValueError(
+                f"{field_prefix}.max_concurrency", f"is null in {res.source}: the run had no fixed concurrency; "
+                "rerun vllm bench serve with --max-concurrency C (or give the measurement and its concurrency "
+                "directly)", p)
+        conc = int_field(f"{field_prefix}.max_concurrency", mc)
+        rate = raw.get("request_rate", "inf")
+        if not (rate == "inf" or (isinstance(rate, (int, float)) and math.isinf(rate))):
+            raise SpecsimValueError(
+                f"{field_prefix}.request_rate", f"is {rate!r} in {res.source}: a rate-limited run does not keep "
+                f"{conc} requests in flight, so its throughput is the offered rate, not the deployment's; rerun "
+                "with --request-rate inf --max-concurrency C", p, ["inf"])
+        done = raw.get("completed")
+        if not isinstance(done, (int, float)) or isinstance(done, bool) or done <= 0:
+            raise SpecsimValueError(f"{field_prefix}.completed", f"no completed request in {res.source}", done)
+
+        def mean_len(key):
+            v = raw.get(key)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                return None
+            return max(1, int(round(v / done)))
+
+        tpot = raw.get("mean_tpot_ms")
+        tok = raw.get("output_throughput")
+        tpot_s = float(tpot) / 1e3 if isinstance(tpot, (int, float)) and not isinstance(tpot, bool) and tpot > 0 else None
+        tok_s = float(tok) if isinstance(tok, (int, float)) and not isinstance(tok, bool) and tok > 0 else None
+        want = metric or ("output_tok_per_s" if tok_s is not None else "tpot_s")
+        if want not in _BASELINE_METRICS:
+            raise SpecsimValueError(f"{field_prefix} metric", "unknown measurement", want, list(_BASELINE_METRICS))
+        if (tok_s if want == "output_tok_per_s" else tpot_s) is None:
+            key = "output_throughput" if want == "output_tok_per_s" else "mean_tpot_ms"
+            raise SpecsimValueError(f"{field_prefix}.{key}", f"missing or not a positive number in {res.source}",
+                                    raw.get(key))
+        return cls(tpot_s=tpot_s, output_tok_per_s=tok_s, concurrency=conc, isl=mean_len("total_input_tokens"),
+                   osl=mean_len("total_output_tokens"), metric=want,
+                   source=f"vllm bench serve result {res.source}")
+
+
+def as_baseline(baseline) -> MeasuredBaseline | None:
+    """``baseline=`` as given (a :class:`MeasuredBaseline`, a mapping of its fields, or a path to a
+    ``vllm bench serve`` result of the baseline) into a :class:`MeasuredBaseline`."""
+    if baseline is None or isinstance(baseline, MeasuredBaseline):
+        return baseline
+    if isinstance(baseline, Mapping):
+        unknown = sorted(set(baseline) - {f for f in MeasuredBaseline.__dataclass_fields__})
+        if unknown:
+            raise SpecsimValueError("baseline", f"unknown keys {unknown}", unknown,
+                                    list(MeasuredBaseline.__dataclass_fields__))
+        return MeasuredBaseline(**baseline)
+    if isinstance(baseline, (str, os.PathLike)):
+        return MeasuredBaseline.from_bench(baseline)
+    raise SpecsimValueError("baseline", "must be a MeasuredBaseline, a dict of its fields (tpot_s= seconds or "
+                            "output_tok_per_s=, concurrency=, isl=, osl=) or a path to a vllm bench serve result "
+                            "of the non-speculative baseline (a bare number is ambiguous: TPOT or tok/s?)",
+                            type(baseline).__name__)
+
+
+def _length_matches(measured: int, asked) -> bool:
+    asked = np.asarray(asked, dtype=float)
+    return bool(np.all(np.abs(asked - measured) <= np.maximum(1.0, BASELINE_LENGTH_TOLERANCE * asked)))
+
+
+def anchor_point(b: MeasuredBaseline, baseline_concurrency, concurrency, isl, osl) -> tuple[int, int, int]:
+    """The measured point ``(C, ISL, OSL)`` at which the anchor is solved, checked against the
+    point(s) predicted at (scalars or arrays).
+
+    The concurrency may differ from the one predicted at only when ``baseline_concurrency`` says so
+    explicitly; ISL and OSL must match (within :data:`BASELINE_LENGTH_TOLERANCE`, at least one
+    token) wherever the measurement records them.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``baseline.concurrency`` differs from the concurrency predicted at without an explicit
+        ``baseline_concurrency``, or from ``baseline_concurrency``; a measured ISL / OSL that differs
+        from the one predicted at; several concurrencies / ISLs / OSLs predicted with no measured
+        value to anchor at.
+    """
+    cs = np.unique(np.asarray(concurrency)).tolist()
+    if baseline_concurrency is not None:
+        c_b = int_field("baseline_concurrency", baseline_concurrency)
+        if b.concurrency is not None and b.concurrency != c_b:
+            raise SpecsimValueError("baseline_concurrency", f"conflicts with the concurrency {b.concurrency} the "
+                                    f"baseline was measured at ({b.source})", c_b, [b.concurrency])
+    elif b.concurrency is not None:
+        if cs != [b.concurrency]:
+            raise SpecsimValueError(
+                "baseline.concurrency", f"the baseline ({b.source}) was measured at concurrency {b.concurrency}, "
+                f"the prediction asks {cs if len(cs) > 1 else cs[0]}: predict at {b.concurrency}, or pass "
+                f"baseline_concurrency={b.concurrency} to solve the anchor there and apply it at the asked "
+                "concurrency (an extrapolation by the model's concurrency dependence)", b.concurrency, cs)
+        c_b = b.concurrency
+    elif len(cs) == 1:
+        c_b = int(cs[0])
+    else:
+        raise SpecsimValueError("baseline_concurrency", f"is required with several concurrencies {cs}: the "
+                                "concurrency the baseline was measured at", None)
+    out = [c_b]
+    for name, measured, asked in (("isl", b.isl, isl), ("osl", b.osl, osl)):
+        vals = np.unique(np.asarray(asked)).tolist()
+        if measured is None:
+            if len(vals) != 1:
+                raise SpecsimValueError(f"baseline.{name}", f"is required with several values {vals}: the {name.upper()} "
+                                        "the baseline was measured at", None)
+            out.append(int(vals[0]))
+        else:
+            if not _length_matches(measured, vals):
+                raise SpecsimValueError(
+                    f"baseline.{name}", f"the baseline ({b.source}) was measured at a mean {name.upper()} of "
+                    f"{measured} tokens, the prediction asks {vals if len(vals) > 1 else vals[0]}: predict at the "
+                    f"measured {name.upper()} (within {BASELINE_LENGTH_TOLERANCE:.0%})", measured, vals)
+            out.append(int(measured))
+    return tuple(out)
+
+
+def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int, int, int],
+                       overhead: SpecOverhead) -> tuple[float, dict[str, Any]]:
+    """Solve k > 0 such that the predicted baseline at the measured point equals the measurement.
+
+    Evaluates :func:`specsim.engine.evaluate` with ``Scenario.target_time_scale = k`` (every target
+    forward x k: baseline step, verification, target prefill) and finds the root of
+    ``log(predicted(k) / measured)`` with :func:`scipy.optimize.brentq` (TPOT rises and tok/s falls
+    monotonically with k).
+
+    Returns
+    -------
+    k : float
+    record : dict
+        ``Prediction.baseline_anchor`` (metric, measured, predicted_unanchored,
+        predicted_anchored, concurrency, isl, osl, target_time_scale, source).
+
+    Raises
+    ------
+    SpecsimValueError
+        No k in [1e-6, 1e6] matches (``baseline.<metric>``): the measurement is outside what
+        scaling the target's forwards can reach (e.g. below the unscaled host-side terms).
+    """
+    from scipy.optimize import brentq
+
+    metric, measured = b.anchor_metric
+    key = "baseline_tpot_s" if metric == "tpot_s" else "baseline_output_tok_per_s"
+    c_b, i_b, o_b = point
+
+    def predicted(k: float) -> float:
+        out = evaluate(replace(r, target_time_scale=float(k)), 1, c_b, i_b, o_b, tp, overhead)
+        return float(np.asarray(out[key]).reshape(-1)[0])
+
+    def g(log_k: float) -> float:
+        return math.log(predicted(math.exp(log_k)) / measured)
+
+    p1 = predicted(1.0)
+    guess = math.log(measured / p1) if metric == "tpot_s" else math.log(p1 / measured)  # exact if all terms scale
+    lo, hi = guess - 0.5, guess + 0.5
+    g_lo, g_hi = g(lo), g(hi)
+    lim = math.log(1e6)
+    while g_lo * g_hi > 0 and (lo > -lim or hi < lim):
+        lo, hi = max(-lim, lo - 2.0), min(lim, hi + 2.0)
+        g_lo, g_hi = g(lo), g(hi)
+    if g_lo * g_hi > 0:
+        raise SpecsimValueError(f"baseline.{metric}", f"no factor on the target's forwards in [1e-6, 1e6] makes the "
+                                f"predicted baseline ({_fmt_metric(metric, p1)} unanchored) equal the measured "
+                                f"{_fmt_metric(metric, measured)} at concurrency {c_b}, ISL/OSL {i_b}/{o_b}", measured)
+    if g_lo == 0.0:
+        k = math.exp(lo)
+    elif g_hi == 0.0:
+        k = math.exp(hi)
+    else:
+        k = math.exp(brentq(g, lo, hi, xtol=1e-14, rtol=1e-14, maxiter=200))
+    return k, {"metric": metric, "measured": measured, "predicted_unanchored": p1, "predicted_anchored": predicted(k),
+               "concurrency": c_b, "isl": i_b, "osl": o_b, "target_time_scale": k, "source": b.source}
+
+
+def _describe_overhead(ov: SpecOverhead) -> str:
+    return f"fixed {ov.fixed_s * 1e3:.4g} ms + {ov.per_token_s * 1e6:.4g} us per verified token"
+
+
+def resolve_overhead(r: Scenario, overhead: SpecOverhead | None, *, latency_given: bool
+                     ) -> tuple[SpecOverhead, str, tuple[str, ...]]:
+    """The per-step speculative overhead used, where it comes from, and a warning when it is zero
+    because nothing supplies one.
+
+    - ``overhead=`` given: used as given;
+    - the latency model carries a shipped calibration (``latency.calibration``): its overhead
+      (:func:`specsim.engine.default_overhead`);
+    - a caller's ``latency=`` without one (e.g. a measured ``MeasuredLatency`` table of target
+      forwards, which holds no rejection sampler / proposer bookkeeping): the overhead of the
+      shipped stack calibration of the hardware (never silently zero); where none ships, zero and a
+      warning;
+    - datasheet priors (no calibration shipped): zero, as the latency scope already states.
+
+    Returns
+    -------
+    overhead : SpecOverhead
+    source : str
+        ``Prediction.term_sources["speculative_overhead"]``.
+    warnings : tuple of str
+    """
+    if overhead is not None:
+        return overhead, f"overhead= given by the caller: {_describe_overhead(overhead)}", ()
+    rec = getattr(r.latency, "calibration", None)
+    if rec is not None:
+        ov = default_overhead(r.latency)
+        return ov, f"stack calibration {os.path.basename(str(getattr(rec, 'file', '')))}: {_describe_overhead(ov)}", ()
+    if not latency_given:
+        return SpecOverhead(), f"none: datasheet priors, no calibration shipped for {r.hardware_name} (zero)", ()
+    try:
+        hw = load_hardware(r.hardware_name)
+        stack = default_latency(hw, getattr(r.target, "name", None), is_moe=bool(getattr(r.target, "is_moe", False)))
+    except SpecsimValueError:  # a custom hardware name
+        stack = None
+    srec = getattr(stack, "calibration", None)
+    if srec is not None:
+        ov = default_overhead(stack)
+        return ov, (f"stack calibration {os.path.basename(str(getattr(srec, 'file', '')))} of {r.hardware_name} "
+                    f"(the latency= model carries no speculative overhead): {_describe_overhead(ov)}; pass overhead= "
+                    "to use your own"), ()
+    return SpecOverhead(), f"none: the latency= model carries none and no calibration ships for {r.hardware_name} " \
+        "(zero)", (f"speculative overhead taken as ZERO: the latency= model carries none and no calibration ships for "
+                   f"{r.hardware_name}, so the ratio is an upper-end estimate; pass overhead=SpecOverhead(...) "
+                   "measured on your stack",)
+
+
+def _latency_source(lat, latency_given: bool, hardware_name: str) -> str:
+    if latency_given:
+        return f"latency= given by the caller ({_describe(lat)})"
+    rec = getattr(lat, "calibration", None)
+    if rec is not None:
+        kind = "fitted on this hardware" if getattr(lat, "calibrated", False) else "transferred from other hardware"
+        return f"stack calibration {os.path.basename(str(getattr(rec, 'file', '')))} ({kind})"
+    return f"datasheet priors (no calibration shipped for {hardware_name})"
+
+
+def term_sources(r: Scenario, *, latency_given: bool, overhead_source: str, anchor: dict | None) -> dict[str, str]:
+    """``Prediction.term_sources``: which terms came from measurement, which from the stack
+    calibration, which from datasheet priors."""
+    lat = _latency_source(r.latency, latency_given, r.hardware_name)
+    if anchor is not None:
+        k = anchor["target_time_scale"]
+        meas = (f"anchored on the measured baseline ({_fmt_metric(anchor['metric'], anchor['measured'])} at "
+                f"concurrency {anchor['concurrency']}, ISL/OSL {anchor['isl']}/{anchor['osl']}; {anchor['source']})")
+        target = f"{meas}: {lat} x {k:.4g}"
+        verify = f"{lat} at q = N + 1, x {k:.4g} (anchored on the measured baseline)"
+        prefill = f"{lat}, x {k:.4g} (anchored on the measured baseline)"
+    else:
+        target, verify, prefill = lat, f"{lat} at q = N + 1", lat
+    acc = r.acceptance
+    if int(getattr(acc, "n_measured", 0) or 0) > 0:
+        acc_src = f"measured ({getattr(acc, 'label', None) or 'counts'}, {acc.n_measured} positions)"
+    else:
+        notes = tuple(getattr(acc, "assumptions", ()) or ())
+        acc_src = "assumed" + (f": {notes[0]}" if notes else " (parametric)")
+    kind = getattr(r.drafter, "kind", "")
+    return {
+        "target_step": target,
+        "verification": verify,
+        "target_prefill": prefill,
+        "draft": f"{lat} (method {r.method}{', ' + kind if kind else ''}; not scaled by a baseline anchor)",
+        "speculative_overhead": overhead_source,
+        "acceptance": acc_src,
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # predict, sweep, best_n
 
 
@@ -356,6 +869,8 @@ def predict(
     temperature_assumption: str | None = None,
     drafted_fraction: float = 1.0,
     mean_proposal_tokens: float | None = None,
+    baseline=None,
+    baseline_concurrency: int | None = None,
 ) -> Prediction:
     """Predict one speculative-decoding operating point.
 
@@ -394,7 +909,9 @@ def predict(
         shipped in ``specsim/data/calibration``, else datasheet-only.
     overhead : SpecOverhead, optional
         Per-step cost of enabling speculation; default: the one shipped with the latency
-        calibration, else zero.
+        calibration; with a ``latency=`` that carries none, the shipped stack calibration's of the
+        hardware (never silently zero: :func:`resolve_overhead`); else zero (datasheet priors).
+        ``term_sources["speculative_overhead"]`` says which.
     speculative_config : str or dict, optional
         vLLM's ``--speculative-config`` JSON exactly as passed to ``vllm serve``.
     temperature : float or None
@@ -409,6 +926,21 @@ def predict(
     mean_proposal_tokens : float, optional
         Mean proposed tokens per drafted step (vLLM ``num_draft_tokens / num_drafts``; below N
         for ``ngram``).  Default N.
+    baseline : MeasuredBaseline, dict or path, optional
+        A measured NON-speculative baseline of this deployment: TPOT (``tpot_s``, seconds) or
+        output tok/s (``output_tok_per_s``) at the concurrency and ISL/OSL predicted at, as a
+        :class:`MeasuredBaseline`, a dict of its fields, or the path of a ``vllm bench serve
+        --save-result`` JSON of the baseline (:meth:`MeasuredBaseline.from_bench`).  It anchors the
+        target's step time: k > 0 is solved (:func:`anchor_target_time`, brentq) so that the
+        predicted baseline equals the measurement, and every target forward is multiplied by k
+        (``Scenario.target_time_scale``); the model's structure still gives how the step changes
+        with q = N + 1, draft passes and concurrency.  The baseline is then exact by construction;
+        draft passes and overheads are not scaled.  ``Prediction.target_time_scale``,
+        ``baseline_anchor`` and ``term_sources`` record it.
+    baseline_concurrency : int, optional
+        The concurrency the baseline was measured at, when it differs from ``concurrency``: the
+        anchor is solved there and applied at ``concurrency`` (stated in the assumptions).
+        Without it a baseline measured at another concurrency is refused.
 
     Returns
     -------
@@ -418,7 +950,9 @@ def predict(
     ------
     SpecsimValueError
         Unknown model / hardware / method / precision, bad N or concurrency, bad speculative
-        config fields, temperature mismatch without an assumption.
+        config fields, temperature mismatch without an assumption; a baseline measured at another
+        concurrency (without ``baseline_concurrency``) or ISL / OSL, a baseline file of a
+        speculative run, a measurement no k in [1e-6, 1e6] reaches.
     """
     r = resolve_inputs(
         target, method, num_speculative_tokens, hardware=hardware, precision=precision, acceptance=acceptance,
@@ -431,14 +965,17 @@ def predict(
     concurrency = int_field("concurrency", concurrency)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
-    overhead = overhead if overhead is not None else default_overhead(r.latency)
+    overhead, ov_src, ov_warn = resolve_overhead(r, overhead, latency_given=latency is not None)
     _check_partial(drafted_fraction, mean_proposal_tokens)
     feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
     n_used = int(scheduled_n(r, concurrency))
     n_src, n_notes = _n_source(r, concurrency, n_used)
+    r, anchor, a_notes = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency, isl=isl,
+                                   osl=osl, overhead=overhead)
     out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                     mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
+    health = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in health_terms(out, concurrency, osl).items()}
     extrap = acceptance_extrapolated(r.acceptance, n_used) if n_used > 0 else False
     return Prediction(
         target=r.target.name,
@@ -468,11 +1005,43 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        warnings=prediction_warnings(r, vals["throughput_ratio"]) + feas,  # KV overflow: shown, not only recorded
-        assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas,
+        warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
+        + feas + ov_warn,  # KV overflow: shown, not only recorded
+        assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
+        + a_notes + ov_warn,
         num_speculative_tokens_source=n_src,
         configured_num_speculative_tokens=r.num_speculative_tokens,
+        break_even_mal=health["break_even_mal"],
+        verify_cost_in_baseline_steps=health["verify_cost_in_baseline_steps"],
+        verification_cost_in_baseline_steps=health["verification_cost_in_baseline_steps"],
+        target_time_scale=float(r.target_time_scale),
+        baseline_anchor=anchor,
+        term_sources=term_sources(r, latency_given=latency is not None, overhead_source=ov_src, anchor=anchor),
+        overhead_fixed_s=float(overhead.fixed_s),
+        overhead_per_token_s=float(overhead.per_token_s),
     )
+
+
+def _anchored(r: Scenario, baseline, baseline_concurrency, *, tp, concurrency, isl, osl, overhead
+              ) -> tuple[Scenario, dict | None, tuple[str, ...]]:
+    """``r`` with ``target_time_scale`` solved on ``baseline`` (unchanged without one), the anchor
+    record and the assumptions it adds."""
+    b = as_baseline(baseline)
+    if b is None:
+        if baseline_concurrency is not None:
+            raise SpecsimValueError("baseline_concurrency", "applies only with baseline=", baseline_concurrency)
+        return r, None, ()
+    point = anchor_point(b, baseline_concurrency, concurrency, isl, osl)
+    k, rec = anchor_target_time(r, b, tp=tp, point=point, overhead=overhead)
+    notes = (f"target step time anchored on the measured baseline ({_fmt_metric(rec['metric'], rec['measured'])} "
+             f"at concurrency {point[0]}, ISL/OSL {point[1]}/{point[2]}; {b.source}): every target forward "
+             f"(baseline step, verification, target prefill) x {k:.4g}, so the predicted baseline equals the "
+             "measurement; draft passes and speculative overhead are not scaled",)
+    cs = np.unique(np.asarray(concurrency)).tolist()
+    if cs != [point[0]]:
+        notes += (f"anchor solved at concurrency {point[0]} and applied at {cs if len(cs) > 1 else cs[0]}: assumes "
+                  "the model's concurrency dependence of the target's step time",)
+    return replace(r, target_time_scale=k), rec, notes
 
 
 def scheduled_n(r: Scenario, concurrency):
@@ -657,6 +1226,8 @@ def sweep(
     drafted_fraction: float = 1.0,
     mean_proposal_tokens: float | None = None,
     speculative_config: str | Mapping | None = None,
+    baseline=None,
+    baseline_concurrency: int | None = None,
 ) -> pd.DataFrame:
     """Evaluate the model over a full grid and return a tidy DataFrame (one row per point).
 
@@ -669,7 +1240,12 @@ def sweep(
     ``speculative_config`` (as in :func:`predict`) fixes method and N; with a
     ``num_speculative_tokens_per_batch_size`` schedule each concurrency row models the schedule's
     k at that batch size (:func:`scheduled_n`; column ``num_speculative_tokens_source`` =
-    "schedule", ``configured_num_speculative_tokens`` = the config's N).
+    "schedule", ``configured_num_speculative_tokens`` = the config's N).  ``baseline`` and
+    ``baseline_concurrency`` anchor the target's step time as in :func:`predict` (one deployment:
+    a single target, hardware, TP and precision; with several concurrencies the measured one must be
+    known -- ``baseline_concurrency`` or the baseline's own ``concurrency`` -- and a baseline that
+    records its concurrency accepts other concurrencies only with ``baseline_concurrency``); the
+    factor is solved once per categorical combination.
 
     Returns
     -------
@@ -678,9 +1254,12 @@ def sweep(
         num_speculative_tokens, concurrency, isl, osl``) and the outputs of :class:`Prediction`
         (``throughput_ratio, mal, acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s,
         t_overhead_s, t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s,
-        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``) and
-        ``kv_cache_fits``: False where the KV cache of concurrency x (ISL + OSL) tokens does not
-        fit next to the weights (vLLM would queue or preempt; :func:`predict` warns there).
+        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``), the
+        health checks ``break_even_mal, verify_cost_in_baseline_steps,
+        verification_cost_in_baseline_steps`` (:func:`health_terms`), ``target_time_scale`` (1
+        unless anchored on a baseline) and ``kv_cache_fits``: False where the KV cache of
+        concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
+        preempt; :func:`predict` warns there).
 
     Raises
     ------
@@ -711,6 +1290,15 @@ def sweep(
         raise SpecsimValueError("num_speculative_tokens", "speculative_config fixes N (its num_speculative_tokens); "
                                 "sweep N without a speculative_config", list(ns))
     N, C, I, O = (a.reshape(-1) for a in np.meshgrid(ns, cs, isls, osls, indexing="ij"))
+    b = as_baseline(baseline)
+    if b is None and baseline_concurrency is not None:
+        raise SpecsimValueError("baseline_concurrency", "applies only with baseline=", baseline_concurrency)
+    if b is not None:
+        for name, v in (("target", target), ("hardware", hardware), ("tp", tp), ("precision", precision)):
+            if len(as_list(v)) != 1:
+                raise SpecsimValueError(name, "a measured baseline anchors ONE deployment (target, hardware, tp, "
+                                        "precision): sweep one value, or one sweep per deployment", as_list(v))
+        point = anchor_point(b, baseline_concurrency, cs, isls, osls)
     frames = []
     for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
@@ -724,11 +1312,17 @@ def sweep(
         tp_i = int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits(r, tp_i, N, C, I, O)
-        ov = overhead if overhead is not None else default_overhead(r.latency)
+        ov, _, _ = resolve_overhead(r, overhead, latency_given=latency is not None)
         n_used = scheduled_n(r, C) if r.speculative_config is not None else N
+        if b is not None:
+            k, _ = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
+            r = replace(r, target_time_scale=k)
         out = evaluate(r, n_used, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
                         mean_proposal_tokens=mean_proposal_tokens)
         df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
+        for k, v in health_terms(out, C, O).items():
+            df[k] = np.asarray(v)
+        df["target_time_scale"] = float(r.target_time_scale)
         extrap = {int(k): acceptance_extrapolated(r.acceptance, int(k)) if k > 0 else False
                   for k in np.unique(n_used)}
         df["acceptance_extrapolated"] = [extrap[int(k)] for k in n_used]

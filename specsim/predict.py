@@ -734,9 +734,10 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
 
     p1 = predicted(1.0)
     guess = math.log(measured / p1) if metric == "tpot_s" else math.log(p1 / measured)  # exact if all terms scale
+    lim = math.log(1e6)
+    guess = min(max(guess, -lim + 0.5), lim - 0.5)
     lo, hi = guess - 0.5, guess + 0.5
     g_lo, g_hi = g(lo), g(hi)
-    lim = math.log(1e6)
     while g_lo * g_hi > 0 and (lo > -lim or hi < lim):
         lo, hi = max(-lim, lo - 2.0), min(lim, hi + 2.0)
         g_lo, g_hi = g(lo), g(hi)

@@ -19,6 +19,9 @@ import pandas as pd
 from specsim.cli._args import (
     acceptance_from_args,
     add_acceptance_from_args,
+    add_baseline_args,
+    baseline_from_args,
+    check_baseline_point,
     resolve_target,
 )
 from specsim.cli.recommend import add_recommend_parser, recommend_cli
@@ -40,8 +43,10 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     p.add_argument("--hardware", default="MI300X", help="accelerator (specsim/data/hardware.csv), default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--precision", help="target weight precision: bf16, fp16, fp8, mxfp4, int4, fp32 (default: model's serving precision)")
-    p.add_argument("--isl", type=int, default=1024, help="input sequence length, tokens")
-    p.add_argument("--osl", type=int, default=1024, help="output sequence length, tokens")
+    p.add_argument("--isl", type=int, default=None, help="input sequence length, tokens (default 1024, or the "
+                                                           "--baseline-from run's mean)")
+    p.add_argument("--osl", type=int, default=None, help="output sequence length, tokens (default 1024, or the "
+                                                           "--baseline-from run's mean)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at")
     p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
     g = p.add_argument_group("acceptance (exactly one)")
@@ -51,6 +56,16 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     g.add_argument("--mal", help="MAL@N: mean acceptance length measured at N (implies constant acceptance)")
     add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    add_baseline_args(p)
+
+
+def _point(args, concurrency, default_concurrency):
+    """The measured baseline of the command line and the (concurrency, ISL, OSL) to predict at:
+    given values, else the ``--baseline-from`` run's, else the defaults (1024 / 1024)."""
+    b = baseline_from_args(args)
+    c, isl, osl = check_baseline_point(b, concurrency=concurrency, isl=args.isl, osl=args.osl,
+                                       path=getattr(args, "baseline_from", None))
+    return b, (default_concurrency if c is None else c), (1024 if isl is None else isl), (1024 if osl is None else osl)
 
 
 def _synthetic_config(args) -> bool:
@@ -66,11 +81,12 @@ def _synthetic_config(args) -> bool:
 
 def _cmd_predict(args) -> int:
     acc = acceptance_from_args(args, required=not _synthetic_config(args))
+    b, conc, isl, osl = _point(args, args.concurrency, 1)
     pred = predict(
         resolve_target(args.target), args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
-        precision=args.precision, concurrency=args.concurrency, isl=args.isl, osl=args.osl, acceptance=acc,
+        precision=args.precision, concurrency=conc, isl=isl, osl=osl, acceptance=acc,
         draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption,
+        temperature_assumption=args.temperature_assumption, baseline=b,
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
@@ -85,11 +101,18 @@ def _int_list(s: str, field: str = "list") -> list[int]:
 
 def _cmd_sweep(args) -> int:
     acc = acceptance_from_args(args, required=not _synthetic_config(args))
+    cs = None if args.concurrency is None else _int_list(args.concurrency, "--concurrency")
+    b, cs, isl, osl = _point(args, cs, _int_list(_SWEEP_CONCURRENCY, "--concurrency"))
+    if b is not None and isinstance(cs, list) and len(set(cs)) > 1:
+        flag = b.source if b.source.startswith("--") else "--baseline-from"
+        raise SpecsimValueError(flag, "a measured baseline anchors the concurrency it was measured at: give "
+                                "--concurrency with that one value (the library's sweep(baseline_concurrency=) "
+                                "extrapolates to others)", cs)
     df = sweep(
         resolve_target(args.target), args.method, num_speculative_tokens=_sweep_n(args), hardware=args.hardware.split(","),
-        tp=args.tp, precision=args.precision, concurrency=_int_list(args.concurrency, "--concurrency"), isl=args.isl, osl=args.osl,
+        tp=args.tp, precision=args.precision, concurrency=cs if isinstance(cs, list) else [cs], isl=isl, osl=osl,
         acceptance=acc, draft=args.draft, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config,
+        temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
     )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     if args.out:
@@ -98,13 +121,19 @@ def _cmd_sweep(args) -> int:
     elif args.json:
         print(df.to_json(orient="records", indent=2, double_precision=15))
     else:
-        cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "throughput_ratio", "tpot_s", "output_tok_per_s"]
+        cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "break_even_mal", "throughput_ratio", "tpot_s",
+                "output_tok_per_s"]
         print(df[cols].to_string(index=False))
+    if b is not None:
+        k = float(df["target_time_scale"].iloc[0])
+        print(f"specsim: target forwards anchored on the measured baseline ({b.source}): x {k:.4g}", file=sys.stderr)
     return 0
 
 
 #: proposal lengths ``specsim sweep`` evaluates when neither ``-n`` nor ``--speculative-config`` gives N
 _SWEEP_N = "1,2,3,4,5,7,11,15"
+#: concurrencies ``specsim sweep`` evaluates without ``--concurrency`` (and without a ``--baseline-from`` run)
+_SWEEP_CONCURRENCY = "1,4,16,64"
 
 
 def _sweep_n(args) -> list[int] | None:
@@ -213,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict one operating point")
     _add_scenario_args(p)
     p.add_argument("-n", "--num-speculative-tokens", type=int, help="proposal length N")
-    p.add_argument("--concurrency", type=int, default=1, help="concurrent requests (decode batch)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help="concurrent requests (decode batch; default 1, or the --baseline-from run's max_concurrency)")
     p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
     p.set_defaults(func=_cmd_predict)
 
@@ -221,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(p)
     p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default=None,
                    help="comma-separated proposal lengths N (default 1,2,3,4,5,7,11,15, or N from --speculative-config)")
-    p.add_argument("--concurrency", default="1,4,16,64", help="comma-separated concurrencies")
+    p.add_argument("--concurrency", default=None, help=f"comma-separated concurrencies (default {_SWEEP_CONCURRENCY}, "
+                                                        "or the --baseline-from run's max_concurrency)")
     p.add_argument("--out", help="write the tidy CSV here")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")
     p.set_defaults(func=_cmd_sweep)

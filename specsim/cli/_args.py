@@ -7,6 +7,7 @@ from pathlib import Path
 from specsim.acceptance import Acceptance
 from specsim.architecture import ModelSpec, load_model
 from specsim.errors import SpecsimValueError
+from specsim.predict import BASELINE_LENGTH_TOLERANCE, MeasuredBaseline
 from specsim.vllm.detect import read_counts, run_temperature
 
 ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N, "
@@ -126,3 +127,92 @@ def acceptance_from_args(args, required: bool = True):
     except ValueError:
         raise SpecsimValueError("--mal", "takes MAL@N with a number MAL and an integer N, e.g. 3.2@4", args.mal) from None
     return Acceptance.from_mal(mal_f, n_i, temperature=t)
+
+
+BASELINE_FLAGS = ("--baseline-tpot-ms", "--baseline-tok-per-s", "--baseline-from")
+
+
+def add_baseline_args(p) -> None:
+    """Add the measured-baseline options (``--baseline-tpot-ms``, ``--baseline-tok-per-s``,
+    ``--baseline-from FILE``, ``--baseline-metric``) to an argparse (sub)parser."""
+    g = p.add_argument_group("measured baseline (at most one; anchors the target's step time)")
+    g.add_argument("--baseline-tpot-ms", type=float, metavar="MS",
+                   help="measured TPOT of the NON-speculative baseline at --concurrency and --isl/--osl, milliseconds")
+    g.add_argument("--baseline-tok-per-s", type=float, metavar="TOK_S",
+                   help="measured output tok/s of the NON-speculative baseline at --concurrency and --isl/--osl")
+    g.add_argument("--baseline-from", metavar="FILE",
+                   help="a `vllm bench serve --save-result` JSON of the NON-speculative baseline (its max_concurrency "
+                        "and mean ISL/OSL must match --concurrency/--isl/--osl, and fill them when not given)")
+    g.add_argument("--baseline-metric", choices=["tok_per_s", "tpot"], default=None,
+                   help="with --baseline-from: anchor on output_throughput (tok_per_s, default) or mean_tpot_ms (tpot)")
+
+
+def baseline_from_args(args) -> MeasuredBaseline | None:
+    """The measured baseline given on the command line, or None.
+
+    ``--baseline-tpot-ms`` / ``--baseline-tok-per-s`` are taken at the concurrency and ISL/OSL asked;
+    ``--baseline-from FILE`` is read by :meth:`MeasuredBaseline.from_bench` (refused when the run had
+    speculative decoding, no fixed concurrency, ...).
+
+    Raises
+    ------
+    SpecsimValueError
+        More than one baseline option, a non-positive value, ``--baseline-metric`` without
+        ``--baseline-from``, or a file :meth:`MeasuredBaseline.from_bench` refuses.
+    """
+    tpot, tok, path = (getattr(args, "baseline_tpot_ms", None), getattr(args, "baseline_tok_per_s", None),
+                       getattr(args, "baseline_from", None))
+    metric = getattr(args, "baseline_metric", None)
+    given = [f for f, v in zip(BASELINE_FLAGS, (tpot, tok, path)) if v is not None]
+    if len(given) > 1:
+        raise SpecsimValueError(given[0], f"give at most one of {', '.join(BASELINE_FLAGS)}", None, given)
+    if metric is not None and path is None:
+        raise SpecsimValueError("--baseline-metric", "applies only with --baseline-from FILE", metric)
+    if tpot is not None:
+        if not (math.isfinite(tpot) and tpot > 0):
+            raise SpecsimValueError("--baseline-tpot-ms", "must be a finite number of milliseconds > 0", tpot)
+        return MeasuredBaseline(tpot_s=tpot / 1e3, source="--baseline-tpot-ms")
+    if tok is not None:
+        if not (math.isfinite(tok) and tok > 0):
+            raise SpecsimValueError("--baseline-tok-per-s", "must be a finite number of tokens/s > 0", tok)
+        return MeasuredBaseline(output_tok_per_s=tok, source="--baseline-tok-per-s")
+    if path is not None:
+        if not Path(path).is_file():
+            raise SpecsimValueError("--baseline-from", "no such file", path)
+        return MeasuredBaseline.from_bench(path, field_prefix="--baseline-from",
+                                           metric={"tpot": "tpot_s", "tok_per_s": "output_tok_per_s"}.get(metric))
+    return None
+
+
+def check_baseline_point(b: MeasuredBaseline | None, *, concurrency, isl, osl, path: str | None) -> tuple:
+    """Fill ``--concurrency`` / ``--isl`` / ``--osl`` left unset (None) from a baseline file and check
+    the ones given against it (on the command line a baseline applies only where it was measured).
+
+    Returns ``(concurrency, isl, osl)`` (the file's values where unset, else those given).
+
+    Raises
+    ------
+    SpecsimValueError
+        ``--concurrency`` differs from the file's ``max_concurrency``, or ``--isl`` / ``--osl``
+        from its mean input / output tokens per request (beyond the tolerance of ``specsim.predict``).
+    """
+    if b is None:
+        return concurrency, isl, osl
+    out = []
+    for flag, asked, measured, what in (("--concurrency", concurrency, b.concurrency, "max_concurrency"),
+                                        ("--isl", isl, b.isl, "mean input tokens per request"),
+                                        ("--osl", osl, b.osl, "mean output tokens per request")):
+        if asked is None:
+            out.append(measured)
+            continue
+        if measured is not None:
+            vals = list(asked) if isinstance(asked, (list, tuple)) else [asked]
+            ok = all(v == measured if flag == "--concurrency" else
+                     abs(v - measured) <= max(1.0, BASELINE_LENGTH_TOLERANCE * v) for v in vals)
+            if not ok:
+                raise SpecsimValueError(flag, f"differs from the baseline run {path} ({what} {measured}): the "
+                                        f"measured baseline anchors only the point it was measured at; give {flag} "
+                                        f"{measured} (or leave it out), or measure the baseline at {asked}", asked,
+                                        [measured])
+        out.append(asked)
+    return tuple(out)

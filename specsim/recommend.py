@@ -19,7 +19,14 @@ from specsim.engine import default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
-from specsim.predict import check_feasibility, precision_label, resolve_inputs
+from specsim.predict import (
+    anchor_point,
+    anchor_target_time,
+    as_baseline,
+    check_feasibility,
+    precision_label,
+    resolve_inputs,
+)
 from specsim.published import published_methods, published_profile
 from specsim.vllm.schedule import speculative_config
 
@@ -761,6 +768,8 @@ def recommend(
     check_memory: bool = True,
     max_model_len: int | None = None,
     gpu_memory_utilization: float | None = None,
+    baseline=None,
+    baseline_concurrency: int | None = None,
 ) -> Recommendation:
     """Recommended vLLM speculative configuration per concurrency band (module docstring).
 
@@ -817,6 +826,14 @@ def recommend(
         Tokens per sequence for the KV cache (default ``isl + osl``).
     gpu_memory_utilization : float, optional
         vLLM's fraction (default 0.92, vLLM 0.32.0).
+    baseline : MeasuredBaseline, dict or path, optional
+        A measured non-speculative baseline (as :func:`specsim.predict.predict`): the target's
+        forwards are scaled by the k that makes the predicted baseline equal it at the measured
+        concurrency and ISL/OSL (:func:`specsim.predict.anchor_target_time`), for every method and
+        concurrency of the recommendation (an assumption line says so).
+    baseline_concurrency : int, optional
+        The concurrency the baseline was measured at; required unless the baseline records it
+        (a ``vllm bench serve`` file's ``max_concurrency``).
 
     Returns
     -------
@@ -867,6 +884,15 @@ def recommend(
     if len(methods) > 1 and (draft is not None or drafter is not None):
         raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
 
+    anchor_b = as_baseline(baseline)
+    if anchor_b is None and baseline_concurrency is not None:
+        raise SpecsimValueError("baseline_concurrency", "applies only with baseline=", baseline_concurrency)
+    if anchor_b is not None:
+        c_b = baseline_concurrency if baseline_concurrency is not None else anchor_b.concurrency
+        if c_b is None:
+            raise SpecsimValueError("baseline_concurrency", "is required: recommend spans concurrencies 1..max, so "
+                                    "the concurrency the baseline was measured at must be given", None)
+        anchor_pt = anchor_point(anchor_b, baseline_concurrency, c_b, isl, osl)
     latency, cal_rel = _unwrap_latency(latency)
     if step_time_rel_error is None:
         step_time_rel_error = cal_rel
@@ -905,6 +931,15 @@ def recommend(
             excluded.append((r.method, f"refused (as vLLM would refuse it): {e}"))
             continue
         ov = overhead if overhead is not None else default_overhead(r.latency)
+        anchor_note = None
+        if anchor_b is not None:
+            k, _ = anchor_target_time(r, anchor_b, tp=tp, point=anchor_pt, overhead=ov)
+            r = replace(r, target_time_scale=k)
+            anchor_note = (f"target step time anchored on the measured baseline ({anchor_b.source}, "
+                           f"{anchor_b.anchor_metric[0]} = {anchor_b.anchor_metric[1]:.6g} at concurrency "
+                           f"{anchor_pt[0]}, ISL/OSL {anchor_pt[1]}/{anchor_pt[2]}): target forwards x {k:.4g} at "
+                           "every concurrency; draft passes and overhead not scaled; the step-time interval keeps "
+                           "the calibration's width")
         rel, rel_src = _rel_error(r.latency, step_time_rel_error)
         meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
         n_max = max_num_speculative_tokens if max_num_speculative_tokens is not None else (meas or 15)
@@ -940,6 +975,8 @@ def recommend(
                            acc_range=rng, range_note=rnote, report_cs=m_report, memory=mem)
         if cap is not None:
             m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
+        if anchor_note is not None:
+            m = replace(m, assumptions=(anchor_note, *m.assumptions))
         recs.append(m)
     recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
     return Recommendation(

@@ -369,3 +369,29 @@ def test_cli_baseline_flags(capsys):
     assert len(rows) == 2 and all(r["baseline_output_tok_per_s"] == pytest.approx(raw["output_throughput"], rel=1e-10)
                                   for r in rows)
     assert all(r["break_even_mal"] > 0 and r["target_time_scale"] == rows[0]["target_time_scale"] for r in rows)
+
+
+def test_recommend_takes_the_baseline(capsys):
+    from specsim.recommend import recommend
+
+    kw = dict(hardware="MI300X", concurrency=[1, 4, 16], isl=512, osl=256)
+    b = MeasuredBaseline(tpot_s=0.03, concurrency=4)
+    rec = recommend("Qwen3-8B", "eagle3", baseline=b, **kw)
+    m = rec.methods[0]
+    pt4 = next(p for p in m.points if p.concurrency == 4)
+    assert pt4.baseline_tpot_s == pytest.approx(0.03, rel=1e-10)  # exact at the measured point
+    acc = recommend("Qwen3-8B", "eagle3", **kw)  # same published acceptance, unanchored
+    assert next(p for p in acc.methods[0].points if p.concurrency == 4).baseline_tpot_s != pytest.approx(0.03, rel=1e-3)
+    assert m.assumptions[0].startswith("target step time anchored on the measured baseline")
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("Qwen3-8B", "eagle3", baseline={"tpot_s": 0.03}, **kw)
+    assert ei.value.field == "baseline_concurrency"
+    base = ["recommend", "--target", "Qwen3-8B", "--method", "eagle3", "--hardware", "MI300X", "--concurrency", "1,4,16",
+            "--isl", "512", "--osl", "256"]
+    rc, out, err = _cli([*base, "--baseline-tpot-ms", "30", "--baseline-concurrency", "4", "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    pts = {p["concurrency"]: p for p in d["methods"][0]["points"]}
+    assert pts[4]["baseline_tpot_s"] == pytest.approx(0.03, rel=1e-10)
+    rc, _, err = _cli([*base, "--baseline-tpot-ms", "30"], capsys)
+    assert rc == 2 and "specsim: error: --baseline-concurrency" in err

@@ -6,6 +6,9 @@ import sys
 from specsim.cli._args import (
     acceptance_from_args,
     add_acceptance_from_args,
+    add_baseline_args,
+    baseline_from_args,
+    check_baseline_point,
     resolve_target,
 )
 from specsim.errors import SpecsimValueError
@@ -42,6 +45,10 @@ def add_recommend_parser(p) -> None:
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
     add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    add_baseline_args(p)
+    p.add_argument("--baseline-concurrency", type=int, metavar="C",
+                   help="concurrency the --baseline-tpot-ms / --baseline-tok-per-s measurement was taken at "
+                        "(--baseline-from: the run's max_concurrency)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
     out.add_argument("--config-only", action="store_true",
@@ -59,6 +66,23 @@ def recommend_cli(args) -> int:
         cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
     except ValueError:
         raise SpecsimValueError("concurrency", "must be comma-separated integers", args.concurrency) from None
+    b = baseline_from_args(args)
+    b_conc = args.baseline_concurrency
+    if b is not None:
+        check_baseline_point(b, concurrency=None, isl=args.isl, osl=args.osl, path=args.baseline_from)
+        if b.concurrency is not None:
+            if b_conc is not None and b_conc != b.concurrency:
+                raise SpecsimValueError("--baseline-concurrency", f"conflicts with the max_concurrency "
+                                        f"{b.concurrency} of the baseline run {args.baseline_from}", b_conc,
+                                        [b.concurrency])
+            b_conc = b.concurrency
+        if b_conc is None:
+            raise SpecsimValueError("--baseline-concurrency", "is required with --baseline-tpot-ms / "
+                                    "--baseline-tok-per-s: the concurrency the baseline was measured at")
+    elif b_conc is not None:
+        raise SpecsimValueError("--baseline-concurrency", "applies only with a measured baseline (" +
+                                ", ".join(("--baseline-tpot-ms", "--baseline-tok-per-s", "--baseline-from")) + ")",
+                                b_conc)
     methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
     if methods is not None and len(methods) == 1:
         methods = methods[0]
@@ -68,7 +92,7 @@ def recommend_cli(args) -> int:
         acceptance=acceptance_from_args(args, required=False), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
         level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
-        gpu_memory_utilization=args.gpu_memory_utilization,
+        gpu_memory_utilization=args.gpu_memory_utilization, baseline=b, baseline_concurrency=b_conc,
     )
     if args.config_only:
         best = rec.best

@@ -185,7 +185,7 @@ class Prediction:
                          f"forwards x {self.target_time_scale:.4g} (unanchored "
                          f"{_fmt_metric(a['metric'], a['predicted_unanchored'])})")
         for term, src in self.term_sources.items():
-            lines.append(f"  term {term:<14} {src}")
+            lines.append(f"  term {term:<20} {src}")
         if self.acceptance_extrapolated:
             lines.append("  acceptance          extrapolated beyond the measured positions (parametric fit)")
         for a in self.assumptions:

@@ -395,3 +395,22 @@ def test_recommend_takes_the_baseline(capsys):
     assert pts[4]["baseline_tpot_s"] == pytest.approx(0.03, rel=1e-10)
     rc, _, err = _cli([*base, "--baseline-tpot-ms", "30"], capsys)
     assert rc == 2 and "specsim: error: --baseline-concurrency" in err
+
+
+def test_readme_baseline_command_runs(capsys, monkeypatch):
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if "--baseline-from" in b)
+    cmd = block.replace("\\\n", " ").split("#")[0]
+    argv = shlex.split(cmd)
+    assert argv[0].endswith("specsim")
+    monkeypatch.chdir(ROOT)
+    rc, out, err = _cli([*argv[1:], "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    assert (d["concurrency"], d["isl"], d["osl"]) == (4, 107, 98)
+    assert d["baseline_output_tok_per_s"] == pytest.approx(json.loads(BENCH_BASE.read_text())["output_throughput"],
+                                                           rel=1e-10)
+    assert d["break_even_mal"] > 1 and d["term_sources"]["acceptance"].startswith("measured")

@@ -704,7 +704,9 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
     Evaluates :func:`specsim.engine.evaluate` with ``Scenario.target_time_scale = k`` (every target
     forward x k: baseline step, verification, target prefill) and finds the root of
     ``log(predicted(k) / measured)`` with :func:`scipy.optimize.brentq` (TPOT rises and tok/s falls
-    monotonically with k).
+    monotonically with k), starting from the k that is exact when every baseline term is a target
+    forward (``measured / predicted(1)`` for TPOT); a start that already matches is returned as is,
+    so a measurement equal to the unanchored prediction gives k = 1 exactly.
 
     Returns
     -------
@@ -736,6 +738,11 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
     guess = math.log(measured / p1) if metric == "tpot_s" else math.log(p1 / measured)  # exact if all terms scale
     lim = math.log(1e6)
     guess = min(max(guess, -lim + 0.5), lim - 0.5)
+    if g(guess) == 0.0:  # e.g. the measurement IS the unanchored prediction: k = 1 exactly
+        k = math.exp(guess)
+        return k, {"metric": metric, "measured": measured, "predicted_unanchored": p1,
+                   "predicted_anchored": predicted(k), "concurrency": c_b, "isl": i_b, "osl": o_b,
+                   "target_time_scale": k, "source": b.source}
     lo, hi = guess - 0.5, guess + 0.5
     g_lo, g_hi = g(lo), g(hi)
     while g_lo * g_hi > 0 and (lo > -lim or hi < lim):

@@ -111,12 +111,20 @@ def test_anchor_factor_and_ratio_closed_form(metric):
 
 def test_k_one_reproduces_the_unanchored_prediction():
     p0 = _const()
-    p = _const(baseline={"tpot_s": p0.baseline_tpot_s})
-    assert p.target_time_scale == pytest.approx(1.0, abs=1e-12)
-    d0, d = p0.to_dict(), p.to_dict()
-    for f, v in d0.items():
-        if isinstance(v, float):
-            assert d[f] == pytest.approx(v, rel=1e-11), f
+    for b in ({"tpot_s": p0.baseline_tpot_s}, {"output_tok_per_s": p0.baseline_output_tok_per_s}):
+        p = _const(baseline=b)
+        assert p.target_time_scale == 1.0
+        d0, d = p0.to_dict(), p.to_dict()
+        for f, v in d0.items():
+            if isinstance(v, float):
+                assert d[f] == v, f  # exactly: k = 1 is the unanchored model
+    # on a catalog point too (shipped calibration, real drafter)
+    kw = dict(hardware="MI300X", concurrency=8, isl=512, osl=256, acceptance=Acceptance.constant(0.7, temperature=0.0))
+    q0 = predict("Qwen3-8B", "eagle3", 3, **kw)
+    q = predict("Qwen3-8B", "eagle3", 3, baseline={"tpot_s": q0.baseline_tpot_s}, **kw)
+    assert q.target_time_scale == 1.0
+    for f in ("throughput_ratio", "t_step_s", "tpot_s", "output_tok_per_s", "break_even_mal"):
+        assert getattr(q, f) == getattr(q0, f), f
 
 
 def test_baseline_at_another_concurrency_needs_baseline_concurrency():

@@ -102,9 +102,9 @@ class Prediction:
         ``target_prefill``, ``draft``, ``speculative_overhead``, ``acceptance``): a measurement
         (the anchored baseline, the user's ``latency=`` / ``overhead=``, measured acceptance), the
         stack calibration (``specsim/data/calibration``) or datasheet priors.
-    overhead_fixed_s, overhead_per_token_s : float
-        The per-step speculative overhead used (:class:`~specsim.engine.SpecOverhead` fields; its
-        source is ``term_sources["speculative_overhead"]``).
+    overhead_terms : dict of str to float
+        The :class:`~specsim.engine.SpecOverhead` used, field by field (seconds; e.g. ``fixed_s``,
+        ``per_token_s``); its source is ``term_sources["speculative_overhead"]``.
     """
 
     target: str
@@ -144,8 +144,7 @@ class Prediction:
     target_time_scale: float = 1.0
     baseline_anchor: dict[str, Any] | None = None
     term_sources: dict[str, str] = field(default_factory=dict)
-    overhead_fixed_s: float = 0.0
-    overhead_per_token_s: float = 0.0
+    overhead_terms: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None)."""
@@ -763,7 +762,8 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:
-    return f"fixed {ov.fixed_s * 1e3:.4g} ms + {ov.per_token_s * 1e6:.4g} us per verified token"
+    terms = [f"{k} {v * 1e6:.4g} us" for k, v in asdict(ov).items() if v]
+    return ", ".join(terms) if terms else "zero"
 
 
 def resolve_overhead(r: Scenario, overhead: SpecOverhead | None, *, latency_given: bool
@@ -1025,8 +1025,7 @@ def predict(
         target_time_scale=float(r.target_time_scale),
         baseline_anchor=anchor,
         term_sources=term_sources(r, latency_given=latency is not None, overhead_source=ov_src, anchor=anchor),
-        overhead_fixed_s=float(overhead.fixed_s),
-        overhead_per_token_s=float(overhead.per_token_s),
+        overhead_terms={k: float(v) for k, v in asdict(overhead).items()},
     )
 
 

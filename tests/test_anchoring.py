@@ -8,6 +8,7 @@ properties on random catalog points; the file path on real ``vllm bench serve`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -301,15 +302,15 @@ def test_user_latency_keeps_the_stack_overhead_and_says_so():
                 drafter=FractionDrafter(0.1, T), latency=lat)
     stack = default_overhead(default_latency(load_hardware("MI300X"), "Qwen3-8B", is_moe=False))
     assert stack.fixed_s > 0  # MI300X ships a calibration with a per-step overhead
-    assert (p.overhead_fixed_s, p.overhead_per_token_s) == (stack.fixed_s, stack.per_token_s)
-    assert p.t_overhead_s == pytest.approx(stack.fixed_s + stack.per_token_s * 4 * 4, rel=1e-12)
+    assert p.overhead_terms == dataclasses.asdict(stack) and p.overhead_terms["fixed_s"] == stack.fixed_s
+    assert p.t_overhead_s == pytest.approx(float(stack.step_seconds(4, 3)), rel=1e-12) and p.t_overhead_s > 0
     src = p.term_sources["speculative_overhead"]
     assert src.startswith("stack calibration MI300X.json") and "latency= model carries no speculative overhead" in src
     assert p.term_sources["target_step"].startswith("latency= given by the caller")
     # an explicit overhead is used as given and named so
     p2 = predict("Qwen3-8B", None, 3, hardware="MI300X", concurrency=4, isl=512, osl=100, acceptance=0.7,
                  drafter=FractionDrafter(0.1, T), latency=lat, overhead=SpecOverhead(fixed_s=1e-3))
-    assert p2.overhead_fixed_s == 1e-3 and p2.term_sources["speculative_overhead"].startswith("overhead= given")
+    assert p2.overhead_terms["fixed_s"] == 1e-3 and p2.t_overhead_s == pytest.approx(1e-3, rel=1e-12) and p2.term_sources["speculative_overhead"].startswith("overhead= given")
 
 
 def test_user_latency_on_hardware_without_calibration_warns_when_overhead_is_zero():
@@ -319,12 +320,12 @@ def test_user_latency_on_hardware_without_calibration_warns_when_overhead_is_zer
                 osl=98, acceptance=0.6, latency=lat)
     stack = default_latency(hw, "SmolLM2-135M-Instruct", is_moe=False)
     if getattr(stack, "calibration", None) is None:
-        assert p.overhead_fixed_s == 0.0 and p.overhead_per_token_s == 0.0
+        assert set(p.overhead_terms.values()) == {0.0} and p.t_overhead_s == 0.0
         assert any(w.startswith("speculative overhead taken as ZERO") for w in p.warnings)
         assert p.term_sources["speculative_overhead"].startswith("none: the latency= model carries none")
     else:  # a calibration shipped for this machine since: its overhead is used
         ov = default_overhead(stack)
-        assert (p.overhead_fixed_s, p.overhead_per_token_s) == (ov.fixed_s, ov.per_token_s)
+        assert p.overhead_terms == dataclasses.asdict(ov)
         assert p.term_sources["speculative_overhead"].startswith("stack calibration")
 
 

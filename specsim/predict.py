@@ -102,6 +102,10 @@ class Prediction:
         ``target_prefill``, ``draft``, ``speculative_overhead``, ``acceptance``): a measurement
         (the anchored baseline, the user's ``latency=`` / ``overhead=``, measured acceptance), the
         stack calibration (``specsim/data/calibration``) or datasheet priors.
+    t_host_s : float
+        Host seconds per engine step paid by both arms (scheduler, input / output processing), where
+        the engine reports it (``evaluate``'s ``t_host_s``; 0 otherwise); included in ``t_base_s``
+        and ``t_step_s``.
     overhead_terms : dict of str to float
         The :class:`~specsim.engine.SpecOverhead` used, field by field (seconds; e.g. ``fixed_s``,
         ``per_token_s``); its source is ``term_sources["speculative_overhead"]``.
@@ -145,6 +149,7 @@ class Prediction:
     baseline_anchor: dict[str, Any] | None = None
     term_sources: dict[str, str] = field(default_factory=dict)
     overhead_terms: dict[str, float] = field(default_factory=dict)
+    t_host_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None)."""
@@ -170,7 +175,9 @@ class Prediction:
             f"  output throughput   {self.output_tok_per_s:10.1f} tok/s  (baseline {self.baseline_output_tok_per_s:.1f})",
             f"  TPOT                {self.tpot_s * 1e3:8.3f} ms     (baseline {self.baseline_tpot_s * 1e3:.3f} ms)",
             f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "
-            f"{self.t_verify_s * 1e3:.3f} + overhead {self.t_overhead_s * 1e3:.3f}  (baseline step {self.t_base_s * 1e3:.3f} ms)",
+            f"{self.t_verify_s * 1e3:.3f} + overhead {self.t_overhead_s * 1e3:.3f}"
+            + (f" + host {self.t_host_s * 1e3:.3f}" if self.t_host_s else "")
+            + f"  (baseline step {self.t_base_s * 1e3:.3f} ms)",
             f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
             f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (MAL {self.mal:.3f}: ratio < 1 below it)",
             f"  step cost           {self.verify_cost_in_baseline_steps:6.3f} baseline steps (verification alone "
@@ -1026,6 +1033,7 @@ def predict(
         baseline_anchor=anchor,
         term_sources=term_sources(r, latency_given=latency is not None, overhead_source=ov_src, anchor=anchor),
         overhead_terms={k: float(v) for k, v in asdict(overhead).items()},
+        t_host_s=vals.get("t_host_s", 0.0),
     )
 
 

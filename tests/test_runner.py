@@ -385,10 +385,10 @@ def _health_result(drafts, per_pos, expected):
     (100, [69, 50, 40], 0.99, False),   # 0.69 / 0.99 = 0.697 < 0.7 (just below the threshold)
 ])
 def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
-    from specsim.runs.matrix import get_matrix
+    from specsim.runs.sweep_files import load_matrix
     from specsim.runs.runner import _health_judge
 
-    h = get_matrix("cpu-validation").health_checks[0]
+    h = load_matrix("cpu-validation").health_checks[0]
     with RunRecorder("h", tmp_path) as rec:
         _health_judge(h)(_health_result(drafts, per_pos, expected), rec)
     v = _provenance(tmp_path / "h")["health"]
@@ -399,11 +399,11 @@ def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
 
 
 def test_health_judge_fails_without_counters(tmp_path):
-    from specsim.runs.matrix import get_matrix
+    from specsim.runs.sweep_files import load_matrix
     from specsim.runs.runner import _health_judge
 
     with RunRecorder("h", tmp_path) as rec:
-        _health_judge(get_matrix("cpu-validation").health_checks[0])({"metrics": [], "reference": {}}, rec)
+        _health_judge(load_matrix("cpu-validation").health_checks[0])({"metrics": [], "reference": {}}, rec)
     assert _provenance(tmp_path / "h")["health"]["passed"] is False
 
 

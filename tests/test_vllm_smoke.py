@@ -1,6 +1,6 @@
 """A small REAL vLLM run on the CPU through the server path (``vllm serve`` + ``vllm bench serve``).
 
-Matrix ``smoke`` (specsim/runs/matrix.py): SmolLM2-135M-Instruct fp32, 4 HumanEval prompts x 64
+Matrix ``smoke`` (data/matrices/smoke: vllm bench sweep parameter files): SmolLM2-135M-Instruct fp32, 4 HumanEval prompts x 64
 tokens, concurrency 4, greedy; baseline, then ngram N=3.  Recorded into a temporary directory,
 never data/runs.  About 2 minutes on 2 cores.
 
@@ -15,7 +15,7 @@ import os
 import pytest
 
 from specsim.catalog import project_data_path, project_dir
-from specsim.runs.matrix import get_matrix
+from specsim.runs.sweep_files import load_matrix
 from specsim.runs.provenance import VllmInstall
 
 pytestmark = pytest.mark.vllm
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.vllm
 
 def _require_vllm():
     install = VllmInstall.default()
-    model = project_dir() / "models" / get_matrix("smoke").model / "config.json"
+    model = project_dir() / load_matrix("smoke", check_paths=False).model / "config.json"
     missing = [str(p) for p, ok in ((install.venv, install.exists()), (model, model.exists()),
                                     (project_data_path("prompts", "humaneval_custom.jsonl"),
                                      project_data_path("prompts", "humaneval_custom.jsonl").exists())) if not ok]

@@ -227,9 +227,33 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
-    results = run_matrix(args.matrix, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+    from specsim.runs.sweep_files import dry_run_text, estimate_seconds, load_matrix
+
+    m = load_matrix(args.matrix, models_dir=Path(args.models_dir) if args.models_dir else None)
+    if args.dry_run:
+        est = estimate_seconds(m)
+        if args.json:
+            print(json.dumps({"matrix": m.name, "servers": [{"name": g.name, "gpus": g.gpus,
+                                                             "speculative_config": g.speculative_config,
+                                                             "cells": [c.run_label for c in g.cells]} for g in m.groups],
+                              "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
+                              "estimate_seconds": est.total_seconds(m),
+                              "cells": {k: {"seconds": s, "basis": b} for k, (s, b) in est.cells.items()},
+                              "vllm_sweep_commands": m.vllm_sweep_commands()}, indent=2, default=str))
+        else:
+            print(dry_run_text(m, est))
+        return 0
+    if args.resume and not args.stamp:
+        raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
+    results = run_matrix(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None, stamp=args.stamp,
+                         resume=args.resume, executor=args.executor, ray_address=args.ray_address,
+                         platform=args.platform, only=args.only.split(",") if args.only else None)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
+    else:
+        from collections import Counter
+
+        print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items())))
     return 0
 
 
@@ -278,9 +302,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one JSON object per file: totals, per-position counts, cumulative and conditional rates")
     p.set_defaults(func=_cmd_ingest)
 
-    p = sub.add_parser("run-matrix", help="drive real vLLM runs and record them under data/runs/")
-    p.add_argument("--matrix", default="cpu-validation")
+    p = sub.add_parser("run-matrix", help="drive real vLLM runs (vllm bench sweep parameter files) and record "
+                                          "them under data/runs/")
+    p.add_argument("--matrix", default="cpu-validation",
+                   help="a shipped matrix name (data/matrices/NAME: cpu-validation, smoke, verify-cost), or a "
+                        "matrix directory / its specsim.json naming vllm bench sweep serve / bench parameter files")
     p.add_argument("--runs-dir", help="where to record (default data/runs)")
+    p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the cells, the servers they need and the estimated device-hours (from the "
+                        "recorded run times under data/runs); start nothing")
+    p.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local: one server at a time here; ray: each serve config as a Ray task (pip install "
+                        "'specsim[ray]')")
+    p.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+    p.add_argument("--platform", choices=["auto", "cpu", "cuda", "rocm"], default=None,
+                   help="vLLM platform (default: the matrix's, normally auto-detected); selects the CPU / ROCm "
+                        "/ CUDA settings recorded in provenance")
+    p.add_argument("--stamp", help="run-id stamp (default: now, UTC); with --resume, the invocation to resume")
+    p.add_argument("--resume", action="store_true",
+                   help="with --stamp: skip the cells already recorded, re-run failed ones as <id>-retry<k>")
+    p.add_argument("--only", help="comma-separated serve records, run labels, health checks or probes to run")
     p.add_argument("--json", action="store_true", help="print the recorded runs' results as JSON")
     p.set_defaults(func=_cmd_run_matrix)
     return ap

@@ -1,5 +1,9 @@
-"""Named matrices of real-run cells (layer 4, runs): servers (model, speculative config), bench plans
-(concurrency, prompts, temperature), health checks and probes.
+"""The parts of a matrix of real-run cells (layer 4, runs): speculative configurations, server entries,
+health checks and probes, and :class:`Matrix`, the Python form the GPU runbook builds.
+
+The named matrices (``cpu-validation``, ``smoke``, ``verify-cost``) are ``vllm bench sweep``
+parameter files under ``data/matrices/`` (:mod:`specsim.runs.sweep_files`); a :class:`Matrix` is
+written as such files by :func:`specsim.runs.sweep_files.matrix_to_sweep_files`.
 
 Details, derivations and sources: ``docs/modules/specsim.runs.matrix.md``.
 """
@@ -144,59 +148,3 @@ class Matrix:
 
     def n_runs(self) -> int:
         return sum(len(e.concurrencies) for e in self.entries) + len(self.health_checks) + len(self.probes)
-
-
-def _ngram(n: int) -> SpecConfig:
-    return SpecConfig(f"ngram-n{n}", "ngram", n, options=NGRAM_LOOKUP)
-
-
-def _cpu_validation() -> Matrix:
-    base = SpecConfig("baseline")
-    entries = [ServerEntry(base)]
-    entries += [ServerEntry(_ngram(n), baseline_label="baseline") for n in (1, 2, 3, 5, 7)]
-    entries += [ServerEntry(SpecConfig(f"selfdraft-n{n}", "draft_model", n, draft_model=TARGET),
-                            baseline_label="baseline") for n in (1, 3, 5)]
-    entries += [ServerEntry(SpecConfig(f"trunc{TRUNC_LAYERS}-n{n}", "draft_model", n, draft_model=TRUNC_DRAFT),
-                            baseline_label="baseline") for n in (1, 3, 5)]
-    entries += [ServerEntry(base, temperature=0.8),
-                ServerEntry(_ngram(3), temperature=0.8, health_check="selfdraft-t0.8-health")]
-    hc = HealthCheck("selfdraft-t0.8-health", SpecConfig("selfdraft-n3", "draft_model", 3, draft_model=TARGET),
-                     temperature=0.8)
-    return Matrix(
-        name="cpu-validation",
-        description="SmolLM2-135M-Instruct fp32 on the local CPU: baseline, ngram, self-draft and "
-                    "truncated-draft runs at concurrency 1/4/16 on HumanEval prompts, a T=0.8 pair "
-                    "with a self-draft health check, and the verification-cost probe",
-        entries=tuple(entries), health_checks=(hc,), probes=(VerifyCostProbe(),),
-        models_needed=(TARGET, TRUNC_DRAFT),
-    )
-
-
-def _smoke() -> Matrix:
-    return Matrix(
-        name="smoke", description="baseline + ngram N=3, 4 HumanEval prompts x 64 tokens, concurrency 4",
-        output_len=64, num_prompts=((4, 4),),
-        entries=(ServerEntry(SpecConfig("baseline"), concurrencies=(4,)),
-                 ServerEntry(_ngram(3), concurrencies=(4,), baseline_label="baseline")),
-    )
-
-
-def _verify_cost() -> Matrix:
-    return Matrix(name="verify-cost", description="in-engine verification cost probe only",
-                  probes=(VerifyCostProbe(),))
-
-
-MATRICES = {"cpu-validation": _cpu_validation, "smoke": _smoke, "verify-cost": _verify_cost}
-
-
-def get_matrix(name: str) -> Matrix:
-    """Return the matrix called ``name``.
-
-    Raises
-    ------
-    SpecsimValueError
-        If ``name`` is not one of :data:`MATRICES`.
-    """
-    if name not in MATRICES:
-        raise SpecsimValueError("matrix", "unknown run matrix", name, sorted(MATRICES))
-    return MATRICES[name]()

@@ -7,9 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -67,6 +70,44 @@ def _reset_child_signals() -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
+#: the guardian script every child is started under (:mod:`specsim.runs._guard`)
+GUARD = Path(__file__).resolve().parent / "_guard.py"
+
+
+def _guarded_popen(cmd: Sequence[str], *, stdout, env: dict[str, str] | None, cwd) -> tuple[subprocess.Popen, Path]:
+    """Start ``cmd`` under the guardian (:mod:`specsim.runs._guard`) as the leader of a new session.
+
+    The guardian's stdin is a pipe held only by this process: if this process dies (even by SIGKILL:
+    a force-cancelled Ray task, a killed kernel) the guardian stops the group itself.  Returns the
+    guardian's Popen (its pid is the process group id) and the path of its exit-status JSON."""
+    fd, status = tempfile.mkstemp(prefix="specsim-guard-", suffix=".json")
+    os.close(fd)
+    os.unlink(status)
+    proc = subprocess.Popen([sys.executable, str(GUARD), status, "--", *[str(c) for c in cmd]],
+                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                            start_new_session=True, preexec_fn=_reset_child_signals)
+    return proc, Path(status)
+
+
+def _guard_status(path: Path | None) -> dict | None:
+    """The guardian's record of how its child ended (None if it was killed before writing it)."""
+    if path is None:
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return d
+
+
+def _close_pipe(proc: subprocess.Popen) -> None:
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
     """SIGINT the process group of ``proc`` (a session leader), SIGKILL after ``grace_s`` seconds.
 
@@ -81,6 +122,7 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
         if proc.poll() is not None and not _group_members(pgid):
             return proc.returncode
         time.sleep(0.1)
+    getattr(proc, "signals_sent", []).append("SIGKILL")
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
@@ -214,6 +256,12 @@ class Server:
         self.returncode: int | None = None
         #: seconds the last stop took (SIGINT to the group's end); None before a stop
         self.stop_seconds: float | None = None
+        #: how the server process itself ended, from its guardian (:mod:`specsim.runs._guard`); None
+        #: when the group had to be killed (SIGKILL) before the guardian could write it
+        self.exit_status: dict | None = None
+        #: signals this object sent to the group when stopping it, in order
+        self.signals_sent: list[str] = []
+        self._status: Path | None = None
         self._log = None
 
     @property
@@ -260,17 +308,17 @@ class Server:
         self._log = open(self.log_path, "ab", buffering=0)
         t0 = time.monotonic()
         try:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
-                                         start_new_session=True, preexec_fn=_reset_child_signals)
+            self.proc, self._status = _guarded_popen(self.cmd, stdout=self._log, env=self.env, cwd=self.cwd)
+            self.proc.signals_sent = self.signals_sent  # _kill_group notes its SIGKILL here
         except OSError as e:
             self._log.close()
             raise RunError(f"cannot start server {self.cmd[0]!r}: {e}") from e
         try:
             while True:
                 if self.proc.poll() is not None:
+                    st = _guard_status(self._status) or {}
                     raise RunError(
-                        f"server exited with code {self.proc.returncode} before /health answered "
+                        f"server exited with code {st.get('returncode', self.proc.returncode)} before /health answered "
                         f"(after {time.monotonic() - t0:.1f} s); log {self.log_path}:\n{_tail(self.log_path)}")
                 if self._healthy():
                     break
@@ -291,9 +339,19 @@ class Server:
             return None
         t0 = time.monotonic()
         try:
-            self.returncode = _kill_group(self.proc, self.stop_timeout_s)
+            if self.proc.poll() is None:
+                self.signals_sent.append("SIGINT")
+            rc = _kill_group(self.proc, self.stop_timeout_s)
+            st = _guard_status(self._status)
+            if st is not None:
+                self.exit_status = st
+                self.returncode = st["returncode"]
+            elif self.exit_status is None:
+                self.returncode = rc
         finally:
-            self.stop_seconds = time.monotonic() - t0
+            if self.stop_seconds is None:
+                self.stop_seconds = time.monotonic() - t0
+            _close_pipe(self.proc)
             if self._log is not None and not self._log.closed:
                 self._log.close()
         return self.returncode
@@ -326,24 +384,31 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "ab", buffering=0) as log:
+        if not Path(str(cmd[0])).exists() and not shutil.which(str(cmd[0])):
+            raise RunError(f"cannot start {cmd[0]!r}: no such file or command")
         try:
-            proc = subprocess.Popen([str(c) for c in cmd], stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-                                    preexec_fn=_reset_child_signals)
+            proc, status = _guarded_popen(cmd, stdout=log, env=env, cwd=cwd)
         except OSError as e:
             raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
         try:
-            rc = proc.wait(timeout=timeout_s)
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             _kill_group(proc, stop_timeout_s)
+            _close_pipe(proc)
+            _guard_status(status)
             raise RunError(f"{Path(str(cmd[0])).name} timed out after {timeout_s:g} s; log {log_path}:\n"
                            f"{_tail(log_path)}") from None
         except BaseException:
             _kill_group(proc, stop_timeout_s)
+            _close_pipe(proc)
+            _guard_status(status)
             raise
         # the leader is done; make sure nothing it started lingers in the group
         if _group_members(proc.pid):
             _kill_group(proc, stop_timeout_s)
+        _close_pipe(proc)
+        st = _guard_status(status)
+        rc = st["returncode"] if st is not None else proc.returncode
     if rc != 0:
         raise RunError(f"{Path(str(cmd[0])).name} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
     return time.monotonic() - t0

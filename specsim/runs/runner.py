@@ -1,57 +1,105 @@
-"""Run a named matrix of real vLLM cells and tabulate what was recorded (layer 4, runs).
+"""Run a matrix of real vLLM cells and tabulate what was recorded (layer 4, runs).
 
-:func:`run_matrix` executes a :class:`~specsim.runs.matrix.Matrix` with a tqdm progress bar: one
-server per serve configuration, its bench plans, health and verification-cost judges, a manifest.
+:func:`run_matrix` executes a matrix given as ``vllm bench sweep`` parameter files plus specsim's
+sidecar (:mod:`specsim.runs.sweep_files`), locally or on Ray (:mod:`specsim.runs.executors`): one
+server per serve configuration, its bench cells, the health (skipping what a failed check guards),
+greedy-identity and verification-cost judges, platform settings (:mod:`specsim.runs.platforms`), a
+manifest, and a tqdm bar whose ETA is weighted by the recorded run times.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from specsim.catalog import project_data_path, project_dir
-from specsim.errors import RunError
-from specsim.runs.matrix import get_matrix
-from specsim.runs.offline import run_offline
-from specsim.runs.provenance import (
-    VllmInstall,
-    base_provenance,
-    vllm_env,
-    weights_sha256,
-)
+from specsim.catalog import project_data_path
+from specsim.errors import RunError, SpecsimValueError
+from specsim.runs.executors import EXECUTORS, import_run, make_executor
+from specsim.runs.platforms import detect_platform, platform_settings, vllm_build
+from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
-from specsim.runs.serve_bench import BenchPlan, serve_and_bench, summarise_run
+from specsim.runs.serve_bench import BenchPlan, summarise_run
+from specsim.runs.sweep_files import (
+    _BENCH_ADDED,
+    BenchCell,
+    ServeGroup,
+    SweepMatrix,
+    estimate_seconds,
+    load_matrix,
+)
 from specsim.vllm.bench import read_bench_result
 
 # --------------------------------------------------------------------------------------------
-# matrix
+# commands of a cell (vLLM's sweep semantics for a parameter record)
 # --------------------------------------------------------------------------------------------
 
-def _serve_cmd(install: VllmInstall, model_dir: Path, matrix, spec_cfg: dict | None) -> list[str]:
-    cmd = [str(install.vllm), "serve", str(model_dir), "--host", "127.0.0.1", "--port", "{port}",
-           "--dtype", matrix.dtype, *matrix.server_args]
-    if spec_cfg is not None:
-        cmd += ["--speculative-config", json.dumps(spec_cfg, sort_keys=True)]
+def _record_to_args(record: dict) -> list[tuple[str, list[str]]]:
+    """``[(option, tokens)]`` of a parameter record as ``vllm bench sweep`` turns it into arguments:
+    ``_`` spelt ``-``, ``true`` / ``false`` as ``--k`` / ``--no-k``, objects as JSON text."""
+    out = []
+    for k, v in record.items():
+        opt = k.replace("_", "-")
+        if isinstance(v, bool):
+            out.append((opt, [f"--{opt}" if v else f"--no-{opt}"]))
+        elif isinstance(v, (dict, list)):
+            out.append((opt, [f"--{opt}", json.dumps(v, sort_keys=True)]))
+        else:
+            out.append((opt, [f"--{opt}", str(v)]))
+    return out
+
+
+def _apply_record(cmd: list[str], record: dict) -> list[str]:
+    """``cmd`` with each option of ``record`` replacing the same option (or its ``--no-`` form) in
+    place, else appended -- what ``vllm bench sweep serve`` does with a serve or bench record."""
+    cmd = list(cmd)
+    for opt, toks in _record_to_args(record):
+        names = {f"--{opt}", f"--no-{opt}", f"--{opt.removeprefix('no-')}"}
+        idx = next((i for i, c in enumerate(cmd) if c in names or c.split("=", 1)[0] in names), None)
+        if idx is None:
+            cmd += toks
+            continue
+        has_value = "=" not in cmd[idx] and idx + 1 < len(cmd) and not cmd[idx + 1].startswith("--")
+        cmd[idx: idx + (2 if has_value else 1)] = toks
     return cmd
 
 
-def _bench_cmd(install: VllmInstall, model_dir: Path, prompts: Path, *, output_len: int, num_prompts: int,
-               concurrency: int, temperature: float, seed: int = 0) -> list[str]:
-    return [str(install.vllm), "bench", "serve", "--backend", "vllm", "--base-url", "{base_url}",
-            "--model", str(model_dir), "--dataset-name", "custom", "--dataset-path", str(prompts),
-            "--disable-shuffle", "--skip-chat-template", "--custom-output-len", str(output_len),
-            "--num-prompts", str(num_prompts), "--max-concurrency", str(concurrency),
-            "--temperature", str(temperature), "--seed", str(seed),
-            # the runner warms the server itself; skipping bench's own test request keeps the
-            # /metrics before/after delta equal to exactly the benchmark's requests
-            "--ready-check-timeout-sec", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-            "--save-result", "--save-detailed", "--result-dir", "{result_dir}", "--result-filename", "{result_file}"]
+def _resolve_paths(cmd: Sequence[str], m: SweepMatrix) -> list[str]:
+    out = []
+    for i, c in enumerate(cmd):
+        if m.model_path is not None and c == m.model and (i == 2 or cmd[i - 1] in ("--model", "--tokenizer")):
+            c = str(m.model_path)
+        elif m.prompts is not None and i > 0 and cmd[i - 1] == "--dataset-path":
+            c = str(m.prompts)
+        out.append(c)
+    return out
 
+
+def _serve_cmd(install: VllmInstall, m: SweepMatrix, g: ServeGroup, platform_args: Sequence[str]) -> list[str]:
+    base = [str(install.vllm), "serve", *_resolve_paths(m.serve_cmd, m)[2:3], "--host", "127.0.0.1",
+            "--port", "{port}", *_resolve_paths(m.serve_cmd, m)[3:]]
+    params = dict(g.params)
+    if g.speculative_config is not None:
+        params["speculative_config"] = dict(g.speculative_config)  # local draft paths resolved
+    return _apply_record(base + list(platform_args), params)
+
+
+def _bench_cmd(install: VllmInstall, m: SweepMatrix, c: BenchCell) -> list[str]:
+    cmd = [str(install.vllm), *_resolve_paths(m.bench_cmd, m)[1:], "--base-url", "{base_url}"]
+    cmd = _apply_record(cmd, dict(c.params))
+    cmd = _apply_record(cmd, {"seed": c.seed})
+    for opt, val in zip(_BENCH_ADDED[::2], _BENCH_ADDED[1::2]):
+        if opt not in cmd:
+            cmd += [opt, val]
+    # the runner warms the server itself; skipping bench's own test request keeps the /metrics
+    # before/after delta equal to exactly the benchmark's requests
+    return cmd + ["--ready-check-timeout-sec", "0", "--save-result", "--save-detailed",
+                  "--result-dir", "{result_dir}", "--result-filename", "{result_file}"]
 
 def _health_judge(check, expected_key="expected_pos1_acceptance"):
     """Judge of a temperature health-check run: compares observed position-1 acceptance with the
@@ -109,144 +157,328 @@ def _verify_cost_judge(result: dict, rec: RunRecorder) -> None:
                                  "seconds_statistic": "median over reps"}
 
 
-def run_matrix(name: str, *, runs_dir: Path | None = None, install: VllmInstall | None = None,
-               models_dir: Path | None = None, only: Sequence[str] | None = None, progress: bool = True,
-               stamp: str | None = None) -> list[RunResult]:
-    """Run the named matrix (see :mod:`specsim.runs.matrix`) and record every run.
+_KEEP = ("ok", "invalid", "skipped")
+
+
+def _recorded_status(path: Path) -> str | None:
+    try:
+        return json.loads((path / "provenance.json").read_text()).get("status")
+    except (OSError, ValueError):
+        return "failed"
+
+
+def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, RunResult | None]:
+    """(id to record under, an already recorded result to keep).  Without ``resume`` an existing id is
+    an error (never overwritten); with it, a kept run is skipped and a failed one is re-run as
+    ``<id>-retry<k>``."""
+    if not (runs_dir / rid).exists():
+        return rid, None
+    if not resume:
+        raise RunError(f"run {rid!r} is already recorded in {runs_dir}; recorded runs are never overwritten "
+                       f"(--resume STAMP re-runs only what is missing or failed)")
+    k, cur = 1, rid
+    while (runs_dir / cur).exists():
+        st = _recorded_status(runs_dir / cur)
+        if st in _KEEP:
+            return None, RunResult(cur, runs_dir / cur, st)
+        k += 1
+        cur = f"{rid}-retry{k}"
+    return cur, None
+
+
+def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,
+                  error: BaseException | None = None) -> RunResult:
+    """Record a cell that did not run: skipped (a judge failed) or failed (its job was lost)."""
+    try:
+        with RunRecorder(run_id, runs_dir, prov) as rec:
+            if skip is not None:
+                rec.mark_skipped(skip)
+            if error is not None:
+                raise RunError(f"{type(error).__name__}: {error}")
+    except RunError as e:
+        if error is None or not (runs_dir / run_id).exists():
+            raise
+        return RunResult(run_id, runs_dir / run_id, "failed", str(e))
+    return RunResult(run_id, rec.final_path, rec.status or "ok", rec.error)
+
+
+def _bar(total_s: float, n_runs: int, desc: str, enabled: bool):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the [vllm] extra
+        return None
+    return tqdm(total=max(1, round(total_s)), desc=desc, unit="s", file=sys.stderr,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} est-s [{elapsed}<{remaining}]{postfix}")
+
+
+def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None = None,
+               install: VllmInstall | None = None, models_dir: Path | None = None,
+               only: Sequence[str] | None = None, progress: bool = True, stamp: str | None = None,
+               executor: str = "local", ray_address: str | None = None, ray_init: dict | None = None,
+               resume: bool = False, platform: str | None = None,
+               estimate_runs_dir: Path | None = None) -> list[RunResult]:
+    """Run a matrix of ``vllm bench sweep`` parameter files (:mod:`specsim.runs.sweep_files`) and
+    record every run.
 
     Parameters
     ----------
-    name : str
-        Matrix name, e.g. ``"cpu-validation"``, ``"smoke"``, ``"verify-cost"``.
+    matrix : str, path or SweepMatrix
+        A shipped name (``"cpu-validation"``, ``"smoke"``, ``"verify-cost"``: ``data/matrices/<name>``),
+        a matrix directory / its ``specsim.json``, or a loaded matrix.  Checked before anything starts.
     runs_dir : Path, optional
         Where runs are recorded (default ``<data>/runs``).
     install : VllmInstall, optional
-        The vLLM environment (default ``<repo>/.venv-vllm``).
+        The vLLM environment (default ``<repo>/.venv-vllm``; on a Ray cluster it must exist at the
+        same path on every node).
     models_dir : Path, optional
-        Checkpoints (default ``<repo>/models``).
+        Where ``models/...`` paths of the matrix point (default ``<repo>/models``).
     only : sequence of str, optional
-        Restrict to entries / checks / probes whose label is in ``only``.
+        Restrict to serve records, run labels (``<serve>-<bench>``), health checks and probes whose
+        name is in ``only``.
     progress : bool
-        Show a tqdm progress bar over the runs.
+        A tqdm bar whose steps are the cells' estimated seconds (recorded run times), so its ETA is
+        weighted by how long each kind of cell took before.
     stamp : str, optional
-        Run-id prefix component (default: UTC time ``YYYYmmddTHHMMSS``).  Run ids are
-        ``<matrix>-<stamp>-<label>-c<concurrency>`` for bench runs and ``<matrix>-<stamp>-<name>``
-        for health checks and probes.
+        Run-id component (default: UTC ``YYYYmmddTHHMMSS``).  Run ids are
+        ``<matrix>-<stamp>-<serve>-<bench>`` for bench cells and ``<matrix>-<stamp>-<name>`` for
+        health checks and probes.
+    executor : {"local", "ray"}
+        ``"ray"``: every serve-config group (and judge) is a Ray task (:mod:`specsim.runs.executors`);
+        the records are the same.
+    ray_address : str, optional
+        Address of an existing Ray cluster (default: start a local one).
+    ray_init : dict, optional
+        Further ``ray.init`` arguments (a local cluster's ``num_cpus``, ...).
+    resume : bool
+        With ``stamp``: skip cells recorded ok / invalid / skipped under that stamp, re-run failed
+        ones as ``<id>-retry<k>`` (nothing is overwritten).
+    platform : {"auto", "cpu", "cuda", "rocm"}, optional
+        Overrides the matrix's ``platform`` (:mod:`specsim.runs.platforms`).
+    estimate_runs_dir : Path, optional
+        Recorded runs the progress estimate is taken from (default ``<data>/runs``).
 
     Returns
     -------
     list of RunResult
-        Every run in order, including failed and invalid ones.  A matrix manifest
-        (``<matrix>-<stamp>-manifest/runs.csv`` + provenance) is recorded at the end.
+        Every run recorded (or kept, on resume), including failed, invalid and skipped ones.  A
+        manifest (``<matrix>-<stamp>-manifest``: ``runs.csv``, ``summary.csv``, provenance) is
+        recorded at the end.
 
     Raises
     ------
-    RunError
-        The vLLM environment, a checkpoint or the prompts file is missing, or a run id exists.
     SpecsimValueError
-        Unknown matrix name.
+        A matrix file with an unknown key or value, an unknown executor / platform, ``resume``
+        without ``stamp``.
+    RunError
+        The vLLM environment or a local checkpoint / prompt file is missing; a run id exists
+        (without ``resume``).
+    MissingExtraError
+        ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``).
     KeyboardInterrupt
-        After recording the current run as failed and stopping every process it started.
+        After recording the current runs as failed and stopping every process they started.
     """
-
-    m = get_matrix(name)
+    m = matrix if isinstance(matrix, SweepMatrix) else load_matrix(matrix, models_dir=models_dir)
+    if executor not in EXECUTORS:
+        raise SpecsimValueError("executor", "unknown executor", executor, EXECUTORS)
+    if resume and not stamp:
+        raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (stamp=...)", resume)
     install = install or VllmInstall.default()
     install.check()
     runs_dir = Path(runs_dir) if runs_dir else project_data_path("runs")
-    models_dir = Path(models_dir) if models_dir else project_dir() / "models"
-    for mn in m.models_needed:
-        if not (models_dir / mn / "config.json").exists():
-            raise RunError(f"checkpoint {models_dir / mn} missing; run `make vllm-env` (scripts/setup_vllm_cpu.sh)")
-    prompts = project_data_path(m.prompts_file)
-    if m.entries and not prompts.exists():
-        raise RunError(f"prompts file {prompts} missing; run scripts/export_humaneval_prompts.py")
+    runs_dir.mkdir(parents=True, exist_ok=True)
     stamp = stamp or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     prefix = f"{m.name}-{stamp}"
-    sel = (lambda lab: True) if not only else (lambda lab: lab in set(only))
-    entries = [e for e in m.entries if sel(e.label)]
+    sel = (lambda lab: True) if not only else (lambda *labs: bool(set(labs) & set(only)))
+    groups = [g for g in m.groups if sel(g.name)] if only else list(m.groups)
+    if only:  # a run label selects its cell only
+        groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if sel(g.name, c.run_label)))
+                  for g in m.groups]
+        groups = [g for g in groups if g.cells]
     checks = [h for h in m.health_checks if sel(h.name)]
     probes = [p for p in m.probes if sel(p.name)]
-    total = sum(len(e.concurrencies) for e in entries) + len(checks) + len(probes)
-    env, used = vllm_env(install=install)
-    model_dir = models_dir / m.model
-    common = base_provenance(install=install, model_dir=model_dir, env_used=used,
-                             matrix={"name": m.name, "description": m.description, "stamp": stamp},
-                             target={"model": m.model, "dtype": m.dtype})
-    common["draft_models"] = {mn: {"path": str(models_dir / mn), "weights_sha256": weights_sha256(models_dir / mn)}
-                              for mn in m.models_needed if mn != m.model}
-    bar = _progress(total, f"{m.name}") if progress else None
+    build, _ = vllm_build(install)
+    plat, plat_why = detect_platform(platform or m.platform, build=build)
+    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init)
     results: list[RunResult] = []
-    health: dict[str, RunResult] = {}
+    bar = None
     try:
+        server_opts = {t[2:].split("=")[0] for t in m.serve_cmd if t.startswith("--")}
+        settings = platform_settings(plat, cpus=ex.cpus() if plat == "cpu" else None,
+                                     server_options={o: True for o in server_opts})
+        env_defaults = {k: v for k, v in settings["env"].items() if k != "OMP_NUM_THREADS"}
+        env_extra = {**({"OMP_NUM_THREADS": settings["env"]["OMP_NUM_THREADS"]} if plat == "cpu" else {}),
+                     **dict(m.env)}
+        model_dir = m.model_path if m.model_path is not None else m.model
+        prompts = m.prompts
+        common = base_provenance(install=install, model_dir=m.model_path, env_used=None,
+                                 matrix={"name": m.name, "description": m.description, "stamp": stamp,
+                                         "files": {f: json.loads((m.root / f).read_text()) for f in m.files},
+                                         "root": str(m.root)},
+                                 target={"model": Path(m.model).name if m.model_path else m.model, "dtype": m.dtype},
+                                 platform={"platform": plat, "reason": plat_why, **settings})
+        if m.model_path is None:
+            common["model"] = {"path": m.model, "weights_sha256": {}}
+        common["draft_models"] = {
+            str(Path(g.speculative_config["model"]).name): {
+                "path": g.speculative_config["model"],
+                "weights_sha256": weights_sha256(g.speculative_config["model"])}
+            for g in groups if g.speculative_config and g.speculative_config.get("model")
+            and Path(g.speculative_config["model"]).is_dir() and Path(g.speculative_config["model"]) != m.model_path}
+        est = estimate_seconds(m, estimate_runs_dir)
+        total_s = (sum(est.cells[c.run_label][0] for g in groups for c in g.cells) + est.server_start_s * len(groups)
+                   + sum(est.health_checks[h.name] for h in checks) + sum(est.probes[p.name] for p in probes))
+        n_total = sum(len(g.cells) for g in groups) + len(checks) + len(probes)
+        bar = _bar(total_s, n_total, m.name, progress)
+        done = {"n": 0}
+
+        def tick(r: RunResult, est_s: float) -> None:
+            results.append(r)
+            done["n"] += 1
+            if bar is not None:
+                bar.set_postfix_str(f"{done['n']}/{n_total} runs; {r.run_id[len(prefix) + 1:]}: {r.status}")
+                bar.update(est_s)
+
+        def job_base(kind: str) -> dict:
+            return {"kind": kind, "venv": str(install.venv), "env_defaults": env_defaults, "env_extra": env_extra,
+                    "base_provenance": common}
+
+        def import_out(out: dict | BaseException, expected: list[tuple[str, dict, float]]) -> None:
+            """Import a finished job's runs; record the cells it did not record as failed."""
+            got = set()
+            if isinstance(out, dict):
+                upd = {"executor": out.get("executor"), "server_end": out.get("server_end")}
+                if "runs" in out:  # shipped back by a Ray task
+                    for info in out["results"]:
+                        rid = info["run_id"]
+                        path = import_run(rid, out["runs"][rid], runs_dir, upd)
+                        got.add(rid)
+                        tick(RunResult(rid, path, info["status"], info["error"], info.get("summary") or {}),
+                             _est_of(expected, rid))
+                else:
+                    for r in out["results"]:
+                        path = import_run(r.run_id, Path(r.path), runs_dir, upd)
+                        got.add(r.run_id)
+                        tick(dataclasses.replace(r, path=path), _est_of(expected, r.run_id))
+                    with contextlib.suppress(OSError):
+                        shutil.rmtree(out["staging"])
+            err = out if isinstance(out, BaseException) else RunError("the job ended without recording this run")
+            for rid, prov, est_s in expected:
+                if rid not in got and not (runs_dir / rid).exists():
+                    tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}},
+                                       error=err), est_s)
+
+        # ---- 1. health checks (offline judges) ------------------------------------------------
+        health: dict[str, dict | None] = {}
+        pending: list[tuple[dict, list]] = []
         for h in checks:
-            rid = f"{prefix}-{h.name}"
-            job = {"mode": "generate", "model": str(model_dir), "dtype": m.dtype, "seed": 0,
-                   "speculative_config": h.spec.speculative_config(models_dir),
-                   "prompts_path": str(prompts), "num_prompts": h.num_prompts, "max_tokens": h.max_tokens,
-                   "temperature": h.temperature, "batch_mode": "batched", "reference_expected_acceptance": True}
-            prov = {**common, "kind": "health_check", "speculative_config": job["speculative_config"],
-                    "temperature": h.temperature}
-            try:
-                r = run_offline(job, run_id=rid, runs_dir=runs_dir, install=install, env=env, provenance=prov,
-                                judge=_health_judge(h))
-            except RunError as e:
-                r = RunResult(rid, runs_dir / rid, "failed", str(e))
-            results.append(r)
-            health[h.name] = r
-            _bar_update(bar, r)
-        baselines: dict[tuple, Path] = {}
-        for e in entries:
-            spec_cfg = e.spec.speculative_config(models_dir)
-            invalid = None
-            if e.health_check:
-                hr = health.get(e.health_check)
-                hv = None
-                if hr is not None and (hr.path / "provenance.json").exists():
-                    hv = json.loads((hr.path / "provenance.json").read_text()).get("health")
-                if hv is None:
-                    invalid = f"health check {e.health_check!r} was not run or failed to run"
-                elif not hv.get("passed"):
-                    invalid = f"health check {hr.run_id} failed: {hv.get('reason')}"
-            plans = []
-            for c in e.concurrencies:
-                n = m.prompts_for(c)
-                base_key = (e.baseline_label, e.temperature, c)
-                plans.append(BenchPlan(
-                    run_id=f"{prefix}-{e.label}-c{c}",
-                    bench_cmd=_bench_cmd(install, model_dir, prompts, output_len=m.output_len, num_prompts=n,
-                                         concurrency=c, temperature=e.temperature),
-                    provenance={"kind": "bench_serve", "label": e.label, "spec_label": e.spec.label,
-                                "method": e.spec.method, "num_speculative_tokens": e.spec.num_speculative_tokens,
-                                "speculative_config": spec_cfg, "temperature": e.temperature, "concurrency": c,
-                                "num_prompts": n, "output_len": m.output_len,
-                                "prompts_file": str(prompts.relative_to(project_data_path())) if prompts.is_relative_to(project_data_path()) else str(prompts)},
-                    baseline_run=baselines.get(base_key) if (e.baseline_label and e.temperature == 0) else None,
-                    invalid_reason=invalid))
-            warm = {"model": str(model_dir), "prompt": _first_prompt(prompts), "max_tokens": 16, "temperature": 0.0}
-            rs = serve_and_bench(_serve_cmd(install, model_dir, m, spec_cfg), plans, runs_dir=runs_dir, env=env,
-                                 base_provenance=common, warmup=warm, progress=None)
-            for c, r in zip(e.concurrencies, rs):
-                if e.spec.is_baseline and r.status == "ok":
-                    baselines[(e.spec.label, e.temperature, c)] = r.path
-                results.append(r)
-                _bar_update(bar, r)
+            rid, kept = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+            if kept is not None:
+                tick(kept, est.health_checks[h.name])
+                continue
+            job = {"mode": "generate", "model": str(model_dir), "dtype": m.dtype, "seed": m.seed,
+                   "speculative_config": h.spec.speculative_config(Path("")), "prompts_path": str(prompts),
+                   "num_prompts": h.num_prompts, "max_tokens": h.max_tokens, "temperature": h.temperature,
+                   "batch_mode": "batched", "reference_expected_acceptance": True}
+            prov = {"kind": "health_check", "speculative_config": job["speculative_config"],
+                    "temperature": h.temperature, "seed": m.seed, "timeout_s": m.timeout_s}
+            jb = {**job_base("offline"), "job": job, "run_id": rid, "provenance": prov, "judge": _health_judge(h),
+                  "timeout_s": m.timeout_s, "gpus": 1}
+            pending.append((jb, [(rid, prov, est.health_checks[h.name])]))
+        _run_all(ex, pending, import_out)
+        for h in checks:
+            hv = None
+            for p in sorted(runs_dir.glob(f"{prefix}-{h.name}*")):
+                with contextlib.suppress(OSError, ValueError):
+                    pv = json.loads((p / "provenance.json").read_text())
+                    if pv.get("kind") == "health_check" and pv.get("health") is not None:
+                        hv = {**pv["health"], "run_id": p.name}
+            health[h.name] = hv
+
+        # ---- 2. serve groups: the baseline's first (its outputs judge the others) ----------------
+        baselines: dict[str, Path] = {}
+
+        def group_job(g: ServeGroup) -> tuple[dict, list] | None:
+            spec_cfg = g.speculative_config
+            plans, expected = [], []
+            outs: dict[str, str] = {}
+            for c in g.cells:
+                rid, kept = _run_id_for(runs_dir, f"{prefix}-{c.run_label}", resume)
+                est_s = est.cells[c.run_label][0]
+                if kept is not None:
+                    if g.name == m.baseline and kept.status == "ok":
+                        baselines[c.bench] = kept.path
+                    tick(kept, est_s)
+                    continue
+                prov = {"kind": "bench_serve", "label": c.label, "spec_label": g.name, "method": g.spec.method,
+                        "num_speculative_tokens": g.spec.num_speculative_tokens, "speculative_config": spec_cfg,
+                        "temperature": c.temperature, "concurrency": c.concurrency, "num_prompts": c.num_prompts,
+                        "output_len": c.output_len, "seed": c.seed, "timeout_s": c.timeout_s,
+                        "prompts_file": _rel_prompts(prompts),
+                        "cell": {"serve": g.name, "bench": c.bench, "serve_params": dict(g.params),
+                                 "bench_params": dict(c.params)}}
+                skip = None
+                for hname in c.guarded_by:
+                    hv = health.get(hname)
+                    if hv is None:
+                        skip = f"health check {hname!r} was not run or failed to run"
+                    elif not hv.get("passed"):
+                        skip = f"health check {hv.get('run_id')} failed: {hv.get('reason')}"
+                if skip is not None:
+                    tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}}, skip=skip),
+                         est_s)
+                    continue
+                base = baselines.get(c.bench) if c.baseline else None
+                if base is not None and (base / "outputs.jsonl").exists():
+                    outs[base.name] = (base / "outputs.jsonl").read_text()
+                plans.append(BenchPlan(run_id=rid, bench_cmd=_bench_cmd(install, m, c), provenance=prov,
+                                       baseline_run=base, timeout_s=c.timeout_s))
+                expected.append((rid, prov, est_s))
+            if not plans:
+                return None
+            warm = {"model": str(model_dir), "prompt": _first_prompt(prompts) if prompts else "Hello",
+                    "max_tokens": 16, "temperature": 0.0}
+            expected[0] = (expected[0][0], expected[0][1], expected[0][2] + est.server_start_s)
+            jb = {**job_base("group"), "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
+                  "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus}
+            return jb, expected
+
+        rest = list(groups)
+        if m.baseline and rest and rest[0].name == m.baseline:
+            first = group_job(rest.pop(0))
+            _run_all(ex, [first] if first else [], import_out)
+            for p in sorted(runs_dir.glob(f"{prefix}-{m.baseline}-*")):
+                if _recorded_status(p) == "ok":
+                    c = next((c for g in m.groups if g.name == m.baseline for c in g.cells
+                              if p.name in (f"{prefix}-{c.run_label}",) or p.name.startswith(f"{prefix}-{c.run_label}-retry")), None)
+                    if c is not None:
+                        baselines[c.bench] = p
+        jobs = [j for j in (group_job(g) for g in rest) if j]
+
+        # ---- 3. probes ---------------------------------------------------------------------------
         for p in probes:
-            rid = f"{prefix}-{p.name}"
-            job = {"mode": "verify_cost", "model": str(model_dir), "dtype": m.dtype, "seed": 0,
+            rid, kept = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
+            if kept is not None:
+                tick(kept, est.probes[p.name])
+                continue
+            job = {"mode": "verify_cost", "model": str(model_dir), "dtype": m.dtype, "seed": m.seed,
                    "context": p.context, "batches": list(p.batches), "qs": list(p.qs), "reps": p.reps}
-            prov = {**common, "kind": "verify_cost"}
-            try:
-                r = run_offline(job, run_id=rid, runs_dir=runs_dir, install=install, env=env, provenance=prov,
-                                judge=_verify_cost_judge)
-            except RunError as e:
-                r = RunResult(rid, runs_dir / rid, "failed", str(e))
-            results.append(r)
-            _bar_update(bar, r)
+            prov = {"kind": "verify_cost", "seed": m.seed, "timeout_s": m.timeout_s}
+            jobs.append(({**job_base("offline"), "job": job, "run_id": rid, "provenance": prov,
+                          "judge": _verify_cost_judge, "timeout_s": m.timeout_s, "gpus": 1},
+                         [(rid, prov, est.probes[p.name])]))
+        _run_all(ex, jobs, import_out)
     finally:
         if bar is not None:
             bar.close()
-        if results:
-            _record_manifest(f"{prefix}-manifest", runs_dir, results, common)
+        try:
+            ex.close()
+        finally:
+            if results:
+                mid, _ = _run_id_for(runs_dir, f"{prefix}-manifest", True)
+                _record_manifest(mid or f"{prefix}-manifest-x", runs_dir, results,
+                                 {**(locals().get("common") or {}), "executor": {"kind": executor}})
     return results
 
 
@@ -255,19 +487,43 @@ def _first_prompt(prompts: Path) -> str:
         return json.loads(f.readline())["prompt"]
 
 
-def _progress(total: int, desc: str):
+def _est_of(expected, rid) -> float:
+    return next((e for r, _, e in expected if r == rid), 0.0)
+
+
+def _run_all(ex, jobs: list[tuple[dict, list]], import_out) -> None:
+    """Submit every job, import each as it finishes (a failed job's cells are recorded as failed)."""
+    if not jobs:
+        return
     try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is in the [vllm] extra
+        for jb, expected in jobs:
+            if ex.kind == "ray":
+                jb = {**jb, "ray_resources": ex.resources(jb)}
+            ex.submit(jb, expected)
+            for tag, out in ex.wait() if ex.kind == "local" else ():
+                import_out(out, tag)
+        while ex.kind == "ray" and ex.pending():
+            for tag, out in ex.wait():
+                import_out(out, tag)
+    except BaseException:
+        for tag, out in (ex.wait() if ex.kind == "local" else ()):
+            import_out(out, tag)
+        if ex.kind == "ray":
+            ex.cancel_all(force=False)
+            while ex.pending():
+                for tag, out in ex.wait(timeout_s=120):
+                    import_out(out, tag)
+        raise
+
+
+def _rel_prompts(prompts: Path | None) -> str | None:
+    if prompts is None:
         return None
-    return tqdm(total=total, desc=desc, unit="run", file=sys.stderr)
-
-
-def _bar_update(bar, r: RunResult) -> None:
-    if bar is not None:
-        bar.set_postfix_str(f"{r.run_id.rsplit('-', 2)[-2] if r.run_id.count('-') > 2 else r.run_id}: {r.status}")
-        bar.update(1)
-
+    with contextlib.suppress(Exception):
+        root = project_data_path()
+        if prompts.is_relative_to(root):
+            return str(prompts.relative_to(root))
+    return str(prompts)
 
 def matrix_table(runs_dir: str | os.PathLike, prefix: str):
     """One row per recorded bench run whose id starts with ``prefix`` (a matrix invocation).

@@ -38,6 +38,8 @@ class BenchPlan:
     baseline_run: Path | None = None
     invalid_reason: str | None = None
     result_file: str = "bench.json"
+    #: seconds the bench may run before it is stopped and recorded as failed (None: the session's)
+    timeout_s: float | None = None
 
 
 def _format_cmd(cmd: Sequence[str], **kw) -> list[str]:
@@ -147,8 +149,9 @@ def _bench_one(server: Server, plan: BenchPlan, *, runs_dir: Path, env: dict[str
                               result_file=plan.result_file)
             rec.provenance["commands"]["bench"] = cmd
             with CpuAccount(server.pid) as acct:
-                rec.provenance["bench_seconds"] = run_command(cmd, log_path=rec.path / "bench.log", env=env,
-                                                              timeout_s=bench_timeout_s)
+                rec.provenance["bench_seconds"] = run_command(
+                    cmd, log_path=rec.path / "bench.log", env=env,
+                    timeout_s=plan.timeout_s if plan.timeout_s is not None else bench_timeout_s)
             rec.provenance["cpu_accounting"] = acct.result
             (rec.path / "metrics_after.prom").write_text(server.scrape_metrics())
             bj = rec.path / plan.result_file
@@ -190,10 +193,26 @@ def _record_failed(plan: BenchPlan, *, runs_dir: Path, error: BaseException, ser
     return RunResult(plan.run_id, rec.final_path, "failed", rec.error)
 
 
+def _server_end(srv: Server) -> dict:
+    import signal as _signal
+
+    from specsim.runs.provenance import utc_now
+
+    rc = srv.returncode
+    sig = None
+    if rc is not None and rc < 0:
+        with contextlib.suppress(ValueError):
+            sig = _signal.Signals(-rc).name
+    return {"startup_seconds": srv.startup_seconds, "stop_seconds": srv.stop_seconds, "returncode": rc,
+            "stop_signal": sig, "stop_signals_sent": list(getattr(srv, "signals_sent", [])),
+            "stopped_at": utc_now()}
+
+
 def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, runs_dir: str | os.PathLike,
                     port: int | None = None, env: dict[str, str] | None = None, base_provenance: dict | None = None,
                     health_timeout_s: float = 600.0, bench_timeout_s: float | None = 3600.0,
-                    stop_timeout_s: float = 30.0, warmup: dict | None = None, progress=None) -> list[RunResult]:
+                    stop_timeout_s: float = 30.0, warmup: dict | None = None, progress=None,
+                    server_stats: dict | None = None) -> list[RunResult]:
     """Start one server, run each :class:`BenchPlan` against it (in order), always stop the server.
 
     Parameters
@@ -212,6 +231,11 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
         metrics scrape (warms shapes and JIT paths so the first bench is not charged for them).
     progress : tqdm-like, optional
         ``.update(1)`` is called after each plan.
+    server_stats : dict, optional
+        Filled with how the server ended: ``startup_seconds``, ``stop_seconds`` (first stop signal
+        to the end of its process group), ``returncode`` (negative: the signal that ended it),
+        ``stop_signal`` (the signal that ended it, or None for a normal exit) and ``stopped_at``
+        (UTC).
 
     Returns
     -------
@@ -271,6 +295,8 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
                     progress.update(1)
         finally:
             srv.stop()
+            if server_stats is not None:
+                server_stats.update(_server_end(srv))
         return results
     finally:
         shutil.rmtree(logdir, ignore_errors=True)

@@ -1,0 +1,111 @@
+"""Guardian of one child process group (layer 4, runs): run as a script, ``python _guard.py STATUS -- CMD...``.
+
+Started by :mod:`specsim.runs.process` as the leader of a new session, it starts ``CMD`` in its own
+process group and waits for it.  Its standard input is a pipe whose only writer is the process that
+started it: when that process dies -- even by SIGKILL, e.g. a Ray worker ended by
+``ray.cancel(force=True)``, or a killed Jupyter kernel -- the pipe reaches end-of-file and the
+guardian stops the group itself (SIGINT, then SIGTERM, then SIGKILL, ``SPECSIM_GUARD_GRACE_S``
+seconds apart, default 30), so no server outlives the run that started it.  Stop signals sent to the
+group by the starter are noted and the guardian keeps waiting for the child.
+
+``STATUS`` (JSON) receives how the child ended: ``returncode`` (negative: the signal that ended it),
+``end_signal``, ``signals_received`` (by the guardian, from the starter), ``orphaned`` (the starter
+died first), ``signals_sent`` (by the guardian), ``stop_seconds`` (first stop signal to the child's
+end) and ``ended`` (UTC).  Standard library only: it runs under any interpreter.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def main(argv: list[str]) -> int:
+    status_path, sep, cmd = argv[0], argv[1], argv[2:]
+    if sep != "--" or not cmd:
+        print("usage: _guard.py STATUS -- CMD...", file=sys.stderr)
+        return 2
+    grace = float(os.environ.get("SPECSIM_GUARD_GRACE_S", "30"))
+    received: list[str] = []
+    first_stop: list[float] = []
+    sent: list[str] = []
+    orphaned = threading.Event()
+
+    def on_signal(signum, _frame):
+        received.append(signal.Signals(signum).name)
+        if not first_stop:
+            first_stop.append(time.monotonic())
+
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
+                                                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
+
+    def watch_parent():
+        try:
+            while sys.stdin.buffer.read(1 << 16):
+                pass
+        except (OSError, ValueError):
+            pass
+        if child.poll() is not None:
+            return
+        orphaned.set()
+        if not first_stop:
+            first_stop.append(time.monotonic())
+        pgid = os.getpgid(0)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            sent.append(sig.name)
+            try:
+                os.killpg(pgid, sig)  # the guardian's own handler just notes it
+            except ProcessLookupError:
+                return
+            end = time.monotonic() + grace
+            while time.monotonic() < end:
+                if child.poll() is not None:
+                    return
+                time.sleep(0.1)
+        sent.append("SIGKILL")
+        child.kill()
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+    end_signal = None
+    if rc < 0:
+        try:
+            end_signal = signal.Signals(-rc).name
+        except ValueError:
+            end_signal = str(-rc)
+    status = {"returncode": rc, "end_signal": end_signal, "signals_received": received,
+              "orphaned": orphaned.is_set(), "signals_sent": sent,
+              "stop_seconds": round(time.monotonic() - first_stop[0], 3) if first_stop else None, "ended": _now()}
+    tmp = status_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, status_path)
+    if orphaned.is_set():  # nobody waits for the rest of the group: end what the child left behind
+        pgid = os.getpgid(0)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    return 128 - rc if rc < 0 else rc
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,300 @@
+"""Where a matrix's jobs run (layer 4, runs): in this process, or as Ray tasks on a cluster.
+
+A **job** is one serve-config group (one ``vllm serve`` and its bench cells) or one offline judge
+(a health check, a verification-cost probe), given as a plain dict.  Both executors run a job into
+a *staging* directory with :func:`execute_job` and hand back its recorded runs; the driver then
+imports every run into the runs directory with :func:`import_run` -- a fresh ``.tmp-<run-id>-*``
+directory renamed into place, never over an existing run -- adding the ``executor`` and
+``server_end`` provenance.  So a local run and a Ray run write the same run ids and files, from the
+driver, atomically.
+
+Ray (optional extra ``specsim[ray]``; imported only by :class:`RayExecutor`): each job is one task
+with the resources its server needs -- ``num_gpus`` = tensor x pipeline parallel size on a GPU
+platform; on the CPU platform ``num_cpus`` = the cores of the smallest node, so that on a cluster of
+equal machines a server has a whole machine and two servers never share cores -- and the OpenMP
+settings of :func:`specsim.runs.platforms.platform_settings` for those cores (a Ray worker has
+``OMP_NUM_THREADS=1``).  A task that raises, is cancelled or whose worker dies is reported as
+failed; the driver records its cells as failed and goes on.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from specsim.errors import MissingExtraError, RunError, SpecsimValueError
+from specsim.runs.offline import run_offline
+from specsim.runs.provenance import VllmInstall, vllm_env
+from specsim.runs.recorder import RunResult, _json_default
+from specsim.runs.serve_bench import BenchPlan, serve_and_bench
+
+__all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "make_executor"]
+
+EXECUTORS = ("local", "ray")
+
+
+# --------------------------------------------------------------------------------------------
+# one job, wherever it runs
+# --------------------------------------------------------------------------------------------
+
+def execute_job(job: dict, staging: str | os.PathLike) -> dict:
+    """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
+
+    Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid}``.
+    The environment of the vLLM processes is made here, where they run
+    (:func:`specsim.runs.provenance.vllm_env` with the job's platform defaults and explicit settings).
+    """
+    staging = Path(staging)
+    staging.mkdir(parents=True, exist_ok=True)
+    install = VllmInstall(Path(job["venv"]))
+    env, used = vllm_env(extra=job.get("env_extra"), install=install, defaults=job.get("env_defaults"))
+    prov = {**job["base_provenance"], "env": used}
+    out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "server_end": None}
+    if job["kind"] == "group":
+        plans: list[BenchPlan] = list(job["plans"])
+        for p in plans:  # baselines of another host: their outputs travel with the job
+            if p.baseline_run is not None and job.get("baseline_outputs", {}).get(Path(p.baseline_run).name):
+                d = staging / ".baselines" / Path(p.baseline_run).name
+                d.mkdir(parents=True, exist_ok=True)
+                (d / "outputs.jsonl").write_text(job["baseline_outputs"][Path(p.baseline_run).name])
+                p.baseline_run = d
+        stats: dict = {}
+        out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env, base_provenance=prov,
+                                         warmup=job.get("warmup"), health_timeout_s=job.get("health_timeout_s", 600.0),
+                                         stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats)
+        out["server_end"] = stats or None
+    elif job["kind"] == "offline":
+        judge = job.get("judge")
+        try:
+            r = run_offline(job["job"], run_id=job["run_id"], runs_dir=staging, install=install, env=env,
+                            provenance={**prov, **job.get("provenance", {})}, timeout_s=job.get("timeout_s", 1800.0),
+                            judge=judge)
+        except RunError as e:
+            if not (staging / job["run_id"]).exists():
+                raise
+            r = RunResult(job["run_id"], staging / job["run_id"], "failed", str(e))
+        out["results"] = [r]
+    else:
+        raise SpecsimValueError("job.kind", "unknown job kind", job["kind"], ["group", "offline"])
+    return out
+
+
+def pack_runs(results: Iterable[RunResult]) -> dict[str, dict[str, bytes]]:
+    """``{run_id: {relative path: bytes}}`` of recorded run directories (to ship them to the driver)."""
+    packed = {}
+    for r in results:
+        files = {}
+        for f in sorted(Path(r.path).rglob("*")):
+            if f.is_file():
+                files[str(f.relative_to(r.path))] = f.read_bytes()
+        packed[r.run_id] = files
+    return packed
+
+
+def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.PathLike,
+               provenance_update: dict | None = None) -> Path:
+    """Write one run into ``runs_dir/run_id`` atomically (temp directory + rename), never over a run.
+
+    ``files``: ``{relative path: bytes}`` or a recorded run directory (moved).  ``provenance_update``
+    is merged into its ``provenance.json`` before the rename.
+
+    Raises
+    ------
+    RunError
+        ``runs_dir/run_id`` exists (recorded runs are never overwritten).
+    """
+    import json
+
+    runs_dir = Path(runs_dir)
+    final = runs_dir / run_id
+    if final.exists():
+        raise RunError(f"run {run_id!r} is already recorded at {final}; recorded runs are never overwritten")
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{run_id}-", dir=runs_dir))
+    os.chmod(tmp, 0o755)
+    if isinstance(files, Path):
+        for f in files.iterdir():
+            shutil.move(str(f), tmp / f.name)
+    else:
+        for rel, data in files.items():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+    pf = tmp / "provenance.json"
+    if provenance_update and pf.exists():
+        prov = json.loads(pf.read_text())
+        prov.update(provenance_update)
+        pf.write_text(json.dumps(prov, indent=2, default=_json_default) + "\n")
+    if final.exists():
+        raise RunError(f"run {run_id!r} appeared at {final} meanwhile; this run is left in {tmp}")
+    os.rename(tmp, final)
+    return final
+
+
+# --------------------------------------------------------------------------------------------
+# executors
+# --------------------------------------------------------------------------------------------
+
+class LocalExecutor:
+    """Runs each job in this process, one at a time (``wait`` returns them in submission order)."""
+
+    kind = "local"
+
+    def __init__(self, runs_dir: Path):
+        self.runs_dir = Path(runs_dir)
+        self._done: list[tuple[Any, dict | BaseException]] = []
+
+    def resources(self, job: dict) -> dict:
+        return {}
+
+    def cpus(self) -> int:
+        return os.cpu_count() or 1
+
+    def submit(self, job: dict, tag: Any) -> None:
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.runs_dir))
+        try:
+            out = execute_job(job, staging)
+            out["staging"] = staging
+            out["executor"] = {"kind": "local", "host": out["host"], "pid": out["pid"]}
+            self._done.append((tag, out))
+        except KeyboardInterrupt:
+            self._done.append((tag, _interrupted(staging)))
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
+            self._done.append((tag, exc))
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def wait(self) -> list[tuple[Any, dict | BaseException]]:
+        done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        pass
+
+
+def _interrupted(staging: Path) -> dict:
+    """What a job interrupted in this process leaves: its recorded runs in the staging directory."""
+    rs = [RunResult(p.name, p, "failed", "interrupted (KeyboardInterrupt)") for p in sorted(staging.iterdir())
+          if p.is_dir() and not p.name.startswith(".")]
+    return {"results": rs, "staging": staging, "server_end": None, "executor": {"kind": "local"}}
+
+
+def _ray_module():
+    try:
+        import ray
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError("--executor ray", "ray", "ray") from exc
+    return ray
+
+
+def _ray_job(job: dict) -> dict:
+    """The Ray task: run the job in a private staging directory and return its runs as bytes."""
+    import ray
+
+    staging = Path(tempfile.mkdtemp(prefix="specsim-ray-"))
+    try:
+        out = execute_job(job, staging)
+        ctx = ray.get_runtime_context()
+        packed = pack_runs(out["results"])
+        res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
+        return {"runs": packed, "results": res, "server_end": out["server_end"],
+                "executor": {"kind": "ray", "host": out["host"], "pid": out["pid"], "node_id": ctx.get_node_id(),
+                             "task_id": ctx.get_task_id(), "resources": job.get("ray_resources")}}
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+class RayExecutor:
+    """Runs each job as a Ray task (``ray.init(address)``; a local cluster when ``address`` is None).
+
+    Parameters
+    ----------
+    address : str, optional
+        ``--ray-address`` (``"auto"``, ``"ray://host:10001"``, ...); None starts a local cluster.
+    platform : str
+        The runs' platform (``"cpu"``, ``"cuda"``, ``"rocm"``): decides GPUs vs whole-machine CPUs.
+    init_kwargs : dict, optional
+        Further ``ray.init`` arguments (e.g. ``num_cpus`` of a local cluster in tests).
+    """
+
+    kind = "ray"
+
+    def __init__(self, runs_dir: Path, *, address: str | None = None, platform: str = "cpu",
+                 init_kwargs: dict | None = None):
+        self.ray = _ray_module()
+        self.runs_dir = Path(runs_dir)
+        self.platform = platform
+        self._started = False
+        if not self.ray.is_initialized():
+            self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                          **(init_kwargs or {}))
+            self._started = True
+        self._task = self.ray.remote(max_retries=0)(_ray_job)
+        self._pending: dict = {}
+
+    def cpus(self) -> int:
+        """Cores of the smallest alive node (what one CPU server task asks for)."""
+        cpus = [n["Resources"].get("CPU", 0) for n in self.ray.nodes() if n.get("Alive")]
+        cpus = [c for c in cpus if c > 0]
+        if not cpus:
+            raise RunError("the Ray cluster has no node with CPUs")
+        return int(min(cpus))
+
+    def resources(self, job: dict) -> dict:
+        if self.platform in ("cuda", "rocm"):
+            return {"num_gpus": int(job.get("gpus", 1)), "num_cpus": 1}
+        return {"num_cpus": self.cpus()}
+
+    def submit(self, job: dict, tag: Any) -> Any:
+        res = job.get("ray_resources") or self.resources(job)
+        ref = self._task.options(**res).remote(job)
+        self._pending[ref] = tag
+        return ref
+
+    def wait(self, timeout_s: float | None = None) -> list[tuple[Any, dict | BaseException]]:
+        """Block until at least one task is finished; return ``[(tag, result or exception)]``."""
+        if not self._pending:
+            return []
+        ready, _ = self.ray.wait(list(self._pending), num_returns=1, timeout=timeout_s)
+        out = []
+        for ref in ready:
+            tag = self._pending.pop(ref)
+            try:
+                out.append((tag, self.ray.get(ref)))
+            except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
+                out.append((tag, exc))
+        return out
+
+    def pending(self) -> list:
+        return list(self._pending)
+
+    def cancel_all(self, force: bool = True) -> None:
+        for ref in list(self._pending):
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref, force=force)
+
+    def close(self) -> None:
+        if self._pending:
+            self.cancel_all(force=False)
+            t0 = time.monotonic()
+            while self._pending and time.monotonic() - t0 < 60:
+                self.wait(timeout_s=5)
+        if self._started:
+            self.ray.shutdown()
+
+
+def make_executor(kind: str, runs_dir: Path, *, ray_address: str | None = None, platform: str = "cpu",
+                  ray_init: dict | None = None) -> LocalExecutor | RayExecutor:
+    """``"local"`` or ``"ray"`` (SpecsimValueError otherwise; MissingExtraError without ray)."""
+    if kind == "local":
+        if ray_address:
+            raise SpecsimValueError("ray_address", "only with executor 'ray'", ray_address)
+        return LocalExecutor(runs_dir)
+    if kind == "ray":
+        return RayExecutor(runs_dir, address=ray_address, platform=platform, init_kwargs=ray_init)
+    raise SpecsimValueError("executor", "unknown executor", kind, EXECUTORS)
+

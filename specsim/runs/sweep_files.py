@@ -1,0 +1,884 @@
+"""Matrices of real runs given as ``vllm bench sweep serve`` parameter files (layer 4, runs).
+
+A matrix is a directory (``data/matrices/<name>/``) holding
+
+* one or more pairs of **vLLM parameter files**, exactly as ``vllm bench sweep serve --serve-params
+  FILE --bench-params FILE`` reads them (vLLM 0.32 ``vllm/benchmarks/sweep/param_sweep.py``): a JSON
+  list of records or a JSON object ``{name: record}`` (the name becomes ``_benchmark_name``); a
+  record maps an option of ``vllm serve`` / ``vllm bench serve`` (``_`` or ``-`` spelling, dotted
+  keys for fields of a JSON option) to its value; ``true`` / ``false`` give ``--flag`` /
+  ``--no-flag``, an object is passed as JSON text.  Every serve record is run with every bench
+  record of its pair (vLLM's Cartesian product, restricted by ``link_vars`` as ``--link-vars``);
+* the **sidecar** ``specsim.json``: what specsim adds and vLLM's sweep does not have.  A sidecar,
+  not ``_specsim_*`` keys inside the records, because vLLM's sweep passes every key of a record
+  except ``_benchmark_name`` to the command line (``ParameterSweepItem.apply_to_cmd``: a key
+  ``_specsim_timeout_s`` would become ``---specsim-timeout-s``), so such keys would break
+  ``vllm bench sweep`` on the same files.
+
+Sidecar keys (:data:`SIDECAR_KEYS`): ``name``, ``description``, ``serve_cmd`` and ``bench_cmd`` (the
+``--serve-cmd`` / ``--bench-cmd`` strings of ``vllm bench sweep serve``; paths relative to the
+checkout), ``sweeps`` (``[{"serve_params", "bench_params", "link_vars"}]``, file names relative to
+the matrix directory), ``baseline`` (the serve record whose greedy outputs every temperature-0
+speculative cell must reproduce: the greedy-identity judge), ``health_checks`` (offline self-draft
+judges of temperature > 0 speculative decoding, each with ``guards``: fnmatch patterns
+``<serve>/<bench>`` of the cells it guards -- a failed check skips them), ``probes``
+(verification-cost probes), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
+them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM process) and
+``platform`` (``auto``, ``cpu``, ``cuda``, ``rocm``: see :mod:`specsim.runs.platforms`).
+/metrics before / after, provenance and atomic never-overwrite recording apply to every cell.
+
+Everything is checked by :func:`load_matrix` before any server starts: unknown keys, options
+neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.runs.vllm_args`),
+values of the wrong kind or outside an option's choices, a ``--speculative-config`` vLLM would
+refuse (:func:`specsim.vllm.config.parse_speculative_config`), options the runner owns, local
+paths that do not exist.
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from specsim.catalog import is_source_checkout, project_data_path, project_dir
+from specsim.errors import DataError, SpecsimError, SpecsimValueError
+from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
+from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
+from specsim.vllm.config import parse_speculative_config
+
+__all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
+           "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
+           "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files"]
+
+#: file name of the sidecar in a matrix directory
+SIDECAR = "specsim.json"
+#: every key a sidecar may have
+SIDECAR_KEYS = ("name", "description", "serve_cmd", "bench_cmd", "sweeps", "baseline", "health_checks",
+                "probes", "timeout_s", "seed", "cells", "env", "platform")
+_SWEEP_KEYS = ("serve_params", "bench_params", "link_vars")
+_HEALTH_KEYS = ("speculative_config", "temperature", "num_prompts", "max_tokens", "min_ratio", "guards")
+_PROBE_KEYS = ("kind", "context", "batches", "qs", "reps")
+_CELL_KEYS = ("timeout_s", "seed")
+#: ``platform`` values of a sidecar
+PLATFORMS = ("auto", "cpu", "cuda", "rocm")
+#: options the runner sets itself (it owns the address, the result files and the ready check)
+SERVE_OWNED = ("host", "port")
+BENCH_OWNED = ("base-url", "host", "port", "save-result", "save-detailed", "result-dir", "result-filename",
+               "ready-check-timeout-sec")
+#: options the runner adds to every bench command when the file does not give them
+_BENCH_ADDED = ("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_DEFAULT_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One ``vllm bench serve`` run against a server: a (serve record, bench record) pair.
+
+    ``run_label`` (``<serve>-<bench>``) is the run id's suffix; ``label`` is the serve record's name
+    with ``-t<T>`` at a temperature > 0 (the label older records carry); ``timeout_s`` (seconds) and
+    ``seed`` are the cell's own.
+    """
+
+    serve: str
+    bench: str
+    params: Mapping[str, Any]
+    run_label: str
+    label: str
+    temperature: float
+    concurrency: int | None
+    num_prompts: int | None
+    output_len: int | None
+    timeout_s: float
+    seed: int
+    baseline: str | None = None
+    guarded_by: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.serve}/{self.bench}"
+
+
+@dataclass(frozen=True)
+class ServeGroup:
+    """One ``vllm serve`` configuration and the cells run against it (one server start).
+
+    ``gpus``: tensor x pipeline parallel size (the GPUs the server needs on a GPU host)."""
+
+    name: str
+    params: Mapping[str, Any]
+    spec: SpecConfig
+    speculative_config: Mapping[str, Any] | None
+    cells: tuple[BenchCell, ...]
+    gpus: int = 1
+
+
+@dataclass(frozen=True)
+class SweepMatrix:
+    """A matrix read from vLLM sweep parameter files and a sidecar (see the module docstring).
+
+    ``serve_cmd`` / ``bench_cmd`` are argument lists as in the files (``vllm`` first, paths as
+    written); ``model`` is the served model as written, ``model_path`` the resolved local directory
+    (None for a hub id); ``prompts`` the resolved ``--dataset-path`` (None if absent).
+    """
+
+    name: str
+    description: str
+    root: Path
+    serve_cmd: tuple[str, ...]
+    bench_cmd: tuple[str, ...]
+    groups: tuple[ServeGroup, ...]
+    health_checks: tuple[HealthCheck, ...] = ()
+    health_guards: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    probes: tuple[VerifyCostProbe, ...] = ()
+    baseline: str | None = None
+    model: str = ""
+    model_path: Path | None = None
+    dtype: str = "auto"
+    prompts: Path | None = None
+    output_len: int | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    platform: str = "auto"
+    timeout_s: float = _DEFAULT_TIMEOUT_S
+    seed: int = 0
+    files: tuple[str, ...] = ()
+    local_paths: tuple[Path, ...] = ()
+
+    def cells(self) -> list[BenchCell]:
+        return [c for g in self.groups for c in g.cells]
+
+    def n_runs(self) -> int:
+        return len(self.cells()) + len(self.health_checks) + len(self.probes)
+
+    def vllm_sweep_commands(self) -> list[str]:
+        """The equivalent ``vllm bench sweep serve`` command of each sweep (what vLLM alone would run;
+        without specsim's judges, probes and provenance)."""
+        sc = json.loads((self.root / SIDECAR).read_text())
+        out = []
+        for sw in sc.get("sweeps", []):
+            cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(self.serve_cmd),
+                   "--bench-cmd", shlex.join(self.bench_cmd),
+                   "--serve-params", str(self.root / sw["serve_params"]),
+                   "--bench-params", str(self.root / sw["bench_params"])]
+            if sw.get("link_vars"):
+                cmd += ["--link-vars", sw["link_vars"]]
+            out.append(shlex.join(cmd))
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# where matrices live
+# --------------------------------------------------------------------------------------------
+
+def _matrices_dir() -> Path:
+    return project_data_path("matrices")
+
+
+def matrix_names() -> list[str]:
+    """Names of the matrices shipped in the checkout (``data/matrices/<name>/specsim.json``)."""
+    d = _matrices_dir() if is_source_checkout() else None
+    if d is None or not d.is_dir():
+        return []
+    return sorted(p.name for p in d.iterdir() if (p / SIDECAR).is_file())
+
+
+def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
+    """The matrix directory of a name (``data/matrices/<name>``), a directory or a sidecar file.
+
+    Raises
+    ------
+    SpecsimValueError
+        Neither a shipped matrix name nor a path to a matrix (field ``matrix``, the shipped names
+        listed).
+    """
+    p = Path(name_or_path)
+    if p.is_file() and p.name.endswith(".json"):
+        return p.parent if p.name == SIDECAR else _refuse_param_file(p)
+    if p.is_dir() and (p / SIDECAR).is_file():
+        return p
+    names = matrix_names()
+    if str(name_or_path) in names:
+        return _matrices_dir() / str(name_or_path)
+    raise SpecsimValueError("matrix", f"not a shipped matrix name nor a matrix directory holding {SIDECAR}",
+                            str(name_or_path), names)
+
+
+def _refuse_param_file(p: Path):
+    raise SpecsimValueError("matrix", f"give the matrix directory or its {SIDECAR}, not a parameter file "
+                            f"(the sidecar names the serve / bench parameter files)", str(p))
+
+
+# --------------------------------------------------------------------------------------------
+# vLLM's parameter files
+# --------------------------------------------------------------------------------------------
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecsimValueError(what, "file not found", str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
+    """``[(name, record)]`` of a ``vllm bench sweep`` parameter file (list or ``{name: record}``).
+
+    A record without ``_benchmark_name`` is named as vLLM names it (``k=v`` joined by ``-``), made
+    safe for a run id.  Raises SpecsimValueError on a file that is not a list / object of objects,
+    or on duplicate names (vLLM refuses those too)."""
+    data = _read_json(path, what)
+    if isinstance(data, dict):
+        recs = [{"_benchmark_name": k, **(v if isinstance(v, dict) else {"": v})} for k, v in data.items()]
+        bad = [k for k, v in data.items() if not isinstance(v, dict)]
+        if bad:
+            raise SpecsimValueError(f"{what}[{bad[0]!r}]", "must be an object of parameters", data[bad[0]])
+    elif isinstance(data, list):
+        recs = data
+        for i, r in enumerate(recs):
+            if not isinstance(r, dict):
+                raise SpecsimValueError(f"{what}[{i}]", "must be an object of parameters", r)
+    else:
+        raise SpecsimValueError(what, "must be a JSON list of objects or an object {name: parameters}",
+                                type(data).__name__)
+    out = []
+    for r in recs:
+        r = dict(r)
+        name = r.pop("_benchmark_name", None)
+        if name is None:
+            name = "-".join(f"{k}={v}" for k, v in r.items()) or "default"
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "default"
+        out.append((name, r))
+    names = [n for n, _ in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise SpecsimValueError(what, "record names must be unique (vLLM's sweep refuses duplicates too)", dup)
+    return out
+
+
+def _canon(key: str) -> str:
+    return key.replace("_", "-")
+
+
+def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
+    choices = None
+    if isinstance(kind, tuple):
+        kind, choices = kind
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise SpecsimValueError(where, f"--{opt} takes no value: give true (--{opt}) or false (--no-{opt})",
+                                    value, [True, False])
+        if value is False and f"no-{opt}" not in table and not opt.startswith("no-"):
+            raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt}; leave the key out instead", value)
+        return
+    if isinstance(value, bool) or value is None:
+        raise SpecsimValueError(where, f"--{opt} takes a {kind} value", value)
+    if kind == "int" and not (isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit())):
+        raise SpecsimValueError(where, f"--{opt} takes an integer", value)
+    if kind == "float":
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            raise SpecsimValueError(where, f"--{opt} takes a number", value) from None
+    if kind == "size" and not isinstance(value, (int, str)):
+        raise SpecsimValueError(where, f"--{opt} takes an integer or a size such as '32k' / 'auto'", value)
+    if kind == "json" and not isinstance(value, (dict, list, str)):
+        raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
+    if kind == "str" and isinstance(value, (dict, list)):
+        raise SpecsimValueError(where, f"--{opt} takes a single value, not {type(value).__name__}", value)
+    if choices is not None and str(value) not in choices:
+        raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt}", value, choices)
+
+
+def _suggest(opt: str, table: Mapping) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(opt, list(table), n=5, cutoff=0.6)
+
+
+def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Sequence[str], cmd: str) -> dict:
+    """Validate one parameter record; returns it with dotted keys folded into their JSON option."""
+    folded: dict[str, Any] = {}
+    for key, value in rec.items():
+        if not isinstance(key, str) or not key:
+            raise SpecsimValueError(where, "parameter names must be non-empty strings", key)
+        if key.startswith("_"):
+            raise SpecsimValueError(f"{where}.{key}", "keys starting with '_' are not vLLM options (vLLM's "
+                                    "sweep would pass them to the command line); specsim settings go into "
+                                    f"the sidecar {SIDECAR}", key, list(SIDECAR_KEYS))
+        head, dot, rest = key.partition(".")
+        opt = _canon(head)
+        if opt not in table:
+            raise SpecsimValueError(f"{where}.{key}", f"not an option of `{cmd}` in vLLM 0.32",
+                                    key, _suggest(opt, table) or None)
+        if opt in owned:
+            raise SpecsimValueError(f"{where}.{key}", f"--{opt} is set by specsim's runner", key)
+        if dot:
+            kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
+            if kind != "json":
+                raise SpecsimValueError(f"{where}.{key}", f"dotted keys address fields of a JSON option; "
+                                        f"--{opt} is a {kind} option", key)
+            cur = folded.setdefault(head.replace("-", "_"), {})
+            if not isinstance(cur, dict):
+                raise SpecsimValueError(f"{where}.{key}", f"--{opt} is given both whole and by field", key)
+            node = cur
+            parts = rest.split(".")
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+            continue
+        _check_value(f"{where}.{key}", opt, table[opt], value, table)
+        if isinstance(value, str) and (table[opt] == "json"):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise SpecsimValueError(f"{where}.{key}", f"--{opt} must be JSON ({exc})", value) from None
+        folded[head.replace("-", "_")] = value
+    return folded
+
+
+def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence[str]) -> dict[str, Any]:
+    """``{option: value}`` of a base command (``--k v``, ``--k=v``, flags); checks names and owned ones."""
+    out: dict[str, Any] = {}
+    i = 0
+    while i < len(cmd):
+        tok = cmd[i]
+        if tok.startswith("--"):
+            opt, eq, val = tok[2:].partition("=")
+            if opt not in table:
+                raise SpecsimValueError(f"{where}: {tok}", f"not an option of `{where.split('.')[-1]}` in vLLM 0.32",
+                                        opt, _suggest(opt, table) or None)
+            if opt in owned:
+                raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is set by specsim's runner", opt)
+            kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
+            if kind == "flag":
+                out[opt] = True
+                i += 1
+                continue
+            if not eq:
+                if i + 1 >= len(cmd):
+                    raise SpecsimValueError(f"{where}: {tok}", "needs a value", opt)
+                val = cmd[i + 1]
+                i += 1
+            _check_value(f"{where}: {tok}", opt, table[opt], val if kind != "int" else str(val), table)
+            out[opt] = val
+        i += 1
+    return out
+
+
+def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
+    if isinstance(value, str):
+        cmd = shlex.split(value)
+    elif isinstance(value, list) and all(isinstance(x, str) for x in value):
+        cmd = list(value)
+    else:
+        raise SpecsimValueError(field_name, "must be a command line (a string as given to vllm bench sweep, "
+                                "or a list of strings)", value)
+    if not cmd or (Path(cmd[0]).name, *cmd[1:len(head)]) != head:
+        raise SpecsimValueError(field_name, f"must start with {' '.join(head)!r}", value)
+    return cmd
+
+
+def _local_path(value: str, root: Path, models_dir: Path | None) -> Path | None:
+    """The local path a path-like value names, or None for a hub id (``org/name`` that is not here)."""
+    p = Path(value)
+    if p.is_absolute():
+        return p
+    if models_dir is not None and p.parts and p.parts[0] == "models":
+        return Path(models_dir).joinpath(*p.parts[1:])
+    cand = root / p
+    if cand.exists() or value.startswith(("./", "../", "models/", "data/")):
+        return cand
+    return None
+
+
+def _as_float(x, where) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise SpecsimValueError(where, "must be a number", x) from None
+    if not math.isfinite(v):
+        raise SpecsimValueError(where, "must be finite", x)
+    return v
+
+
+def _pos_number(x, where) -> float:
+    v = _as_float(x, where)
+    if v <= 0:
+        raise SpecsimValueError(where, "must be > 0 (seconds)", x)
+    return v
+
+
+def _int(x, where, minimum=None) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise SpecsimValueError(where, "must be an integer", x)
+    if minimum is not None and x < minimum:
+        raise SpecsimValueError(where, f"must be >= {minimum}", x)
+    return x
+
+
+def _unknown(d: Mapping, allowed: Sequence[str], where: str) -> None:
+    bad = [k for k in d if k not in allowed]
+    if bad:
+        raise SpecsimValueError(f"{where}.{bad[0]}" if where else bad[0], "unknown key", bad[0], allowed)
+
+
+def _spec_of(name: str, cfg: Mapping[str, Any] | None) -> SpecConfig:
+    if not cfg:
+        return SpecConfig(name)
+    opts = tuple(sorted((k, v) for k, v in cfg.items() if k not in ("method", "num_speculative_tokens", "model")
+                        and not isinstance(v, (dict, list))))
+    return SpecConfig(name, cfg.get("method"), cfg.get("num_speculative_tokens"),
+                      draft_model=cfg.get("model") if cfg.get("method") == "draft_model" else None, options=opts)
+
+
+def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLike | None = None,
+                check_paths: bool = True) -> SweepMatrix:
+    """Read and check a matrix (a shipped name, a matrix directory or its ``specsim.json``).
+
+    Parameters
+    ----------
+    name_or_path : str or path
+        ``"cpu-validation"``, ``"smoke"``, ``"verify-cost"`` ... (:func:`matrix_names`) or a path.
+    models_dir : path, optional
+        Where a path beginning with ``models/`` points (default: the checkout's ``models/``).
+    check_paths : bool
+        Refuse local checkpoints / prompt files that do not exist (``--dry-run`` still checks them).
+
+    Returns
+    -------
+    SweepMatrix
+
+    Raises
+    ------
+    SpecsimValueError
+        Any unknown key, option or value, naming the field and the allowed values; a missing file.
+    DataError
+        A file that is not JSON.
+    """
+    root = resolve_matrix(name_or_path)
+    sc = _read_json(root / SIDECAR, "matrix")
+    if not isinstance(sc, dict):
+        raise SpecsimValueError(SIDECAR, "must be a JSON object", type(sc).__name__)
+    _unknown(sc, SIDECAR_KEYS, "")
+    for req in ("name", "serve_cmd"):
+        if req not in sc:
+            raise SpecsimValueError(req, f"is required in {SIDECAR}", None, list(SIDECAR_KEYS))
+    name = sc["name"]
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise SpecsimValueError("name", "must match [A-Za-z0-9][A-Za-z0-9._-]*", name)
+    base = project_dir() if is_source_checkout() else root
+    platform = sc.get("platform", "auto")
+    if platform not in PLATFORMS:
+        raise SpecsimValueError("platform", "unknown platform", platform, PLATFORMS)
+    timeout_s = _pos_number(sc.get("timeout_s", _DEFAULT_TIMEOUT_S), "timeout_s")
+    seed = _int(sc.get("seed", 0), "seed", 0)
+    env = sc.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise SpecsimValueError("env", "must be an object of string -> string", env)
+    local: list[Path] = []
+
+    def need(value: str, where: str) -> Path | None:
+        p = _local_path(value, base, models_dir)
+        if p is not None:
+            if check_paths and not p.exists():
+                raise SpecsimValueError(where, "local path does not exist (run `make vllm-env` for the "
+                                        "checkpoints and prompts)", str(p))
+            local.append(p)
+        return p
+
+    serve_cmd = _split_cmd(sc["serve_cmd"], "serve_cmd", ("vllm", "serve"))
+    if len(serve_cmd) < 3 or serve_cmd[2].startswith("-"):
+        raise SpecsimValueError("serve_cmd", "must name the model right after 'vllm serve'", sc["serve_cmd"])
+    model = serve_cmd[2]
+    serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
+    model_path = need(model, "serve_cmd (model)")
+    bench_cmd: list[str] = []
+    bench_base: dict[str, Any] = {}
+    if sc.get("sweeps"):
+        if "bench_cmd" not in sc:
+            raise SpecsimValueError("bench_cmd", "is required when sweeps are given")
+        bench_cmd = _split_cmd(sc["bench_cmd"], "bench_cmd", ("vllm", "bench", "serve"))
+        bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
+    prompts = need(bench_base["dataset-path"], "bench_cmd --dataset-path") if "dataset-path" in bench_base else None
+    out_len_base = bench_base.get("custom-output-len") or bench_base.get("random-output-len")
+
+    # ---- the sweeps: serve records x bench records ----------------------------------------
+    sweeps = sc.get("sweeps", [])
+    if not isinstance(sweeps, list):
+        raise SpecsimValueError("sweeps", "must be a list of {serve_params, bench_params, link_vars}", sweeps)
+    cells_cfg = sc.get("cells", {})
+    if not isinstance(cells_cfg, dict):
+        raise SpecsimValueError("cells", "must be an object {'<serve>/<bench>' pattern: {timeout_s, seed}}", cells_cfg)
+    for pat, cfg in cells_cfg.items():
+        if not isinstance(cfg, dict):
+            raise SpecsimValueError(f"cells[{pat!r}]", "must be an object", cfg, _CELL_KEYS)
+        _unknown(cfg, _CELL_KEYS, f"cells[{pat!r}]")
+    groups: dict[str, dict] = {}
+    files = [SIDECAR]
+    for i, sw in enumerate(sweeps):
+        where = f"sweeps[{i}]"
+        if not isinstance(sw, dict):
+            raise SpecsimValueError(where, "must be an object", sw, _SWEEP_KEYS)
+        _unknown(sw, _SWEEP_KEYS, where)
+        if "serve_params" not in sw or "bench_params" not in sw:
+            raise SpecsimValueError(where, "needs serve_params and bench_params (file names)", sw, _SWEEP_KEYS)
+        files += [sw["serve_params"], sw["bench_params"]]
+        serve_recs = read_param_file(root / sw["serve_params"], f"{where}.serve_params")
+        bench_recs = read_param_file(root / sw["bench_params"], f"{where}.bench_params")
+        links = []
+        for item in filter(None, (sw.get("link_vars") or "").split(",")):
+            a, eq, b = item.partition("=")
+            if not eq:
+                raise SpecsimValueError(f"{where}.link_vars", "must be 'serve_key=bench_key,...'", sw["link_vars"])
+            links.append((a.strip(), b.strip()))
+        for sname, srec in serve_recs:
+            sp = _check_record(f"{sw['serve_params']}[{sname!r}]", srec, SERVE_OPTIONS, SERVE_OWNED, "vllm serve")
+            g = groups.get(sname)
+            if g is not None and g["params"] != sp:
+                raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "
+                                        "other parameters is in another sweep", sname)
+            if g is None:
+                g = groups[sname] = {"params": sp, "cells": []}
+            for bname, brec in bench_recs:
+                if not all(a in srec and b in brec and srec[a] == brec[b] for a, b in links):
+                    continue  # vLLM's --link-vars: only combinations whose linked values agree
+                bp = _check_record(f"{sw['bench_params']}[{bname!r}]", brec, BENCH_SERVE_OPTIONS, BENCH_OWNED,
+                                   "vllm bench serve")
+                if any(c["bench"] == bname for c in g["cells"]):
+                    raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
+                                            "in two sweeps", bname)
+                g["cells"].append({"bench": bname, "params": bp})
+    # ---- specsim's judges --------------------------------------------------------------------
+    baseline = sc.get("baseline")
+    if baseline is not None and baseline not in groups:
+        raise SpecsimValueError("baseline", "must name a serve record", baseline, sorted(groups))
+    hcs, guards = [], {}
+    hc_cfg = sc.get("health_checks", {})
+    if not isinstance(hc_cfg, dict):
+        raise SpecsimValueError("health_checks", "must be an object {name: check}", hc_cfg)
+    for hname, h in hc_cfg.items():
+        where = f"health_checks[{hname!r}]"
+        if not isinstance(h, dict):
+            raise SpecsimValueError(where, "must be an object", h, _HEALTH_KEYS)
+        _unknown(h, _HEALTH_KEYS, where)
+        if "speculative_config" not in h or "temperature" not in h:
+            raise SpecsimValueError(where, "needs speculative_config and temperature", h, _HEALTH_KEYS)
+        cfg = dict(h["speculative_config"])
+        if isinstance(cfg.get("model"), str):
+            p = need(cfg["model"], f"{where}.speculative_config.model")
+            cfg_model = str(p) if p is not None else cfg["model"]
+        else:
+            cfg_model = cfg.get("model")
+        _check_spec_config(f"{where}.speculative_config", {**cfg, "model": cfg_model} if cfg_model else cfg)
+        temp = _as_float(h["temperature"], f"{where}.temperature")
+        if temp <= 0:
+            raise SpecsimValueError(f"{where}.temperature", "a health check runs at a temperature > 0", temp)
+        spec = SpecConfig(f"{hname}-spec", cfg.get("method"), cfg.get("num_speculative_tokens"),
+                          draft_model=cfg_model if cfg.get("method") == "draft_model" else None,
+                          options=tuple(sorted((k, v) for k, v in cfg.items()
+                                               if k not in ("method", "num_speculative_tokens", "model"))))
+        hcs.append(HealthCheck(hname, spec, temp, num_prompts=_int(h.get("num_prompts", 8), f"{where}.num_prompts", 1),
+                               max_tokens=_int(h.get("max_tokens", 64), f"{where}.max_tokens", 1),
+                               min_ratio=_as_float(h.get("min_ratio", 0.7), f"{where}.min_ratio")))
+        g = h.get("guards", [])
+        if not isinstance(g, list) or not all(isinstance(x, str) for x in g):
+            raise SpecsimValueError(f"{where}.guards", "must be a list of '<serve>/<bench>' patterns", g)
+        keys = [f"{s}/{c['bench']}" for s, gg in groups.items() for c in gg["cells"]]
+        for pat in g:
+            if not fnmatch.filter(keys, pat):
+                raise SpecsimValueError(f"{where}.guards", "pattern matches no cell", pat, keys[:12])
+        guards[hname] = tuple(g)
+    probes = []
+    pr_cfg = sc.get("probes", {})
+    if not isinstance(pr_cfg, dict):
+        raise SpecsimValueError("probes", "must be an object {name: probe}", pr_cfg)
+    for pname, p in pr_cfg.items():
+        where = f"probes[{pname!r}]"
+        if not isinstance(p, dict):
+            raise SpecsimValueError(where, "must be an object", p, _PROBE_KEYS)
+        _unknown(p, _PROBE_KEYS, where)
+        if p.get("kind", "verify_cost") != "verify_cost":
+            raise SpecsimValueError(f"{where}.kind", "unknown probe kind", p.get("kind"), ["verify_cost"])
+        d = VerifyCostProbe()
+        probes.append(VerifyCostProbe(
+            name=pname, context=_int(p.get("context", d.context), f"{where}.context", 1),
+            batches=tuple(_int(x, f"{where}.batches", 1) for x in p.get("batches", d.batches)),
+            qs=tuple(_int(x, f"{where}.qs", 1) for x in p.get("qs", d.qs)),
+            reps=_int(p.get("reps", d.reps), f"{where}.reps", 1)))
+    for pat in cells_cfg:
+        keys = [f"{s}/{c['bench']}" for s, gg in groups.items() for c in gg["cells"]]
+        if not fnmatch.filter(keys, pat):
+            raise SpecsimValueError(f"cells[{pat!r}]", "pattern matches no cell", pat, keys[:12])
+    # ---- groups and cells ------------------------------------------------------------------------
+    out_groups = []
+    run_labels: set[str] = set()
+    for sname, g in groups.items():
+        if not _NAME_RE.match(sname):
+            raise SpecsimValueError(f"serve record {sname!r}", "names must match [A-Za-z0-9][A-Za-z0-9._-]*", sname)
+        sp = g["params"]
+        cfg = sp.get("speculative_config")
+        if isinstance(cfg, dict):
+            cfg = dict(cfg)
+            if isinstance(cfg.get("model"), str):
+                p = need(cfg["model"], f"serve record {sname!r}: speculative_config.model")
+                if p is not None:
+                    cfg["model"] = str(p)
+            _check_spec_config(f"serve record {sname!r}: speculative_config", cfg)
+        elif cfg is not None:
+            raise SpecsimValueError(f"serve record {sname!r}: speculative_config", "must be an object", cfg)
+        if isinstance(sp.get("model"), str):
+            need(sp["model"], f"serve record {sname!r}: model")
+        tp = int(sp.get("tensor_parallel_size", serve_base.get("tensor-parallel-size", 1)))
+        pp = int(sp.get("pipeline_parallel_size", serve_base.get("pipeline-parallel-size", 1)))
+        cells = []
+        for c in g["cells"]:
+            bp = c["params"]
+            key = f"{sname}/{c['bench']}"
+            temp = _as_float(bp.get("temperature", bench_base.get("temperature", 0.0)), f"{key}: temperature")
+            conc = bp.get("max_concurrency", bench_base.get("max-concurrency"))
+            nprompts = bp.get("num_prompts", bench_base.get("num-prompts"))
+            olen = bp.get("custom_output_len", bp.get("random_output_len", out_len_base))
+            over: dict[str, Any] = {}
+            for pat, cfg_c in cells_cfg.items():
+                if fnmatch.fnmatch(key, pat):
+                    over.update(cfg_c)
+            cell_seed = bp.get("seed", over.get("seed", bench_base.get("seed", seed)))
+            rl = f"{sname}-{c['bench']}"
+            if rl in run_labels:
+                raise SpecsimValueError(f"{key}", "two cells give the same run id", rl)
+            run_labels.add(rl)
+            label = sname if temp == 0 else f"{sname}-t{temp:g}"
+            cells.append(BenchCell(
+                serve=sname, bench=c["bench"], params=bp, run_label=rl, label=label, temperature=temp,
+                concurrency=None if conc is None else int(conc), num_prompts=None if nprompts is None else int(nprompts),
+                output_len=None if olen is None else int(olen),
+                timeout_s=_pos_number(over.get("timeout_s", timeout_s), f"cells[{key}].timeout_s"),
+                seed=_int(int(cell_seed), f"{key}: seed", 0),
+                baseline=baseline if (baseline and sname != baseline and cfg and temp == 0
+                                      and any(x["bench"] == c["bench"] for x in groups[baseline]["cells"])) else None,
+                guarded_by=tuple(h for h, pats in guards.items() if any(fnmatch.fnmatch(key, p) for p in pats))))
+        out_groups.append(ServeGroup(sname, sp, _spec_of(sname, cfg), cfg, tuple(cells), gpus=tp * pp))
+    if baseline:  # the baseline's server first: the greedy judge compares against its outputs
+        out_groups.sort(key=lambda g: g.name != baseline)
+    if out_groups and bench_cmd and prompts is None and bench_base.get("dataset-name") == "custom":
+        raise SpecsimValueError("bench_cmd", "--dataset-name custom needs --dataset-path")
+    return SweepMatrix(
+        name=name, description=str(sc.get("description", "")), root=root, serve_cmd=tuple(serve_cmd),
+        bench_cmd=tuple(bench_cmd), groups=tuple(out_groups), health_checks=tuple(hcs), health_guards=guards,
+        probes=tuple(probes), baseline=baseline, model=model, model_path=model_path,
+        dtype=str(serve_base.get("dtype", "auto")), prompts=prompts,
+        output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
+        timeout_s=timeout_s, seed=seed, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
+
+
+def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:
+    try:
+        parse_speculative_config(dict(cfg))
+    except SpecsimValueError as exc:
+        raise SpecsimValueError(f"{where}.{exc.field}", exc.rule, exc.value, exc.allowed) from None
+    except SpecsimError as exc:
+        raise SpecsimValueError(where, str(exc), dict(cfg)) from None
+
+
+# --------------------------------------------------------------------------------------------
+# writing a Python-defined matrix as vLLM sweep files
+# --------------------------------------------------------------------------------------------
+
+def write_matrix_files(directory: str | os.PathLike, *, name: str, description: str, serve_cmd: str,
+                       bench_cmd: str, serve: Mapping[str, Mapping], bench: Mapping[str, Mapping],
+                       extra_sweeps: Iterable[tuple[Mapping[str, Mapping], Mapping[str, Mapping]]] = (),
+                       **sidecar: Any) -> Path:
+    """Write a matrix directory: ``serve_params.json`` / ``bench_params.json`` in vLLM's ``{name: record}``
+    form (plus ``serve_params_<k>.json`` / ``bench_params_<k>.json`` per extra sweep) and the sidecar.
+    Returns the directory; the result is checked with :func:`load_matrix` (paths not required)."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    sweeps = [{"serve_params": "serve_params.json", "bench_params": "bench_params.json"}]
+    (d / "serve_params.json").write_text(json.dumps(serve, indent=2) + "\n")
+    (d / "bench_params.json").write_text(json.dumps(bench, indent=2) + "\n")
+    for k, (s, b) in enumerate(extra_sweeps, start=2):
+        (d / f"serve_params_{k}.json").write_text(json.dumps(s, indent=2) + "\n")
+        (d / f"bench_params_{k}.json").write_text(json.dumps(b, indent=2) + "\n")
+        sweeps.append({"serve_params": f"serve_params_{k}.json", "bench_params": f"bench_params_{k}.json"})
+    sc = {"name": name, "description": description, "serve_cmd": serve_cmd, "bench_cmd": bench_cmd,
+          "sweeps": sweeps if (serve or bench) else [], **sidecar}
+    (d / SIDECAR).write_text(json.dumps(sc, indent=2) + "\n")
+    load_matrix(d, check_paths=False)
+    return d
+
+
+def matrix_to_sweep_files(m: Matrix, directory: str | os.PathLike, *, env: Mapping[str, str] | None = None,
+                          models_dir: str = "models", platform: str = "auto", timeout_s: float = _DEFAULT_TIMEOUT_S,
+                          seed: int = 0) -> Path:
+    """Write a Python :class:`~specsim.runs.matrix.Matrix` (the GPU runbook's) as a matrix directory.
+
+    One sweep per (concurrencies, temperature) set of its entries: serve records named by the spec
+    label, bench records ``c<C>`` (``t<T>-c<C>`` at T > 0) with ``max_concurrency``, ``num_prompts``
+    and ``temperature``; the entries' baseline becomes the greedy judge, health checks keep their
+    guards (the entries naming them).  Returns the directory (checked by :func:`load_matrix`)."""
+    serve_cmd = shlex.join(["vllm", "serve", m.model, "--dtype", m.dtype, *m.server_args])
+    bench_cmd = shlex.join(["vllm", "bench", "serve", "--backend", "vllm", "--model", m.model, "--dataset-name",
+                            "custom", "--dataset-path", f"data/{m.prompts_file}", "--disable-shuffle",
+                            "--skip-chat-template", "--custom-output-len", str(m.output_len), "--seed", str(seed)])
+    sweeps: dict[tuple, tuple[dict, dict]] = {}
+    baseline = None
+    guards: dict[str, list[str]] = {}
+    for e in m.entries:
+        key = (tuple(e.concurrencies), e.temperature)
+        serve, bench = sweeps.setdefault(key, ({}, {}))
+        cfg = e.spec.speculative_config(Path(models_dir))
+        serve[e.spec.label] = {"speculative_config": cfg} if cfg else {}
+        t = "" if e.temperature == 0 else f"t{e.temperature:g}-"
+        for c in e.concurrencies:
+            bench[f"{t}c{c}"] = {"max_concurrency": c, "num_prompts": m.prompts_for(c), "temperature": e.temperature}
+        if e.baseline_label:
+            baseline = e.baseline_label
+        if e.health_check:
+            guards.setdefault(e.health_check, []).append(f"{e.spec.label}/{t}c*")
+    hcs = {h.name: {"speculative_config": h.spec.speculative_config(Path(models_dir)), "temperature": h.temperature,
+                    "num_prompts": h.num_prompts, "max_tokens": h.max_tokens, "min_ratio": h.min_ratio,
+                    "guards": guards.get(h.name, [])} for h in m.health_checks}
+    probes = {p.name: {"kind": "verify_cost", "context": p.context, "batches": list(p.batches), "qs": list(p.qs),
+                       "reps": p.reps} for p in m.probes}
+    pairs = list(sweeps.values())
+    first = pairs[0] if pairs else ({}, {})
+    extra: dict[str, Any] = {"timeout_s": timeout_s, "seed": seed, "platform": platform}
+    if env:
+        extra["env"] = dict(env)
+    if baseline:
+        extra["baseline"] = baseline
+    if hcs:
+        extra["health_checks"] = hcs
+    if probes:
+        extra["probes"] = probes
+    return write_matrix_files(directory, name=m.name, description=m.description, serve_cmd=serve_cmd,
+                              bench_cmd=bench_cmd, serve=first[0], bench=first[1], extra_sweeps=pairs[1:], **extra)
+
+
+# --------------------------------------------------------------------------------------------
+# estimates from recorded run times
+# --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    """Expected seconds of a matrix from recorded runs: per cell, per server start, per judge."""
+
+    cells: Mapping[str, tuple[float, str]]       # run_label -> (seconds, basis)
+    server_start_s: float
+    server_basis: str
+    health_checks: Mapping[str, float]
+    probes: Mapping[str, float]
+    n_recorded: int
+
+    def total_seconds(self, m: SweepMatrix) -> float:
+        return (sum(s for s, _ in self.cells.values()) + self.server_start_s * len(m.groups)
+                + sum(self.health_checks.values()) + sum(self.probes.values()))
+
+
+def _recorded(runs_dir: Path) -> list[dict]:
+    out = []
+    if not runs_dir.is_dir():
+        return out
+    for p in runs_dir.iterdir():
+        f = p / "provenance.json"
+        if p.name.startswith(".") or not f.is_file():
+            continue
+        try:
+            out.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
+                     default_cell_s: float = 30.0, default_start_s: float = 30.0) -> Estimate:
+    """Seconds each part of ``m`` should take, from the recorded runs' metadata (``provenance.json``).
+
+    A cell takes the median ``bench_seconds`` of recorded ok / invalid bench runs with the same spec
+    label, temperature, concurrency, prompts and output length ("same cell"); else of those with the
+    same method and concurrency, scaled by prompts x output length ("similar"); else
+    ``default_cell_s`` ("no record").  A server start takes the median ``server_startup_seconds``
+    plus the warm-up, a health check / probe the median duration of its kind.  Seconds of wall time
+    on the recording host (not adjusted for another host).
+    """
+    rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
+    recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")]
+    bench = [r for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
+    starts = [r["server_startup_seconds"] for r in bench if r.get("server_startup_seconds")]
+    cells = {}
+    for c in m.cells():
+        grp = next(g for g in m.groups if g.name == c.serve)
+        same = [r["bench_seconds"] for r in bench
+                if r.get("spec_label") == c.serve and r.get("temperature") == c.temperature
+                and r.get("concurrency") == c.concurrency and r.get("num_prompts") == c.num_prompts
+                and r.get("output_len") == c.output_len]
+        if same:
+            cells[c.run_label] = (statistics.median(same), "same cell")
+            continue
+        sim = [(r["bench_seconds"], (r.get("num_prompts") or 1) * (r.get("output_len") or 1)) for r in bench
+               if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
+        if sim and c.num_prompts and c.output_len:
+            cells[c.run_label] = (statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim), "similar")
+        else:
+            cells[c.run_label] = (default_cell_s, "no record")
+    hc = {h.name: statistics.median([r["duration_seconds"] for r in recs if r.get("kind") == "health_check"]
+                                    or [80.0]) for h in m.health_checks}
+    pr = {p.name: statistics.median([r["duration_seconds"] for r in recs if r.get("kind") == "verify_cost"]
+                                    or [60.0]) for p in m.probes}
+    start = statistics.median(starts) if starts else default_start_s
+    return Estimate(cells, start, "recorded" if starts else "no record", hc, pr, len(recs))
+
+
+def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[str, int] | None = None) -> str:
+    """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate."""
+    lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
+             f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
+             f"check(s), {len(m.probes)} probe(s)", "", "servers:"]
+    for g in m.groups:
+        cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
+        lines.append(f"  {g.name}: {' '.join(m.serve_cmd)} {_record_args(g.params)} | spec {cfg} | "
+                     f"{g.gpus} GPU(s) on a GPU host")
+    lines += ["", f"cells ({'run label':<28} T    conc  prompts  out  seed timeout_s  est_s  basis / judges):"]
+    for g in m.groups:
+        for c in g.cells:
+            s, basis = est.cells[c.run_label]
+            judges = [f"greedy vs {c.baseline}"] if c.baseline else []
+            judges += [f"skipped if {h} fails" for h in c.guarded_by]
+            lines.append(f"  {c.run_label:<38} {c.temperature:<4g} {c.concurrency!s:>5} {c.num_prompts!s:>8} "
+                         f"{c.output_len!s:>4} {c.seed:>5} {c.timeout_s:>9g} {s:>6.1f}  {basis}"
+                         + (f"; {', '.join(judges)}" if judges else ""))
+    for h in m.health_checks:
+        lines.append(f"  health check {h.name}: offline self-draft at T={h.temperature:g}, est "
+                     f"{est.health_checks[h.name]:.0f} s; guards {', '.join(m.health_guards.get(h.name, ())) or '-'}")
+    for p in m.probes:
+        lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s")
+    tot = est.total_seconds(m)
+    gpu_s = sum((est.server_start_s + sum(est.cells[c.run_label][0] for c in g.cells)) * g.gpus for g in m.groups)
+    lines += ["", f"estimate: {tot / 60:.1f} min wall on one host ({est.server_start_s:.0f} s per server start, "
+              f"{est.server_basis}; from {est.n_recorded} recorded runs); {tot / 3600:.3f} device-hours on a CPU "
+              f"host (the whole machine per server), {gpu_s / 3600:.3f} GPU-hours at the servers' GPU counts "
+              f"(recorded times are this CPU host's: a GPU host differs)"]
+    cmds = m.vllm_sweep_commands()
+    if cmds:
+        lines += ["", "the same sweeps with vLLM alone (no judges, probes or provenance):"] + [f"  {c}" for c in cmds]
+    return "\n".join(lines)
+
+
+def _record_args(params: Mapping[str, Any]) -> str:
+    out = []
+    for k, v in params.items():
+        opt = _canon(k)
+        if isinstance(v, bool):
+            out.append(f"--{opt}" if v else f"--no-{opt}")
+        elif k == "speculative_config":
+            continue
+        else:
+            out.append(f"--{opt} {json.dumps(v) if isinstance(v, (dict, list)) else v}")
+    return " ".join(out)

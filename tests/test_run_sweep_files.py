@@ -1,0 +1,304 @@
+"""Matrices as ``vllm bench sweep`` parameter files + specsim's sidecar (specsim.runs.sweep_files).
+
+The shipped matrices are checked against the runs they recorded (data/runs: the same run ids,
+prompts, concurrencies, temperatures, speculative configs); every refusal names its field; the
+command a record gives is the command vLLM's own sweep gives (checked in the vLLM environment).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from specsim.catalog import project_data_path, project_dir
+from specsim.cli import main as cli_main
+from specsim.errors import SpecsimValueError
+from specsim.runs.matrix import Matrix, ServerEntry, SpecConfig
+from specsim.runs.provenance import VllmInstall
+from specsim.runs.sweep_files import (
+    SIDECAR_KEYS,
+    dry_run_text,
+    estimate_seconds,
+    load_matrix,
+    matrix_names,
+    matrix_to_sweep_files,
+)
+from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
+
+RECORDED_STAMP = "cpu-validation-20261129T104718"
+
+
+def test_shipped_matrices_are_sweep_files():
+    assert matrix_names() == ["cpu-validation", "smoke", "verify-cost"]
+    m = load_matrix("cpu-validation")
+    assert len(m.groups) == 12 and len(m.cells()) == 42 and m.n_runs() == 44
+    assert m.groups[0].name == "baseline"  # the greedy judge's reference runs first
+    assert [h.name for h in m.health_checks] == ["selfdraft-t0.8-health"]
+    assert m.health_guards["selfdraft-t0.8-health"] == ("ngram-n3/t0.8-*",)
+    guarded = sorted(c.run_label for c in m.cells() if c.guarded_by)
+    assert guarded == ["ngram-n3-t0.8-c1", "ngram-n3-t0.8-c16", "ngram-n3-t0.8-c4"]
+    judged = {c.run_label for c in m.cells() if c.baseline == "baseline"}
+    assert len(judged) == 33 and not any(lab.startswith("baseline") or "t0.8" in lab for lab in judged)
+    # every file is vLLM's format: a {name: record} object of vLLM options only
+    for f in m.files[1:]:
+        d = json.loads((m.root / f).read_text())
+        assert isinstance(d, dict) and all(isinstance(v, dict) for v in d.values())
+        assert not any(k.startswith("_") for v in d.values() for k in v)
+
+
+def test_shipped_cpu_validation_reproduces_the_recorded_cells():
+    """The files give exactly the cells the Python matrix recorded on 2026-11-29 (run ids, prompts,
+    concurrency, temperature, output length, speculative config)."""
+    runs = project_data_path("runs")
+    rec = {}
+    for p in runs.glob(f"{RECORDED_STAMP}-*"):
+        prov = json.loads((p / "provenance.json").read_text())
+        if prov.get("kind") == "bench_serve":
+            rec[p.name[len(RECORDED_STAMP) + 1:]] = prov
+    m = load_matrix("cpu-validation")
+    cells = {c.run_label: (g, c) for g in m.groups for c in g.cells}
+    assert set(cells) == set(rec) and len(rec) == 42
+    for lab, (g, c) in cells.items():
+        p = rec[lab]
+        assert (c.label, g.name, c.temperature, c.concurrency, c.num_prompts, c.output_len) == \
+            (p["label"], p["spec_label"], p["temperature"], p["concurrency"], p["num_prompts"], p["output_len"]), lab
+        assert g.spec.method == p["method"] and g.spec.num_speculative_tokens == p["num_speculative_tokens"]
+        want = p["speculative_config"]
+        if want and "model" in want:  # recorded as an absolute path of the recording checkout
+            want = {**want, "model": str(project_dir() / "models" / Path(want["model"]).name)}
+        assert (dict(g.speculative_config) if g.speculative_config else None) == want, lab
+
+
+def _matrix_dir(tmp_path, sidecar=None, serve=None, bench=None) -> Path:
+    src = project_data_path("matrices", "smoke")
+    d = tmp_path / "m"
+    shutil.copytree(src, d)
+    for name, obj in (("specsim.json", sidecar), ("serve_params.json", serve), ("bench_params.json", bench)):
+        if obj is not None:
+            base = json.loads((d / name).read_text())
+            base.update(obj) if isinstance(obj, dict) else None
+            (d / name).write_text(json.dumps(obj if isinstance(obj, list) else base))
+    return d
+
+
+@pytest.mark.parametrize("where,patch,field,allowed", [
+    ("serve", {"ngram-n3": {"max_num_seq": 4}}, "serve_params.json['ngram-n3'].max_num_seq", ["max-num-seqs"]),
+    ("serve", {"ngram-n3": {"dtype": "fp33"}}, "serve_params.json['ngram-n3'].dtype", ["float32", "bfloat16"]),
+    ("serve", {"ngram-n3": {"_specsim_timeout_s": 5}}, "serve_params.json['ngram-n3']._specsim_timeout_s",
+     ["timeout_s", "seed"]),
+    ("serve", {"ngram-n3": {"port": 9000}}, "serve_params.json['ngram-n3'].port", None),
+    ("serve", {"ngram-n3": {"enforce_eager": "yes"}}, "serve_params.json['ngram-n3'].enforce_eager", [True, False]),
+    ("serve", {"ngram-n3": {"speculative_config": {"method": "ngramz", "num_speculative_tokens": 3}}},
+     "serve record 'ngram-n3': speculative_config.method", ["ngram", "eagle3", "draft_model"]),
+    ("bench", {"c4": {"max_concurrency": "four"}}, "bench_params.json['c4'].max_concurrency", None),
+    ("bench", {"c4": {"dataset_name": "customs"}}, "bench_params.json['c4'].dataset_name", ["custom", "random"]),
+    ("sidecar", {"timeout": 5}, "timeout", list(SIDECAR_KEYS)),
+    ("sidecar", {"platform": "tpu"}, "platform", ["auto", "cpu", "cuda", "rocm"]),
+    ("sidecar", {"baseline": "base"}, "baseline", ["baseline", "ngram-n3"]),
+    ("sidecar", {"timeout_s": -1}, "timeout_s", None),
+    ("sidecar", {"cells": {"ngram-n3/c4": {"timeout": 1}}}, "cells['ngram-n3/c4'].timeout", ["timeout_s", "seed"]),
+    ("sidecar", {"cells": {"nothing/*": {"seed": 1}}}, "cells['nothing/*']", None),
+    ("sidecar", {"bench_cmd": "vllm bench serve --model models/smollm2-135m-instruct --result-dir x"},
+     "bench_cmd.vllm bench serve: --result-dir", None),
+    ("sidecar", {"serve_cmd": "vllm serve models/no-such-model --dtype float32"}, "serve_cmd (model)", None),
+])
+def test_unknown_keys_and_values_are_refused_naming_the_field(tmp_path, where, patch, field, allowed):
+    d = _matrix_dir(tmp_path, **{where: patch})
+    with pytest.raises(SpecsimValueError) as ei:
+        load_matrix(d)
+    assert ei.value.field == field, str(ei.value)
+    if allowed is not None:
+        assert set(allowed) <= set(map(type(allowed[0]), ei.value.allowed or [])), ei.value.allowed
+
+
+def test_refused_before_any_server_starts(tmp_path):
+    """run_matrix checks the files before it looks for vLLM: a bad file is a SpecsimValueError even
+    with no vLLM environment at all."""
+    from specsim.runs.runner import run_matrix
+
+    d = _matrix_dir(tmp_path, serve={"ngram-n3": {"max_num_seq": 4}})
+    with pytest.raises(SpecsimValueError, match="max_num_seq.*not an option of `vllm serve`"):
+        run_matrix(d, install=VllmInstall(tmp_path / "no-venv"), runs_dir=tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_list_form_link_vars_and_dotted_keys(tmp_path):
+    d = _matrix_dir(tmp_path)
+    (d / "serve_params.json").write_text(json.dumps([
+        {"max_num_seqs": 4}, {"max_num_seqs": 8, "speculative_config.method": "ngram",
+                              "speculative_config.num_speculative_tokens": 2}]))
+    (d / "bench_params.json").write_text(json.dumps([
+        {"max_concurrency": 4, "num_prompts": 4}, {"max_concurrency": 8, "num_prompts": 8}]))
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"
+    del sc["baseline"]
+    (d / "specsim.json").write_text(json.dumps(sc))
+    m = load_matrix(d)
+    # vLLM names list records by their parameters; link_vars keeps 2 of the 4 combinations
+    assert [c.run_label for c in m.cells()] == ["max_num_seqs_4-max_concurrency_4-num_prompts_4",
+                                                "max_num_seqs_8-speculative_config.method_ngram-speculative_config."
+                                                "num_speculative_tokens_2-max_concurrency_8-num_prompts_8"]
+    assert m.groups[1].speculative_config == {"method": "ngram", "num_speculative_tokens": 2}
+
+
+def test_estimate_uses_recorded_run_times():
+    m = load_matrix("cpu-validation")
+    est = estimate_seconds(m)
+    s, basis = est.cells["baseline-c1"]
+    rec = [json.loads((p / "provenance.json").read_text())["bench_seconds"]
+           for p in project_data_path("runs").glob("cpu-validation-*-baseline-c1")]
+    assert basis == "same cell" and len(rec) == 2 and s == pytest.approx(sum(rec) / 2)
+    assert est.server_basis == "recorded" and 20 < est.server_start_s < 35
+    tot = est.total_seconds(m)
+    assert 20 * 60 < tot < 35 * 60  # the recorded invocation took 28 min of runs
+    text = dry_run_text(m, est)
+    assert "12 server(s), 42 bench cell(s), 1 health check(s), 1 probe(s)" in text
+    assert all(c.run_label in text for c in m.cells())
+    assert "device-hours" in text and "vllm bench sweep serve --serve-cmd" in text
+
+
+def test_cli_dry_run_starts_nothing(capsys, tmp_path):
+    assert cli_main(["run-matrix", "--matrix", "smoke", "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "baseline-c4" in out and "ngram-n3-c4" in out and "greedy vs baseline" in out
+    assert not (tmp_path / "r").exists()
+    assert cli_main(["run-matrix", "--matrix", "cpu-validation", "--dry-run", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["servers"]) == 12 and sum(len(s["cells"]) for s in d["servers"]) == 42
+    assert d["estimate_seconds"] > 20 * 60
+
+
+def test_cli_unknown_matrix_names_the_shipped_ones(capsys):
+    assert cli_main(["run-matrix", "--matrix", "cpu-validatoin", "--dry-run"]) != 0
+    err = capsys.readouterr().err
+    assert "matrix" in err and "cpu-validation, smoke, verify-cost" in err
+
+
+def test_python_matrix_written_as_sweep_files(tmp_path):
+    """The GPU runbook's Python matrices become the same kind of files (hub ids stay hub ids)."""
+    from specsim.runs.runbook import gpu_matrix
+
+    m = gpu_matrix("Qwen3-8B", "MI300X", n_values=(1, 3), concurrencies=(1, 4), methods=("eagle3",))
+    d = matrix_to_sweep_files(m, tmp_path / "gpu", env={"VLLM_ROCM_USE_AITER_FP4_ASM_GEMM": "1"})
+    sm = load_matrix(d)
+    assert sm.model == "Qwen/Qwen3-8B" and sm.model_path is None
+    assert [g.name for g in sm.groups] == ["baseline", "eagle3-n1", "eagle3-n3"]
+    assert sm.groups[1].speculative_config["model"] == "RedHatAI/Qwen3-8B-speculator.eagle3"
+    assert [c.num_prompts for c in sm.groups[0].cells] == [10, 40]
+    assert sm.env == {"VLLM_ROCM_USE_AITER_FP4_ASM_GEMM": "1"}
+    small = Matrix(name="x", description="", entries=(ServerEntry(SpecConfig("baseline"), concurrencies=(4,)),))
+    assert [c.run_label for c in load_matrix(matrix_to_sweep_files(small, tmp_path / "x"),
+                                             check_paths=False).cells()] == ["baseline-c4"]
+
+
+# ---- against vLLM's own code (in the vLLM environment) ----------------------------------------
+
+def _vllm_python() -> Path:
+    install = VllmInstall.default()
+    if not install.exists():
+        if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
+            pytest.fail("vLLM environment missing (SPECSIM_REQUIRE_VLLM=1)")
+        pytest.skip("vLLM environment missing; run `make vllm-env`")
+    return install.python
+
+
+_VLLM_APPLY = textwrap.dedent('''
+    import json, sys
+    from vllm.benchmarks.sweep.param_sweep import ParameterSweep
+    base, path = json.loads(sys.argv[1]), sys.argv[2]
+    print(json.dumps({item.name: item.apply_to_cmd(base) for item in ParameterSweep.read_json(path)}))
+''')
+
+
+@pytest.mark.vllm
+def test_records_give_the_commands_vllm_sweep_gives():
+    """Our reading of a record (replace-or-append, booleans, JSON objects) is vLLM 0.32's:
+    ``ParameterSweepItem.apply_to_cmd`` on the shipped files gives the same argument lists."""
+    from specsim.runs.runner import _apply_record
+    from specsim.runs.sweep_files import read_param_file
+
+    py = _vllm_python()
+    m = load_matrix("cpu-validation")
+    base = list(m.serve_cmd) + ["--no-enforce-eager"]
+    for f in m.files[1:]:
+        r = subprocess.run([str(py), "-c", _VLLM_APPLY, json.dumps(base), str(m.root / f)], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+        assert r.returncode == 0, r.stderr[-2000:]
+        theirs = json.loads(r.stdout.strip().splitlines()[-1])
+        ours = {name: _apply_record(base, rec) for name, rec in read_param_file(m.root / f, f)}
+        assert set(ours) == set(theirs) and len(ours) >= 2
+        for name in ours:  # JSON objects: same object (key order aside)
+            a, b = ours[name], theirs[name]
+            assert len(a) == len(b), (name, a, b)
+            for x, y in zip(a, b):
+                assert (json.loads(x) == json.loads(y)) if x.startswith("{") else x == y, (name, a, b)
+
+
+#: walks vLLM's own parsers (``vllm serve``: make_arg_parser; ``vllm bench serve``: add_cli_args)
+_GEN = '''
+import argparse, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.benchmarks.serve import add_cli_args
+def kind_of(t):
+    if t is None:
+        return "str"
+    q = getattr(t, "__qualname__", "")
+    if "optional_type" in q and t.__closure__:
+        inner = [c.cell_contents for c in t.__closure__ if callable(c.cell_contents)]
+        return kind_of(inner[0]) if inner else "str"
+    if "human_readable_int" in q:
+        return "size"
+    if t is int:
+        return "int"
+    if t is float:
+        return "float"
+    if "parse_dataclass" in q or q == "loads" or "union_dict_and_str" in q:
+        return "json"
+    return "str"
+def table(p):
+    out = {}
+    for a in p._actions:
+        longs = [o for o in a.option_strings if o.startswith("--")]
+        if not longs or a.dest == "help":
+            continue
+        if isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)) or a.nargs == 0:
+            kind = "flag"
+        else:
+            kind = kind_of(a.type)
+        ent = {"kind": kind}
+        if a.choices is not None:
+            try: ent["choices"] = sorted(map(str, a.choices))
+            except TypeError: pass
+        if a.nargs not in (None, 0):
+            ent["nargs"] = str(a.nargs)
+        for o in longs:
+            out[o[2:]] = ent
+    return out
+sp = make_arg_parser(FlexibleArgumentParser())
+bp = FlexibleArgumentParser(); add_cli_args(bp)
+json.dump({"serve": table(sp), "bench_serve": table(bp)}, sys.stdout, indent=0, sort_keys=True)
+'''
+
+
+@pytest.mark.vllm
+def test_option_tables_match_the_installed_vllm():
+    """specsim.runs.vllm_args is what vLLM 0.32's own parsers hold (regenerated here)."""
+    py = _vllm_python()
+    r = subprocess.run([str(py), "-c", _GEN], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout)
+
+    def flat(tab):
+        return {k: ((v["kind"], tuple(v["choices"])) if "choices" in v else v["kind"]) for k, v in tab.items()}
+
+    assert flat(d["serve"]) == SERVE_OPTIONS and flat(d["bench_serve"]) == BENCH_SERVE_OPTIONS
+    assert len(SERVE_OPTIONS) > 300 and SERVE_OPTIONS["speculative-config"] == "json"
+    assert sys.version_info >= (3, 11)

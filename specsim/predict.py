@@ -84,7 +84,7 @@ class Prediction:
         all decode steps of the baseline; ``null`` in :meth:`to_dict` / JSON).  Without prefill it is
         ``verify_cost_in_baseline_steps``.
     verify_cost_in_baseline_steps : float
-        Health check: the WHOLE speculative step (draft + verification + overhead, ``t_step_s``) in
+        Health check: the WHOLE speculative step (draft + verification + overhead + host, ``t_step_s``) in
         baseline decode steps, ``t_step_s / t_base_s``: what one verify cycle costs.
     verification_cost_in_baseline_steps : float
         The target's verification forward alone (q = N + 1 tokens per sequence, ``t_verify_s``) in

@@ -14,10 +14,12 @@ from typing import Any
 
 from specsim._io import atomic_write_json
 from specsim.catalog import data_path
+from specsim.engine import STACK_TERMS
 from specsim.errors import DataError
 from specsim.latency import Efficiency, Roofline
 
-__all__ = ["CalibrationRecord", "load_calibration", "default_latency", "write_calibration"]
+__all__ = ["CalibrationRecord", "load_calibration", "default_latency", "write_calibration", "stack_mismatch",
+           "SCHEMA_VERSION", "TERMS"]
 
 
 def _key(name: str) -> str:
@@ -59,78 +61,84 @@ def _read_calibration(path: str, mtime_ns: int) -> dict[str, Any]:
     """Parse one calibration file (``mtime_ns`` keys the cache to the file's version)."""
     p = Path(path)
     d = json.loads(p.read_text())
-    for k in ("efficiency", "spec_overhead"):
+    for k in ("hardware", "terms"):
         if k not in d:
             raise DataError(f"{p}: missing key {k!r}")
     d["_path"] = str(p)
     return d
 
 
-def _target_values(cal: dict, target_name: str | None, is_moe: bool | None = None) -> dict:
-    """Per-target values of ``target_name``; else the medians of its kind (``per_kind``); else {}."""
-    return _target_values_and_source(cal, target_name, is_moe)[0]
+#: version of the calibration file layout this module reads (``"schema_version"`` in every file)
+SCHEMA_VERSION = 2
 
-
-def _target_values_and_source(cal: dict, target_name: str | None, is_moe: bool | None = None) -> tuple[dict, str]:
-    """As :func:`_target_values`, with a phrase saying where the values come from."""
-    pt = cal.get("per_target") or {}
-    if target_name:
-        key = _key(str(target_name).split("/")[-1])
-        for name, vals in pt.items():
-            if _key(name) == key:
-                return dict(vals), f"fitted values of {name}"
-    if is_moe is not None:
-        kind = "moe" if is_moe else "dense"
-        vals = (cal.get("per_kind") or {}).get(kind) or {}
-        if vals:
-            return dict(vals), f"medians of the fitted {'mixture-of-experts' if is_moe else 'dense'} targets"
-    return {}, "medians of all fitted targets"
+#: the documented physical terms a calibration file may contain under ``"terms"`` -- exactly
+#: ``specsim.engine.STACK_TERMS``; each multiplies a physical count of the step (docs/model.md)
+TERMS = STACK_TERMS
 
 
 @dataclass(frozen=True)
 class CalibrationRecord:
-    """What a shipped calibration says about one (hardware, target), carried by the latency model
-    (``Roofline.calibration``) so that the draft cost, the speculative overhead and the interval width
-    read it from there instead of re-reading files.
+    """What a shipped calibration says about one (hardware, serving stack), carried by the latency
+    model (``Roofline.calibration``) so that the overheads and the interval width read it from
+    there instead of re-reading files.  It has NO per-target values (DESIGN section 10).
 
     Attributes
     ----------
     file : str
         Path of the calibration JSON it came from.
     hardware : str
-    target : str or None
-        Target the values were looked up for.
-    is_moe : bool or None
-        Kind used for the kind medians of an unfitted target.
-    fitted_target : bool
-        Whether the calibration was fitted on this target (else medians: a transfer).
+    schema_version : int
+    stack : dict
+        The software stack it was fitted on (``vllm``, ``platform``, ``host_cpu``, ``source``).
     scope : str
         Sentence stating whose values are used, carried into every prediction's assumptions.
-    spec_overhead_fixed_s, spec_overhead_per_token_s : float
-        Per-step speculative overhead (``specsim.engine.SpecOverhead`` fields), seconds.
-    draft_pass_overhead_s : float or None
-        Fixed seconds per draft forward pass, where fitted.
+    terms : dict
+        The :data:`TERMS` values.
+    term_sources : dict
+        For every term: fitted (on what), a stated prior, or transferred (from where, how).
+    spec_overhead_fixed_s, spec_overhead_per_token_s, host_step_s, host_per_seq_s, spec_per_seq_layer_s : float
+        The ``specsim.engine.SpecOverhead`` fields, seconds.
+    draft_pass_overhead_s : None
+        Always None: draft passes pay the stack's ``fixed_s + per_layer_s x draft layers``.
     rmse_rel : float or None
-        RMS log error of step times that applies to this target: the fit residual for a fitted
-        target, the leave-one-target-out error (``rmse_rel_unfitted_target``) otherwise.
+        RMS log error of the throughput ratio of targets the fit did NOT see (leave-one-target-out),
+        the width of prediction intervals.
+    transferred_from : str or None
+        Hardware whose fit was transferred (None: fitted on this hardware).
     """
 
     file: str
     hardware: str
-    target: str | None
-    is_moe: bool | None
-    fitted_target: bool
+    schema_version: int
+    stack: dict
     scope: str
+    terms: dict
+    term_sources: dict
     spec_overhead_fixed_s: float
     spec_overhead_per_token_s: float
-    draft_pass_overhead_s: float | None
+    host_step_s: float
+    host_per_seq_s: float
+    spec_per_seq_layer_s: float
     rmse_rel: float | None
+    transferred_from: str | None = None
+    draft_pass_overhead_s: float | None = None
 
 
 _NO_CALIBRATION_SCOPE = (
     "no calibration shipped for {hw}: datasheet priors for the latency (Efficiency defaults; "
-    "every forward, draft passes included, pays its fixed_s) and NO per-step speculative overhead, so "
+    "every forward, draft passes included, pays its fixed_s) and NO per-step speculative or host overhead, so "
     "speedups are upper-end estimates; pass latency= / overhead= measured on your stack")
+
+
+def _check_calibration(cal: dict) -> None:
+    path = cal.get("_path", "calibration")
+    if cal.get("schema_version") != SCHEMA_VERSION:
+        raise DataError(f"{path}: schema_version {cal.get('schema_version')!r}, this specsim reads "
+                        f"{SCHEMA_VERSION} (regenerate it with `specsim reproduce`)")
+    terms = cal.get("terms")
+    if not isinstance(terms, dict) or set(terms) != set(TERMS):
+        raise DataError(f"{path}: 'terms' must hold exactly the documented physical terms {list(TERMS)}; "
+                        f"got {sorted(terms) if isinstance(terms, dict) else terms!r}")
 
 
 def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None) -> Roofline:
@@ -139,56 +147,82 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
     Parameters
     ----------
     hardware : Hardware
-    target_name : str, optional
-        Target model; where the calibration has per-target values for it (``per_target``), they
-        replace the hardware-wide defaults (which are medians over the fitted targets).
-    is_moe : bool, optional
-        Kind of a target WITHOUT per-target values: the medians over the fitted targets of the
-        same kind (``per_kind``: fused-MoE kernels reach a smaller fraction of peak FLOP/s than
-        dense GEMMs) replace the all-target medians.
+    target_name, is_moe : optional
+        Accepted for the record only: a calibration has no per-target values (the same terms for
+        every target on this stack).
 
     Returns
     -------
     specsim.latency.Roofline
         ``calibrated`` is True only when the file was fitted on this hardware (a file with
-        ``"calibrated": false`` carries parameters transferred from another accelerator, and says
-        so in ``describe()``).  ``calibration`` is the :class:`CalibrationRecord` (None with
-        datasheet priors; ``scope`` then says so).
+        ``"calibrated": false`` carries terms transferred from another accelerator, and says so in
+        ``describe()``).  ``calibration`` is the :class:`CalibrationRecord` (None with datasheet
+        priors; ``scope`` then says so).
+
+    Raises
+    ------
+    DataError
+        A calibration file of another schema version or with other keys than :data:`TERMS`.
     """
     cal = load_calibration(hardware.name)
     if cal is None:
         return Roofline(hardware, Efficiency(), calibrated=False, source="datasheet priors (no calibration shipped)",
                         scope=_NO_CALIBRATION_SCOPE.format(hw=hardware.name))
-    eff = dict(cal["efficiency"])
-    tv, tv_source = _target_values_and_source(cal, target_name, is_moe)
-    for k in ("fixed_s", "compute"):
-        if k in tv:
-            eff[k] = tv[k]
-    note = f"{cal.get('fitted_on', '')} [{Path(cal['_path']).name}]; for {target_name or 'this target'}: {tv_source}"
+    _check_calibration(cal)
+    t = cal["terms"]
+    eff = Efficiency(**{k: float(t[k]) for k in ("bandwidth", "compute", "fixed_s", "per_layer_s",
+                                                  "allreduce_latency_s", "moe_pad_tokens", "dequant_s_per_weight")})
+    name = Path(cal["_path"]).name
+    stack = dict(cal.get("stack") or {})
+    what = stack.get("vllm", "?") + (f", {stack['platform']}" if stack.get("platform") else "")
+    note = f"{cal.get('fitted_on', '')} [{name}]; one set of stack terms for every target (no per-target values)"
     if cal.get("transferred_from"):
-        note += f"; parameters TRANSFERRED from {cal['transferred_from']} (not fitted on this hardware)"
-    fitted_target = tv_source.startswith("fitted values")
-    spec = dict(cal["spec_overhead"])
-    for k_cal, k in (("spec_fixed_s", "fixed_s"), ("spec_per_token_s", "per_token_s")):
-        if k_cal in tv:
-            spec[k] = tv[k_cal]
-    rmse = cal.get("rmse_rel")
-    if not fitted_target and cal.get("rmse_rel_unfitted_target") is not None:
-        rmse = cal["rmse_rel_unfitted_target"]
+        note += f"; TRANSFERRED from {cal['transferred_from']} (not fitted on this hardware)"
     scope = (
-        f"latency and speculative overheads from {Path(cal['_path']).name} ({tv_source}"
-        + (f", transferred from {cal['transferred_from']}" if cal.get("transferred_from") else "")
-        + f"), fitted on {cal.get('stack', 'one serving stack')} at an assumed concurrency "
-        f"{cal.get('concurrency_assumed', '?')}: absolute times at other concurrencies, on other stacks or "
-        "for unfitted targets are extrapolations; pass latency= / overhead= measured on your stack")
+        f"latency, host and speculative overheads from {name}"
+        + (f", transferred from {cal['transferred_from']} ({cal.get('transfer_rule', 'see the file')})"
+           if cal.get("transferred_from") else "")
+        + f": stack terms fitted on {what} at an inferred concurrency {cal.get('concurrency_inferred', '?')}, "
+        "the same for every target; absolute times on other stacks are extrapolations; pass baseline= "
+        "(a measured baseline) or latency= / overhead= measured on your stack")
     record = CalibrationRecord(
-        file=cal["_path"], hardware=hardware.name, target=target_name, is_moe=is_moe, fitted_target=fitted_target,
-        scope=scope, spec_overhead_fixed_s=float(spec.get("fixed_s", 0.0)),
-        spec_overhead_per_token_s=float(spec.get("per_token_s", 0.0)),
-        draft_pass_overhead_s=tv.get("draft_pass_overhead_s", cal.get("draft_pass_overhead_s")),
-        rmse_rel=None if rmse is None else float(rmse))
-    return Roofline(hardware, Efficiency(**eff), calibrated=bool(cal.get("calibrated", True)),
+        file=cal["_path"], hardware=hardware.name, schema_version=int(cal["schema_version"]), stack=stack,
+        scope=scope, terms={k: float(v) for k, v in t.items()}, term_sources=dict(cal.get("term_sources") or {}),
+        spec_overhead_fixed_s=float(t["spec_fixed_s"]), spec_overhead_per_token_s=float(t["spec_per_token_s"]),
+        host_step_s=float(t["host_step_s"]), host_per_seq_s=float(t["host_per_seq_s"]),
+        spec_per_seq_layer_s=float(t["spec_per_seq_layer_s"]),
+        rmse_rel=None if cal.get("rmse_rel") is None else float(cal["rmse_rel"]),
+        transferred_from=cal.get("transferred_from"))
+    return Roofline(hardware, eff, calibrated=bool(cal.get("calibrated", True)),
                     smooth_p=cal.get("smooth_p"), source=note, calibration=record, scope=scope)
+
+
+def stack_mismatch(record: CalibrationRecord | None, *, vllm_version: str | None = None,
+                   platform: str | None = None) -> str | None:
+    """A warning when the user's declared vLLM version / platform differs from the calibration's
+    stack (None when they match, nothing was declared, or there is no calibration).
+
+    The comparison is on the release (``major.minor``): ``0.23.1rc1.dev1120`` and ``0.23.0`` match,
+    ``0.32.0`` does not.
+    """
+    if record is None:
+        return None
+    out = []
+    cal_v = str(record.stack.get("vllm", ""))
+    if vllm_version:
+        def rel(v):
+            parts = str(v).strip().lstrip("v").split(".")
+            return ".".join(parts[:2])
+        if rel(vllm_version) != rel(cal_v):
+            out.append(f"vLLM {vllm_version} (calibration: {cal_v})")
+    if platform:
+        cal_p = str(record.stack.get("platform", ""))
+        if platform.strip().lower().split()[0] not in cal_p.lower():
+            out.append(f"platform {platform} (calibration: {cal_p})")
+    if not out:
+        return None
+    return (f"the {record.hardware} calibration was fitted on another software stack than declared: "
+            + "; ".join(out) + ": its host / overhead terms may not apply; anchor on a measured baseline (baseline=)")
 
 
 def write_calibration(path: Path, record: dict[str, Any]) -> Path:

@@ -28,6 +28,17 @@ _KIND = {"mtp": "sequential", "eagle": "sequential", "eagle3": "sequential", "dr
          "suffix": "lookup"}
 MODELED_METHODS = tuple(m for m in VLLM_METHODS if m in _KIND or m in VLLM_MTP_TYPES)
 KINDS = ("sequential", "parallel", "parallel_markov", "lookup")
+#: methods whose heads may be trained for vLLM's ``parallel_drafting`` (Unified Parallel Drafting, vLLM
+#: >= 0.16, PR #32887; P-EAGLE = eagle3 + parallel_drafting): ONE draft forward drafts all N tokens, so a
+#: spec of such a head declares ``"parallel_drafting": true`` and kind ``"parallel"``
+PARALLEL_DRAFTING_METHODS = ("eagle", "eagle3")
+
+
+def spec_kinds(method: str, parallel_drafting: bool = False) -> tuple[str, ...]:
+    """The drafter kinds a draft spec of vLLM ``method`` may declare: the method's own kind, and
+    ``"parallel"`` for a :data:`PARALLEL_DRAFTING_METHODS` head with ``parallel_drafting``."""
+    own = (_KIND.get("mtp" if method in VLLM_MTP_TYPES else method, "sequential"),)
+    return own + (("parallel",) if parallel_drafting and method in PARALLEL_DRAFTING_METHODS else ())
 # Bytes per weight by precision string (docs/architecture.md): mxfp4 = 0.5 + 1/32 E8M0 scale,
 # int4 w4a16 group 32 with a bf16 scale = 0.5 + 2/32.
 BYTES_PER_PARAM = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp32": 4.0, "mxfp4": 0.53125, "int4": 0.5625}
@@ -208,6 +219,35 @@ def _norm(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class DraftPass:
+    """One kind of draft forward in a step (:meth:`Drafter.draft_plan`).
+
+    Attributes
+    ----------
+    net : DraftNet or ModelSpec
+    q, context : ndarray
+        Query tokens per sequence and KV context of the pass.
+    tp : int
+    precision : str
+    multiplier : ndarray
+        How many such passes the step runs (e.g. N - 1 one-token passes).
+    fixed_override : float or None
+        Seconds replacing the latency model's fixed per-forward cost (``draft_pass_overhead_s``).
+    fixed_scale : float
+        Factor on the latency model's fixed cost (the Markov head: ``MARKOV_OVERHEAD_FRACTION``).
+    """
+
+    net: Any
+    q: Any
+    context: Any
+    tp: int
+    precision: str
+    multiplier: Any
+    fixed_override: float | None = None
+    fixed_scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class Drafter:
     """Draft-cost strategy for one vLLM ``method`` (see the module docstring).
 
@@ -345,11 +385,6 @@ class Drafter:
         """
         nn = int_array("num_speculative_tokens", n, minimum=0).astype(float)
         nn, b, c = np.broadcast_arrays(nn, np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
-        # k = 0 (a dynamic schedule skipping speculation at this batch size): vLLM still calls the
-        # proposer; a model drafter runs its first forward over the step's new token to keep its KV
-        # cache in sync and returns no tokens (v1/spec_decode/llm_base_proposer.py l.617-626), a
-        # lookup drafter still scans each request's history
-        zero = nn == 0
         if self.kind == "lookup":
             if np.any(b < 1):
                 raise SpecsimValueError("batch", "must be >= 1", batch)
@@ -359,35 +394,66 @@ class Drafter:
             raise SpecsimValueError("draft_latency", "the target's latency model cannot time draft passes "
                                     "(measured table?); pass draft_latency=Roofline(...) or a table of the draft",
                                     type(latency).__name__)
-        prec, dtp = self.draft_precision(precision), self.draft_tp or tp
-        overhead = self.draft_pass_overhead_s
-        if overhead is None and draft_latency is None:
+        total = np.zeros(nn.shape)
+        for pas in self.draft_plan(nn, b, c, tp=tp, precision=precision):
+            bd = lat.breakdown(pas.net, tp=pas.tp, precision=pas.precision, batch=b, q=pas.q, context=pas.context)
+            if pas.fixed_override is not None or pas.fixed_scale != 1.0:
+                if "fixed_s" not in bd:
+                    raise SpecsimValueError("draft_pass_overhead_s / markov_step_overhead_s",
+                                            "must be given with a measured latency table (no fixed_s term)",
+                                            type(lat).__name__)
+                fixed = pas.fixed_override if pas.fixed_override is not None else pas.fixed_scale * bd["fixed_s"]
+                t = bd["total_s"] - bd["fixed_s"] + fixed
+            else:
+                t = bd["total_s"]
+            total = total + pas.multiplier * t
+        return total
 
-            rec = getattr(latency, "calibration", None)  # the shipped calibration (CalibrationRecord), if any
-            overhead = rec.draft_pass_overhead_s if rec is not None else None
-        kw = dict(tp=dtp, precision=prec, overhead=overhead)
+    def draft_plan(self, n: Any, batch: Any, context: Any, *, tp: int = 1,
+                   precision: str | None = "bf16") -> list["DraftPass"]:
+        """The draft forwards of one step, as data: which net, how many query tokens, how often.
+
+        Parameters
+        ----------
+        n, batch, context : array_like
+            Draft tokens this step (>= 0), sequences, KV context (broadcast together).
+        tp, precision
+            The TARGET's TP degree and weight precision (the draft uses ``draft_tp`` / its own).
+
+        Returns
+        -------
+        list of DraftPass
+            Empty for lookup methods (their CPU time is ``batch * lookup_s_per_request``).
+            sequential [eagle, eagle3, mtp, draft_model]: the first pass over the N + 1 new tokens,
+            then ``max(N - 1, 0)`` one-token passes (vLLM ``llm_base_proposer.py``; k = 0 is the
+            KV-sync pass only, l.617-626).  parallel [dflash]: one pass over the block (N + 1, or
+            N, or padded to the trained block).  parallel_markov [dspark]: that pass plus N
+            Markov-head steps (no layers; their fixed cost is ``MARKOV_OVERHEAD_FRACTION`` of a
+            forward's unless ``markov_step_overhead_s`` is given).
+        """
+        nn = np.asarray(n, dtype=float)
+        nn, b, c = np.broadcast_arrays(nn, np.asarray(batch, dtype=float), np.asarray(context, dtype=float))
+        if self.kind == "lookup":
+            return []
+        prec, dtp = self.draft_precision(precision), self.draft_tp or tp
+        ov = self.draft_pass_overhead_s
         if self.kind == "sequential":
-            first, _ = self._pass(lat, self.draft, batch=b, q=nn + 1.0, context=c, **kw)
-            rest, _ = self._pass(lat, self.draft, batch=b, q=np.ones_like(nn), context=c, **kw)
-            return first + np.maximum(nn - 1.0, 0.0) * rest
+            return [DraftPass(self.draft, nn + 1.0, c, dtp, prec, np.ones_like(nn), ov),
+                    DraftPass(self.draft, np.ones_like(nn), c, dtp, prec, np.maximum(nn - 1.0, 0.0), ov)]
+        zero = nn == 0
         q = nn + 1.0 if self.query_tokens == "n+1" else nn.copy()
         if self.pad_to_block_size:
             q = np.maximum(q, float(self.block_size))
         q = np.where(zero, 1.0, q)  # k = 0: the one sync pass over the new token, no drafting block
-        t, bd = self._pass(lat, self.draft, batch=b, q=q, context=c, **kw)
+        out = [DraftPass(self.draft, q, c, dtp, prec, np.ones_like(nn), ov)]
         if self.kind == "parallel":
-            return t
+            return out
         head = DraftNet(name=f"{self.name}-markov-head", num_layers=0, hidden_size=self.markov_rank, attention=(),
                         attn_input_dim=self.markov_rank, lm_vocab=self.markov_vocab, lm_dim=self.markov_rank)
-        hb = lat.breakdown(head, tp=dtp, precision=prec, batch=b, q=np.ones_like(nn), context=np.zeros_like(c))
-        if self.markov_step_overhead_s is not None:
-            over = self.markov_step_overhead_s
-        elif "fixed_s" in hb:
-            over = MARKOV_OVERHEAD_FRACTION * hb["fixed_s"]
-        else:
-            raise SpecsimValueError("markov_step_overhead_s", "must be given with a measured latency table", None)
-        step = hb["total_s"] - hb.get("fixed_s", 0.0) + over
-        return t + nn * step
+        over = self.markov_step_overhead_s
+        out.append(DraftPass(head, np.ones_like(nn), np.zeros_like(c), dtp, prec, nn, over,
+                             1.0 if over is not None else MARKOV_OVERHEAD_FRACTION))
+        return out
 
     def draft_weight_bytes(self, precision: str | None = None) -> float:
         """Extra GPU memory of the draft weights, bytes (0 for lookup methods).
@@ -484,8 +550,11 @@ def _parse_specs(directory: str) -> tuple[dict, ...]:
         missing = [f for f in _SPEC_FIELDS if f not in d]
         if missing:
             raise DataError(f"{p}: missing fields {missing}")
-        if d["method"] not in MODELED_METHODS or d["kind"] != _KIND.get(d["method"], "sequential"):
-            raise DataError(f"{p}: method {d['method']!r} / kind {d['kind']!r} inconsistent")
+        if d["method"] not in MODELED_METHODS or d["kind"] not in spec_kinds(d["method"],
+                                                                            d.get("parallel_drafting") is True):
+            raise DataError(f"{p}: method {d['method']!r} / kind {d['kind']!r} inconsistent (allowed: "
+                            f"{spec_kinds(d['method'], d.get('parallel_drafting') is True)}; a parallel-drafting "
+                            f"eagle / eagle3 head declares \"parallel_drafting\": true)")
         d["_file"] = p.name
         out.append(d)
     return tuple(out)

@@ -26,6 +26,18 @@ class SpecOverhead:
     per_token_s : float
         Seconds per verified token in the batch (``C * (N + 1)`` tokens per step): the
         rejection sampler's work grows with the number of tokens it checks.
+    host_step_s : float
+        Seconds of host work per engine step paid by BOTH arms (scheduler, input preparation,
+        output processing; ``v1/core/sched/scheduler.py``, ``v1/worker/gpu_model_runner.py``).
+    host_per_seq_s : float
+        Host seconds per running sequence per step, both arms (per-request scheduling, sampling
+        metadata, detokenization), so the host share grows with the batch.
+    per_seq_layer_s : float
+        Seconds per running sequence per NON-sliding attention layer of the target (full softmax,
+        MLA or linear attention; :func:`nonsliding_layers`) in a verification step: the
+        multi-token (q = N + 1) attention path of those layers (per-request metadata and state
+        handling; linear attention keeps one recurrent state per verified position so it can roll
+        back, vLLM ``model_executor/layers/mamba``).  Sliding-window layers do not pay it.
 
     Notes
     -----
@@ -35,21 +47,30 @@ class SpecOverhead:
 
     fixed_s: float = 0.0
     per_token_s: float = 0.0
+    host_step_s: float = 0.0
+    host_per_seq_s: float = 0.0
+    per_seq_layer_s: float = 0.0
 
     def __post_init__(self):
-        for name in ("fixed_s", "per_token_s"):
+        for name in ("fixed_s", "per_token_s", "host_step_s", "host_per_seq_s", "per_seq_layer_s"):
             v = getattr(self, name)
             if not np.isfinite(v) or v < 0:
                 raise SpecsimValueError(f"overhead.{name}", "must be a finite number >= 0 seconds", v)
 
-    def step_seconds(self, concurrency, n):
+    def step_seconds(self, concurrency, n, nonsliding_layers: float = 0.0):
         """Overhead seconds per speculative step (broadcasts over ``concurrency`` and ``n``).
 
         ``n = 0`` (a dynamic schedule's k = 0: vLLM schedules no draft tokens, so no rejection
         sampling runs, ``v1/worker/gpu_model_runner.py``) keeps the fixed term -- the proposer is
         still called every step -- and drops the per-verified-token term."""
         n = np.asarray(n)
-        return self.fixed_s + np.where(n > 0, self.per_token_s * np.asarray(concurrency) * (n + 1), 0.0)
+        c = np.asarray(concurrency)
+        return self.fixed_s + np.where(n > 0, self.per_token_s * c * (n + 1)
+                                       + self.per_seq_layer_s * c * float(nonsliding_layers), 0.0)
+
+    def host_seconds(self, concurrency):
+        """Host seconds per engine step of either arm: ``host_step_s + host_per_seq_s * C``."""
+        return self.host_step_s + self.host_per_seq_s * np.asarray(concurrency, dtype=float)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +186,13 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
              mal=None, drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict[str, np.ndarray]:
     """Evaluate the step-time model on broadcast arrays of n, concurrency, isl, osl.
 
+    Baseline step ``T_base = t_target(C, q=1, L) + host``; speculative step
+    ``T_spec = T_draft + t_target(C, q=1 + f n_prop, L) + host + spec overhead`` (DESIGN section 3),
+    with ``host = host_step_s + host_per_seq_s C`` paid by both arms and the speculative overhead
+    ``spec_fixed_s + spec_per_token_s C (N + 1)`` (:class:`SpecOverhead`).  Every forward is a
+    roofline over its physical counts (:meth:`specsim.latency.Roofline.counts`) when the latency
+    model provides them; otherwise each is timed by the latency model's ``forward_time``.
+
     ``mal`` (optional, broadcastable) overrides ``r.acceptance.mal(n)`` -- used when every point
     carries its own measured MAL (the reproduction of published rows).
 
@@ -177,6 +205,203 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
 
     Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
     """
+    lat = r.latency
+    if (hasattr(lat, "counts") and hasattr(lat, "efficiency") and hasattr(r.drafter, "draft_plan")
+            and not callable(getattr(lat, "prefill_time", None))):
+        plan = step_plan(r, n, concurrency, isl, osl, tp, draft_prefill=draft_prefill, mal=mal,
+                         drafted_fraction=drafted_fraction, mean_proposal_tokens=mean_proposal_tokens)
+        return plan_seconds(plan, stack_terms(lat.efficiency, overhead), lat.smooth_p)
+    return _evaluate_callables(r, n, concurrency, isl, osl, tp, overhead, draft_prefill, mal, drafted_fraction,
+                               mean_proposal_tokens)
+
+
+#: the terms of one (hardware, serving stack) -- ``specsim.latency.Efficiency`` fields and
+#: :class:`SpecOverhead` fields -- that :func:`plan_seconds` combines with a step's physical counts
+STACK_TERMS = ("bandwidth", "compute", "fixed_s", "per_layer_s", "allreduce_latency_s", "moe_pad_tokens",
+               "dequant_s_per_weight", "host_step_s", "host_per_seq_s", "spec_fixed_s", "spec_per_token_s",
+               "spec_per_seq_layer_s")
+
+
+def nonsliding_layers(model) -> int:
+    """Layers of ``model`` whose attention is NOT a sliding window (full softmax, MLA, linear /
+    Gated DeltaNet), from ``ModelSpec.layer_types``; all layers when the model does not say."""
+    lt = getattr(model, "layer_types", None)
+    if lt:
+        return int(sum(1 for t in lt if t != "sliding"))
+    return int(getattr(model, "num_layers", 0))
+
+
+def stack_terms(efficiency, overhead: SpecOverhead) -> dict[str, float]:
+    """The :data:`STACK_TERMS` of an ``Efficiency`` and a :class:`SpecOverhead` as one dict."""
+    out = {k: float(getattr(efficiency, k)) for k in ("bandwidth", "compute", "fixed_s", "per_layer_s",
+                                                       "allreduce_latency_s", "moe_pad_tokens",
+                                                       "dequant_s_per_weight")}
+    out.update(host_step_s=overhead.host_step_s, host_per_seq_s=overhead.host_per_seq_s,
+               spec_fixed_s=overhead.fixed_s, spec_per_token_s=overhead.per_token_s,
+               spec_per_seq_layer_s=overhead.per_seq_layer_s)
+    return out
+
+
+_FWD_SLOTS = ("base", "verify", "draft0", "draft1", "pf_with", "pf_without", "pf_alone", "dpf_with",
+              "dpf_without", "dpf_alone")
+
+
+def step_plan(r: Scenario, n, concurrency, isl, osl, tp, *, draft_prefill: bool = True, mal=None,
+              drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict:
+    """Everything of one step that does not depend on the stack terms: the physical counts of
+    every forward (baseline, verification, draft passes, the prefills of both arms) and the
+    multipliers that combine them.  :func:`plan_seconds` turns it into times for given terms, so a
+    fit evaluates the counts once and the terms many times (``specsim.studies.reproduce``).
+
+    Returns
+    -------
+    dict
+        ``ForwardCounts`` under the slot names (``base, verify, draft0, draft1, pf_*, dpf_*``) and
+        arrays: ``n, concurrency, isl, osl, mal, draft0_mult, draft1_mult, draft*_fixed_override``
+        (NaN = none), ``draft*_fixed_scale``, ``lookup_s``, ``multi`` (C > 1), ``target_scale``.
+    """
+    from specsim.latency import ForwardCounts
+
+    n = np.asarray(n)
+    c = np.asarray(concurrency)
+    n, c, isl, osl = np.broadcast_arrays(n, c, np.asarray(isl), np.asarray(osl))
+    shape = n.shape
+    ctx = isl + osl / 2.0
+    lat, tgt, prec = r.latency, r.target, r.precision
+    f = float(drafted_fraction)
+    n_prop = n if mean_proposal_tokens is None else np.minimum(n, float(mean_proposal_tokens))
+    cf = c.astype(float)
+    plan: dict = {"n": n, "concurrency": c, "isl": isl, "osl": osl}
+    plan["base"] = lat.counts(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx).broadcast(shape)
+    plan["verify"] = lat.counts(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx).broadcast(shape)
+    passes = r.drafter.draft_plan(n, c, ctx, tp=tp, precision=prec)
+    if len(passes) > 2:
+        raise SpecsimValueError("drafter", "a draft plan has at most 2 kinds of pass", len(passes))
+    for k in range(2):
+        if k < len(passes):
+            pas = passes[k]
+            plan[f"draft{k}"] = lat.counts(pas.net, tp=pas.tp, precision=pas.precision, batch=c, q=pas.q,
+                                           context=pas.context).broadcast(shape)
+            plan[f"draft{k}_mult"] = np.broadcast_to(np.asarray(pas.multiplier, dtype=float), shape)
+            plan[f"draft{k}_fixed_override"] = np.full(shape, np.nan if pas.fixed_override is None
+                                                       else float(pas.fixed_override))
+            plan[f"draft{k}_fixed_scale"] = np.full(shape, float(pas.fixed_scale))
+        else:
+            plan[f"draft{k}"] = ForwardCounts.zeros(shape)
+            plan[f"draft{k}_mult"] = np.zeros(shape)
+            plan[f"draft{k}_fixed_override"] = np.full(shape, np.nan)
+            plan[f"draft{k}_fixed_scale"] = np.ones(shape)
+    plan["lookup_s"] = (cf * float(r.drafter.lookup_s_per_request) if getattr(r.drafter, "kind", "") == "lookup"
+                        else np.zeros(shape)) + np.zeros(shape)
+    host = np.maximum(cf - 1.0, 1.0)
+    m = LastPositionLogits(tgt)
+    plan["pf_alone"] = lat.counts(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0).broadcast(shape)
+    plan["pf_with"] = lat.counts(m, tp=tp, precision=prec, batch=host, q=1.0 + isl / host, context=0.0).broadcast(shape)
+    plan["pf_without"] = lat.counts(m, tp=tp, precision=prec, batch=host, q=1.0, context=0.0).broadcast(shape)
+    plan["multi"] = np.broadcast_to(cf > 1.0, shape)
+    dspec = getattr(r.drafter, "draft", None)
+    has_dpf = bool(draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup")
+    if has_dpf:
+        dprec = r.drafter.draft_precision(prec) if hasattr(r.drafter, "draft_precision") else (prec or "bf16")
+        dm = LastPositionLogits(dspec)
+        plan["dpf_alone"] = lat.counts(dm, tp=tp, precision=dprec, batch=1, q=isl, context=0.0).broadcast(shape)
+        plan["dpf_with"] = lat.counts(dm, tp=tp, precision=dprec, batch=host, q=1.0 + isl / host,
+                                      context=0.0).broadcast(shape)
+        plan["dpf_without"] = lat.counts(dm, tp=tp, precision=dprec, batch=host, q=1.0, context=0.0).broadcast(shape)
+    else:
+        for k in ("dpf_alone", "dpf_with", "dpf_without"):
+            plan[k] = ForwardCounts.zeros(shape)
+    plan["has_dpf"] = np.full(shape, 1.0 if has_dpf else 0.0)
+    mal_drafted = np.asarray(r.acceptance.mal(np.maximum(n, 1)) if mal is None else mal, dtype=float)
+    mal_drafted = np.where(n == 0, 1.0, mal_drafted)
+    plan["mal"] = np.broadcast_to(1.0 + f * (mal_drafted - 1.0), shape)
+    plan["target_scale"] = np.full(shape, float(r.target_time_scale))
+    plan["nonsliding_layers"] = np.full(shape, float(nonsliding_layers(tgt)))
+    return plan
+
+
+def concat_plans(plans) -> dict:
+    """Concatenate 1-d :func:`step_plan` results (rows of different targets / methods) into one."""
+    from specsim.latency import ForwardCounts
+
+    out = {}
+    for k in plans[0]:
+        vals = [p[k] for p in plans]
+        out[k] = (ForwardCounts.concat(vals) if isinstance(vals[0], ForwardCounts)
+                  else np.concatenate([np.atleast_1d(np.asarray(v)) for v in vals]))
+    return out
+
+
+def plan_seconds(plan: dict, terms, smooth_p: float | None = None) -> dict[str, np.ndarray]:
+    """Times, throughputs and ratios of a :func:`step_plan` for the stack ``terms``
+    (:data:`STACK_TERMS`, a dict; values may be arrays broadcasting against the plan).
+
+    Same keys as :func:`evaluate`'s result.
+    """
+    from specsim.latency import forward_seconds
+
+    def fwd(slot):
+        return forward_seconds(plan[slot], terms, smooth_p)
+
+    g = terms.__getitem__
+    n, c, osl = plan["n"], plan["concurrency"].astype(float), plan["osl"].astype(float)
+    k = plan["target_scale"]
+    base = k * fwd("base")["total_s"]
+    t_verify = k * fwd("verify")["total_s"]
+    t_draft = plan["lookup_s"]
+    for slot in ("draft0", "draft1"):
+        bd = fwd(slot)
+        ov = plan[f"{slot}_fixed_override"]
+        fixed = np.where(np.isnan(ov), plan[f"{slot}_fixed_scale"] * bd["fixed_s"], np.nan_to_num(ov))
+        t_draft = t_draft + plan[f"{slot}_mult"] * (bd["total_s"] - bd["fixed_s"] + fixed)
+    t_host = g("host_step_s") + g("host_per_seq_s") * c
+    t_over = g("spec_fixed_s") + np.where(n > 0, g("spec_per_token_s") * c * (n + 1)
+                                          + g("spec_per_seq_layer_s") * c * plan["nonsliding_layers"], 0.0)
+    t_base = base + t_host
+    t_step = t_draft + t_verify + t_host + t_over
+
+    def prefill(prefix):
+        alone = fwd(f"{prefix}_alone")["total_s"]
+        mixed = np.clip(fwd(f"{prefix}_with")["total_s"] - fwd(f"{prefix}_without")["total_s"], 0.0, alone)
+        return np.where(plan["multi"], mixed, alone)
+
+    t_prefill = k * prefill("pf")
+    t_prefill_spec = t_prefill + plan["has_dpf"] * prefill("dpf")
+    mal = plan["mal"]
+    cycle_base = c * t_prefill + osl * t_base
+    tput_base = output_throughput(c, osl, t_prefill, t_base, 1.0)
+    tput_spec = output_throughput(c, osl, t_prefill_spec, t_step, mal)
+    shape = np.broadcast_shapes(np.shape(tput_spec), np.shape(n))
+    b = np.broadcast_to
+    return {
+        "num_speculative_tokens": b(n, shape),
+        "concurrency": b(plan["concurrency"], shape),
+        "isl": b(plan["isl"], shape),
+        "osl": b(plan["osl"], shape),
+        "mal": b(mal, shape),
+        "acceptance_rate": b((mal - 1.0) / np.maximum(n, 1), shape),
+        "t_base_s": b(t_base, shape),
+        "t_verify_s": b(t_verify, shape),
+        "t_draft_s": b(t_draft, shape),
+        "t_overhead_s": b(t_over, shape),
+        "t_host_s": b(t_host, shape),
+        "t_step_s": b(t_step, shape),
+        "t_prefill_s": b(t_prefill, shape),
+        "t_prefill_spec_s": b(t_prefill_spec, shape),
+        "output_tok_per_s": b(tput_spec, shape),
+        "baseline_output_tok_per_s": b(tput_base, shape),
+        "throughput_ratio": b(tput_spec / tput_base, shape),
+        "tpot_s": b(((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl, shape),
+        "baseline_tpot_s": b((osl * t_base + (c - 1) * t_prefill) / osl, shape),
+        "speedup_bound": b(cycle_base / (c * t_prefill + (osl / mal) * (t_verify + t_host)), shape),
+    }
+
+
+def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,
+                        mal=None, drafted_fraction: float = 1.0,
+                        mean_proposal_tokens: float | None = None) -> dict[str, np.ndarray]:
+    """:func:`evaluate` for latency models or drafters that are only callables (a measured table,
+    a user's drafter with ``draft_time``): every forward is timed by ``forward_time`` / ``draft_time``."""
     n = np.asarray(n)
     c = np.asarray(concurrency)
     isl = np.asarray(isl)
@@ -195,8 +420,10 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     t_draft = np.asarray(
         r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
     )
-    t_over = np.asarray(overhead.step_seconds(c, n), dtype=float)
-    t_step = t_draft + t_verify + t_over
+    t_over = np.asarray(overhead.step_seconds(c, n, nonsliding_layers(tgt)), dtype=float)
+    t_host = np.asarray(overhead.host_seconds(c), dtype=float)
+    t_base = t_base + t_host
+    t_step = t_draft + t_verify + t_host + t_over
     # prefill of one request, piggybacked on a decode step of the other C - 1 requests (chunked
     # prefill); the same target cost in both arms (the prompt is the same; timing it against the
     # larger verification step would make an MoE prefill look cheaper under speculation)
@@ -226,15 +453,17 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
         "t_verify_s": np.broadcast_to(t_verify, n.shape),
         "t_draft_s": np.broadcast_to(t_draft, n.shape),
         "t_overhead_s": np.broadcast_to(t_over, n.shape),
+        "t_host_s": np.broadcast_to(t_host, n.shape),
         "t_step_s": np.broadcast_to(t_step, n.shape),
         "t_prefill_s": np.broadcast_to(t_prefill, n.shape),
+        "t_prefill_spec_s": np.broadcast_to(t_prefill_spec, n.shape),
         "output_tok_per_s": tput_spec,
         "baseline_output_tok_per_s": tput_base,
         "throughput_ratio": tput_spec / tput_base,
         "tpot_s": ((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl,
         "baseline_tpot_s": (osl * t_base + (c - 1) * t_prefill) / osl,
         # free drafting and no speculative overhead (same prefill dilution as the ratio)
-        "speedup_bound": cycle_base / (c * t_prefill + (osl / mal) * t_verify),
+        "speedup_bound": cycle_base / (c * t_prefill + (osl / mal) * (t_verify + t_host)),
     }
 
 
@@ -257,7 +486,9 @@ def default_overhead(latency) -> SpecOverhead:
     rec = getattr(latency, "calibration", None)
     if rec is None:
         return SpecOverhead()
-    return SpecOverhead(fixed_s=rec.spec_overhead_fixed_s, per_token_s=rec.spec_overhead_per_token_s)
+    return SpecOverhead(fixed_s=rec.spec_overhead_fixed_s, per_token_s=rec.spec_overhead_per_token_s,
+                        host_step_s=getattr(rec, "host_step_s", 0.0), host_per_seq_s=getattr(rec, "host_per_seq_s", 0.0),
+                        per_seq_layer_s=getattr(rec, "spec_per_seq_layer_s", 0.0))
 
 
 def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):

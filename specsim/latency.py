@@ -86,6 +86,16 @@ class Efficiency:
     allreduce_latency_s : float, default 8e-6
         Latency of ONE all-reduce call (seconds), added to its bandwidth term.  Assumed order of a
         one-shot custom all-reduce of a small message over NVLink / xGMI; calibrate for TP > 1.
+    moe_pad_tokens : float, default 0
+        Grouped-GEMM efficiency of routed experts as a function of tokens per expert: every
+        distinct expert a step reads costs the FLOPs of ``moe_pad_tokens`` extra tokens (the
+        M-tile each expert's GEMM is padded to; fused-MoE kernels tile the token dimension,
+        vLLM ``model_executor/layers/fused_moe``).  With t tokens per expert the achieved
+        fraction of ``compute`` is ``t / (t + moe_pad_tokens)``.  0 = no padding.
+    dequant_s_per_weight : float, default 0
+        Seconds per weight element read in a precision the hardware has no matrix unit for
+        (int4 everywhere in the catalog; mxfp4 without FP4 units; fp8 without FP8 units): the
+        kernel dequantizes it to bf16 before the multiply (w4a16-style), once per step.
     """
 
     bandwidth: float = 0.7
@@ -93,16 +103,18 @@ class Efficiency:
     fixed_s: float = 2.0e-4
     per_layer_s: float = 0.0
     allreduce_latency_s: float = 8.0e-6
+    moe_pad_tokens: float = 0.0
+    dequant_s_per_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("bandwidth", "compute"):
             v = getattr(self, name)
             if not (np.isfinite(v) and 0.0 < v <= 1.0):
                 raise SpecsimValueError(f"Efficiency.{name}", "must lie in (0, 1]", v)
-        for name in ("fixed_s", "per_layer_s", "allreduce_latency_s"):
+        for name in ("fixed_s", "per_layer_s", "allreduce_latency_s", "moe_pad_tokens", "dequant_s_per_weight"):
             v = getattr(self, name)
             if not (np.isfinite(v) and v >= 0.0):
-                raise SpecsimValueError(f"Efficiency.{name}", "must be finite and >= 0 seconds", v)
+                raise SpecsimValueError(f"Efficiency.{name}", "must be finite and >= 0", v)
 
     def replace(self, **changes: float) -> "Efficiency":
         """A copy with some fields changed (validated)."""
@@ -111,6 +123,133 @@ class Efficiency:
             raise SpecsimValueError("Efficiency field", "unknown field", sorted(unknown),
                                     [f.name for f in dataclasses.fields(self)])
         return dataclasses.replace(self, **changes)
+
+
+def native_precision(hardware: Any, dtype: str) -> bool:
+    """Whether ``hardware`` multiplies weights stored in ``dtype`` without dequantizing them.
+
+    int4: never in the catalog (MI300X/MI355X have int8 but no int4 matrix math; NVIDIA
+    Hopper/Blackwell none either), so w4a16 kernels dequantize to bf16.  mxfp4: only with FP4
+    matrix units (``peak_flops_per_s["fp4"]``: MI355X, B200).  fp8: with FP8 units.
+    bf16 / fp16 / fp32: always.
+    """
+    peaks = getattr(hardware, "peak_flops_per_s", {}) or {}
+    if dtype == "int4":
+        return False
+    if dtype == "mxfp4":
+        return "fp4" in peaks
+    if dtype == "fp8":
+        return "fp8" in peaks
+    return True
+
+
+@dataclass(frozen=True)
+class ForwardCounts:
+    """Physical counts of one forward (per GPU after the TP split), independent of any efficiency.
+
+    Every attribute is an ndarray of the broadcast (batch, q, context) shape, or a float.
+    ``weight_bytes``, ``kv_bytes`` bytes read; ``flops`` FLOPs; ``moe_pad_flops`` FLOPs of ONE
+    padding token per distinct routed expert read (``2 x expert params x distinct experts`` over
+    the MoE layers, multiplied by ``Efficiency.moe_pad_tokens``); ``dequant_weights`` weight
+    elements dequantized (stored in a non-native precision, :func:`native_precision`);
+    ``layers`` decoder layers; ``allreduce_calls`` and ``allreduce_wire_s`` all-reduce calls and
+    their bandwidth seconds (ring, ``2 (tp-1)/tp x bytes / link``); ``bandwidth_bytes_per_s`` and
+    ``peak_flops_per_s`` the datasheet peaks used.
+    """
+
+    weight_bytes: Any
+    kv_bytes: Any
+    flops: Any
+    moe_pad_flops: Any
+    dequant_weights: Any
+    layers: Any
+    allreduce_calls: Any
+    allreduce_wire_s: Any
+    bandwidth_bytes_per_s: Any
+    peak_flops_per_s: Any
+
+    FIELDS = ("weight_bytes", "kv_bytes", "flops", "moe_pad_flops", "dequant_weights", "layers",
+              "allreduce_calls", "allreduce_wire_s", "bandwidth_bytes_per_s", "peak_flops_per_s")
+
+    def broadcast(self, shape) -> "ForwardCounts":
+        """Every field as a float array of ``shape``."""
+        return ForwardCounts(**{k: np.broadcast_to(np.asarray(getattr(self, k), dtype=float), shape)
+                                for k in self.FIELDS})
+
+    @staticmethod
+    def zeros(shape) -> "ForwardCounts":
+        """No forward at all (an unused slot: every count 0, peaks 1 to keep divisions finite)."""
+        z = np.zeros(shape)
+        return ForwardCounts(z, z, z, z, z, z, z, z, np.ones(shape), np.ones(shape))
+
+    @staticmethod
+    def concat(parts: Sequence["ForwardCounts"]) -> "ForwardCounts":
+        """Concatenate 1-d counts (already broadcast) along their only axis."""
+        return ForwardCounts(**{k: np.concatenate([np.atleast_1d(getattr(p, k)) for p in parts])
+                                for k in ForwardCounts.FIELDS})
+
+
+def forward_seconds(fc: ForwardCounts, terms: Any, smooth_p: float | None = None) -> dict[str, np.ndarray]:
+    """Seconds of one forward from its physical counts and the stack terms.
+
+    ``memory = (weight_bytes + kv_bytes) / (bandwidth x BW)``;
+    ``compute = (flops + moe_pad_tokens x moe_pad_flops) / (compute x F)``; roofline
+    ``max(memory, compute)`` (or the p-norm with ``smooth_p``); plus ``fixed_s + per_layer_s x
+    layers`` (graph replay / kernel-launch gaps per forward and per layer), ``allreduce_calls x
+    (allreduce_wire_s + allreduce_latency_s)`` and ``dequant_s_per_weight x dequant_weights``.
+
+    Parameters
+    ----------
+    fc : ForwardCounts
+    terms : Efficiency or mapping
+        ``bandwidth, compute, fixed_s, per_layer_s, allreduce_latency_s, moe_pad_tokens,
+        dequant_s_per_weight``; values may be arrays that broadcast against the counts (a batch
+        of parameter vectors for a vectorised Jacobian).
+    smooth_p : float, optional
+
+    Returns
+    -------
+    dict of ndarray: ``weights_s, kv_s, memory_s, compute_s, allreduce_s, fixed_s, dequant_s, total_s``.
+    """
+    g = terms.__getitem__ if isinstance(terms, dict) else (lambda k: getattr(terms, k))
+    bw = g("bandwidth") * fc.bandwidth_bytes_per_s
+    weights_s = fc.weight_bytes / bw
+    kv_s = fc.kv_bytes / bw
+    memory_s = weights_s + kv_s
+    compute_s = (fc.flops + g("moe_pad_tokens") * fc.moe_pad_flops) / (g("compute") * fc.peak_flops_per_s)
+    if smooth_p is None:
+        roof = np.maximum(memory_s, compute_s)
+    elif smooth_p == 1.0:
+        roof = memory_s + compute_s
+    else:
+        p = smooth_p
+        hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
+        roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+    fixed_s = g("fixed_s") + g("per_layer_s") * fc.layers
+    allreduce_s = fc.allreduce_calls * (fc.allreduce_wire_s + g("allreduce_latency_s"))
+    dequant_s = g("dequant_s_per_weight") * fc.dequant_weights
+    total = roof + fixed_s + allreduce_s + dequant_s
+    return {"weights_s": weights_s, "kv_s": kv_s, "memory_s": memory_s, "compute_s": compute_s,
+            "allreduce_s": allreduce_s, "fixed_s": fixed_s + 0.0 * total, "dequant_s": dequant_s, "total_s": total}
+
+
+def _part_dtypes(model: Any, precision: str | None) -> tuple[str, str, str]:
+    """(non-expert, routed-expert, lm_head) weight dtypes of a forward at ``precision``."""
+    if precision is not None:
+        return precision, precision, precision
+    return (getattr(model, "weight_dtype", None) or "bf16", getattr(model, "expert_weight_dtype", None) or "bf16",
+            getattr(model, "lm_head_dtype", None) or "bf16")
+
+
+def _moe_shape(model: Any) -> tuple[float, float, float, float]:
+    """(MoE layers, experts E, experts per token k, params of one expert) of a target or draft net."""
+    if hasattr(model, "num_moe_layers"):
+        return (float(model.num_moe_layers), float(model.num_experts), float(model.experts_per_token),
+                float(model.expert_params))
+    e = float(getattr(model, "moe_num_experts", 0) or 0)
+    if e <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    return float(model.num_layers), e, float(model.moe_experts_per_token), float(model.expert_params)
 
 
 class Roofline:
@@ -209,6 +348,19 @@ class Roofline:
         SpecsimValueError
             Bad tp / precision / shapes / negative or non-finite sizes.
         """
+        fc, _ = self._counts(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                             kv_precision=kv_precision)
+        return forward_seconds(fc, self.efficiency, self.smooth_p)
+
+    def counts(self, model: Any, *, tp: int = 1, precision: str | None = "bf16", batch: Any, q: Any,
+               context: Any, kv_precision: str | None = None) -> ForwardCounts:
+        """The physical counts of one forward (:class:`ForwardCounts`, broadcast shape), which
+        :func:`forward_seconds` turns into seconds with this roofline's efficiencies.  Same
+        parameters as :meth:`breakdown`."""
+        return self._counts(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                            kv_precision=kv_precision)[0]
+
+    def _counts(self, model: Any, *, tp, precision, batch, q, context, kv_precision):
         tp = int_field("tp", tp)
         # precision=None: the model's own serving mix (e.g. int4 routed experts + bf16 rest) for the
         # bytes, and its main weight dtype for the peak FLOP/s and the default KV dtype.
@@ -218,35 +370,41 @@ class Roofline:
         _check_precision("precision", precision)
         kvp = default_kv_precision(precision) if kv_precision is None else _check_precision("kv_precision", kv_precision)
         b, qq, c = _grid(batch, q, context)
-        eff, hw = self.efficiency, self.hardware
+        hw = self.hardware
         tokens = b * qq
         w_bytes = np.asarray(model.step_weight_bytes(tokens, byte_precision if byte_precision is not None else precision)
                              if byte_precision is not None or not hasattr(model, "expert_weight_dtype")
                              else model.step_weight_bytes(tokens, None), dtype=float) / tp
         kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
         flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
-        bw = eff.bandwidth * float(hw.mem_bandwidth_bytes_per_s)
-        weights_s = np.broadcast_to(w_bytes / bw, b.shape)
-        kv_s = np.broadcast_to(kv_bytes / bw, b.shape)
-        memory_s = weights_s + kv_s
-        compute_s = np.broadcast_to(flops / (eff.compute * float(hw.peak_flops(precision))), b.shape)
-        if self.smooth_p is None:
-            roof = np.maximum(memory_s, compute_s)
+        # routed experts: distinct experts read (uniform top-k routing) and their padding FLOPs
+        n_moe, n_exp, k_exp, p_exp = _moe_shape(model)
+        if n_moe > 0:
+            distinct = n_exp * -np.expm1(tokens * np.log1p(-k_exp / n_exp)) if k_exp < n_exp else np.full_like(tokens, n_exp)
+            expert_elems = n_moe * distinct * p_exp
         else:
-            p = self.smooth_p
-            hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
-            roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+            expert_elems = np.zeros_like(tokens)
+        pad_flops = 2.0 * expert_elems / tp
+        d_main, d_exp, d_head = _part_dtypes(model, byte_precision)
+        head = float(getattr(model, "lm_head_params", 0.0))
+        dense_elems = (np.asarray(model.step_weight_bytes(tokens, "bf16"), dtype=float) / 2.0) - expert_elems - head
+        deq = ((0.0 if native_precision(hw, d_main) else 1.0) * dense_elems
+               + (0.0 if native_precision(hw, d_exp) else 1.0) * expert_elems
+               + (0.0 if native_precision(hw, d_head) else head))
+        deq = np.asarray(deq, dtype=float) / tp
         if tp > 1:
             calls = 2.0 * float(model.num_layers)
             msg = tokens * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0)
-            per_call = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s) + eff.allreduce_latency_s
-            allreduce_s = calls * per_call
+            wire = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s)
         else:
-            allreduce_s = np.zeros_like(b)
-        fixed = np.full(b.shape, self.pass_overhead_s(model.num_layers))
-        total = roof + allreduce_s + fixed
-        return {"weights_s": weights_s, "kv_s": kv_s, "memory_s": memory_s, "compute_s": compute_s,
-                "allreduce_s": allreduce_s, "fixed_s": fixed, "total_s": total}
+            calls, wire = 0.0, np.zeros_like(tokens)
+        fc = ForwardCounts(weight_bytes=np.broadcast_to(w_bytes, b.shape), kv_bytes=np.broadcast_to(kv_bytes, b.shape),
+                           flops=np.broadcast_to(flops, b.shape), moe_pad_flops=np.broadcast_to(pad_flops, b.shape),
+                           dequant_weights=np.broadcast_to(deq, b.shape), layers=float(model.num_layers),
+                           allreduce_calls=calls, allreduce_wire_s=np.broadcast_to(wire, b.shape),
+                           bandwidth_bytes_per_s=float(hw.mem_bandwidth_bytes_per_s),
+                           peak_flops_per_s=float(hw.peak_flops(precision)))
+        return fc, b.shape
 
     def forward_time(self, model: Any, *, tp: int = 1, precision: str | None = "bf16", batch: Any, q: Any,
                      context: Any, kv_precision: str | None = None) -> np.ndarray:

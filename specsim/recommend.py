@@ -444,8 +444,7 @@ def _rel_error(latency, explicit: float | None) -> tuple[float | None, str]:
         return float(v), "latency model rmse_rel"
     rec = getattr(latency, "calibration", None)
     if rec is not None and rec.rmse_rel is not None:
-        what = ("fit residual of this target" if rec.fitted_target
-                else "leave-one-target-out error (this target was not fitted)")
+        what = "leave-one-target-out error of the stack terms (the same for every target)"
         if not getattr(latency, "calibrated", False):
             what += ", transferred from another accelerator: a lower bound"
         return float(rec.rmse_rel), f"calibration file ({rec.hardware}): {what}"
@@ -456,8 +455,8 @@ def _latency_label(latency) -> str:
     """How the step times were obtained, in words (``MethodRecommendation.latency_label``)."""
     rec = getattr(latency, "calibration", None)
     if getattr(latency, "calibrated", False):
-        return ("calibrated" if rec is None or rec.fitted_target
-                else "calibrated hardware, target not fitted: medians of its kind")
+        return ("calibrated" if rec is None
+                else "calibrated stack terms (no per-target values; judged leave-one-target-out)")
     return "transferred calibration" if rec is not None else "datasheet-only"
 
 

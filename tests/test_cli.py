@@ -51,7 +51,7 @@ def test_predict_json(capsys):
     assert d["mal"] == pytest.approx(1 + 0.8 + 0.6 + 0.45 + 0.3, rel=1e-12)
     for k in ("t_draft_s", "t_verify_s", "t_overhead_s", "t_step_s", "t_base_s", "t_prefill_s"):
         assert k in d
-    assert d["t_step_s"] == pytest.approx(d["t_draft_s"] + d["t_verify_s"] + d["t_overhead_s"], rel=1e-12)
+    assert d["t_step_s"] == pytest.approx(d["t_draft_s"] + d["t_verify_s"] + d["t_host_s"] + d["t_overhead_s"], rel=1e-12)
     assert d["num_speculative_tokens"] == 4 and d["concurrency"] == 16
 
 

@@ -247,7 +247,7 @@ def test_invariants(sc, n):
     # step time = draft + verification + overhead; all parts non-negative
     for f in ("t_draft_s", "t_verify_s", "t_overhead_s", "t_prefill_s", "t_base_s"):
         assert getattr(p, f) >= 0.0 and math.isfinite(getattr(p, f))
-    assert p.t_step_s == pytest.approx(p.t_draft_s + p.t_verify_s + p.t_overhead_s, rel=1e-12)
+    assert p.t_step_s == pytest.approx(p.t_draft_s + p.t_verify_s + p.t_host_s + p.t_overhead_s, rel=1e-12)
     # the ratio is the ratio of the two arms' throughputs
     assert p.throughput_ratio == pytest.approx(p.output_tok_per_s / p.baseline_output_tok_per_s, rel=1e-12)
     # bound: free drafting and no speculative overhead, with the same prefill dilution, bounds the

@@ -2,43 +2,59 @@
 and its figures (specsim.plots.reproduction).
 
 What is checked:
-* the fit / held-out split is honest: nothing about a held-out row (its published ratio, its
-  baseline tok/s, its acceptance) reaches the fitted parameters or the choice of concurrency,
-  while a fit row does;
-* held-out error metrics are computed on held-out rows only; the best-N table is right on a
-  constructed table;
-* the seed-table check carries the appendix numbers (specsim/data/published/amd_specdec_best.csv: the post's
-  summary table disagrees with its own appendix in three rows);
-* regression guards on the held-out error (tolerance stated below);
+* the headline is leave-one-target-out: nothing about a target's published rows (ratio, baseline
+  tok/s) reaches the terms or the concurrency that predict it, while the other targets' rows do;
+* the secondary dataset split is honest the same way;
+* the shipped calibration has exactly the documented physical terms, a schema version and its
+  stack -- no per-target values;
+* the fit's vectorised evaluation is the same model as ``specsim.engine.evaluate`` (what predict() uses);
+* held-out error metrics, the nested interval coverage and the goals are computed as stated;
 * the MI355X EAGLE-3 transfer prediction against the published concurrency trend;
 * the figure helpers reproduce the reproduction's numbers and label fit / held-out.
 """
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from specsim.engine import STACK_TERMS, Scenario, evaluate
 from specsim.plots.reproduction import parity_figure, ratio_vs_n_figure
 from specsim.published import load_sweeps
 from specsim.studies.curves import default_reproduction, model_curve, sweep_curves
 from specsim.studies.reproduce import (
-    StackParams, _best_n_table, _error_summary, _split_mask, fit_stack, mi355x_eagle3_curves,
-    reproduce, seed_table_check,
+    FIT_TERMS,
+    GOALS,
+    AppendixPlans,
+    _best_n_table,
+    _error_summary,
+    _split_mask,
+    fit_stack,
+    loto_study,
+    mi355x_eagle3_curves,
+    reproduce,
+    seed_table_check,
 )
 
 
 @pytest.fixture(scope="module")
 def rep():
-    """The main reproduction (fit on GSM8K, hold out MATH500/HumanEval/MBPP), computed once."""
+    """The headline reproduction (leave-one-target-out), computed once."""
     return default_reproduction()
 
 
 @pytest.fixture(scope="module")
 def sweeps():
     return load_sweeps().reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def ds_rep():
+    """The secondary split: fit on GSM8K of every target, the other datasets held out."""
+    return reproduce("dataset", "GSM8K")
 
 
 def _appendix(sw, target, method, dataset, n):
@@ -50,16 +66,16 @@ def _appendix(sw, target, method, dataset, n):
 # ------------------------------------------------------------------------------ honest split
 
 
-def _perturb_held_out(df: pd.DataFrame, mask: np.ndarray, seed: int = 0) -> pd.DataFrame:
-    """Scramble everything the held-out rows carry: published ratio, baseline tok/s, MAL."""
+def _perturb(df: pd.DataFrame, rows: np.ndarray, seed: int = 0, mal: bool = True) -> pd.DataFrame:
+    """Scramble what ``rows`` carry: published ratio, baseline tok/s (and MAL when ``mal``)."""
     rng = np.random.default_rng(seed)
     out = df.copy()
-    held = ~mask
-    k = int(held.sum())
-    out.loc[held, "throughput_ratio"] = out.loc[held, "throughput_ratio"] * rng.uniform(0.5, 2.0, k)
-    out.loc[held, "baseline_output_tok_per_s"] = out.loc[held, "baseline_output_tok_per_s"] * rng.uniform(0.5, 2.0, k)
-    mal = out.loc[held, "mean_acceptance_length"]
-    out.loc[held, "mean_acceptance_length"] = 1.0 + (mal - 1.0) * rng.uniform(0.5, 1.0, k)
+    k = int(rows.sum())
+    out.loc[rows, "throughput_ratio"] = out.loc[rows, "throughput_ratio"] * rng.uniform(0.5, 2.0, k)
+    out.loc[rows, "baseline_output_tok_per_s"] = out.loc[rows, "baseline_output_tok_per_s"] * rng.uniform(0.5, 2.0, k)
+    if mal:
+        m = out.loc[rows, "mean_acceptance_length"]
+        out.loc[rows, "mean_acceptance_length"] = 1.0 + (m - 1.0) * rng.uniform(0.5, 1.0, k)
     return out
 
 
@@ -69,67 +85,208 @@ def test_split_masks_partition_the_appendix(sweeps):
     assert set(sweeps.loc[~m, "dataset"]) == {"MATH500", "HumanEval", "MBPP"}
     m = _split_mask(sweeps, "target", "Qwen3-8B")
     assert set(sweeps.loc[~m, "target"]) == {"Qwen3-8B"} and "Qwen3-8B" not in set(sweeps.loc[m, "target"])
+    assert _split_mask(sweeps, "all").all()
 
 
-@pytest.mark.parametrize("concurrency", [16, 32])
-def test_fit_ignores_held_out_rows_and_sees_fit_rows(sweeps, concurrency):
-    """Perturbing every held-out row leaves the fitted params AND the fit loss (which chooses the
+def test_fit_ignores_held_out_rows_and_sees_fit_rows(sweeps):
+    """Perturbing every held-out row leaves the fitted terms AND the fit loss (which chooses the
     concurrency) bit-identical; perturbing one fit row changes them (so the check can fail)."""
     mask = _split_mask(sweeps, "dataset", "GSM8K")
-    p0, loss0 = fit_stack(sweeps, mask, concurrency=concurrency)
-    p1, loss1 = fit_stack(_perturb_held_out(sweeps, mask), mask, concurrency=concurrency)
-    assert p1 == p0 and p1.per_target == p0.per_target
-    assert loss1 == loss0
-    fit_idx = np.flatnonzero(mask)[3]
+    p0, loss0 = fit_stack(sweeps, mask, concurrency=32)
+    p1, loss1 = fit_stack(_perturb(sweeps, ~mask), mask, concurrency=32)
+    assert p1.terms == p0.terms and loss1 == loss0
     bad = sweeps.copy()
-    bad.loc[fit_idx, "throughput_ratio"] *= 1.5
-    p2, loss2 = fit_stack(bad, mask, concurrency=concurrency)
-    assert (p2 != p0 or p2.per_target != p0.per_target) and loss2 != loss0
+    bad.loc[np.flatnonzero(mask)[3], "throughput_ratio"] *= 1.5
+    p2, loss2 = fit_stack(bad, mask, concurrency=32)
+    assert p2.terms != p0.terms and loss2 != loss0
 
 
-def test_reproduce_held_out_perturbation_changes_only_their_errors(rep, sweeps):
-    c = rep.params.concurrency
-    mask = _split_mask(sweeps, "dataset", "GSM8K")
-    a = reproduce("dataset", "GSM8K", concurrency=c, df=sweeps)
-    pert = _perturb_held_out(sweeps, mask, seed=1)
-    pert["mean_acceptance_length"] = sweeps["mean_acceptance_length"]  # keep the held-out inputs, scramble targets
-    b = reproduce("dataset", "GSM8K", concurrency=c, df=pert)
-    assert b.params == a.params
-    np.testing.assert_array_equal(b.table["predicted_throughput_ratio"], a.table["predicted_throughput_ratio"])
-    fit = a.table["role"] == "fit"
-    np.testing.assert_array_equal(b.table.loc[fit, "rel_error"], a.table.loc[fit, "rel_error"])
-    assert not np.allclose(b.table.loc[~fit, "rel_error"], a.table.loc[~fit, "rel_error"])
-    assert b.summary["fit_median_abs_rel_error"] == a.summary["fit_median_abs_rel_error"]
+def test_loto_prediction_does_not_move_when_its_own_rows_move(rep, sweeps):
+    """Leave-one-target-out: scrambling Qwen3-8B's published ratios and baselines leaves its
+    predictions, its fold's terms and its fold's inferred concurrency unchanged; the OTHER targets'
+    predictions do move (their folds saw Qwen3-8B's rows)."""
+    held = (sweeps["target"] == "Qwen3-8B").to_numpy()
+    b = loto_study(df=_perturb(sweeps, held, seed=2, mal=False)).rep
+    a = rep
+    assert b.fold_params["Qwen3-8B"].terms == a.fold_params["Qwen3-8B"].terms
+    assert b.fold_params["Qwen3-8B"].concurrency == a.fold_params["Qwen3-8B"].concurrency
+    np.testing.assert_array_equal(b.table.loc[held, "predicted_throughput_ratio"],
+                                  a.table.loc[held, "predicted_throughput_ratio"])
+    np.testing.assert_array_equal(b.table.loc[held, "predicted_baseline_tok_per_s"],
+                                  a.table.loc[held, "predicted_baseline_tok_per_s"])
+    assert not np.allclose(b.table.loc[~held, "predicted_throughput_ratio"],
+                           a.table.loc[~held, "predicted_throughput_ratio"])
 
 
-def test_roles_and_concurrency_choice(rep):
-    t = rep.table
+def test_every_fold_is_refitted_including_concurrency_and_dequantization(rep):
+    """Each fold has its own terms; the fold without Kimi-K2.5 (the only int4 target) keeps the
+    dequantization prior, the others fit it."""
+    from specsim.studies.reproduce import DEQUANT_PRIOR_S_PER_WEIGHT
+
+    f = rep.fold_params
+    assert set(f) == set(rep.table["target"])
+    assert len({json.dumps(p.terms, sort_keys=True) for p in f.values()}) == len(f)
+    assert f["Kimi-K2.5"].terms["dequant_s_per_weight"] == DEQUANT_PRIOR_S_PER_WEIGHT
+    assert "prior" in f["Kimi-K2.5"].term_sources["dequant_s_per_weight"]
+    assert all(f[t].terms["dequant_s_per_weight"] != DEQUANT_PRIOR_S_PER_WEIGHT for t in f if t != "Kimi-K2.5")
+    fc = rep.summary["fold_concurrency"]
+    assert {t: p.concurrency for t, p in f.items()} == fc
+    np.testing.assert_array_equal(rep.table["fold_concurrency"], rep.table["target"].map(fc))
+    assert (rep.table["role"] == "held_out").all()
+
+
+def test_dataset_split_roles_and_concurrency_choice(ds_rep):
+    t = ds_rep.table
     assert set(t.loc[t["role"] == "fit", "dataset"]) == {"GSM8K"}
     assert set(t.loc[t["role"] == "held_out", "dataset"]) == {"MATH500", "HumanEval", "MBPP"}
     # the chosen concurrency is the refit with the lowest FIT loss (not the best held-out error)
-    s = rep.sensitivity
-    assert rep.params.concurrency == int(s.loc[s["fit_loss_rms_log"].idxmin(), "assumed_concurrency"])
-    assert rep.summary["concurrency_assumed"] == rep.params.concurrency
+    s = ds_rep.sensitivity
+    assert ds_rep.params.concurrency == int(s.loc[s["fit_loss_rms_log"].idxmin(), "assumed_concurrency"])
+    assert ds_rep.summary["concurrency_assumed"] == ds_rep.params.concurrency
+
+
+# ------------------------------------------------------------------------------ one model
+
+
+def test_fit_evaluation_is_the_engine_model(rep, sweeps):
+    """AppendixPlans.predict (the fit's vectorised counts x terms) equals specsim.engine.evaluate with
+    the same terms as a Roofline + SpecOverhead, row by row (what predict() evaluates)."""
+    from specsim.architecture import load_model
+    from specsim.drafters import get_drafter
+    from specsim.hardware import load_hardware
+    from specsim.published import PUBLISHED_METHODS
+
+    p = rep.params
+    pred = AppendixPlans(sweeps).predict(p)
+    for (tgt, meth), g in sweeps.groupby(["target", "method"]):
+        spec = load_model(tgt)
+        vm, dm = PUBLISHED_METHODS[meth]
+        d = get_drafter(vm, draft_model=dm.format(target=tgt) if dm else None, target=spec)
+        hw = load_hardware("MI300X")
+        r = Scenario(target=spec, drafter=d, latency=p.latency(hw), hardware_name=hw.name, method=vm)
+        out = evaluate(r, g["n"].to_numpy(), p.concurrency, g["isl"].to_numpy(), g["osl"].to_numpy(),
+                       int(g["tp"].iloc[0]), p.overhead(), mal=g["mean_acceptance_length"].to_numpy(float))
+        np.testing.assert_allclose(out["throughput_ratio"], pred.loc[g.index, "predicted_throughput_ratio"], rtol=1e-12)
+        np.testing.assert_allclose(out["baseline_output_tok_per_s"], pred.loc[g.index, "predicted_baseline_tok_per_s"],
+                                   rtol=1e-12)
+
+
+def test_shipped_calibration_has_exactly_the_documented_terms():
+    """specsim/data/calibration/*.json: schema version, stack, ``terms`` == the documented physical
+    terms (no per-target, per-family or per-kind key anywhere), a source for every term."""
+    from specsim.calibration import SCHEMA_VERSION, TERMS, load_calibration
+
+    for hw in ("MI300X", "MI325X", "MI350X", "MI355X", "H100 SXM", "H200 SXM", "B200 SXM", "A100 80GB SXM"):
+        cal = load_calibration(hw)
+        assert cal is not None, hw
+        assert cal["schema_version"] == SCHEMA_VERSION
+        assert set(cal["terms"]) == set(TERMS) == set(STACK_TERMS)
+        assert set(cal["term_sources"]) == set(TERMS) and all(cal["term_sources"].values())
+        assert {"vllm", "platform"} <= set(cal["stack"])
+        text = json.dumps(cal)
+        for bad in ("per_target", "per_kind", "Qwen3-8B", "Kimi", "gemma", "moe\"", "dense\""):
+            assert bad not in text, (hw, bad)
+        assert cal["calibrated"] == (hw == "MI300X")
+        assert (cal.get("transferred_from") == "MI300X") == (hw != "MI300X")
+
+
+def test_a_calibration_with_another_key_or_schema_is_refused(tmp_path, monkeypatch):
+    from specsim import calibration as C
+    from specsim.errors import DataError
+    from specsim.hardware import load_hardware
+
+    cal = C.load_calibration("MI300X")
+    cal.pop("_path")
+    for mutate in (lambda d: d["terms"].update({"Qwen3-8B_fixed_s": 0.01}),
+                   lambda d: d.update(schema_version=1)):
+        d = json.loads(json.dumps(cal))
+        mutate(d)
+        (tmp_path / "MI300X.json").write_text(json.dumps(d))
+        monkeypatch.setenv("SPECSIM_DATA", str(tmp_path.parent))
+        monkeypatch.setattr(C, "data_path", lambda *a: tmp_path)
+        C._calibration_files.cache_clear()
+        C._read_calibration.cache_clear()
+        with pytest.raises(DataError):
+            C.default_latency(load_hardware("MI300X"))
+    C._calibration_files.cache_clear()
+    C._read_calibration.cache_clear()
+
+
+def test_stack_mismatch_warns_for_another_vllm_release():
+    from specsim.calibration import default_latency, stack_mismatch
+    from specsim.hardware import load_hardware
+
+    rec = default_latency(load_hardware("MI300X")).calibration
+    assert stack_mismatch(rec, vllm_version="0.23.0") is None
+    assert stack_mismatch(rec) is None
+    w = stack_mismatch(rec, vllm_version="0.32.0")
+    assert w and "0.32.0" in w and "0.23" in w
+    assert stack_mismatch(rec, platform="CUDA 12.8") and stack_mismatch(rec, platform="ROCm 7.2") is None
 
 
 # ------------------------------------------------------------------------------ metrics
 
 
-def test_held_out_metrics_use_held_out_rows_only(rep):
+def test_held_out_metrics_and_goals_are_computed_as_stated(rep):
     t = rep.table
-    held = t[t["role"] == "held_out"]
-    err = (held["predicted_throughput_ratio"] / held["throughput_ratio"] - 1.0).abs()
+    err = (t["predicted_throughput_ratio"] / t["throughput_ratio"] - 1.0).abs()
     s = rep.summary
-    assert s["held_out_rows"] == len(held) == 192
-    assert s["held_out_median_abs_rel_error"] == pytest.approx(float(np.median(err)), rel=1e-12)
-    assert s["held_out_max_abs_rel_error"] == pytest.approx(float(err.max()), rel=1e-12)
+    assert s["held_out_rows"] == len(t) == 256
+    assert s["measured"]["ratio_median_abs_rel_error"] == pytest.approx(float(np.median(err)), rel=1e-12)
+    assert s["measured"]["ratio_max_abs_rel_error"] == pytest.approx(float(err.max()), rel=1e-12)
+    base = t.drop_duplicates(["target", "dataset"])
+    berr = (base["predicted_baseline_tok_per_s"] / base["baseline_output_tok_per_s"] - 1).abs()
+    assert s["measured"]["baseline_median_abs_rel_error"] == pytest.approx(float(berr.median()), rel=1e-12)
+    block = (t["target"] == "Qwen3-8B") & (t["dataset"] == "MATH500")
+    assert s["measured"]["qwen3_8b_math500_block_max_abs_rel_error"] == pytest.approx(float(err[block].max()))
+    assert s["measured"]["ratio_max_abs_rel_error_without_qwen3_8b_math500"] == pytest.approx(float(err[~block].max()))
+    m = s["measured"]
+    assert s["goal_met"]["ratio_median_abs_rel_error"] == (m["ratio_median_abs_rel_error"] <= 0.05)
+    assert s["goal_met"]["ratio_max_abs_rel_error"] == (m["ratio_max_abs_rel_error"] <= 0.15)
+    assert s["goal_met"]["baseline_median_abs_rel_error"] == (m["baseline_median_abs_rel_error"] <= 0.10)
+    assert s["goal_met"]["best_n_within_one_step_fraction"] == (m["best_n_within_one_step_fraction"] >= 0.90)
+    assert s["goal_met"]["interval_90_coverage"] == (0.85 <= m["interval_90_coverage"] <= 0.95)
+    assert GOALS["ratio_median_abs_rel_error"] == 0.05  # the issue's goal, not loosened
+
+
+def test_nested_interval_width_comes_from_the_other_targets(rep):
+    t = rep.table
+    logerr = np.abs(np.log(t["predicted_throughput_ratio"] / t["throughput_ratio"]))
+    for tgt in t["target"].unique():
+        held = (t["target"] == tgt).to_numpy()
+        q = np.quantile(logerr[~held], 0.9)
+        np.testing.assert_allclose(t.loc[held, "interval_90_hi"], t.loc[held, "predicted_throughput_ratio"] * np.exp(q))
+    cov = ((t["throughput_ratio"] >= t["interval_90_lo"]) & (t["throughput_ratio"] <= t["interval_90_hi"])).mean()
+    assert rep.summary["measured"]["interval_90_coverage"] == pytest.approx(cov)
+
+
+def test_anchored_mode_zero_baseline_error_at_the_anchor(rep, sweeps):
+    """One published baseline per held-out target (GSM8K) anchors its target time: at the anchor
+    rows the anchored baseline equals the published one; the anchored ratio is reported per row."""
+    from specsim.studies.reproduce import _anchor_scales, _plans_for_published
+
+    pl = _plans_for_published()
+    for tgt in ("Qwen3-8B", "Kimi-K2.5"):
+        held = (sweeps["target"] == tgt).to_numpy()
+        p = rep.fold_params[tgt]
+        k = _anchor_scales(pl, p, sweeps, held, (sweeps["dataset"] == "GSM8K").to_numpy())
+        out = pl.predict(p, target_scale=np.where(held, k, 1.0))
+        at = held & (sweeps["dataset"] == "GSM8K").to_numpy()
+        np.testing.assert_allclose(out.loc[at, "predicted_baseline_tok_per_s"],
+                                   sweeps.loc[at, "baseline_output_tok_per_s"], rtol=1e-9)
+        np.testing.assert_allclose(rep.table.loc[held, "predicted_throughput_ratio_anchored"],
+                                   out.loc[held, "predicted_throughput_ratio"], rtol=1e-12)
+    a = rep.summary["anchored"]
+    assert a["ratio_median_abs_rel_error"] == pytest.approx(float(rep.table["rel_error_anchored"].abs().median()))
 
 
 def test_error_summary_on_constructed_table():
     """Fit rows with huge errors must not leak into the held-out numbers."""
     t = pd.DataFrame({
+        "target": ["A", "A", "A", "A", "B", "B"], "dataset": ["x", "y", "x", "y", "x", "x"],
         "role": ["fit", "fit", "held_out", "held_out", "held_out", "held_out"],
         "rel_error": [5.0, -9.0, 0.10, -0.20, 0.05, -0.40],
+        "baseline_rel_error": [3.0, 3.0, 0.1, 0.3, -0.2, -0.2],
     })
     best = pd.DataFrame({"role": ["fit", "held_out", "held_out"], "exact": [False, True, False],
                          "within_one_step": [False, True, True]})
@@ -137,6 +294,7 @@ def test_error_summary_on_constructed_table():
     assert s["held_out_rows"] == 4
     assert s["held_out_median_abs_rel_error"] == pytest.approx(0.15)   # median of 0.05, 0.10, 0.20, 0.40
     assert s["held_out_max_abs_rel_error"] == pytest.approx(0.40)
+    assert s["held_out_baseline_median_abs_rel_error"] == pytest.approx(0.2)  # once per (target, dataset): .1 .3 .2
     assert s["held_out_best_n_exact"] == "1/2"
     assert s["held_out_best_n_within_one_step"] == "2/2"
     assert s["fit_median_abs_rel_error"] == pytest.approx(7.0)
@@ -186,6 +344,9 @@ def test_appendix_numbers_behind_the_seed_table(sweeps):
     assert _appendix(sweeps, "gemma-4-31B-it", "dflash", "MATH500", 7) == 2.34
 
 
+# ------------------------------------------------------------------------------ seed table
+
+
 def test_seed_table_check_reports_summary_and_appendix(rep, sweeps):
     s = seed_table_check(rep).set_index(["target", "method", "dataset"])
     assert len(s) == 7
@@ -208,31 +369,20 @@ def test_seed_table_check_reports_summary_and_appendix(rep, sweeps):
         g = t[(t["target"] == key[0]) & (t["method"] == key[1]) & (t["dataset"] == key[2])]
         assert r["predicted_ratio"] == pytest.approx(g["predicted_throughput_ratio"].max(), rel=1e-12)
         assert r["predicted_best_n"] == int(g.loc[g["predicted_throughput_ratio"].idxmax(), "n"])
-        assert r["role"] == ("fit" if key[2] == "GSM8K" else "held_out")
+        assert r["role"] == "held_out"   # leave-one-target-out: every row
 
 
 # ------------------------------------------------------------------------------ regression guards
 
 
-def test_held_out_median_error_regression_guard(rep):
-    """Tolerance 0.15 on the held-out median |predicted/published - 1|.
-
-    Why 0.15: the fit itself leaves ~5-8 % RMS on its own GSM8K rows (an analytical roofline
-    with five global + two per-target parameters against 64 measured ratios), and the held-out
-    datasets differ only in acceptance and (assumed) ISL/OSL, so a working reproduction lands
-    near 0.08; 0.15 is about twice that -- a guard against regressions (a broken split, a unit
-    error, a drafter cost off by a factor), not a claim of accuracy.  The real numbers are
-    reported in data/reproduction/summary.json and the notebook.
-    """
-    assert rep.summary["held_out_median_abs_rel_error"] < 0.15
-
-
-def test_held_out_best_n_regression_guard(rep):
-    """At least 80 % of the 42 (target, method, dataset) sweeps: predicted best N within one step of
-    the published grid (e.g. 7 vs 11 on 3/7/11/15).  Flat optima make the exact argmax fragile
-    (several sweeps have near-ties within 1 %), so the guard is on the one-step agreement."""
-    b = rep.best_n[rep.best_n["role"] == "held_out"]
-    assert len(b) == 42
+def test_loto_regression_guard(rep):
+    """Guards, NOT the goals (the goals and the measured values are in summary.json and the README):
+    leave-one-target-out median |ratio error| < 0.25 and best N within one grid step in >= 80 % of
+    the 56 sweeps.  Why 0.25: the measured median is ~0.17; a broken split, a unit error or a
+    drafter cost off by a factor moves it far above that."""
+    assert rep.summary["measured"]["ratio_median_abs_rel_error"] < 0.25
+    b = rep.best_n
+    assert len(b) == 56
     assert b["within_one_step"].mean() >= 0.8
 
 
@@ -257,27 +407,33 @@ def test_mi355x_curves_cover_the_published_cases(mi355x):
     assert np.allclose(mm["mal"], 1 + 0.75 + 0.55 + 0.41)
 
 
-_MI355X_SHAPE = (
-    "MODEL DISCREPANCY: amd-eagle3-post says the EAGLE-3 gain on MI355X is largest at low concurrency "
-    "(MiniMax-M2.5: 1.79x at 4 -> 1.38x at 64; Kimi-K2.5 1.90 -> 1.69 / 2.00 -> 1.76). The model "
-    "transfers the MI300X appendix fit, made at ONE (assumed) concurrency: there the appendix cannot "
-    "split a target's step into fixed cost and expert-read cost (Kimi-K2.5: fixed_s ~0.13 s per "
-    "forward), so how the step grows with concurrency is not identified; and the uniform-routing "
-    "expert-touch term makes verifying C*(N+1) tokens read several times the experts of C tokens at "
-    "low C. Kimi-K2.5 comes out flat / U-shaped (~2.3-2.4x); MiniMax-M2.5 (never fitted: medians of "
-    "the fitted MoE targets, incl. the appendix stack's ~19 ms per-step speculative overhead) rises "
-    "from 0.8x to 1.2x.")
-
-
-@pytest.mark.xfail(strict=True, reason=_MI355X_SHAPE)
 @pytest.mark.parametrize("target", ["MiniMax-M2.5", "Kimi-K2.5"])
 def test_mi355x_gain_largest_at_low_concurrency(mi355x, target):
     """Published: 'largest gain at low concurrency' (MiniMax-M2.5 over concurrency 4..64; the Kimi
-    range's concurrencies are not published, the same 4..64 harness is assumed)."""
+    range's concurrencies are not published, the same 4..64 harness is assumed).  A held-out check:
+    nothing is fitted on MI355X."""
     g = mi355x[(mi355x["target"] == target) & mi355x["concurrency"].between(4, 64)]
     for _, c in g.groupby("draft_precision"):
         r = c.sort_values("concurrency")["predicted_throughput_ratio"].to_numpy()
         assert np.all(np.diff(r) < 0), r
+
+
+_MI355X_RANGE = (
+    "MODEL DISCREPANCY (issue 9, in the README): the transferred MI300X terms make the MI355X EAGLE-3 gain "
+    "fall too steeply with concurrency -- Kimi-K2.5 about 2.05x at 4 to 1.36x at 64 (published 1.90-1.69 / "
+    "2.00-1.76), MiniMax-M2.5 1.87x at 4 to 1.00x at 64 (published 1.79-1.38): the per-sequence speculative "
+    "terms fitted on the MI300X appendix at one inferred concurrency grow with the batch faster than on the "
+    "MI355X runs.")
+
+
+@pytest.mark.xfail(strict=True, reason=_MI355X_RANGE)
+@pytest.mark.parametrize("target", ["MiniMax-M2.5", "Kimi-K2.5"])
+def test_mi355x_curves_inside_the_published_ranges(mi355x, target):
+    """Over concurrency 4..64 the predicted ratio lies inside the published [min, max] (5 % slack for
+    the published rounding and the 5-10 seeds per cell)."""
+    g = mi355x[(mi355x["target"] == target) & mi355x["concurrency"].between(4, 64)]
+    assert (g["predicted_throughput_ratio"] >= 0.95 * g["published_min"]).all()
+    assert (g["predicted_throughput_ratio"] <= 1.05 * g["published_max"]).all()
 
 
 # ------------------------------------------------------------------------------ figure helpers
@@ -285,20 +441,21 @@ def test_mi355x_gain_largest_at_low_concurrency(mi355x, target):
 
 def test_model_curve_reproduces_the_table(rep):
     """curves.model_curve (the curves drawn) at each row's N with the row's OWN acceptance equals the
-    reproduction's prediction for that row (two code paths: _eval_groups vs model_curve)."""
+    reproduction's prediction for that row (two code paths: the fit's plans vs model_curve)."""
     from specsim.acceptance import Acceptance
 
     t = rep.table
     for _, row in t.groupby(["target", "method", "dataset"]).head(1).iterrows():
         g = t[(t["target"] == row["target"]) & (t["method"] == row["method"]) & (t["dataset"] == row["dataset"])]
+        p = rep.params_for(row["target"])
         for _, r in g.iterrows():
             acc = Acceptance.from_rates(r["per_position_acceptance_cumulative"], kind="cumulative")
             kw = dict(n_values=[int(r["n"])], tp=int(r["tp"]), hardware=r["hardware"], isl=int(r["isl"]),
                       osl=int(r["osl"]))
-            c = model_curve(rep.params, r["target"], r["method"], acc, mal=r["mean_acceptance_length"], **kw)
+            c = model_curve(p, r["target"], r["method"], acc, mal=r["mean_acceptance_length"], **kw)
             assert c["predicted_throughput_ratio"].iloc[0] == pytest.approx(r["predicted_throughput_ratio"], rel=1e-9)
             # without the override the curve uses 1 + sum(p_k): the published MAL up to rounding
-            c2 = model_curve(rep.params, r["target"], r["method"], acc, **kw)
+            c2 = model_curve(p, r["target"], r["method"], acc, **kw)
             assert c2["mal"].iloc[0] == pytest.approx(r["mean_acceptance_length"], abs=0.0105)
             assert c2["predicted_throughput_ratio"].iloc[0] == pytest.approx(r["predicted_throughput_ratio"], rel=0.01)
 
@@ -320,24 +477,42 @@ def test_sweep_curves_extrapolation_flags_and_published_points(rep):
             last["predicted_throughput_ratio"], rel=0.01)
 
 
-def test_ratio_figure_labels_fit_and_held_out_and_dashes_extrapolation(rep):
+def test_ratio_figure_labels_held_out_and_dashes_extrapolation(rep, ds_rep):
     cv = sweep_curves(rep)
     fig = ratio_vs_n_figure(rep, cv, "gemma-4-26B-A4B-it")
-    axes = fig.axes
-    titles = [ax.get_title() for ax in axes]
-    assert titles[0].startswith("GSM8K (fit)")
-    assert all("(held out)" in t for t in titles[1:]) and len(titles) == 4
-    assert "fitted on the GSM8K rows" in fig._suptitle.get_text()
-    for ax in axes:
+    titles = [ax.get_title() for ax in fig.axes]
+    assert all("(held out)" in t for t in titles) and len(titles) == 4
+    assert "leave-one-target-out" in fig._suptitle.get_text()
+    for ax in fig.axes:
         dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
         # Gemma 4 MTP and EAGLE-3 are measured to N=5: their curves continue dashed to 15;
         # DFlash is measured to N=15: no dashed part
         assert len(dashed) == 2
         assert all(float(np.min(ln.get_xdata())) == 5 and float(np.max(ln.get_xdata())) == 15 for ln in dashed)
         assert "num_speculative_tokens" in ax.get_xlabel()
+    fig = ratio_vs_n_figure(ds_rep, sweep_curves(ds_rep), "gemma-4-26B-A4B-it")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0].startswith("GSM8K (fit)") and all("(held out)" in t for t in titles[1:])
+    assert "fitted on the GSM8K rows" in fig._suptitle.get_text()
 
 
-def test_figures_are_deterministic_pngs(rep):
+def test_parameter_table_lists_every_term_with_its_source(rep):
+    from specsim.calibration import load_calibration
+    from specsim.studies.reproduce import PRIOR_TERMS, parameter_table
+
+    t = parameter_table(rep.params)
+    assert list(t.index) == list(STACK_TERMS)
+    cal = load_calibration("MI300X")
+    for k in STACK_TERMS:
+        assert t.loc[k, "value"] == pytest.approx(cal["terms"][k], rel=1e-12)
+        assert t.loc[k, "source"]
+    for k in FIT_TERMS:
+        assert "fitted" in t.loc[k, "source"] or "prior" in t.loc[k, "source"]
+    for k in PRIOR_TERMS:
+        assert "prior" in t.loc[k, "source"]
+
+
+def test_figures_are_deterministic_pngs(rep, ds_rep):
     def png(fig):
         buf = io.BytesIO()
         fig.savefig(buf, format="png", metadata={"Software": None})
@@ -345,74 +520,10 @@ def test_figures_are_deterministic_pngs(rep):
 
     a, b = png(parity_figure(rep)), png(parity_figure(rep))
     assert a[:8] == b"\x89PNG\r\n\x1a\n" and a == b
-    fig = parity_figure(rep)
+    assert "leave-one-target-out" in parity_figure(rep).axes[0].get_title()
+    fig = parity_figure(ds_rep)
     ax = fig.axes[0]
     assert "held out" in ax.get_title() and "fit" in ax.get_title()
     assert "predicted" in ax.get_ylabel() and "published" in ax.get_xlabel()
 
 
-# ------------------------------------------------------------------------------ unfitted targets
-
-
-def test_unfitted_target_gets_medians_of_its_kind():
-    """StackParams.for_target: a fitted target gets its own values; an unfitted one the medians
-    over the fitted targets of the same kind (MoE / dense, from specsim/data/models), else over all."""
-    pt = {
-        "gemma-4-26B-A4B-it": {"compute": 0.10, "fixed_s": 1e-3},   # MoE
-        "Qwen3.6-35B-A3B": {"compute": 0.04, "fixed_s": 3e-3},      # MoE
-        "Kimi-K2.5": {"compute": 0.06, "fixed_s": 9e-3},            # MoE
-        "Qwen3-8B": {"compute": 0.30, "fixed_s": 2e-3},             # dense
-        "gemma-4-31B-it": {"compute": 0.20, "fixed_s": 4e-3},       # dense
-    }
-    p = StackParams(per_target=pt)
-    assert p.for_target("Kimi-K2.5").compute == 0.06
-    moe = p.for_target("MiniMax-M2.5")  # not fitted, MoE in specsim/data/models
-    assert (moe.compute, moe.fixed_s) == (0.06, 3e-3)
-    dense = p.for_target("Llama-3.1-8B-Instruct")
-    assert dense.compute == pytest.approx(0.25) and dense.fixed_s == pytest.approx(3e-3)
-    unknown = p.for_target("no-such-model")  # kind unknown: all five
-    assert (unknown.compute, unknown.fixed_s) == (0.10, 3e-3)
-    assert p.for_target("no-such-model", is_moe=True).compute == 0.06
-
-
-def test_shipped_calibration_applies_kind_medians_in_predict():
-    """specsim/data/calibration/MI300X.json carries per-target values and per-kind medians; predict() on an
-    unfitted MoE target uses the MoE medians (compute efficiency, fixed cost, speculative overhead),
-    on a fitted target its own values."""
-    from specsim.calibration import default_latency, load_calibration
-    from specsim.engine import default_overhead
-    from specsim.hardware import load_hardware
-
-    cal = load_calibration("MI300X")
-    assert set(cal["per_kind"]) == {"moe", "dense"}
-    hw = load_hardware("MI300X")
-    moe = cal["per_kind"]["moe"]
-    lat = default_latency(hw, "MiniMax-M2.5", is_moe=True)
-    assert lat.efficiency.compute == moe["compute"] and lat.efficiency.fixed_s == moe["fixed_s"]
-    assert default_overhead(lat).fixed_s == moe["spec_fixed_s"]
-    own = cal["per_target"]["Qwen3-8B"]
-    lat8 = default_latency(hw, "Qwen3-8B", is_moe=False)
-    assert lat8.efficiency.compute == own["compute"] and default_overhead(lat8).fixed_s == own["spec_fixed_s"]
-    # predict() passes the kind: the MoE medians move an unfitted MoE target's step time
-    from specsim import predict
-
-    a = predict("MiniMax-M2.5", "eagle3", 3, hardware="MI300X", tp=4, acceptance=0.7, concurrency=8)
-    b = predict("MiniMax-M2.5", "eagle3", 3, hardware="MI300X", tp=4, acceptance=0.7, concurrency=8,
-                latency=default_latency(hw, "MiniMax-M2.5", is_moe=True))
-    assert a.throughput_ratio == pytest.approx(b.throughput_ratio, rel=1e-12)
-
-
-def test_parameter_table_shows_only_what_is_used(rep):
-    """The notebook's parameter table: per-target parameters appear per fitted target and as the
-    per-kind medians (the values specsim/data/calibration ships), never as unused global defaults."""
-    from specsim.calibration import load_calibration
-    from specsim.studies.reproduce import PER_TARGET_PARAMS, parameter_table
-
-    t = parameter_table(rep.params)
-    assert t.loc["global", list(PER_TARGET_PARAMS)].isna().all()
-    assert t.loc["global", "bandwidth"] == rep.params.bandwidth
-    assert set(t.index) == {"global", "median: moe", "median: dense", *rep.params.per_target}
-    cal = load_calibration("MI300X")
-    for kind in ("moe", "dense"):
-        for k, v in cal["per_kind"][kind].items():
-            assert t.loc[f"median: {kind}", k] == pytest.approx(v, rel=1e-9)

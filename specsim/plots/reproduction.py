@@ -74,10 +74,19 @@ def _fit_description(rep) -> str:
     t = rep.table
     fit_ds = sorted(set(t.loc[t["role"] == "fit", "dataset"]), key=_ds_key)
     held_ds = sorted(set(t.loc[t["role"] == "held_out", "dataset"]), key=_ds_key)
+    if split == "leave-one-target-out":
+        return ("leave-one-target-out: every row predicted with stack terms + concurrency fitted on the OTHER "
+                "targets only (no per-target values)")
     if split == "dataset":
-        return (f"stack latency params + concurrency fitted on the {'/'.join(fit_ds)} rows; "
+        return (f"stack terms + concurrency fitted on the {'/'.join(fit_ds)} rows; "
                 f"{'/'.join(held_ds)} held out")
     return f"split '{split}' ({s.get('fit_subset')}): fitted on the 'fit' rows, the rest held out"
+
+
+def _params_for(rep, target):
+    """The stack terms that predicted ``target`` (its fold in a leave-one-target-out study)."""
+    f = getattr(rep, "params_for", None)
+    return f(target) if callable(f) else rep.params
 
 
 def _ds_key(ds: str) -> tuple:
@@ -165,7 +174,7 @@ def ratio_vs_n_figure(rep, curves: pd.DataFrame, target: str):
         hw = ", ".join(sorted(set(t["hardware"].astype(str))))
         tp = ", ".join(str(v) for v in sorted(set(t["tp"].astype(int))))
         fig.suptitle(f"{target} on {hw} (TP={tp}): throughput ratio vs N, published vs predicted\n"
-                     f"{_fit_description(rep)};\nconcurrency {rep.params.concurrency} assumed (fitted); "
+                     f"{_fit_description(rep)};\nconcurrency {_params_for(rep, target).concurrency} inferred; "
                      f"measured input of each row: its per-position acceptance")
     return fig
 
@@ -268,8 +277,8 @@ def mi355x_figure(curves: pd.DataFrame):
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, fontsize=7, ncol=1,
                       title=_wrap(acc, 70), title_fontsize=7)
         fig.suptitle("EAGLE-3 on MI355X, 1K/1K random prompts (amd-eagle3-post): predicted speedup vs concurrency\n"
-                     "a transfer prediction: latency efficiencies fitted on MI300X GSM8K rows applied to the MI355X "
-                     "datasheet; nothing fitted on MI355X")
+                     "a transfer prediction: MI300X stack terms (all five appendix targets) carried over -- efficiencies "
+                     "on the MI355X datasheet, host seconds x the EPYC 9575F / 9654 clock factor; nothing fitted on MI355X")
     return fig
 
 
@@ -326,7 +335,8 @@ def parity_figure(rep):
             f"Published vs predicted throughput ratio, {len(t)} appendix rows\n"
             f"{_wrap(_fit_description(rep), 62)}\n"
             f"held-out |error|: median {s['held_out_median_abs_rel_error']:.1%}, "
-            f"max {s['held_out_max_abs_rel_error']:.1%}; concurrency {rep.params.concurrency} assumed", fontsize=9)
+            f"max {s['held_out_max_abs_rel_error']:.1%}; concurrency inferred per fit ({rep.params.concurrency} on all "
+            "targets)", fontsize=9)
     return fig
 
 
@@ -361,10 +371,11 @@ def sensitivity_figure(rep, sensitivity: pd.DataFrame):
         if panels == 2:
             ax2 = axes[1]
             r = refit.sort_values("assumed_concurrency")
-            _plot_held_out_errors(ax2, r["assumed_concurrency"], r)
+            if "held_out_median_abs_rel_error" in r.columns:
+                _plot_held_out_errors(ax2, r["assumed_concurrency"], r)
             ax2.plot(r["assumed_concurrency"], r["fit_loss_rms_log"], "-^", color="#7f7f7f",
                      label="fit loss (RMS log-ratio, fit rows)")
-            ax2.set_title("refitted at each assumed concurrency (the choice: lowest fit loss)")
+            ax2.set_title("refitted at each assumed concurrency (the choice: lowest fit loss)", fontsize=9)
         ticks = [sorted(s["concurrency"].unique())]
         if panels == 2:
             ticks.append(sorted(refit["assumed_concurrency"].unique()))

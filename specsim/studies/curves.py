@@ -25,8 +25,10 @@ from specsim.studies.reproduce import (
     Reproduction,
     StackParams,
     concurrency_sensitivity,
+    loto_study,
     mi355x_eagle3_curves,
     reproduce,
+    reproduction_study,
     seed_table_check,
 )
 
@@ -74,15 +76,16 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
                 concurrency: int | None = None, drafter=None, mal=None) -> pd.DataFrame:
     """Predicted throughput ratio vs N for one (target, method) with fitted stack parameters.
 
-    The same evaluation as the reproduction (``specsim.studies.reproduce.fit_stack``'s evaluation): the target's
-    own fitted parameters (``params.for_target``), the fitted roofline (``params.latency``), the
-    fitted speculative overhead (``params.overhead``) and the fitted seconds per draft pass; the
-    model is :func:`specsim.engine.evaluate` (docs/architecture.md), with MAL(N) from ``acceptance``.
+    The same evaluation as the reproduction (``specsim.studies.reproduce.fit_stack``): the stack
+    terms' roofline (``params.latency``) and host / speculative overheads (``params.overhead``), the
+    same for every target; the model is :func:`specsim.engine.evaluate` (docs/architecture.md), with
+    MAL(N) from ``acceptance``.
 
     Parameters
     ----------
     params : specsim.studies.reproduce.StackParams
-        Fitted parameters (``Reproduction.params``).
+        Fitted stack terms (``Reproduction.params_for(target)``: in the leave-one-target-out
+        study, the fold that did not see ``target``).
     target : str
         Short target name in ``specsim/data/models``.
     method : str
@@ -101,8 +104,7 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
     concurrency : int, optional
         Concurrent requests; default the fitted (assumed) ``params.concurrency``.
     drafter : specsim.drafters.Drafter, optional
-        Use this draft-cost strategy instead of the seed drafter of (target, method); its
-        ``draft_pass_overhead_s`` is still replaced by the fitted value.
+        Use this draft-cost strategy instead of the seed drafter of (target, method).
     mal : array_like, shape (K,), optional
         MAL per N (tokens / step) overriding ``acceptance.mal(n)`` -- e.g. a row's published MAL,
         which the reproduction uses (it equals 1 + sum of the published p_k up to rounding).
@@ -124,14 +126,13 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
     tp = int_field("tp", tp)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
-    p = params.for_target(target)
+    p = params
     c = int_field("concurrency", int(p.concurrency if concurrency is None else concurrency))
     spec = load_model(target)
     hw = load_hardware(hardware)
     vm, dm = PUBLISHED_METHODS.get(method, (method, None))
     if drafter is None:
         drafter = get_drafter(vm, draft_model=dm.format(target=target) if dm else None, target=spec)
-    drafter = drafter.with_params(draft_pass_overhead_s=p.draft_pass_overhead_s)
     r = Scenario(target=spec, drafter=drafter, latency=p.latency(hw), acceptance=acceptance, hardware_name=hw.name,
                  method=drafter.method)
     mal = np.asarray(acceptance.mal(n) if mal is None else np.broadcast_to(np.asarray(mal, dtype=float), n.shape),
@@ -149,7 +150,8 @@ def sweep_curves(rep, n_values: Iterable[int] = range(1, 16), concurrency: int |
     """Model curves over N for every published (target, method, dataset) sweep of a reproduction.
 
     Each sweep uses the acceptance of its largest-N published row (:func:`sweep_acceptance`),
-    its own hardware, TP and (assumed) ISL/OSL, and the reproduction's fitted parameters.
+    its own hardware, TP and (assumed) ISL/OSL, and the terms that predicted the target
+    (``rep.params_for``: its leave-one-target-out fold in the headline study).
 
     Parameters
     ----------
@@ -175,7 +177,7 @@ def sweep_curves(rep, n_values: Iterable[int] = range(1, 16), concurrency: int |
     for (tgt, meth, ds), g in t.groupby(["target", "method", "dataset"], sort=False):
         acc = sweep_acceptance(g, tgt, meth, ds)
         first = g.iloc[0]
-        curve = model_curve(rep.params, tgt, meth, acc, n_values=n_values, hardware=str(first["hardware"]),
+        curve = model_curve(rep.params_for(tgt), tgt, meth, acc, n_values=n_values, hardware=str(first["hardware"]),
                             tp=int(first["tp"]), isl=int(first["isl"]), osl=int(first["osl"]), concurrency=concurrency)
         vm, dm = PUBLISHED_METHODS.get(meth, (meth, None))
         kind = get_drafter(vm, draft_model=dm.format(target=tgt) if dm else None, target=load_model(tgt)).kind
@@ -198,13 +200,23 @@ def sweep_curves(rep, n_values: Iterable[int] = range(1, 16), concurrency: int |
 
 @lru_cache(maxsize=1)
 def default_reproduction():
-    """The main reproduction (``reproduce("dataset", "GSM8K")``), computed once per process.
+    """The main reproduction (leave-one-target-out, :func:`specsim.studies.reproduce.loto_study`),
+    computed once per process.
 
     Shared by the notebook, the tests and the figures so the (several-second) fit runs once.
     Treat the returned object as read-only.
     """
 
-    return reproduce("dataset", "GSM8K")
+    return loto_study().rep
+
+
+@lru_cache(maxsize=1)
+def fitted_reproduction():
+    """The fit on EVERY appendix row (``reproduce("all")``: the shipped MI300X calibration's terms),
+    computed once per process: what the qualitative trends are checked on (a fit, not a held-out
+    prediction).  Treat as read-only."""
+
+    return reproduce("all")
 
 
 def load_reproduction(out_dir: str | Path | None = None, *, recompute: bool = False) -> dict:
@@ -238,14 +250,15 @@ def load_reproduction(out_dir: str | Path | None = None, *, recompute: bool = Fa
     have = out is not None and (out / "summary.json").is_file() and (out / "reproduction_table.csv").is_file()
     if have and not recompute:
         summary = json.loads((out / "summary.json").read_text())
-        pf = dict(summary["params"])
-        fields = set(StackParams.__dataclass_fields__)
-        params = StackParams(**{k: v for k, v in pf.items() if k in fields})
+        params = StackParams(terms=dict(summary["terms"]), concurrency=int(summary["concurrency_assumed"]),
+                             term_sources=dict(summary.get("term_sources") or {}))
+        folds = {t: StackParams(terms=dict(f["terms"]), concurrency=int(f["concurrency"]))
+                 for t, f in (summary.get("folds") or {}).items()}
         read = lambda name: pd.read_csv(out / name) if (out / name).is_file() else None  # noqa: E731
         refit = read("concurrency_refit.csv")
         rep = Reproduction(table=read("reproduction_table.csv"), best_n=read("best_n.csv"), params=params,
                            summary={k: v for k, v in summary.items() if k != "seed_table"},
-                           sensitivity=refit if refit is not None else pd.DataFrame())
+                           sensitivity=refit if refit is not None else pd.DataFrame(), fold_params=folds)
         sens = read("concurrency_sensitivity.csv")
         mi = read("mi355x_eagle3.csv")
         return {
@@ -257,16 +270,10 @@ def load_reproduction(out_dir: str | Path | None = None, *, recompute: bool = Fa
             "stress": read("stress_splits.csv"),
             "source": f"read from {out} (written by `specsim reproduce`, specsim.main_job.run_main_job)",
         }
-    rep = default_reproduction()
-    stress = []
-    for split, value in [("target", t) for t in rep.table["target"].unique()] + [("small_n", None)]:
-        s = reproduce(split, value, concurrency=rep.params.concurrency).summary
-        stress.append({
-            "split": f"leave-one-target-out: {value}" if split == "target" else "fit on the two smallest N per sweep",
-            **{k: s[k] for k in ("held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
-                                 "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
+    study = reproduction_study()
+    rep = study.rep
     return {
-        "rep": rep, "seed_table": seed_table_check(rep), "sensitivity": concurrency_sensitivity(rep),
-        "refit": rep.sensitivity, "mi355x": mi355x_eagle3_curves(rep.params), "stress": pd.DataFrame(stress),
-        "source": "computed now (specsim.studies.reproduce.reproduce)",
+        "rep": rep, "seed_table": seed_table_check(rep), "sensitivity": study.sensitivity,
+        "refit": rep.sensitivity, "mi355x": study.mi355x, "stress": study.stress,
+        "source": "computed now (specsim.studies.reproduce.reproduction_study)",
     }

@@ -1,5 +1,7 @@
-"""Reproduction of the published MI300X appendix N sweeps (layer 4, studies): the stack fit, held-out
-errors, concurrency sensitivity, secondary splits and the MI355X EAGLE-3 cases.
+"""Reproduction of the published MI300X appendix N sweeps (layer 4, studies): ONE set of physical stack
+terms fitted jointly on all targets, judged leave-one-target-out; the dataset and N-extrapolation
+splits, the inferred concurrency, anchoring on a measured baseline, the calibrations shipped per
+hardware (fitted or transferred, stated term by term) and the MI355X EAGLE-3 cases.
 
 Details, derivations and sources: ``docs/modules/specsim.studies.reproduce.md``.
 """
@@ -7,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -19,10 +21,18 @@ from scipy.optimize import least_squares
 from specsim._io import atomic_write
 from specsim.acceptance import Acceptance
 from specsim.architecture import load_model
-from specsim.calibration import write_calibration
+from specsim.calibration import SCHEMA_VERSION, write_calibration
 from specsim.drafters import get_drafter
-from specsim.engine import Scenario, SpecOverhead, evaluate
-from specsim.errors import SpecsimError, SpecsimValueError
+from specsim.engine import (
+    STACK_TERMS,
+    Scenario,
+    SpecOverhead,
+    concat_plans,
+    evaluate,
+    plan_seconds,
+    step_plan,
+)
+from specsim.errors import SpecsimValueError
 from specsim.hardware import load_hardware
 from specsim.latency import Efficiency, Roofline
 from specsim.published import (
@@ -35,249 +45,303 @@ from specsim.published import (
 )
 
 __all__ = [
-    "StackParams", "fit_stack", "reproduce", "Reproduction", "parameter_table",
-    "mal_scaling_baseline",
-    "mi355x_eagle3_curves", "ReproductionStudy", "reproduction_study", "write_reproduction_outputs",
+    "StackParams", "fit_stack", "reproduce", "Reproduction", "parameter_table", "mal_scaling_baseline",
+    "loto_study", "LotoResult", "mi355x_eagle3_curves", "transfer_params", "ReproductionStudy",
+    "reproduction_study", "write_reproduction_outputs", "calibration_record", "FIT_TERMS", "PRIOR_TERMS",
 ]
 
-FIT_PARAMS = ("bandwidth", "compute", "fixed_s", "draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s")
-CONCURRENCY_GRID = (4, 8, 16, 32, 64, 128, 256)
-#: parameters fitted per target by default (the others are global for the hardware + stack): the
-#: target's model code path sets its fixed cost per forward, its achieved compute efficiency (fused
-#: MoE kernels reach a far smaller fraction of peak than dense GEMMs), the fixed cost of a pass of
-#: its drafters (same engine, same kernels) and its per-step speculative overhead.  The draft-pass
-#: cost is identified because each target has a sequential AND a parallel drafter in the appendix
-#: (N draft passes vs one per step, same verification).
-PER_TARGET_PARAMS = ("spec_fixed_s", "fixed_s", "compute", "draft_pass_overhead_s")
+#: the stack terms fitted on the appendix, and why each is identified there (docs/model.md):
+#: ``bandwidth`` -- the memory-bound baseline tok/s of five targets of different weight bytes;
+#: ``compute`` -- verification of q = N + 1 up to 16 tokens per sequence turns compute-bound (the fall
+#: of the ratio at large N for the parallel drafters); ``fixed_s`` -- per forward: sequential
+#: drafters run N forwards per step, parallel ones one; ``allreduce_latency_s`` -- 2 x layers calls
+#: per forward at TP 2 / 4 (30-61 layers) and none at TP 1; ``host_step_s`` -- the baseline step
+#: beyond the roofline, paid by both arms; ``spec_fixed_s`` / ``spec_per_token_s`` -- the
+#: speculative step beyond draft + verification at N = 1 (fixed) and its growth with the C (N + 1)
+#: verified tokens (N varies 1-15); ``moe_pad_tokens`` -- three MoE targets of 128-384 experts at
+#: different tokens per expert; ``dequant_s_per_weight`` -- Kimi-K2.5's int4 routed experts on MI300X
+#: (the only non-native precision in the table: identified by ONE target, costed per weight, so it
+#: vanishes on hardware with the unit); ``spec_per_seq_layer_s`` -- the speculative step's cost per
+#: sequence and NON-sliding attention layer: identified because the two Gemma 4 targets have 5 / 10
+#: such layers of 30 / 60, the others all of theirs (36-61), and their N = 1 step overheads differ
+#: in that proportion.
+FIT_TERMS = ("bandwidth", "compute", "fixed_s", "allreduce_latency_s", "host_step_s", "spec_fixed_s",
+             "spec_per_token_s", "spec_per_seq_layer_s", "moe_pad_tokens", "dequant_s_per_weight")
+
+#: terms the appendix cannot identify, with the value used and its basis
+PRIOR_TERMS = {
+    "per_layer_s": (0.0, "prior 0: a launch gap per layer is not separable from fixed_s per forward and the "
+                         "all-reduce latency per layer (fitting all three lets each fold trade them: worse "
+                         "leave-one-target-out errors); inside one HIP/CUDA graph replay the gaps are microseconds"),
+    "host_per_seq_s": (0.0, "prior 0: the appendix has ONE (unpublished) concurrency, so per-sequence host cost "
+                            "is not separable from host_step_s"),
+}
+
+#: the dequantization prior used where no fit row has a non-native precision (a fold without
+#: Kimi-K2.5): ~5 vector ops per int4 weight (unpack, shift, convert, scale, pack) at MI300X's
+#: 163.4 TFLOP/s FP32 vector peak (AMD CDNA3 datasheet), once per weight per step
+DEQUANT_PRIOR_S_PER_WEIGHT = 5.0 / 163.4e12
+
+CONCURRENCY_GRID = (8, 16, 24, 32, 48, 64, 96, 128)
+#: roofline combination: hard max(memory, compute) -- fits the baseline tok/s of the five targets
+#: (median 6 % on the all-target fit) better than the additive p = 1 (17 %)
+SMOOTH_P = None
+STACK = {"vllm": "0.23.1rc1.dev1120+g0f0f28b53", "platform": "ROCm 7.2", "host_cpu": "dual AMD EPYC 9654",
+         "source": "vllm-amd-specdec-post appendix (8x MI300X, dual EPYC 9654)"}
+
+_SCALE = {"bandwidth": 1.0, "compute": 1.0, "fixed_s": 1e-3, "per_layer_s": 1e-5, "allreduce_latency_s": 1e-5,
+          "moe_pad_tokens": 10.0, "dequant_s_per_weight": 1e-13, "host_step_s": 1e-3, "host_per_seq_s": 1e-5,
+          "spec_fixed_s": 1e-3, "spec_per_token_s": 1e-6, "spec_per_seq_layer_s": 1e-5}
+_BOUNDS = {"bandwidth": (0.05, 1.0), "compute": (0.02, 1.0)}
 
 
 @dataclass(frozen=True)
 class StackParams:
-    """Latency parameters of one (hardware, serving stack), as fitted by :func:`fit_stack`.
+    """The terms of one (hardware, serving stack): the same for every target (DESIGN section 10).
 
     Attributes
     ----------
-    bandwidth, compute : float
-        Achieved fraction of datasheet HBM bandwidth / dense FLOP/s (``specsim.latency.Efficiency``).
-    fixed_s : float
-        Seconds per target forward independent of size.
-    draft_pass_overhead_s : float
-        Seconds of fixed cost per draft forward pass (graph replay, metadata, sampling).
-    spec_fixed_s : float
-        Extra seconds per speculative step (``specsim.engine.SpecOverhead.fixed_s``).
-    spec_per_token_s : float
-        Extra seconds per verified token in the batch (``SpecOverhead.per_token_s``).
-    smooth_p : float or None
-        Roofline combination of memory and compute time (``Roofline(smooth_p=...)``): 1 = the
-        two ADD (no overlap; chosen because it fits the GSM8K rows better than the hard max --
-        p = 1: rms log error 0.083 vs 0.113 for the hard max at the chosen concurrency), None =
-        hard max.
-    per_target : dict
-        ``{target: {param: value}}`` for the parameters fitted per target
-        (:data:`PER_TARGET_PARAMS`): per-forward fixed cost and per-step speculative overhead
-        differ between model code paths (e.g. hybrid linear attention, sliding windows).
+    terms : dict
+        ``specsim.engine.STACK_TERMS`` -> value (efficiencies as fractions of datasheet peaks,
+        seconds, seconds per token / per weight, padding tokens per expert).
     concurrency : int
-        The (assumed, fitted) concurrency of the benchmark runs.
+        The concurrency inferred for the appendix runs (not published).
+    smooth_p : float or None
+        Roofline combination (None = hard max).
+    term_sources : dict
+        Per term: fitted on what, or the prior and its basis.
     """
 
-    bandwidth: float = 0.7
-    compute: float = 0.55
-    fixed_s: float = 2e-4
-    draft_pass_overhead_s: float = 2e-4
-    spec_fixed_s: float = 0.0
-    spec_per_token_s: float = 0.0
-    smooth_p: float | None = 1.0
+    terms: dict = field(hash=False)
     concurrency: int = 32
-    per_target: dict = field(default_factory=dict, hash=False, compare=False)
+    smooth_p: float | None = SMOOTH_P
+    term_sources: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def for_target(self, target: str, is_moe: bool | None = None) -> "StackParams":
-        """The parameters with this target's own fitted values (``per_target``) applied.
+    def __post_init__(self):
+        if set(self.terms) != set(STACK_TERMS):
+            raise SpecsimValueError("terms", "must hold exactly the stack terms", sorted(self.terms), STACK_TERMS)
 
-        A target that was not fitted gets, for each per-target parameter, the MEDIAN over the
-        fitted targets of the same kind (mixture-of-experts or dense; ``is_moe``, looked up in
-        ``specsim/data/models`` when not given), or over all fitted targets when its kind is unknown or
-        none of that kind was fitted (the same rule as the shipped calibration,
-        :func:`calibration_record`).
-        """
-        over = self.per_target.get(target)
-        if over:
-            return replace(self, per_target={}, **over)
-        if not self.per_target:
-            return self
-        if is_moe is None:
-            is_moe = _is_moe(target)
-        return replace(self, per_target={}, **_median_values(self.per_target, is_moe))
+    def __getattr__(self, name):  # terms read as attributes (params.bandwidth)
+        terms = self.__dict__.get("terms")
+        if terms is not None and name in terms:
+            return terms[name]
+        raise AttributeError(name)
 
-    def efficiency(self):
-        """The latency efficiencies as a :class:`specsim.latency.Efficiency`."""
+    def efficiency(self) -> Efficiency:
+        """The forward-time terms as a :class:`specsim.latency.Efficiency`."""
+        return Efficiency(**{k: float(self.terms[k]) for k in ("bandwidth", "compute", "fixed_s", "per_layer_s",
+                                                                "allreduce_latency_s", "moe_pad_tokens",
+                                                                "dequant_s_per_weight")})
 
-        return Efficiency(bandwidth=self.bandwidth, compute=self.compute, fixed_s=self.fixed_s)
-
-    def latency(self, hardware):
-        """A calibrated :class:`specsim.latency.Roofline` of ``hardware`` with these parameters."""
-
+    def latency(self, hardware) -> Roofline:
+        """A calibrated :class:`specsim.latency.Roofline` of ``hardware`` with these terms."""
         return Roofline(hardware, self.efficiency(), calibrated=True, smooth_p=self.smooth_p,
-                        source="specsim.studies.reproduce fit")
+                        source="specsim.studies.reproduce stack fit")
 
-    def overhead(self):
-        """The per-step speculative overhead (:class:`specsim.engine.SpecOverhead`, seconds)."""
-
-        return SpecOverhead(fixed_s=self.spec_fixed_s, per_token_s=self.spec_per_token_s)
-
-
-@lru_cache(maxsize=None)
-def _is_moe(target: str) -> bool | None:
-    """Whether a catalogue target (``specsim/data/models``) is a mixture of experts; None if unknown."""
-
-    try:
-        return bool(load_model(target).is_moe) if target else None
-    except SpecsimError:
-        return None
+    def overhead(self) -> SpecOverhead:
+        """Host and speculative overheads (:class:`specsim.engine.SpecOverhead`, seconds)."""
+        t = self.terms
+        return SpecOverhead(fixed_s=float(t["spec_fixed_s"]), per_token_s=float(t["spec_per_token_s"]),
+                            host_step_s=float(t["host_step_s"]), host_per_seq_s=float(t["host_per_seq_s"]),
+                            per_seq_layer_s=float(t["spec_per_seq_layer_s"]))
 
 
-def _median_values(per_target: dict, is_moe: bool | None) -> dict:
-    """Median of every per-target parameter over the fitted targets of the same kind (all if none)."""
-    kinds = {t: _is_moe(t) for t in per_target}
-    same = [v for t, v in per_target.items() if is_moe is not None and kinds[t] == is_moe]
-    pool = same or list(per_target.values())
-    keys = sorted({k for v in pool for k in v})
-    return {k: float(np.median([v[k] for v in pool if k in v])) for k in keys}
-
-
-# ------------------------------------------------------------------------------------ data
+def default_terms() -> dict:
+    """Start values: datasheet-prior efficiencies, the :data:`PRIOR_TERMS`, zero overheads."""
+    t = {k: 0.0 for k in STACK_TERMS}
+    t.update(bandwidth=0.7, compute=0.55, dequant_s_per_weight=DEQUANT_PRIOR_S_PER_WEIGHT)
+    t.update({k: v for k, (v, _) in PRIOR_TERMS.items()})
+    return t
 
 
 # ------------------------------------------------------------------------------ evaluation
 
 
-@dataclass
-class _Group:
-    """Rows sharing (target, method, hardware, tp): evaluated as one numpy broadcast."""
+class AppendixPlans:
+    """The physical counts of every published row (``specsim.engine.step_plan``), built once per
+    candidate concurrency; a fit then only re-combines them with new terms (vectorised).
 
-    target: object
-    drafter: object
-    hardware: object
-    tp: int
-    precision: str | None
-    idx: np.ndarray
-    n: np.ndarray
-    mal: np.ndarray
-    isl: np.ndarray
-    osl: np.ndarray
+    Rows need ``target, method, hardware, tp, n, isl, osl, mean_acceptance_length`` (and
+    ``throughput_ratio``, ``baseline_output_tok_per_s``, ``dataset`` for a fit).  When they carry a
+    ``concurrency`` column (published concurrency sweeps), :meth:`at` with ``None`` uses it per row.
+    """
+
+    def __init__(self, df: pd.DataFrame, hardware: str | None = None):
+        self.df = df.reset_index(drop=True)
+        self.hardware = hardware
+        self._cache: dict = {}
+
+    def at(self, concurrency: int | None):
+        """``(plan, inverse order)`` at ``concurrency`` (None: each row's own ``concurrency``):
+        ``plan_seconds(...)[key][inv]`` is in row order."""
+        if concurrency is None and "concurrency" not in self.df.columns:
+            raise SpecsimValueError("concurrency", "rows without a concurrency column need one", None)
+        c = None if concurrency is None else int(concurrency)
+        if c not in self._cache:
+            parts, idx = [], []
+            keys = ["target", "method", "hardware", "tp"] + (["drafter_spec"] if "drafter_spec" in self.df.columns else [])
+            for key, g in self.df.groupby(keys, sort=False, dropna=False):
+                tgt, meth, hw, tp = key[:4]
+                spec = load_model(tgt)
+                vm, dm = PUBLISHED_METHODS.get(meth, (meth, None))
+                dm = dm.format(target=tgt) if dm else None
+                if "drafter_spec" in g.columns and isinstance(g["drafter_spec"].iloc[0], str):
+                    dm = g["drafter_spec"].iloc[0]  # a draft spec name in specsim/data/drafters
+                drafter = get_drafter(vm, draft_model=dm, target=spec)
+                h = load_hardware(self.hardware or hw)
+                r = Scenario(target=spec, drafter=drafter, latency=Roofline(h), hardware_name=h.name,
+                             precision=None, method=vm)
+                cc = g["concurrency"].to_numpy(float) if c is None else c
+                parts.append(step_plan(r, g["n"].to_numpy(), cc, g["isl"].to_numpy(), g["osl"].to_numpy(), int(tp),
+                                       mal=g["mean_acceptance_length"].to_numpy(float)))
+                idx.append(g.index.to_numpy())
+            order = np.concatenate(idx)
+            inv = np.empty_like(order)
+            inv[order] = np.arange(len(order))
+            self._cache[c] = (concat_plans(parts), inv)
+        return self._cache[c]
+
+    def predict(self, params: StackParams, concurrency: int | None = None, target_scale=None) -> pd.DataFrame:
+        """Predicted ratio, baseline / speculative tok/s and step times of every row."""
+        plan, inv = self.at(params.concurrency if concurrency is None else concurrency)
+        if target_scale is not None:
+            plan = dict(plan, target_scale=np.asarray(target_scale, dtype=float)[np.argsort(inv)])
+        o = plan_seconds(plan, params.terms, params.smooth_p)
+        return pd.DataFrame({
+            "predicted_throughput_ratio": o["throughput_ratio"][inv],
+            "predicted_baseline_tok_per_s": o["baseline_output_tok_per_s"][inv],
+            "predicted_spec_tok_per_s": o["output_tok_per_s"][inv],
+            "t_base_s": o["t_base_s"][inv], "t_draft_s": o["t_draft_s"][inv], "t_verify_s": o["t_verify_s"][inv],
+            "t_host_s": o["t_host_s"][inv], "t_overhead_s": o["t_overhead_s"][inv],
+        })
 
 
-def _groups(df: pd.DataFrame) -> list[_Group]:
-    out = []
-    for (tgt, meth, hw, tp), g in df.groupby(["target", "method", "hardware", "tp"], sort=False):
-        spec = load_model(tgt)
-        vm, dm = PUBLISHED_METHODS[meth]
-        drafter = get_drafter(vm, draft_model=dm.format(target=tgt) if dm else None, target=spec)
-        out.append(_Group(
-            target=spec, drafter=drafter, hardware=load_hardware(hw), tp=int(tp), precision=None,
-            idx=g.index.to_numpy(), n=g["n"].to_numpy(), mal=g["mean_acceptance_length"].to_numpy(float),
-            isl=g["isl"].to_numpy(), osl=g["osl"].to_numpy(),
-        ))
-    return out
+@lru_cache(maxsize=4)
+def _plans_for_published() -> AppendixPlans:
+    return AppendixPlans(load_sweeps())
 
 
-def _eval_groups(groups: list[_Group], params: StackParams, nrows: int, concurrency=None) -> pd.DataFrame:
-    """Predicted ratio and baseline tok/s for every row of the groups."""
-
-    c = params.concurrency if concurrency is None else concurrency
-    ratio = np.full(nrows, np.nan)
-    base = np.full(nrows, np.nan)
-    spec = np.full(nrows, np.nan)
-    t_draft = np.full(nrows, np.nan)
-    t_verify = np.full(nrows, np.nan)
-    t_base = np.full(nrows, np.nan)
-    for g in groups:
-        p = params.for_target(g.target.name)
-        lat = p.latency(g.hardware)
-        drafter = g.drafter.with_params(draft_pass_overhead_s=p.draft_pass_overhead_s)
-        r = Scenario(target=g.target, drafter=drafter, latency=lat, hardware_name=g.hardware.name,
-                     precision=g.precision, method=drafter.method)
-        out = evaluate(r, g.n, c, g.isl, g.osl, g.tp, p.overhead(), mal=g.mal)
-        ratio[g.idx] = out["throughput_ratio"]
-        base[g.idx] = out["baseline_output_tok_per_s"]
-        spec[g.idx] = out["output_tok_per_s"]
-        t_draft[g.idx] = out["t_draft_s"]
-        t_verify[g.idx] = out["t_verify_s"]
-        t_base[g.idx] = out["t_base_s"]
-    return pd.DataFrame({
-        "predicted_throughput_ratio": ratio, "predicted_baseline_tok_per_s": base, "predicted_spec_tok_per_s": spec,
-        "t_base_s": t_base, "t_draft_s": t_draft, "t_verify_s": t_verify,
-    })
+def _plans(df: pd.DataFrame | None) -> AppendixPlans:
+    return _plans_for_published() if df is None else AppendixPlans(df)
 
 
 # ------------------------------------------------------------------------------------ fit
 
-_BOUNDS = {
-    "bandwidth": (0.05, 1.0), "compute": (0.02, 1.0), "fixed_s": (0.0, 0.2),
-    "draft_pass_overhead_s": (0.0, 0.02), "spec_fixed_s": (0.0, 0.05), "spec_per_token_s": (0.0, 1e-3),
-}
-_SCALE = {"bandwidth": 1.0, "compute": 1.0, "fixed_s": 1e-3, "draft_pass_overhead_s": 1e-3, "spec_fixed_s": 1e-3,
-          "spec_per_token_s": 1e-6}
 
-
-def fit_stack(df: pd.DataFrame, fit_mask: np.ndarray, *, concurrency: int, baseline_weight: float = 1.0,
-              per_target: Iterable[str] = PER_TARGET_PARAMS, fit_params: Iterable[str] = FIT_PARAMS,
-              start: StackParams | None = None) -> tuple[StackParams, float]:
-    """Fit the stack's latency parameters on the rows where ``fit_mask`` is True.
+def fit_stack(df: pd.DataFrame, fit_mask: np.ndarray, *, concurrency: int | None, baseline_weight: float = 1.0,
+              fit_terms: Iterable[str] = FIT_TERMS, start: dict | None = None,
+              plans: AppendixPlans | None = None) -> tuple[StackParams, float]:
+    """Fit the stack terms on the rows where ``fit_mask`` is True (nothing else is seen).
 
     Parameters
     ----------
     df : DataFrame
-        :func:`load_sweeps` rows.
+        :func:`load_sweeps` rows (published ratio, baseline tok/s, MAL, N, ISL/OSL per row).
     fit_mask : bool ndarray
-        Rows used by the fit; nothing else is seen.
-    concurrency : int
-        The assumed concurrency of the runs.
+        Rows used by the fit.
+    concurrency : int or None
+        Concurrency of the runs (the appendix does not publish it; :func:`reproduce` picks it);
+        None: each row's own ``concurrency`` column (published concurrency sweeps).
     baseline_weight : float
         Weight of the baseline tok/s residuals relative to the ratio residuals.
-    per_target : iterable of str
-        Parameters fitted per target (the rest are global for the hardware + stack); each such
-        parameter is fitted only for targets present in the fit rows.
+    fit_terms : iterable of str
+        Terms fitted (the others keep ``start``, default :func:`default_terms`).  A term no fit row
+        is sensitive to (``dequant_s_per_weight`` without a non-native-precision target) keeps its
+        start value, the stated prior.
+    plans : AppendixPlans, optional
+        Pre-built counts of ``df``'s rows (reused across fits).
 
     Residuals: ``log(predicted ratio / published ratio)`` for every fit row, plus
     ``baseline_weight * log(predicted baseline tok/s / published)`` once per (target, dataset)
-    among the fit rows.
+    among the fit rows (per (target, dataset, concurrency) when ``concurrency`` is None).  Solved
+    with ``scipy.optimize.least_squares`` (trust-region reflective)
+    and a forward-difference Jacobian evaluated in ONE vectorised call (every perturbed parameter
+    vector broadcast against the rows).
 
     Returns
     -------
     params : StackParams
     loss : float
         Root-mean-square of the residuals at the optimum.
+
+    Raises
+    ------
+    SpecsimValueError
+        An unknown term, or no fit rows.
     """
-    fit_df = df[fit_mask].reset_index(drop=True)
-    groups = _groups(fit_df)
-    y = np.log(fit_df["throughput_ratio"].to_numpy(float))
-    first = ~fit_df.duplicated(["target", "dataset"]).to_numpy()
-    yb = np.log(fit_df["baseline_output_tok_per_s"].to_numpy(float))[first]
-    s0 = start or StackParams(concurrency=concurrency)
-    per_target = tuple(per_target)
-    targets = list(dict.fromkeys(fit_df["target"]))
-    names = [(None, k) for k in fit_params if k not in per_target] + [(t, k) for k in per_target for t in targets]
-    x0 = np.array([getattr(s0, k) / _SCALE[k] for _, k in names])
-    lo = np.array([_BOUNDS[k][0] / _SCALE[k] for _, k in names])
-    hi = np.array([_BOUNDS[k][1] / _SCALE[k] for _, k in names])
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+    df = df.reset_index(drop=True)
+    fit_mask = np.asarray(fit_mask, dtype=bool)
+    if not fit_mask.any():
+        raise SpecsimValueError("fit_mask", "selects no rows", 0)
+    fit_terms = tuple(fit_terms)
+    bad = [k for k in fit_terms if k not in STACK_TERMS]
+    if bad:
+        raise SpecsimValueError("fit_terms", "unknown stack terms", bad, STACK_TERMS)
+    plans = plans or AppendixPlans(df)
+    plan, inv = plans.at(concurrency)
+    y = np.log(df["throughput_ratio"].to_numpy(float))
+    yb = np.log(df["baseline_output_tok_per_s"].to_numpy(float))
+    first = ~df.duplicated(["target", "dataset"] + (["concurrency"] if concurrency is None else [])).to_numpy()
+    fb = fit_mask & first
+    # a term is fitted only where some fit row is sensitive to it (dequantization: a non-native precision)
+    plan_rows_fit = fit_mask[np.argsort(inv)]
+    if "dequant_s_per_weight" in fit_terms and not np.any(plan["base"].dequant_weights[plan_rows_fit] > 0):
+        fit_terms = tuple(k for k in fit_terms if k != "dequant_s_per_weight")
+    s0 = dict(start or default_terms())
+    scale = np.array([_SCALE[k] for k in fit_terms])
+    lo = np.array([_BOUNDS.get(k, (0.0, np.inf))[0] for k in fit_terms]) / scale
+    hi = np.array([_BOUNDS.get(k, (0.0, np.inf))[1] for k in fit_terms]) / scale
+    x0 = np.clip(np.array([s0[k] for k in fit_terms]) / scale, lo + 1e-9, np.where(np.isfinite(hi), hi - 1e-9, np.inf))
+    x0 = np.where(x0 <= lo, lo + 0.5, x0)
 
-    def params_of(x):
-        glob = {k: float(v * _SCALE[k]) for (t, k), v in zip(names, x) if t is None}
-        pt: dict = {}
-        for (t, k), v in zip(names, x):
-            if t is not None:
-                pt.setdefault(t, {})[k] = float(v * _SCALE[k])
-        return replace(s0, concurrency=concurrency, per_target=pt, **glob)
+    def resid_batch(X):  # X: (k, P) -> (k, residuals)
+        terms = dict(s0)
+        for j, k in enumerate(fit_terms):
+            terms[k] = (X[:, j:j + 1] * scale[j])
+        o = plan_seconds(plan, terms, SMOOTH_P)
+        r = np.log(o["throughput_ratio"][:, inv][:, fit_mask]) - y[fit_mask]
+        b = baseline_weight * (np.log(o["baseline_output_tok_per_s"][:, inv][:, fb]) - yb[fb])
+        return np.concatenate([r, b], axis=1)
 
-    def resid(x):
-        pred = _eval_groups(groups, params_of(x), len(fit_df))
-        r1 = np.log(pred["predicted_throughput_ratio"].to_numpy()) - y
-        r2 = baseline_weight * (np.log(pred["predicted_baseline_tok_per_s"].to_numpy()[first]) - yb)
-        return np.concatenate([r1, r2])
+    def fun(x):
+        return resid_batch(x[None, :])[0]
 
-    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", max_nfev=400)
-    return params_of(sol.x), float(np.sqrt(np.mean(sol.fun ** 2)))
+    def jac(x):
+        h = 1e-6 * np.maximum(np.abs(x), 1e-3)
+        h = np.where(x + h > hi, -h, h)  # stay inside the bounds
+        X = np.vstack([x, x + np.diag(h)])
+        R = resid_batch(X)
+        return ((R[1:] - R[0]) / h[:, None]).T
+
+    sol = least_squares(fun, x0, jac=jac, bounds=(lo, hi), x_scale="jac", max_nfev=400)
+    terms = dict(s0)
+    terms.update({k: float(v * sc) for k, v, sc in zip(fit_terms, sol.x, scale)})
+    nfit = int(fit_mask.sum())
+    at = "at each row's published concurrency" if concurrency is None else f"at concurrency {int(concurrency)}"
+    sources = {k: f"fitted jointly on {nfit} published rows {at}" for k in fit_terms}
+    sources.update({k: why for k, (_, why) in PRIOR_TERMS.items() if k not in fit_terms})
+    if "dequant_s_per_weight" not in fit_terms:
+        sources["dequant_s_per_weight"] = ("prior: no fit row has a non-native precision; ~5 vector ops per int4 "
+                                           "weight at MI300X's 163.4 TFLOP/s FP32 vector peak")
+    return (StackParams(terms=terms, concurrency=None if concurrency is None else int(concurrency), smooth_p=SMOOTH_P,
+                        term_sources=sources),
+            float(np.sqrt(np.mean(sol.fun ** 2))))
+
+
+def fit_best_concurrency(df, fit_mask, *, plans=None, grid: Iterable[int] = CONCURRENCY_GRID,
+                         **kw) -> tuple[StackParams, float, pd.DataFrame]:
+    """:func:`fit_stack` at every candidate concurrency; the one of lowest fit loss wins.
+
+    Returns ``(params, loss, table of (concurrency, loss))``.
+    """
+    plans = plans or AppendixPlans(df)
+    rows, best = [], None
+    for c in grid:
+        p, loss = fit_stack(df, fit_mask, concurrency=c, plans=plans, **kw)
+        rows.append({"assumed_concurrency": int(c), "fit_loss_rms_log": loss, **{k: p.terms[k] for k in FIT_TERMS}})
+        if best is None or loss < best[1]:
+            best = (p, loss)
+    return best[0], best[1], pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------ reproduce
@@ -285,20 +349,24 @@ def fit_stack(df: pd.DataFrame, fit_mask: np.ndarray, *, concurrency: int, basel
 
 @dataclass
 class Reproduction:
-    """Result of :func:`reproduce`.
+    """Result of :func:`reproduce` or :func:`loto_study` (``.rep``).
 
     Attributes
     ----------
     table : DataFrame
-        One row per published row: inputs, published vs predicted ratio, relative error,
-        ``role`` (``fit`` / ``held_out``).
+        One row per published row: inputs, published vs predicted ratio and baseline tok/s,
+        relative errors, ``role`` (``fit`` / ``held_out``).
     best_n : DataFrame
         Per (target, method, dataset): published vs predicted best N over the published N grid.
     params : StackParams
+        The fit on the split's fit rows (for the leave-one-target-out study: the fit on ALL targets,
+        the shipped calibration).
     summary : dict
-        Held-out median / max |error|, best-N agreement, the split and the assumptions.
+        Held-out errors, best-N agreement, the split and the assumptions.
     sensitivity : DataFrame
-        Concurrency sensitivity (refit per assumed concurrency): fit loss, held-out errors.
+        Refit per candidate concurrency: fit loss and fitted terms.
+    fold_params : dict
+        Leave-one-target-out only: ``{target: StackParams fitted without it}``.
     """
 
     table: pd.DataFrame
@@ -306,35 +374,284 @@ class Reproduction:
     params: StackParams
     summary: dict
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fold_params: dict = field(default_factory=dict)
+
+    def params_for(self, target: str) -> StackParams:
+        """The terms that predicted ``target`` (its fold's in a leave-one-target-out study)."""
+        return self.fold_params.get(target, self.params)
 
 
 def parameter_table(params: StackParams) -> pd.DataFrame:
-    """The fitted parameters as a table: one ``global`` row (the stack-wide parameters, plus the
-    smoothing exponent and the assumed concurrency), one row per fitted target and one row per
-    kind (``median: moe`` / ``median: dense``, what an unfitted target of that kind gets).
-    Per-target parameters are NaN in the global row (they are not used there).
-
-    Parameters
-    ----------
-    params : StackParams
-        Fitted parameters (:func:`fit_stack`).
+    """The stack terms as a table: one row per term with its value and its source (fitted / prior).
 
     Returns
     -------
     pandas.DataFrame
-        Index: row name; columns: the parameters (efficiencies as fractions of datasheet peaks,
-        ``*_s`` in seconds, ``spec_per_token_s`` in seconds per token, ``concurrency`` in requests)
-        and ``scope``.
+        Index: term name (``specsim.engine.STACK_TERMS``); columns ``value`` (efficiencies as
+        fractions of datasheet peaks, ``*_s`` seconds, ``spec_per_token_s`` seconds per verified
+        token, ``host_per_seq_s`` seconds per sequence, ``dequant_s_per_weight`` seconds per weight,
+        ``moe_pad_tokens`` tokens) and ``source``.
     """
-    glob = {k: getattr(params, k) for k in FIT_PARAMS if k not in {k2 for v in params.per_target.values() for k2 in v}}
-    glob.update(smooth_p=params.smooth_p, concurrency=params.concurrency)
-    rows = [pd.Series(glob, name="global").to_frame().T.assign(scope="global")]
-    if params.per_target:
-        rows.append(pd.DataFrame(params.per_target).T.assign(scope="fitted target"))
-        for kind, flag in (("moe", True), ("dense", False)):
-            rows.append(pd.Series(_median_values(params.per_target, flag), name=f"median: {kind}").to_frame().T
-                        .assign(scope="unfitted target of this kind"))
-    return pd.concat(rows, sort=False)
+    return pd.DataFrame({"value": [params.terms[k] for k in STACK_TERMS],
+                         "source": [params.term_sources.get(k, "") for k in STACK_TERMS]}, index=list(STACK_TERMS))
+
+
+def _table(df: pd.DataFrame, pred: pd.DataFrame, mask: np.ndarray, what: str) -> pd.DataFrame:
+    table = df[[
+        "source", "target", "method", "vllm_method", "draft_model", "hardware", "tp", "dataset", "n",
+        "mean_acceptance_length", "per_position_acceptance_cumulative", "isl", "osl",
+        "baseline_output_tok_per_s", "throughput_ratio",
+    ]].copy()
+    table = pd.concat([table, pred.reset_index(drop=True)], axis=1)
+    table["rel_error"] = table["predicted_throughput_ratio"] / table["throughput_ratio"] - 1.0
+    table["baseline_rel_error"] = table["predicted_baseline_tok_per_s"] / table["baseline_output_tok_per_s"] - 1.0
+    table["role"] = np.where(mask, "fit", "held_out")
+    table["inputs_measured"] = "per-position cumulative acceptance of this row (MAL); model architectures; datasheet"
+    table["inputs_fitted"] = what
+    return table
+
+
+def _baseline_errors(table: pd.DataFrame) -> pd.Series:
+    """|baseline tok/s error| once per (target, dataset) among the held-out rows."""
+    h = table[table["role"] == "held_out"].drop_duplicates(["target", "dataset"])
+    return h["baseline_rel_error"].abs()
+
+
+def _error_summary(table: pd.DataFrame, best: pd.DataFrame) -> dict:
+    held = table[table["role"] == "held_out"]
+    err = held["rel_error"].abs()
+    bh = best[best["role"] != "fit"]  # sweeps with held-out rows (all of them, or "mixed" for small_n)
+    berr = _baseline_errors(table)
+    by_target = {
+        t: {"rows": int(len(g)), "median_abs_rel_error": float(g["rel_error"].abs().median()),
+            "max_abs_rel_error": float(g["rel_error"].abs().max()),
+            "baseline_median_abs_rel_error": float(g.drop_duplicates("dataset")["baseline_rel_error"].abs().median())}
+        for t, g in held.groupby("target")
+    }
+    return {
+        "held_out_by_target": by_target,
+        "held_out_rows": int(len(held)),
+        "held_out_median_abs_rel_error": float(err.median()) if len(held) else float("nan"),
+        "held_out_max_abs_rel_error": float(err.max()) if len(held) else float("nan"),
+        "held_out_p90_abs_rel_error": float(err.quantile(0.9)) if len(held) else float("nan"),
+        "held_out_baseline_median_abs_rel_error": float(berr.median()) if len(berr) else float("nan"),
+        "held_out_baseline_max_abs_rel_error": float(berr.max()) if len(berr) else float("nan"),
+        "held_out_best_n_exact": f"{int(bh['exact'].sum())}/{len(bh)}",
+        "held_out_best_n_within_one_step": f"{int(bh['within_one_step'].sum())}/{len(bh)}",
+        "fit_rows": int((table["role"] == "fit").sum()),
+        "fit_median_abs_rel_error": (float(table.loc[table["role"] == "fit", "rel_error"].abs().median())
+                                     if (table["role"] == "fit").any() else None),
+    }
+
+
+_ASSUMPTIONS = [
+    "one concurrency for every appendix run (not published), inferred by the fit loss on the fit rows only",
+    "ISL/OSL per dataset assumed (specsim/data/published/dataset_workloads.csv)",
+    "target weights at the model's serving precision (specsim/data/models); KV cache bf16",
+    "draft architectures from specsim/data/drafters (some layer counts assumed, see each file)",
+    "one set of stack terms for every target (no per-target values); unidentified terms at stated priors",
+]
+
+
+def reproduce(split: str = "dataset", holdout_value: str | None = None, *,
+              concurrency_grid: Iterable[int] = CONCURRENCY_GRID, concurrency: int | None = None,
+              df: pd.DataFrame | None = None) -> Reproduction:
+    """Fit the stack on one split's fit rows and predict every published appendix row.
+
+    Parameters
+    ----------
+    split : {"dataset", "target", "small_n", "all"}
+        ``all``: fit on every row (the shipped calibration; nothing held out).
+        ``dataset``: fit on one dataset (``holdout_value``, default GSM8K) of every target, hold out
+        the other datasets.  ``target``: fit on all targets but ``holdout_value``, hold it out.
+        ``small_n``: fit on the two smallest N of every sweep, hold out the larger N.
+    concurrency_grid : iterable of int
+        Candidate concurrencies; the one with the lowest fit loss is used (``sensitivity``).
+    concurrency : int, optional
+        Use this concurrency instead of choosing one.
+    df : DataFrame, optional
+        Rows to use instead of :func:`load_sweeps` (tests perturb published values with it).
+
+    Returns
+    -------
+    Reproduction
+    """
+    plans = _plans(df)
+    df = plans.df
+    mask = _split_mask(df, split, holdout_value)
+    grid = [concurrency] if concurrency is not None else list(concurrency_grid)
+    params, loss, sens = fit_best_concurrency(df, mask, plans=plans, grid=grid)
+    table = _table(df, plans.predict(params), mask, f"stack terms + concurrency fitted on split={split}"
+                   + (f" ({holdout_value})" if holdout_value else ""))
+    best_n = _best_n_table(table)
+    summary = {
+        "split": split, "fit_subset": holdout_value or ("GSM8K" if split == "dataset" else None),
+        "concurrency_assumed": int(params.concurrency), "fit_loss_rms_log": loss,
+        "terms": dict(params.terms), **_error_summary(table, best_n),
+        "baseline_mal_scaling": mal_scaling_baseline(table, split),
+        "assumptions": list(_ASSUMPTIONS),
+    }
+    return Reproduction(table=table, best_n=best_n, params=params, summary=summary, sensitivity=sens)
+
+
+def _anchor_scales(plans: AppendixPlans, params: StackParams, df: pd.DataFrame, rows: np.ndarray,
+                   anchor: np.ndarray) -> np.ndarray:
+    """Per-row factor k on the target's forwards such that the predicted baseline tok/s of the
+    ``anchor`` rows equals their published value (one measured baseline per target).
+
+    The baseline arm is ``C OSL / (k A + B)`` (A: the target's prefill and forwards, B: host), so two
+    evaluations (k = 1, 2) give A and B exactly and ``k = (C OSL / measured - B) / A``.
+    """
+    k = np.ones(len(df))
+    one = plans.predict(params)["predicted_baseline_tok_per_s"].to_numpy()
+    two = plans.predict(params, target_scale=np.full(len(df), 2.0))["predicted_baseline_tok_per_s"].to_numpy()
+    c = float(params.concurrency)
+    osl = df["osl"].to_numpy(float)
+    d1, d2 = c * osl / one, c * osl / two
+    a, b = d2 - d1, 2.0 * d1 - d2
+    for tgt in df.loc[rows, "target"].unique():
+        i = np.flatnonzero((df["target"] == tgt).to_numpy() & anchor)[0]
+        meas = float(df.loc[i, "baseline_output_tok_per_s"])
+        k[(df["target"] == tgt).to_numpy()] = max((c * osl[i] / meas - b[i]) / a[i], 1e-6)
+    return k
+
+
+@dataclass
+class LotoResult:
+    """Result of :func:`loto_study`.
+
+    Attributes
+    ----------
+    rep : Reproduction
+        Every published row predicted with the terms fitted WITHOUT its target (``role`` held_out
+        everywhere; ``fold_concurrency``, ``predicted_*_anchored``, interval columns added).
+    summary : dict
+        Goals vs measured, by target, anchored mode, interval coverage.
+    """
+
+    rep: Reproduction
+    summary: dict
+
+
+GOALS = {"ratio_median_abs_rel_error": 0.05, "ratio_max_abs_rel_error": 0.15,
+         "baseline_median_abs_rel_error": 0.10, "best_n_within_one_step_fraction": 0.90,
+         "interval_90_coverage": (0.85, 0.95)}
+
+
+def loto_study(df: pd.DataFrame | None = None, *, concurrency_grid: Iterable[int] = CONCURRENCY_GRID,
+               anchor_dataset: str = "GSM8K", level: float = 0.9) -> LotoResult:
+    """Leave-one-target-out: each target predicted with stack terms fitted on the OTHER targets only.
+
+    Every fitted quantity is refitted per fold: the terms, the inferred concurrency, and the
+    dequantization term (a fold without a non-native-precision target keeps its stated prior).
+    Anchored mode: the held-out target's ONE published baseline tok/s of ``anchor_dataset`` (a
+    user's measured baseline) fixes its target time scale; ratios and speculative tok/s then
+    come from the fold's terms.  Intervals: for each held-out target, the ``level`` quantile of
+    |log error| over the OTHER folds' held-out rows, so coverage is measured on data the width
+    never saw.
+
+    Returns
+    -------
+    LotoResult
+    """
+    plans = _plans(df)
+    df = plans.df
+    grid = list(concurrency_grid)
+    all_params, all_loss, sens = fit_best_concurrency(df, np.ones(len(df), bool), plans=plans, grid=grid)
+    pred = pd.DataFrame(index=df.index, columns=["predicted_throughput_ratio"], dtype=float)
+    parts, folds, fold_c = [], {}, np.zeros(len(df), int)
+    anchored_ratio = np.full(len(df), np.nan)
+    anchored_spec = np.full(len(df), np.nan)
+    anchor_k = np.full(len(df), np.nan)
+    for tgt in df["target"].unique():
+        held = (df["target"] == tgt).to_numpy()
+        p, _, _ = fit_best_concurrency(df, ~held, plans=plans, grid=grid)
+        folds[tgt] = p
+        pr = plans.predict(p)
+        parts.append(pr[held])
+        fold_c[held] = p.concurrency
+        k = _anchor_scales(plans, p, df, held, (df["dataset"] == anchor_dataset).to_numpy())
+        pa = plans.predict(p, target_scale=np.where(held, k, 1.0))
+        anchored_ratio[held] = pa["predicted_throughput_ratio"].to_numpy()[held]
+        anchored_spec[held] = pa["predicted_spec_tok_per_s"].to_numpy()[held]
+        anchor_k[held] = k[held]
+    pred = pd.concat(parts).sort_index()
+    table = _table(df, pred, np.zeros(len(df), bool), "stack terms + concurrency fitted on the OTHER targets")
+    table["fold_concurrency"] = fold_c
+    pub_spec = df["baseline_output_tok_per_s"] * df["throughput_ratio"]
+    table["published_spec_tok_per_s"] = pub_spec
+    table["anchor_scale"] = anchor_k
+    table["predicted_throughput_ratio_anchored"] = anchored_ratio
+    table["rel_error_anchored"] = anchored_ratio / df["throughput_ratio"] - 1.0
+    table["spec_tok_per_s_rel_error"] = table["predicted_spec_tok_per_s"] / pub_spec - 1.0
+    table["spec_tok_per_s_rel_error_anchored"] = anchored_spec / pub_spec - 1.0
+    # nested interval: width from the other targets' held-out rows only
+    logerr = np.abs(np.log(table["predicted_throughput_ratio"] / table["throughput_ratio"]))
+    lo = np.zeros(len(df))
+    hi = np.zeros(len(df))
+    for tgt in df["target"].unique():
+        held = (df["target"] == tgt).to_numpy()
+        q = float(np.quantile(logerr[~held], level))
+        lo[held] = table["predicted_throughput_ratio"].to_numpy()[held] * np.exp(-q)
+        hi[held] = table["predicted_throughput_ratio"].to_numpy()[held] * np.exp(q)
+    table[f"interval_{int(level * 100)}_lo"] = lo
+    table[f"interval_{int(level * 100)}_hi"] = hi
+    covered = (df["throughput_ratio"].to_numpy() >= lo) & (df["throughput_ratio"].to_numpy() <= hi)
+    table["interval_covers"] = covered
+    best_n = _best_n_table(table)
+    errs = _error_summary(table, best_n)
+    err = table["rel_error"].abs()
+    block = ((table["target"] == "Qwen3-8B") & (table["dataset"] == "MATH500")).to_numpy()
+    within = best_n["within_one_step"].mean()
+    measured = {
+        "ratio_median_abs_rel_error": float(err.median()),
+        "ratio_max_abs_rel_error": float(err.max()),
+        "ratio_max_abs_rel_error_without_qwen3_8b_math500": float(err[~block].max()),
+        "qwen3_8b_math500_block_max_abs_rel_error": float(err[block].max()) if block.any() else None,
+        "baseline_median_abs_rel_error": errs["held_out_baseline_median_abs_rel_error"],
+        "best_n_within_one_step_fraction": float(within),
+        "interval_90_coverage": float(covered.mean()),
+    }
+    met = {
+        "ratio_median_abs_rel_error": measured["ratio_median_abs_rel_error"] <= GOALS["ratio_median_abs_rel_error"],
+        "ratio_max_abs_rel_error": measured["ratio_max_abs_rel_error"] <= GOALS["ratio_max_abs_rel_error"],
+        "baseline_median_abs_rel_error": (measured["baseline_median_abs_rel_error"]
+                                          <= GOALS["baseline_median_abs_rel_error"]),
+        "best_n_within_one_step_fraction": (measured["best_n_within_one_step_fraction"]
+                                            >= GOALS["best_n_within_one_step_fraction"]),
+        "interval_90_coverage": GOALS["interval_90_coverage"][0] <= measured["interval_90_coverage"]
+        <= GOALS["interval_90_coverage"][1],
+    }
+    ae = table["rel_error_anchored"].abs()
+    anchored = {
+        "what": f"one published baseline tok/s per held-out target ({anchor_dataset}) anchors its target time; "
+                "its baseline error is zero there by construction",
+        "ratio_median_abs_rel_error": float(ae.median()), "ratio_max_abs_rel_error": float(ae.max()),
+        "spec_tok_per_s_median_abs_rel_error": float(table["spec_tok_per_s_rel_error_anchored"].abs().median()),
+        "spec_tok_per_s_max_abs_rel_error": float(table["spec_tok_per_s_rel_error_anchored"].abs().max()),
+        "unanchored_spec_tok_per_s_median_abs_rel_error": float(table["spec_tok_per_s_rel_error"].abs().median()),
+        "by_target": {t: {"ratio_median_abs_rel_error": float(g["rel_error_anchored"].abs().median()),
+                          "anchor_scale": float(g["anchor_scale"].iloc[0])}
+                      for t, g in table.groupby("target")},
+    }
+    summary = {
+        "split": "leave-one-target-out", "fit_subset": "all targets but the predicted one",
+        "concurrency_assumed": int(all_params.concurrency), "fit_loss_rms_log": all_loss,
+        "fold_concurrency": {t: int(p.concurrency) for t, p in folds.items()},
+        "folds": {t: {"concurrency": int(p.concurrency), "terms": dict(p.terms)} for t, p in folds.items()},
+        "terms": dict(all_params.terms), "term_sources": dict(all_params.term_sources),
+        "fitted_terms": list(FIT_TERMS), "n_fitted_terms": len(FIT_TERMS) + 1,
+        **errs, "goals": {k: (list(v) if isinstance(v, tuple) else v) for k, v in GOALS.items()},
+        "measured": measured, "goal_met": met, "anchored": anchored,
+        "rms_log_error": float(np.sqrt(np.mean(np.square(np.log(table["predicted_throughput_ratio"]
+                                                                / table["throughput_ratio"]))))),
+        "interval_90_log_halfwidth": float(np.quantile(logerr, level)),
+        "assumptions": list(_ASSUMPTIONS),
+    }
+    rep = Reproduction(table=table, best_n=best_n, params=all_params, summary=summary, sensitivity=sens,
+                       fold_params=folds)
+    return LotoResult(rep=rep, summary=summary)
+
 
 
 def mal_scaling_baseline(table: pd.DataFrame, split: str = "dataset") -> dict | None:
@@ -392,20 +709,9 @@ def mal_scaling_baseline(table: pd.DataFrame, split: str = "dataset") -> dict | 
     return out
 
 
-def _param_columns(params: StackParams) -> dict:
-    """Fitted values for a table row: global parameters as they are, per-target ones as their
-    median over the fitted targets (column suffix ``_median_per_target``)."""
-    out = {}
-    for k in FIT_PARAMS:
-        vals = [v[k] for v in params.per_target.values() if k in v]
-        if vals:
-            out[f"{k}_median_per_target"] = float(np.median(vals))
-        else:
-            out[k] = float(getattr(params, k))
-    return out
-
-
 def _split_mask(df: pd.DataFrame, split: str, holdout_value: str | None = None) -> np.ndarray:
+    if split == "all":
+        return np.ones(len(df), dtype=bool)
     if split == "dataset":
         return (df["dataset"] == (holdout_value or "GSM8K")).to_numpy()
     if split == "target":
@@ -416,7 +722,7 @@ def _split_mask(df: pd.DataFrame, split: str, holdout_value: str | None = None) 
         # fit on the two smallest published N of every (target, method, dataset) sweep
         rank = df.groupby(["target", "method", "dataset"])["n"].rank(method="first")
         return (rank <= 2).to_numpy()
-    raise SpecsimValueError("split", "unknown split", split, ["dataset", "target", "small_n"])
+    raise SpecsimValueError("split", "unknown split", split, ["dataset", "target", "small_n", "all"])
 
 
 def _best_n_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -439,109 +745,25 @@ def _best_n_table(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _error_summary(table: pd.DataFrame, best: pd.DataFrame) -> dict:
-    held = table[table["role"] == "held_out"]
-    err = held["rel_error"].abs()
-    bh = best[best["role"] != "fit"]  # sweeps with held-out rows (all of them, or "mixed" for small_n)
-    by_target = {
-        t: {"rows": int(len(g)), "median_abs_rel_error": float(g["rel_error"].abs().median()),
-            "max_abs_rel_error": float(g["rel_error"].abs().max())}
-        for t, g in (held.groupby("target") if "target" in held.columns else ())
-    }
-    return {
-        "held_out_by_target": by_target,
-        "held_out_rows": int(len(held)),
-        "held_out_median_abs_rel_error": float(err.median()) if len(held) else float("nan"),
-        "held_out_max_abs_rel_error": float(err.max()) if len(held) else float("nan"),
-        "held_out_p90_abs_rel_error": float(err.quantile(0.9)) if len(held) else float("nan"),
-        "held_out_best_n_exact": f"{int(bh['exact'].sum())}/{len(bh)}",
-        "held_out_best_n_within_one_step": f"{int(bh['within_one_step'].sum())}/{len(bh)}",
-        "fit_rows": int((table["role"] == "fit").sum()),
-        "fit_median_abs_rel_error": float(table.loc[table["role"] == "fit", "rel_error"].abs().median()),
-    }
-
-
-def reproduce(split: str = "dataset", holdout_value: str | None = None, *,
-              concurrency_grid: Iterable[int] = CONCURRENCY_GRID, concurrency: int | None = None,
-              df: pd.DataFrame | None = None) -> Reproduction:
-    """Fit the stack on the fit subset and predict every published appendix row.
-
-    Parameters
-    ----------
-    split : {"dataset", "target", "small_n"}
-        ``dataset``: fit on the rows of one dataset (``holdout_value``, default GSM8K), hold out
-        the other datasets.  ``target``: fit on all targets but ``holdout_value``, hold it out.
-        ``small_n``: fit on the two smallest N of every sweep, hold out the larger N.
-    concurrency_grid : iterable of int
-        Candidate concurrencies (the appendix does not publish it); the one with the lowest fit
-        loss is used, and every candidate is reported in ``sensitivity``.
-    concurrency : int, optional
-        Use this concurrency instead of choosing one.
-
-    Returns
-    -------
-    Reproduction
-    """
-    df = (load_sweeps() if df is None else df).reset_index(drop=True)
-    mask = _split_mask(df, split, holdout_value)
-    sens_rows = []
-    best = None
-    grid = [concurrency] if concurrency is not None else list(concurrency_grid)
-    for c in grid:
-        params, loss = fit_stack(df, mask, concurrency=c)
-        pred = _eval_groups(_groups(df), params, len(df))
-        rel = pred["predicted_throughput_ratio"] / df["throughput_ratio"] - 1.0
-        held = rel[~mask].abs()
-        sens_rows.append({
-            "assumed_concurrency": c, "fit_loss_rms_log": loss,
-            "held_out_median_abs_rel_error": float(held.median()) if len(held) else np.nan,
-            "held_out_max_abs_rel_error": float(held.max()) if len(held) else np.nan,
-            **_param_columns(params),
-        })
-        if best is None or loss < best[1]:
-            best = (params, loss, pred)
-    params, loss, pred = best
-    table = df[[
-        "source", "target", "method", "vllm_method", "draft_model", "hardware", "tp", "dataset", "n",
-        "mean_acceptance_length", "per_position_acceptance_cumulative", "isl", "osl",
-        "baseline_output_tok_per_s", "throughput_ratio",
-    ]].copy()
-    table = pd.concat([table, pred], axis=1)
-    table["rel_error"] = table["predicted_throughput_ratio"] / table["throughput_ratio"] - 1.0
-    table["role"] = np.where(mask, "fit", "held_out")
-    table["inputs_measured"] = "per-position cumulative acceptance of this row (MAL); model architectures; datasheet"
-    table["inputs_fitted"] = f"stack latency params + concurrency fitted on split={split}" + (
-        f" ({holdout_value})" if holdout_value else "")
-    best_n = _best_n_table(table)
-    summary = {
-        "split": split, "fit_subset": holdout_value or ("GSM8K" if split == "dataset" else None),
-        "concurrency_assumed": int(params.concurrency), "fit_loss_rms_log": loss,
-        "params": asdict(params), **_error_summary(table, best_n),
-        "baseline_mal_scaling": mal_scaling_baseline(table, split),
-        "assumptions": [
-            "one concurrency for every appendix run (not published), chosen by the fit loss on the fit subset",
-            "ISL/OSL per dataset assumed (specsim/data/published/dataset_workloads.csv)",
-            "target weights at the model's serving precision (specsim/data/models); KV cache bf16",
-            "draft architectures from specsim/data/drafters (some layer counts assumed, see each file)",
-        ],
-    }
-    return Reproduction(table=table, best_n=best_n, params=params, summary=summary, sensitivity=pd.DataFrame(sens_rows))
-
-
 def concurrency_sensitivity(rep: Reproduction, factors=(0.25, 0.5, 1.0, 2.0, 4.0)) -> pd.DataFrame:
-    """Predictions with the FITTED parameters held fixed and the concurrency scaled.
+    """Predictions with the FITTED terms held fixed and the concurrency scaled.
 
-    Returns a DataFrame (one row per factor): concurrency, held-out median / max |error|, and the
+    Returns a DataFrame (one row per factor): concurrency, held-out median / max |error| and the
     median change of the predicted ratio relative to the fitted concurrency.
     """
-    df = load_sweeps().reset_index(drop=True)
+    plans = _plans_for_published()
+    df = plans.df
     held = (rep.table["role"] == "held_out").to_numpy()
     base = rep.table["predicted_throughput_ratio"].to_numpy()
-    groups = _groups(df)
     rows = []
     for f in factors:
         c = max(1, int(round(rep.params.concurrency * f)))
-        pred = _eval_groups(groups, rep.params, len(df), concurrency=c)["predicted_throughput_ratio"].to_numpy()
+        pred = np.empty(len(df))
+        for tgt in df["target"].unique():
+            m = (df["target"] == tgt).to_numpy()
+            p = rep.params_for(tgt)
+            pred[m] = plans.predict(p, concurrency=max(1, int(round(p.concurrency * f))))[
+                "predicted_throughput_ratio"].to_numpy()[m]
         rel = pred / df["throughput_ratio"].to_numpy() - 1.0
         rows.append({
             "concurrency": c, "factor": f,
@@ -552,21 +774,71 @@ def concurrency_sensitivity(rep: Reproduction, factors=(0.25, 0.5, 1.0, 2.0, 4.0
     return pd.DataFrame(rows)
 
 
+# ------------------------------------------------------------------------- transfer to other hardware
+
+#: host CPUs named by the seed: MI300X runs on dual EPYC 9654 (Zen 4, 3.7 GHz boost), MI355X on dual
+#: EPYC 9575F (Zen 5, 5.0 GHz boost) -- host-side seconds scale by the boost-clock ratio (the Zen 5
+#: IPC gain is not counted: a conservative factor)
+HOST_FACTOR = {"MI355X": 3.7 / 5.0}
+HOST_TERMS = ("host_step_s", "host_per_seq_s", "spec_fixed_s", "spec_per_token_s", "spec_per_seq_layer_s")
+GPU_SECONDS_TERMS = ("fixed_s", "per_layer_s")
+#: dimensionless terms (fractions of the datasheet peaks, padding tokens per expert) transfer as they are
+DIMENSIONLESS_TERMS = ("bandwidth", "compute", "moe_pad_tokens")
+#: engine clocks (AMD datasheets): kernel-launch and graph-replay gaps scale with 1 / clock on the
+#: same vendor stack
+CLOCK_HZ = {"MI300X": 2.1e9, "MI325X": 2.1e9, "MI350X": 2.2e9, "MI355X": 2.4e9}
+TRANSFER_HARDWARE = ("MI325X", "MI350X", "MI355X", "H100 SXM", "H200 SXM", "B200 SXM", "A100 80GB SXM")
+
+
+def transfer_params(params: StackParams, hardware: str, source: str = "MI300X") -> tuple[StackParams, str]:
+    """The ``source`` fit carried to ``hardware`` without MI300X absolute GPU seconds where a
+    stated factor exists.
+
+    - ``bandwidth``, ``compute``, ``moe_pad_tokens``: dimensionless, applied to the target
+      hardware's datasheet peaks as they are.
+    - host-side seconds (``host_step_s``, ``host_per_seq_s``, ``spec_fixed_s``,
+      ``spec_per_token_s``): x :data:`HOST_FACTOR` (MI355X: the seed's host CPUs) else x 1 (same
+      host class assumed).
+    - launch gaps (``fixed_s``, ``per_layer_s``): x source clock / target clock on AMD parts; x 1
+      on NVIDIA (no basis for a factor: stated).
+    - ``dequant_s_per_weight``: as fitted, per weight; it only applies where the precision has no
+      matrix unit on the TARGET hardware (MXFP4 on MI355X: none).
+    - ``allreduce_latency_s``: the prior (link-specific).
+
+    Returns ``(params, rule)`` where ``rule`` states all of this in one sentence.
+    """
+    t = dict(params.terms)
+    hf = HOST_FACTOR.get(hardware, 1.0)
+    for k in HOST_TERMS:
+        t[k] = params.terms[k] * hf
+    cf = CLOCK_HZ[source] / CLOCK_HZ[hardware] if hardware in CLOCK_HZ and source in CLOCK_HZ else 1.0
+    for k in GPU_SECONDS_TERMS:
+        t[k] = params.terms[k] * cf
+    rule = (f"dimensionless terms ({', '.join(DIMENSIONLESS_TERMS)}) as fitted on {source}, applied to "
+            f"{hardware}'s datasheet; host-side seconds ({', '.join(HOST_TERMS)}) x {hf:.3g}"
+            + (" (EPYC 9575F vs 9654 boost clock)" if hardware in HOST_FACTOR else " (same host class assumed)")
+            + f"; launch gaps ({', '.join(GPU_SECONDS_TERMS)}) x {cf:.3g}"
+            + (" (engine clock ratio)" if cf != 1.0 else " (no clock basis: as fitted)")
+            + "; dequantization per weight only where the precision has no matrix unit there")
+    src = {k: f"transferred from {source}: {rule}" for k in STACK_TERMS}
+    return replace(params, terms=t, term_sources=src), rule
+
+
 # ----------------------------------------------------------------------- MI355X EAGLE-3 cases
 
 
-def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128)) -> pd.DataFrame:
-    """Predicted EAGLE-3 speedup vs concurrency for the two amd-eagle3-post MI355X cases.
+def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1, 2, 4, 8, 16, 32, 64, 128)
+                         ) -> pd.DataFrame:
+    """Predicted EAGLE-3 speedup vs concurrency for the amd-eagle3-post MI355X cases.
 
-    The MI300X-fitted efficiencies are transferred to MI355X's datasheet (bandwidth, FLOP/s),
-    which is itself a prediction, not a fit.  Acceptance inputs (stated in the ``acceptance_source``
-    column): Kimi-K2.5 -- the MI300X appendix EAGLE-3 rows at N = 3 averaged over the four
-    datasets (different prompts than the post's random 1K/1K: an assumption); MiniMax-M2.5 -- the
-    MiniMax-M3 EAGLE-3 cumulative acceptance 0.75 / 0.55 / 0.41 at N = 3 published in the same
-    post (a sibling model's draft: an assumption).  N = 3 for both (published for MiniMax-M2.5,
-    assumed for Kimi-K2.5).
+    The MI300X stack terms are TRANSFERRED to MI355X (:func:`transfer_params`); nothing is fitted on
+    the MI355X results, so the comparison with the published ranges is a held-out check.
+    Acceptance inputs (``acceptance_source``): Kimi-K2.5 -- the MI300X appendix EAGLE-3 rows at N = 3
+    averaged over the four datasets (different prompts than the post's random 1K/1K: an assumption);
+    MiniMax-M2.5 -- the MiniMax-M3 EAGLE-3 cumulative acceptance 0.75 / 0.55 / 0.41 at N = 3 published
+    in the same post (a sibling model's draft: an assumption).  N = 3 for both (published for
+    MiniMax-M2.5, assumed for Kimi-K2.5).
     """
-
     sw = load_sweeps()
     kimi = sw[(sw["target"] == "Kimi-K2.5") & (sw["method"] == "eagle3") & (sw["n"] == 3)]
     kimi_cum = np.mean(np.vstack(kimi["cumulative"].to_list()), axis=0)
@@ -574,6 +846,7 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
     mm_cum = [float(mm.loc[mm["quantity"] == f"cumulative_acceptance_pos{k}", "value"].iloc[0]) for k in (1, 2, 3)]
     pub = load_mi355x_eagle3()
     hw = load_hardware("MI355X")
+    p, _ = transfer_params(params, "MI355X")
     cases = [
         ("Kimi-K2.5", "mxfp4", 4, kimi_cum, "MI300X appendix EAGLE-3 N=3, mean of 4 datasets (assumed to transfer)",
          pub.iloc[0], None),
@@ -585,10 +858,9 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
     cs = np.asarray(list(concurrencies))
     rows = []
     for tgt, prec, tp, cum, acc_src, prow, dprec in cases:
-        p = params.for_target(tgt)  # Kimi-K2.5: its MI300X per-target fit; MiniMax-M2.5: medians
         lat = p.latency(hw)
         spec = load_model(tgt)
-        drafter = get_drafter("eagle3", target=spec).with_params(draft_pass_overhead_s=p.draft_pass_overhead_s)
+        drafter = get_drafter("eagle3", target=spec)
         if dprec:
             drafter = drafter.with_params(precision=dprec)
         acc = Acceptance.from_rates(list(cum), kind="cumulative")
@@ -603,6 +875,7 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
                 "published_min": float(prow["speedup_min"]), "published_max": float(prow["speedup_max"]),
                 "published_concurrency_min": prow["concurrency_min"], "published_concurrency_max": prow["concurrency_max"],
                 "acceptance_source": acc_src, "source": prow["source"],
+                "role": "held out (MI300X terms transferred, nothing fitted on MI355X)",
             })
     return pd.DataFrame(rows)
 
@@ -617,16 +890,17 @@ class ReproductionStudy:
     Attributes
     ----------
     rep : Reproduction
-        The headline split (fit on GSM8K, the other datasets held out).
+        The headline: leave-one-target-out (:func:`loto_study`).
     sensitivity : pandas.DataFrame
-        :func:`concurrency_sensitivity` of ``rep`` (fitted parameters fixed).
+        :func:`concurrency_sensitivity` of ``rep`` (fitted terms fixed).
     stress : pandas.DataFrame
-        The secondary splits (leave-one-target-out, two smallest N, no-cost-model references); empty
+        The secondary splits (dataset, two smallest N) with the no-cost-model references; empty
         when ``quick``.
     mi355x : pandas.DataFrame
-        :func:`mi355x_eagle3_curves` with the fitted parameters.
+        :func:`mi355x_eagle3_curves` with the transferred terms.
     summary : dict
-        ``rep.summary`` plus ``loto_rms_log`` and ``seed_table``.
+        ``rep.summary`` plus the secondary splits, the MI355X per-concurrency predictions and the
+        seed table.
     """
 
     rep: Reproduction
@@ -636,59 +910,58 @@ class ReproductionStudy:
     summary: dict
 
 
-def reproduction_study(quick: bool = False, progress=None) -> ReproductionStudy:
-    """Reproduce the published tables: the headline split, the sensitivity to the assumed
-    concurrency, the secondary splits (skipped when ``quick``) and the MI355X EAGLE-3 cases.
+def _split_row(name: str, s: dict) -> dict:
+    return {"split": name, **{k: s.get(k) for k in (
+        "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
+        "held_out_baseline_median_abs_rel_error", "held_out_best_n_exact", "held_out_best_n_within_one_step")}}
 
-    ``progress``: optional bar (``update()`` per fit; :func:`study_steps` fits in all)."""
+
+def reproduction_study(quick: bool = False, progress=None) -> ReproductionStudy:
+    """Reproduce the published tables: leave-one-target-out (headline), the sensitivity to the
+    inferred concurrency, the secondary splits (skipped when ``quick``) and the MI355X EAGLE-3 cases.
+
+    ``progress``: optional bar (``update()`` per step; :func:`study_steps` steps in all)."""
     tick = progress.update if progress is not None else (lambda n=1: None)
-    rep = reproduce("dataset", "GSM8K")
+    loto = loto_study()
+    rep = loto.rep
     tick()
     sens_fixed = concurrency_sensitivity(rep)
-    stress = []
-    loto_log_err = []
+    stress = [_split_row("leave-one-target-out (headline)", rep.summary)]
+    summary = dict(rep.summary)
     if not quick:
-        for tgt in rep.table["target"].unique():
-            r2 = reproduce("target", tgt, concurrency=rep.params.concurrency)
+        secondary = {}
+        for name, (split, value) in (("fit on GSM8K, other datasets held out", ("dataset", "GSM8K")),
+                                     ("fit on the two smallest N per sweep", ("small_n", None))):
+            r = reproduce(split, value)
             tick()
-            s = r2.summary
-            h = r2.table[r2.table["role"] == "held_out"]
-            loto_log_err.extend(np.log(h["predicted_throughput_ratio"] / h["throughput_ratio"]).tolist())
-            stress.append({"split": f"leave-one-target-out: {tgt}", **{k: s[k] for k in (
-                "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
-                "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
-        r3 = reproduce("small_n", concurrency=rep.params.concurrency)
-        tick()
-        s = r3.summary
-        stress.append({"split": "fit on the two smallest N per sweep", **{k: s[k] for k in (
-            "held_out_rows", "held_out_median_abs_rel_error", "held_out_max_abs_rel_error",
-            "held_out_best_n_exact", "held_out_best_n_within_one_step")}})
-        for name, sub in (("GSM8K", rep.summary), ("two smallest N", s)):
-            b = sub.get("baseline_mal_scaling")
+            stress.append(_split_row(name, r.summary))
+            b = r.summary.get("baseline_mal_scaling")
             if b:  # the no-cost-model reference on the same held-out rows
-                stress.append({"split": f"NO-COST-MODEL baseline (MAL scaling), fit on {name}",
+                stress.append({"split": f"NO-COST-MODEL reference (MAL scaling), {name}",
                                "held_out_rows": b["rows"], "held_out_median_abs_rel_error": b["median_abs_rel_error"],
                                "held_out_max_abs_rel_error": b["max_abs_rel_error"],
                                "held_out_best_n_exact": b.get("best_n_exact"),
                                "held_out_best_n_within_one_step": b.get("best_n_within_one_step")})
+            secondary[split] = {k: r.summary[k] for k in (
+                "concurrency_assumed", "fit_loss_rms_log", "held_out_median_abs_rel_error",
+                "held_out_max_abs_rel_error", "held_out_baseline_median_abs_rel_error",
+                "held_out_best_n_within_one_step")}
+            secondary[split]["baseline_mal_scaling"] = b
+        summary["secondary_splits"] = secondary
     curves = mi355x_eagle3_curves(rep.params)
     tick()
-    summary = dict(rep.summary)
-    # RMS log error of predicting a target from the OTHER targets' parameters (leave-one-target-out):
-    # the interval width the shipped calibration gives targets it was not fitted on
-    summary["loto_rms_log"] = float(np.sqrt(np.mean(np.square(loto_log_err)))) if loto_log_err else None
+    summary["mi355x_eagle3"] = [
+        {k: (float(v) if isinstance(v, (np.floating, float)) else (int(v) if isinstance(v, (np.integer,)) else v))
+         for k, v in row.items() if k in ("target", "draft_precision", "concurrency", "predicted_throughput_ratio",
+                                          "published_min", "published_max")}
+        for row in curves.to_dict(orient="records")]
     summary["seed_table"] = seed_table_check(rep).to_dict(orient="records")
     return ReproductionStudy(rep, sens_fixed, pd.DataFrame(stress), curves, summary)
 
 
 def study_steps(quick: bool = False) -> int:
-    """Number of ``progress.update()`` calls :func:`reproduction_study` makes (its fits and the MI355X cases)."""
-    return 2 if quick else 3 + load_sweeps()["target"].nunique()
-
-
-#: hardware that gets the MI300X calibration transferred (same vendor stack, ROCm): MI325X is MI300X's
-#: CDNA3 silicon with more HBM, MI350X / MI355X are CDNA4
-TRANSFER_HARDWARE = ("MI325X", "MI350X", "MI355X")
+    """Number of ``progress.update()`` calls :func:`reproduction_study` makes."""
+    return 2 if quick else 4
 
 
 def write_reproduction_outputs(study: ReproductionStudy, out_dir: str | os.PathLike,
@@ -696,10 +969,10 @@ def write_reproduction_outputs(study: ReproductionStudy, out_dir: str | os.PathL
     """Write the reproduction tables into ``out_dir`` and the shipped calibrations into
     ``calibration_dir`` (each file atomically).
 
-    ``out_dir``: ``reproduction_table.csv`` (published vs predicted per row, role fit/held-out),
+    ``out_dir``: ``reproduction_table.csv`` (every row predicted leave-one-target-out),
     ``best_n.csv``, ``concurrency_refit.csv``, ``concurrency_sensitivity.csv``, ``mi355x_eagle3.csv``,
-    ``stress_splits.csv`` (when computed), ``summary.json``.  ``calibration_dir``: ``MI300X.json``
-    and the transferred ``MI325X.json``, ``MI350X.json``, ``MI355X.json`` (:func:`calibration_record`).
+    ``stress_splits.csv``, ``stack_terms.csv``, ``summary.json``.  ``calibration_dir``: ``MI300X.json``
+    (fitted) and one transferred file per :data:`TRANSFER_HARDWARE` (:func:`calibration_record`).
     """
     out_dir, calibration_dir = Path(out_dir), Path(calibration_dir)
     rep = study.rep
@@ -709,55 +982,44 @@ def write_reproduction_outputs(study: ReproductionStudy, out_dir: str | os.PathL
     if len(study.stress):
         tables.append((study.stress, "stress_splits.csv"))
     written = [atomic_write(out_dir / name, lambda p, df=df: df.to_csv(p, index=False)) for df, name in tables]
+    written.append(atomic_write(out_dir / "stack_terms.csv",
+                                lambda p: parameter_table(rep.params).to_csv(p, index_label="term")))
     written.append(atomic_write(out_dir / "summary.json",
                                 lambda p: p.write_text(json.dumps(study.summary, indent=2, default=float) + "\n")))
     written.append(write_calibration(calibration_dir / "MI300X.json", calibration_record(rep.params, study.summary)))
     for hw in TRANSFER_HARDWARE:
-        written.append(write_calibration(calibration_dir / f"{hw}.json",
+        written.append(write_calibration(calibration_dir / f"{hw.split()[0]}.json",
                                          calibration_record(rep.params, study.summary, hardware=hw)))
     return written
 
 
 def calibration_record(params: StackParams, summary: dict | None = None, hardware: str = "MI300X") -> dict:
-    """The shipped calibration (``specsim/data/calibration/<hardware>.json``) from fitted parameters.
-
-    Per-target parameters are recorded per target; the defaults used for any other target are
-    their medians over the fitted targets of the same kind (``per_kind``: mixture-of-experts /
-    dense), or over all fitted targets (top-level values) when the kind is unknown.  For ``hardware`` other than
-    MI300X the MI300X-fitted efficiencies are TRANSFERRED (``"calibrated": false``,
-    ``"transferred_from": "MI300X"``): predictions say so.  ``rmse_rel`` is the fit's RMS log
-    error (relative RMS of the throughput ratio), used for prediction intervals of fitted targets;
-    ``rmse_rel_unfitted_target`` (``summary["loto_rms_log"]``) the RMS log error of the
-    leave-one-target-out predictions, used for every other target.
+    """The shipped calibration (``specsim/data/calibration/<hardware>.json``, schema
+    :data:`specsim.calibration.SCHEMA_VERSION`): the stack terms, where each came from, the stack it
+    was fitted on and the leave-one-target-out error (``rmse_rel``, the width of prediction
+    intervals for every target).  No per-target values.  For ``hardware`` other than MI300X the
+    terms are TRANSFERRED (:func:`transfer_params`, ``"calibrated": false``) and say so.
     """
-    generic = params.for_target("", is_moe=None)  # an unfitted target of unknown kind: medians over all
-
-    def pick(k):
-        return float(getattr(generic, k))
-
-    per_kind = {kind: _median_values(params.per_target, flag) for kind, flag in (("moe", True), ("dense", False))}
+    p, rule = (params, None) if hardware == "MI300X" else transfer_params(params, hardware)
     rec = {
-        "hardware": hardware, "stack": "vLLM 0.23.1rc1.dev1120+g0f0f28b53, ROCm 7.2 (vllm-amd-specdec-post)",
+        "schema_version": SCHEMA_VERSION,
+        "hardware": hardware, "stack": dict(STACK),
         "calibrated": hardware == "MI300X",
-        "rmse_rel": float(summary["fit_loss_rms_log"]) if summary else None,
-        "rmse_rel_unfitted_target": (float(summary["loto_rms_log"]) if summary and summary.get("loto_rms_log")
-                                     is not None else None),
-        "efficiency": {"bandwidth": params.bandwidth, "compute": pick("compute"), "fixed_s": pick("fixed_s")},
-        "smooth_p": params.smooth_p,
-        "spec_overhead": {"fixed_s": pick("spec_fixed_s"), "per_token_s": pick("spec_per_token_s")},
-        "draft_pass_overhead_s": pick("draft_pass_overhead_s"),
-        "per_target": params.per_target,
-        "per_kind": per_kind,
-        "concurrency_assumed": int(params.concurrency),
-        "fitted_on": "vllm-amd-specdec-post appendix, GSM8K rows (throughput ratios + baseline tok/s)",
-        "held_out": "MATH500, HumanEval, MBPP rows (data/reproduction/)",
-        "note": ("per-target values apply to those targets; other targets use the medians over the fitted "
-                 "targets of the same kind (per_kind: moe / dense), or over all fitted targets (top level)"),
+        "terms": {k: float(p.terms[k]) for k in STACK_TERMS},
+        "term_sources": {k: p.term_sources.get(k, "") for k in STACK_TERMS},
+        "smooth_p": p.smooth_p,
+        "concurrency_inferred": int(params.concurrency),
+        "rmse_rel": float(summary["rms_log_error"]) if summary and summary.get("rms_log_error") is not None else None,
+        "rmse_rel_what": "RMS log error of the throughput ratio of leave-one-target-out predictions (targets the "
+                         "fit did not see)",
+        "interval_90_log_halfwidth": (float(summary["interval_90_log_halfwidth"])
+                                      if summary and summary.get("interval_90_log_halfwidth") is not None else None),
+        "fitted_on": "vllm-amd-specdec-post appendix, all five targets jointly (throughput ratios + baseline tok/s)",
         "source": "specsim.main_job.run_main_job",
     }
     if hardware != "MI300X":
         rec["transferred_from"] = "MI300X"
-        rec["note"] += "; efficiencies fitted on MI300X and transferred to this hardware's datasheet (no measurement here)"
+        rec["transfer_rule"] = rule
     return rec
 
 

@@ -1,4 +1,5 @@
-"""Guardian of one child process group (layer 4, runs): run as a script, ``python _guard.py STATUS -- CMD...``.
+"""Guardian of one child process group (layer 4, runs): run as a script,
+``python _guard.py [--detach] STATUS -- CMD...``.
 
 Started by :mod:`specsim.runs.process` as the leader of a new session, it starts ``CMD`` in its own
 process group and waits for it.  Its standard input is a pipe whose only writer is the process that
@@ -11,7 +12,8 @@ group by the starter are noted and the guardian keeps waiting for the child.
 ``STATUS`` (JSON) receives how the child ended: ``returncode`` (negative: the signal that ended it),
 ``end_signal``, ``signals_received`` (by the guardian, from the starter), ``orphaned`` (the starter
 died first), ``signals_sent`` (by the guardian), ``stop_seconds`` (first stop signal to the child's
-end) and ``ended`` (UTC).  Standard library only: it runs under any interpreter.
+end) and ``ended`` (UTC); with ``SPECSIM_GUARD_STATUS_COPY=DIR`` a copy goes to ``DIR/guard-<child pid>.json``.
+Standard library only: it runs under any interpreter.
 """
 from __future__ import annotations
 
@@ -90,13 +92,17 @@ def main(argv: list[str]) -> int:
             end_signal = signal.Signals(-rc).name
         except ValueError:
             end_signal = str(-rc)
-    status = {"returncode": rc, "end_signal": end_signal, "signals_received": received,
+    status = {"cmd": cmd[:3], "child_pid": child.pid, "returncode": rc, "end_signal": end_signal, "signals_received": received,
               "orphaned": orphaned.is_set(), "signals_sent": sent,
               "stop_seconds": round(time.monotonic() - first_stop[0], 3) if first_stop else None, "ended": _now()}
     tmp = status_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(status, f)
     os.replace(tmp, status_path)
+    copy_dir = os.environ.get("SPECSIM_GUARD_STATUS_COPY")
+    if copy_dir:  # diagnostics / tests: keep a copy the starter does not consume
+        with open(os.path.join(copy_dir, f"guard-{child.pid}.json"), "w") as f:
+            json.dump(status, f)
     if orphaned.is_set():  # nobody waits for the rest of the group: end what the child left behind
         pgid = os.getpgid(0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -107,5 +113,24 @@ def main(argv: list[str]) -> int:
     return 128 - rc if rc < 0 else rc
 
 
+def detach(argv: list[str]) -> int:
+    """``--detach STATUS -- CMD``: fork; the child is the guardian, the parent writes its pid to
+    ``STATUS.pid`` and exits.  The guardian's parent is then init (or a subreaper), not the process
+    that started it: a Ray worker kills its direct children when it is force-cancelled
+    (``kill_child_processes_on_worker_exit``), which would take the guardian with it."""
+    pid = os.fork()
+    if pid == 0:
+        return main(argv)
+    tmp = argv[0] + ".pid.tmp"
+    with open(tmp, "w") as f:
+        f.write(str(pid))
+    os.replace(tmp, argv[0] + ".pid")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    args = sys.argv[1:]
+    code = detach(args[1:]) if args[:1] == ["--detach"] else main(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # not sys.exit: the parent-watching thread may still be reading stdin

@@ -42,10 +42,13 @@ EXECUTORS = ("local", "ray")
 # one job, wherever it runs
 # --------------------------------------------------------------------------------------------
 
-def execute_job(job: dict, staging: str | os.PathLike) -> dict:
+def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
-    Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid}``.
+    Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
+    "interrupted": bool}``.  A KeyboardInterrupt (Ctrl-C; ``ray.cancel(force=False)`` in a Ray task)
+    stops the job's processes and records the current run as failed; with ``keep_interrupted`` the
+    runs recorded so far are returned (``interrupted`` True), else it propagates.
     The environment of the vLLM processes is made here, where they run
     (:func:`specsim.runs.provenance.vllm_env` with the job's platform defaults and explicit settings).
     """
@@ -64,9 +67,16 @@ def execute_job(job: dict, staging: str | os.PathLike) -> dict:
                 (d / "outputs.jsonl").write_text(job["baseline_outputs"][Path(p.baseline_run).name])
                 p.baseline_run = d
         stats: dict = {}
-        out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env, base_provenance=prov,
-                                         warmup=job.get("warmup"), health_timeout_s=job.get("health_timeout_s", 600.0),
-                                         stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats)
+        try:
+            out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
+                                             base_provenance=prov, warmup=job.get("warmup"),
+                                             health_timeout_s=job.get("health_timeout_s", 600.0),
+                                             stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats)
+        except KeyboardInterrupt:
+            if not keep_interrupted:
+                raise
+            out["results"] = _recorded_in(staging)
+            out["interrupted"] = True
         out["server_end"] = stats or None
     elif job["kind"] == "offline":
         judge = job.get("judge")
@@ -78,9 +88,27 @@ def execute_job(job: dict, staging: str | os.PathLike) -> dict:
             if not (staging / job["run_id"]).exists():
                 raise
             r = RunResult(job["run_id"], staging / job["run_id"], "failed", str(e))
+        except KeyboardInterrupt:
+            if not keep_interrupted:
+                raise
+            out["interrupted"] = True
+            out["results"] = _recorded_in(staging)
+            return out
         out["results"] = [r]
     else:
         raise SpecsimValueError("job.kind", "unknown job kind", job["kind"], ["group", "offline"])
+    return out
+
+
+def _recorded_in(staging: Path) -> list[RunResult]:
+    """Runs recorded in a staging directory (after an interrupt), with their recorded status."""
+    import json
+
+    out = []
+    for p in sorted(staging.iterdir()):
+        if p.is_dir() and not p.name.startswith(".") and (p / "provenance.json").exists():
+            prov = json.loads((p / "provenance.json").read_text())
+            out.append(RunResult(p.name, p, prov.get("status", "failed"), prov.get("error")))
     return out
 
 
@@ -178,9 +206,8 @@ class LocalExecutor:
 
 def _interrupted(staging: Path) -> dict:
     """What a job interrupted in this process leaves: its recorded runs in the staging directory."""
-    rs = [RunResult(p.name, p, "failed", "interrupted (KeyboardInterrupt)") for p in sorted(staging.iterdir())
-          if p.is_dir() and not p.name.startswith(".")]
-    return {"results": rs, "staging": staging, "server_end": None, "executor": {"kind": "local"}}
+    return {"results": _recorded_in(staging), "staging": staging, "server_end": None,
+            "executor": {"kind": "local"}}
 
 
 def _ray_module():
@@ -197,11 +224,12 @@ def _ray_job(job: dict) -> dict:
 
     staging = Path(tempfile.mkdtemp(prefix="specsim-ray-"))
     try:
-        out = execute_job(job, staging)
+        out = execute_job(job, staging, keep_interrupted=True)
         ctx = ray.get_runtime_context()
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
         return {"runs": packed, "results": res, "server_end": out["server_end"],
+                "interrupted": out.get("interrupted", False),
                 "executor": {"kind": "ray", "host": out["host"], "pid": out["pid"], "node_id": ctx.get_node_id(),
                              "task_id": ctx.get_task_id(), "resources": job.get("ray_resources")}}
     finally:

@@ -74,19 +74,89 @@ def _reset_child_signals() -> None:
 GUARD = Path(__file__).resolve().parent / "_guard.py"
 
 
-def _guarded_popen(cmd: Sequence[str], *, stdout, env: dict[str, str] | None, cwd) -> tuple[subprocess.Popen, Path]:
-    """Start ``cmd`` under the guardian (:mod:`specsim.runs._guard`) as the leader of a new session.
+class _Guarded:
+    """A ``Popen``-like handle of a detached guardian (:mod:`specsim.runs._guard` ``--detach``).
+
+    The guardian is not a child of this process (its parent is init): ``pid`` is its process group
+    id (the launcher's pid), ``guardian_pid`` its own.  ``poll`` / ``wait`` watch the guardian;
+    ``returncode`` is the guarded command's, from the guardian's status file, or -9 when the group
+    was killed before the guardian could write it."""
+
+    def __init__(self, cmd: Sequence[str], *, stdout, env: dict[str, str] | None, cwd):
+        fd, status = tempfile.mkstemp(prefix="specsim-guard-", suffix=".json")
+        os.close(fd)
+        os.unlink(status)
+        self.status_path = Path(status)
+        r, self._w = os.pipe()  # the guardian's stdin: end-of-file when this process dies
+        try:
+            launcher = subprocess.Popen([sys.executable, str(GUARD), "--detach", status, "--", *[str(c) for c in cmd]],
+                                        stdin=r, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                        start_new_session=True, preexec_fn=_reset_child_signals)
+        except BaseException:
+            os.close(self._w)
+            raise
+        finally:
+            os.close(r)
+        self.pid = launcher.pid  # the session and process group the guardian and its child live in
+        launcher.wait()
+        pidfile = Path(status + ".pid")
+        try:
+            self.guardian_pid = int(pidfile.read_text())
+            pidfile.unlink()
+        except (OSError, ValueError) as exc:
+            os.close(self._w)
+            raise OSError(f"the guardian did not start (launcher exit {launcher.returncode})") from exc
+        self.returncode: int | None = None
+        self.signals_sent: list[str] = []
+
+    def _status(self) -> dict | None:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        if _alive(self.guardian_pid):
+            return None
+        st = self._status()
+        self.returncode = st["returncode"] if st is not None else -signal.SIGKILL
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("guardian", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def close(self) -> None:
+        """Close the parent-death pipe (idempotent)."""
+        if self._w is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._w)
+            self._w = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def _guarded_popen(cmd: Sequence[str], *, stdout, env: dict[str, str] | None, cwd) -> tuple["_Guarded", Path]:
+    """Start ``cmd`` under a detached guardian (:mod:`specsim.runs._guard`) in a new session.
 
     The guardian's stdin is a pipe held only by this process: if this process dies (even by SIGKILL:
-    a force-cancelled Ray task, a killed kernel) the guardian stops the group itself.  Returns the
-    guardian's Popen (its pid is the process group id) and the path of its exit-status JSON."""
-    fd, status = tempfile.mkstemp(prefix="specsim-guard-", suffix=".json")
-    os.close(fd)
-    os.unlink(status)
-    proc = subprocess.Popen([sys.executable, str(GUARD), status, "--", *[str(c) for c in cmd]],
-                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            start_new_session=True, preexec_fn=_reset_child_signals)
-    return proc, Path(status)
+    a force-cancelled Ray task, a killed kernel) the guardian stops the group itself; detached, it
+    also survives a Ray worker killing its direct children.  Returns the handle (its ``pid`` is the
+    process group id) and the path of the guardian's exit-status JSON."""
+    g = _Guarded(cmd, stdout=stdout, env=env, cwd=cwd)
+    return g, g.status_path
 
 
 def _guard_status(path: Path | None) -> dict | None:
@@ -102,10 +172,10 @@ def _guard_status(path: Path | None) -> dict | None:
     return d
 
 
-def _close_pipe(proc: subprocess.Popen) -> None:
-    if proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
+def _close_pipe(proc) -> None:
+    close = getattr(proc, "close", None)
+    if close is not None:
+        close()
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
@@ -251,7 +321,7 @@ class Server:
         self.health_timeout_s = float(health_timeout_s)
         self.poll_interval_s = float(poll_interval_s)
         self.stop_timeout_s = float(stop_timeout_s)
-        self.proc: subprocess.Popen | None = None
+        self.proc: "_Guarded | None" = None
         self.startup_seconds: float | None = None
         self.returncode: int | None = None
         #: seconds the last stop took (SIGINT to the group's end); None before a stop

@@ -363,7 +363,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         tick(dataclasses.replace(r, path=path), _est_of(expected, r.run_id))
                     with contextlib.suppress(OSError):
                         shutil.rmtree(out["staging"])
-            err = out if isinstance(out, BaseException) else RunError("the job ended without recording this run")
+            err = out if isinstance(out, BaseException) else RunError(
+                "interrupted before this run started (the job was cancelled)" if out.get("interrupted")
+                else "the job ended without recording this run")
             for rid, prov, est_s in expected:
                 if rid not in got and not (runs_dir / rid).exists():
                     tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}},
@@ -476,9 +478,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             ex.close()
         finally:
             if results:
-                mid, _ = _run_id_for(runs_dir, f"{prefix}-manifest", True)
-                _record_manifest(mid or f"{prefix}-manifest-x", runs_dir, results,
-                                 {**(locals().get("common") or {}), "executor": {"kind": executor}})
+                mid, k = f"{prefix}-manifest", 1
+                while (runs_dir / mid).exists():  # a resumed invocation adds its own manifest
+                    k += 1
+                    mid = f"{prefix}-manifest-{k}"
+                _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
+                                                          "executor": {"kind": executor}})
     return results
 
 
@@ -607,4 +612,4 @@ def _record_manifest(run_id: str, runs_dir: Path, results: list[RunResult], comm
                     err = (r.error or "").splitlines()[0][:300].replace('"', "'") if r.error else ""
                     f.write(f'{r.run_id},{r.status},"{err}"\n')
             with contextlib.suppress(Exception):
-                matrix_table(runs_dir, run_id[: -len("-manifest")]).to_csv(rec.path / "summary.csv", index=False)
+                matrix_table(runs_dir, run_id[: run_id.rindex("-manifest")]).to_csv(rec.path / "summary.csv", index=False)

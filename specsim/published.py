@@ -201,3 +201,15 @@ def load_mi355x_eagle3() -> pd.DataFrame:
 def load_minimax_m3_acceptance() -> pd.DataFrame:
     """MiniMax-M3 EAGLE-3 acceptance published in amd-eagle3-post (``published/minimax_m3_eagle3_acceptance.csv``)."""
     return pd.read_csv(data_path("published", "minimax_m3_eagle3_acceptance.csv"))
+
+
+def load_concurrency_sweeps() -> pd.DataFrame:
+    """Published concurrency sweeps on NVIDIA GPUs (``published/concurrency_sweeps.csv``, 135 rows).
+
+    P-EAGLE / EAGLE-3 on gpt-oss-20b (1x B200), the EAGLE-3 paper batch tables (Llama-3.1-8B,
+    secondary), DSpark on DeepSeek-V4-Pro (8x B300) and a 2024 vLLM blog; every value as published
+    (see ``specsim/data/published/README.md``, section "Concurrency sweeps").  ``concurrency`` is
+    text (``"QPS=1"`` in the 2024 blog, empty for the P-EAGLE acceptance tables) and
+    ``throughput_ratio`` is NOT always spec / no-spec: read ``ratio_kind``.
+    """
+    return pd.read_csv(data_path("published", "concurrency_sweeps.csv"))

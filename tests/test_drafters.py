@@ -296,7 +296,7 @@ def test_draftnet_is_a_latency_model_input(rl):
     bd = rl.breakdown(net, batch=1, q=1, context=0)
     params = 1024 * (3 * 1024) + 1024 * 1024 + 3 * 1024 * 4096 + 32000 * 1024
     assert float(bd["weights_s"]) == pytest.approx(2.0 * params / (0.7 * MI300X_BW), rel=1e-12)
-    assert len(list_draft_specs()) == 15
+    assert len(list_draft_specs()) == 17  # 15 seed specs + gpt-oss-20b EAGLE-3 and P-EAGLE (concurrency study)
 
 
 def test_derived_eagle3_matches_published_size():

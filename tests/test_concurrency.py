@@ -249,3 +249,11 @@ def test_parallel_drafting_is_modelled_only_for_a_parallel_drafting_head():
     e3 = parse_speculative_config({"method": "eagle3", "model": "RedHatAI/gpt-oss-20b-speculator.eagle3",
                                    "num_speculative_tokens": 3, "parallel_drafting": True})
     assert "not modelled: parallel_drafting=true" in unmodelled_config_fields(e3)
+
+
+def test_eagle3_k3_assumption_is_the_models_better_k(study):
+    # the blog: EAGLE-3's best K in {3, 5, 7} is "mostly 3"; with the AL tables' K = 3 / 7 MALs the
+    # fitted model prefers K = 3 at every dataset and concurrency (K = 7 is 10-22 % lower)
+    k = study.summary["eagle3_k3_vs_k7"]
+    assert k["predicted_best_k_3_share"] == 1.0 and len(k["rows"]) == 21
+    assert all(r["predicted_ratio_k7"] < 0.92 * r["predicted_ratio_k3"] for r in k["rows"])

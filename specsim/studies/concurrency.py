@@ -294,6 +294,22 @@ def _caption_check(table: pd.DataFrame, captions: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def eagle3_k_check(params: StackParams, rows: pd.DataFrame, sweeps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The assumed EAGLE-3 K = 3 against K = 7 (the two K of the blog's AL tables; K = 5 has no
+    published AL): the model's predicted ratio of each at every (dataset, c), and the better K.
+    The blog says the best K is "mostly 3"."""
+    sw = load_concurrency_sweeps() if sweeps is None else sweeps
+    al = sw[_is_p_eagle(sw) & sw["concurrency"].isna() & sw["mean_acceptance_length"].notna()]
+    m7 = {r.dataset: float(r.mean_acceptance_length) for r in al.itertuples()
+          if r.method == "eagle3" and int(r.num_speculative_tokens) == 7}
+    e3 = rows[rows["arm"] == "eagle3"].reset_index(drop=True)
+    k7 = e3.assign(n=7, mean_acceptance_length=e3["dataset"].map(m7))
+    r3 = AppendixPlans(e3).predict(params)["predicted_throughput_ratio"].to_numpy()
+    r7 = AppendixPlans(k7).predict(params)["predicted_throughput_ratio"].to_numpy()
+    return pd.DataFrame({"dataset": e3["dataset"], "concurrency": e3["concurrency"], "predicted_ratio_k3": r3,
+                         "predicted_ratio_k7": r7, "predicted_best_k": np.where(r3 >= r7, 3, 7)})
+
+
 def eagle3_paper_shape(params: StackParams, sweeps: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """SHAPE check (not a fit): the EAGLE-3 paper's SGLang batch table (Llama-3.1-8B, MT-bench, chain
     length 3, b = 2..64; secondary transcription; 1x H100 per the source README) against the model
@@ -461,6 +477,7 @@ def concurrency_study(sweeps: pd.DataFrame | None = None) -> ConcurrencyStudy:
     experts = expert_fractions()
     captions = _caption_check(table, p_eagle_captions(sw))
     paper, rule = eagle3_paper_shape(params, sw)
+    kcheck = eagle3_k_check(params, rows, sw)
 
     ho, fit = table[table["role"] == "held out"], table[table["role"] == "fit"]
 
@@ -509,6 +526,9 @@ def concurrency_study(sweeps: pd.DataFrame | None = None) -> ConcurrencyStudy:
         "p_over_e_captions": {"median_abs_rel_error": float(captions["rel_error"].abs().median()),
                               "max_abs_rel_error": float(captions["rel_error"].abs().max()),
                               "rows": _records(captions)},
+        "eagle3_k3_vs_k7": {
+            "what": "the assumed EAGLE-3 K = 3 vs K = 7 (AL tables), predicted; the blog: best K 'mostly 3'",
+            "predicted_best_k_3_share": float(np.mean(kcheck["predicted_best_k"] == 3)), "rows": _records(kcheck)},
         "eagle3_paper_shape": {
             "what": "SHAPE only (not fitted): EAGLE-3 paper SGLang table, Llama-3.1-8B, MT-bench, chain 3, H100 "
                     "(secondary transcription; SGLang, not vLLM); B200 terms transferred to H100",

@@ -22,6 +22,7 @@ from specsim.errors import DataError, SpecsimValueError
 from specsim.plots.reproduction import reproduction_figures
 from specsim.plots.tuning import make_tuning_figures
 from specsim.plots.validation import make_validation_figures
+from specsim.studies.concurrency import concurrency_study, write_concurrency_outputs
 from specsim.studies.curves import sweep_curves
 from specsim.studies.reproduce import (
     reproduction_study,
@@ -109,7 +110,12 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
     with progress(study_steps(quick) + 2 + validating, "specsim reproduce", enabled=show_progress) as bar:
         bar.set_postfix_str("fitting the published sweeps")
         study = reproduction_study(quick=quick, progress=bar)
+        bar.set_postfix_str("NVIDIA concurrency sweeps")
+        conc = concurrency_study()
+        study.summary["concurrency_sweeps"] = conc.summary  # into summary.json
         written = write_reproduction_outputs(study, paths["out"], paths["calibration"])
+        # after the transferred calibrations: it writes the B200 calibration fitted on the P-EAGLE rows
+        written += write_concurrency_outputs(conc, paths["out"], paths["calibration"])
         bar.set_postfix_str("reproduction figures")
         written += reproduction_figures(study.rep, study.mi355x, study.sensitivity, figures, sweep_curves(study.rep))
         bar.update()

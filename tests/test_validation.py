@@ -352,6 +352,7 @@ def test_calibration_never_uses_judged_runs(tmp_path, result):
     res2 = V.validate(root)
     assert res2.latency.params() == result.latency.params()
     assert res2.fit.to_dict() == result.fit.to_dict()
+    assert res2.library_fit.to_dict() == result.library_fit.to_dict()
     e1 = result.errors.set_index("run_id")
     e2 = res2.errors.set_index("run_id")
     assert e2.loc[victim, "measured_ratio"] == pytest.approx(1.5 * e1.loc[victim, "measured_ratio"])
@@ -363,18 +364,22 @@ def test_calibration_never_uses_judged_runs(tmp_path, result):
         d = json.loads(fb.read_text())
         d["output_throughput"] *= 1.5
         fb.write_text(json.dumps(d))
-        assert V.validate(root).fit.to_dict() != result.fit.to_dict()
+        res3 = V.validate(root)
+        assert res3.fit.to_dict() != result.fit.to_dict()
+        assert res3.library_fit.to_dict() != result.library_fit.to_dict()
 
 
 @recorded
 def test_error_metrics_are_held_out_only(result):
     e = result.errors
-    fit_ids = set(result.fit.fitted_on)
+    lib = result.library_fit
+    fit_ids = set(lib.fitted_on) | set(lib.lookup_fitted_on)
+    assert fit_ids == set(result.fit.fitted_on)  # the same fit set as the scenario comparison: 11 + 1 runs
     held = e[e["role"] == "held-out"]
     assert fit_ids.isdisjoint(held["run_id"])
     assert set(held["run_id"]) == set(e.loc[e["usable"].astype(bool), "run_id"]) - fit_ids
     fitted = e[e["role"] == "fitted"]
-    lookup = set(result.fit.lookup_fitted_on)
+    lookup = set(lib.lookup_fitted_on)
     assert set(fitted.loc[~fitted["run_id"].isin(lookup), "family"]) <= {"selfdraft"}
     assert set(fitted.loc[fitted["run_id"].isin(lookup), "num_speculative_tokens"]) <= {1}
     assert set(fitted["run_id"]) == fit_ids
@@ -395,6 +400,31 @@ def test_prediction_uses_measured_acceptance_not_measured_time(result):
     row2 = dict(row, m_eff=row["m_eff"] + 0.3)
     p1 = V.predict_run(row2, result.latency, result.fit)["predicted_ratio"]
     assert p1 > p0
+    # the library's model (predict()): more accepted tokens in the counters -> higher predicted ratio
+    q0 = V.predict_with_library(row, result.latency, result.library_fit)["predicted_ratio"]
+    acc = [int(v) for v in row["accepted_per_pos"]]
+    more = dict(row, num_accepted_tokens=row["num_accepted_tokens"] + row["num_drafts"] // 4,
+                accepted_per_pos=[acc[0] + row["num_drafts"] // 4 if acc[0] + row["num_drafts"] // 4 <= row["num_drafts"]
+                                  else acc[0]] + acc[1:])
+    if more["accepted_per_pos"][0] != acc[0]:
+        assert V.predict_with_library(more, result.latency, result.library_fit)["predicted_ratio"] > q0
+
+
+@recorded
+def test_headline_model_is_predict_and_its_absolute_errors_are_reported(result):
+    """errors.csv's predicted_ratio IS specsim.predict.predict() for the run (recomputed here), and
+    the summary carries the absolute output tok/s and TPOT errors beside the ratio."""
+    e = result.errors[result.errors["role"] == "held-out"]
+    row = R.pair_runs(R.load_runs(RUNS)).set_index("run_id").loc[e.iloc[0]["run_id"]].to_dict()
+    row["run_id"] = e.iloc[0]["run_id"]
+    got = V.predict_with_library(row, result.latency, result.library_fit)
+    assert got["predicted_ratio"] == pytest.approx(e.iloc[0]["predicted_ratio"], rel=1e-12)
+    for k, col in (("held_out_spec_tok_per_s", "spec_tok_per_s_error"), ("held_out_tpot", "tpot_error"),
+                   ("held_out_base_tok_per_s", "base_tok_per_s_error")):
+        assert result.summary[k]["median_abs_error"] == pytest.approx(float(e[col].abs().median()))
+    np.testing.assert_allclose(e["spec_tok_per_s_error"], e["predicted_spec_tok_per_s"] / e["output_tok_per_s"] - 1)
+    g = result.summary["goal"]
+    assert g["met_median"] == (result.summary["held_out"]["median_abs_error"] <= 0.10)
 
 
 @recorded

@@ -787,7 +787,9 @@ DIMENSIONLESS_TERMS = ("bandwidth", "compute", "moe_pad_tokens")
 #: engine clocks (AMD datasheets): kernel-launch and graph-replay gaps scale with 1 / clock on the
 #: same vendor stack
 CLOCK_HZ = {"MI300X": 2.1e9, "MI325X": 2.1e9, "MI350X": 2.2e9, "MI355X": 2.4e9}
-TRANSFER_HARDWARE = ("MI325X", "MI350X", "MI355X", "H100 SXM", "H200 SXM", "B200 SXM", "A100 80GB SXM")
+#: hardware whose calibration is the MI300X fit transferred (B200 has its own fit on the P-EAGLE rows:
+#: specsim.studies.concurrency)
+TRANSFER_HARDWARE = ("MI325X", "MI350X", "MI355X", "H100 SXM", "H200 SXM", "A100 80GB SXM")
 
 
 def transfer_params(params: StackParams, hardware: str, source: str = "MI300X") -> tuple[StackParams, str]:

@@ -18,7 +18,7 @@ import pandas as pd
 from specsim._checks import int_array, int_field
 from specsim.acceptance import Acceptance
 from specsim.architecture import ModelSpec, load_model
-from specsim.calibration import default_latency
+from specsim.calibration import default_latency, stack_mismatch
 from specsim.drafters import draft_specs, get_drafter, unmodelled_config_fields
 from specsim.engine import (
     Scenario,
@@ -886,6 +886,8 @@ def predict(
     mean_proposal_tokens: float | None = None,
     baseline=None,
     baseline_concurrency: int | None = None,
+    vllm_version: str | None = None,
+    platform: str | None = None,
 ) -> Prediction:
     """Predict one speculative-decoding operating point.
 
@@ -956,6 +958,10 @@ def predict(
         The concurrency the baseline was measured at, when it differs from ``concurrency``: the
         anchor is solved there and applied at ``concurrency`` (stated in the assumptions).
         Without it a baseline measured at another concurrency is refused.
+    vllm_version, platform : str, optional
+        The vLLM release and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run; a WARNING when
+        they differ from the software stack the shipped calibration was fitted on
+        (:func:`specsim.calibration.stack_mismatch`; the calibration file records its stack).
 
     Returns
     -------
@@ -1021,7 +1027,7 @@ def predict(
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
-        + feas + ov_warn,  # KV overflow: shown, not only recorded
+        + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
         num_speculative_tokens_source=n_src,
@@ -1106,6 +1112,12 @@ def precision_label(target, precision: str | None) -> str:
     w = getattr(target, "weight_dtype", "bf16")
     e = getattr(target, "expert_weight_dtype", w)
     return w if e in (None, w) else f"{w} (routed experts {e})"
+
+
+def _stack_warning(latency, vllm_version: str | None, platform: str | None) -> tuple[str, ...]:
+    """The calibration-stack mismatch warning (empty when nothing is declared or it matches)."""
+    w = stack_mismatch(getattr(latency, "calibration", None), vllm_version=vllm_version, platform=platform)
+    return (w,) if w else ()
 
 
 def check_feasibility(r: Scenario, *, tp: int, concurrency: int, isl: int, osl: int, hardware) -> tuple[str, ...]:

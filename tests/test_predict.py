@@ -605,3 +605,17 @@ def test_native_mtp_is_derived_from_a_target_that_declares_it():
     assert t[0] < t[1] < t[2]
     with pytest.raises(SpecsimValueError, match="no native MTP"):
         predict("Llama-3.1-8B-Instruct", "mtp", 3, acceptance=0.8)
+
+
+def test_declared_stack_other_than_the_calibrations_warns():
+    """Issue 9: the calibration records its stack; a prediction for another declared vLLM release or
+    platform says so (a WARNING), the same release does not."""
+    from specsim.predict import predict
+
+    kw = dict(hardware="MI300X", acceptance=0.7)
+    assert not any("software stack" in w for w in predict("Qwen3-8B", "eagle3", 3, **kw).warnings)
+    assert not any("software stack" in w for w in predict("Qwen3-8B", "eagle3", 3, vllm_version="0.23.0", **kw).warnings)
+    w = [w for w in predict("Qwen3-8B", "eagle3", 3, vllm_version="0.32.1", **kw).warnings if "software stack" in w]
+    assert len(w) == 1 and "0.32.1" in w[0]
+    w = [w for w in predict("Qwen3-8B", "eagle3", 3, platform="CUDA 12.8", **kw).warnings if "software stack" in w]
+    assert len(w) == 1 and "CUDA" in w[0]

@@ -87,6 +87,7 @@ def _cmd_predict(args) -> int:
         precision=args.precision, concurrency=conc, isl=isl, osl=osl, acceptance=acc,
         draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, baseline=b,
+        vllm_version=args.vllm_version, platform=args.platform,
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
@@ -268,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-speculative-tokens", type=int, help="proposal length N")
     p.add_argument("--concurrency", type=int, default=None,
                    help="concurrent requests (decode batch; default 1, or the --baseline-from run's max_concurrency)")
+    p.add_argument("--vllm-version", help="the vLLM release you will run (warns when the calibration's stack differs)")
+    p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns when the "
+                                      "calibration's stack differs)")
     p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
     p.set_defaults(func=_cmd_predict)
 

@@ -210,11 +210,9 @@ def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeyp
 
 # ---- Ray (local cluster) ------------------------------------------------------------------------
 
-ray = pytest.importorskip("ray")
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
@@ -271,3 +269,65 @@ def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_c
         time.sleep(0.5)
     assert not _no_fake_processes()
     shutil.rmtree(runs)
+
+
+# ---- the persistent bench client ------------------------------------------------------------------
+
+FAKE_VLLM_PKG = {
+    "vllm/__init__.py": "",
+    "vllm/utils/__init__.py": "",
+    "vllm/benchmarks/__init__.py": "",
+    "vllm/utils/argparse_utils.py": textwrap.dedent('''
+        import argparse
+        class FlexibleArgumentParser(argparse.ArgumentParser):
+            def parse_args(self, argv):
+                ns, rest = {}, list(argv)
+                while rest:
+                    k = rest.pop(0)[2:].replace("-", "_")
+                    ns[k] = rest.pop(0) if rest and not rest[0].startswith("--") else True
+                return argparse.Namespace(**ns)
+    '''),
+    "vllm/benchmarks/serve.py": textwrap.dedent('''
+        import json, os
+        def add_cli_args(parser):
+            pass
+        def main(args):
+            with open(os.environ["FAKE_LOG"], "a") as f:
+                f.write(json.dumps({"event": "bench", "concurrency": int(args.max_concurrency),
+                                    "seed": args.seed, "client_pid": os.getpid()}) + "\\n")
+            if os.environ.get("FAKE_BENCH_FAIL") == args.max_concurrency:
+                raise SystemExit(2)
+            n = int(args.num_prompts)
+            texts = [f"out{i}" for i in range(n)]
+            print("fake in-process bench", flush=True)
+            json.dump({"num_prompts": n, "completed": n, "failed": 0, "generated_texts": texts,
+                       "input_lens": [5] * n, "output_lens": [3] * n, "errors": [""] * n},
+                      open(os.path.join(args.result_dir, args.result_filename), "w"))
+    '''),
+}
+
+
+def test_persistent_bench_client_serves_every_cell_from_one_process(fake_env):
+    pkg = fake_env["tmp"] / "pkg"
+    for rel, text in FAKE_VLLM_PKG.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    m = _matrix(fake_env["tmp"], env={"PYTHONPATH": str(pkg), "FAKE_BENCH_FAIL": "2"})
+    sc = json.loads((m / "specsim.json").read_text())
+    sc["bench_client"] = "persistent"
+    (m / "specsim.json").write_text(json.dumps(sc))
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-S5-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S5", progress=False)}
+    # a failing bench (concurrency 2) is recorded failed; the client goes on with the next cells
+    assert res == {"t-health": "ok", "baseline-c1": "ok", "baseline-t0.8-c2": "failed", "ngram-n2-c1": "ok",
+                   "ngram-n2-t0.8-c2": "failed", "ngram-n3-c1": "ok", "ngram-n3-t0.8-c2": "failed"}
+    benches = [e for e in _events(fake_env["log"]) if e["event"] == "bench"]
+    assert len(benches) == 6 and len({e["client_pid"] for e in benches}) == 1  # one client for the matrix
+    p = _prov(runs / "fake-S5-ngram-n3-c1")
+    assert p["bench_client"]["kind"] == "persistent" and p["checks"]["greedy_identical_to_baseline"]["all_identical"]
+    assert "fake in-process bench" in (runs / "fake-S5-ngram-n3-c1" / "bench.log").read_text()
+    assert "exited with code 2" in _prov(runs / "fake-S5-baseline-t0.8-c2")["error"]
+    assert not psutil.pid_exists(benches[0]["client_pid"]) or \
+        psutil.Process(benches[0]["client_pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not _no_fake_processes()

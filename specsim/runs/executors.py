@@ -42,13 +42,16 @@ EXECUTORS = ("local", "ray")
 # one job, wherever it runs
 # --------------------------------------------------------------------------------------------
 
-def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False) -> dict:
+def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False,
+                clients: dict | None = None) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
     "interrupted": bool}``.  A KeyboardInterrupt (Ctrl-C; ``ray.cancel(force=False)`` in a Ray task)
     stops the job's processes and records the current run as failed; with ``keep_interrupted`` the
-    runs recorded so far are returned (``interrupted`` True), else it propagates.
+    runs recorded so far are returned (``interrupted`` True), else it propagates.  ``clients``: a
+    dict kept by the caller across jobs, holding the persistent bench client (``bench_client:
+    persistent``) so that one client process serves every server of the matrix.
     The environment of the vLLM processes is made here, where they run
     (:func:`specsim.runs.provenance.vllm_env` with the job's platform defaults and explicit settings).
     """
@@ -67,11 +70,20 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
                 (d / "outputs.jsonl").write_text(job["baseline_outputs"][Path(p.baseline_run).name])
                 p.baseline_run = d
         stats: dict = {}
+        bc = job.get("bench_client", "process")
+        if bc == "persistent" and clients is not None:
+            from specsim.runs.process import BenchClient
+
+            if clients.get("bench") is None:
+                clients["bench"] = BenchClient(env=env)
+            clients["bench"].env = env
+            bc = clients["bench"]
         try:
             out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
                                              base_provenance=prov, warmup=job.get("warmup"),
                                              health_timeout_s=job.get("health_timeout_s", 600.0),
-                                             stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats)
+                                             stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats,
+                                             bench_client=bc)
         except KeyboardInterrupt:
             if not keep_interrupted:
                 raise
@@ -175,6 +187,7 @@ class LocalExecutor:
     def __init__(self, runs_dir: Path):
         self.runs_dir = Path(runs_dir)
         self._done: list[tuple[Any, dict | BaseException]] = []
+        self._clients: dict = {}
 
     def resources(self, job: dict) -> dict:
         return {}
@@ -185,7 +198,7 @@ class LocalExecutor:
     def submit(self, job: dict, tag: Any) -> None:
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.runs_dir))
         try:
-            out = execute_job(job, staging)
+            out = execute_job(job, staging, clients=self._clients)
             out["staging"] = staging
             out["executor"] = {"kind": "local", "host": out["host"], "pid": out["pid"]}
             self._done.append((tag, out))
@@ -201,7 +214,8 @@ class LocalExecutor:
         return done
 
     def close(self) -> None:
-        pass
+        if self._clients.get("bench") is not None:
+            self._clients.pop("bench").close()
 
 
 def _interrupted(staging: Path) -> dict:

@@ -246,8 +246,10 @@ class CpuAccount:
     in CPU seconds over the same wall interval; ``other_fraction`` divides by wall x logical CPUs.
     """
 
-    def __init__(self, server_pgid: int | None):
+    def __init__(self, server_pgid: int | None, client_pgid: int | None = None):
         self.pgid = server_pgid
+        #: process group of a persistent bench client (its CPU counts as the bench's, not as other's)
+        self.client = client_pgid
 
     def __enter__(self) -> "CpuAccount":
         import resource
@@ -257,6 +259,7 @@ class CpuAccount:
         self._srv = _group_cpu_seconds(self.pgid) if self.pgid else 0.0
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         self._ch = ru.ru_utime + ru.ru_stime
+        self._cl = _group_cpu_seconds(self.client) if self.client else 0.0
         t = os.times()
         self._self = t.user + t.system
         return self
@@ -269,6 +272,8 @@ class CpuAccount:
         srv = (_group_cpu_seconds(self.pgid) if self.pgid else 0.0) - self._srv
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         ch = ru.ru_utime + ru.ru_stime - self._ch
+        if self.client:
+            ch += _group_cpu_seconds(self.client) - self._cl
         t = os.times()
         me = t.user + t.system - self._self
         self.result = {"wall_seconds": round(wall, 3), "server_cpu_seconds": round(srv, 3),
@@ -482,3 +487,119 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
     if rc != 0:
         raise RunError(f"{Path(str(cmd[0])).name} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
     return time.monotonic() - t0
+
+
+BENCH_WORKER = Path(__file__).resolve().parent / "_bench_worker.py"
+
+
+class BenchClient:
+    """One persistent ``vllm bench serve`` process (:mod:`specsim.runs._bench_worker`) for many benches.
+
+    ``run(cmd, ...)`` takes the same command as :func:`run_command` (``<venv>/bin/vllm bench serve
+    ARGS``) and runs ``ARGS`` through vLLM's own benchmark ``main`` in the worker, started on first
+    use by the interpreter beside ``vllm`` under a guardian.  A timeout or a dead worker stops its
+    group (the next run starts a new one).  ``pgid`` is the worker's process group (for CPU
+    accounting); :meth:`close` ends it.
+    """
+
+    def __init__(self, *, env: dict[str, str] | None = None, start_timeout_s: float = 300.0,
+                 stop_timeout_s: float = 15.0):
+        self.env = env
+        self.start_timeout_s = float(start_timeout_s)
+        self.stop_timeout_s = float(stop_timeout_s)
+        self.proc: _Guarded | None = None
+        self.dir: Path | None = None
+        self.n = 0
+        self.python: Path | None = None
+        #: seconds the worker took to start (import vLLM), per start
+        self.start_seconds: list[float] = []
+
+    @property
+    def pgid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
+
+    def _start(self, python: Path) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="specsim-bench-"))
+        self.n = 0
+        t0 = time.monotonic()
+        with open(self.dir / "worker.log", "ab", buffering=0) as log:
+            self.proc = _Guarded([str(python), str(BENCH_WORKER), str(self.dir)], stdout=log, env=self.env, cwd=None)
+        while not (self.dir / "ready").exists():
+            if self.proc.poll() is not None:
+                raise RunError(f"bench worker exited with code {self.proc.returncode} while starting; log "
+                               f"{self.dir / 'worker.log'}:\n{_tail(self.dir / 'worker.log')}")
+            if time.monotonic() - t0 > self.start_timeout_s:
+                self.close()
+                raise RunError(f"bench worker not ready within {self.start_timeout_s:g} s")
+            time.sleep(0.05)
+        self.start_seconds.append(time.monotonic() - t0)
+
+    def ensure(self, cmd: Sequence[str]) -> float | None:
+        """Start the worker for ``cmd``'s vLLM environment unless it runs; returns the seconds a start
+        took (None when it was running)."""
+        cmd = [str(c) for c in cmd]
+        if cmd[1:3] != ["bench", "serve"]:
+            raise RunError(f"the bench worker runs `vllm bench serve` only, not {cmd[:3]}")
+        python = Path(cmd[0]).parent / "python"
+        if self.proc is not None and self.proc.poll() is None and python == self.python:
+            return None
+        self.close()
+        self.python = python
+        self._start(python)
+        return self.start_seconds[-1]
+
+    def run(self, cmd: Sequence[str], *, log_path: str | os.PathLike, timeout_s: float | None = None) -> float:
+        """Run one ``vllm bench serve`` command in the worker; returns its wall time in seconds.
+
+        Raises RunError on a non-zero exit, a timeout (the worker is stopped) or a dead worker."""
+        cmd = [str(c) for c in cmd]
+        self.ensure(cmd)
+        assert self.dir is not None and self.proc is not None
+        n, self.n = self.n, self.n + 1
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f"req-{n}.tmp"
+        tmp.write_text(json.dumps({"argv": cmd[3:], "log": str(log_path)}))
+        os.replace(tmp, self.dir / f"req-{n}.json")
+        rep_path = self.dir / f"rep-{n}.json"
+        t0 = time.monotonic()
+        try:
+            while not rep_path.exists():
+                if self.proc.poll() is not None:
+                    raise RunError(f"bench worker died (code {self.proc.returncode}); log {log_path}:\n{_tail(Path(log_path))}")
+                if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                    self.close()
+                    raise RunError(f"vllm bench serve timed out after {timeout_s:g} s; log {log_path}:\n"
+                                   f"{_tail(Path(log_path))}")
+                time.sleep(0.05)
+        except BaseException:
+            if not rep_path.exists():
+                self.close()
+            raise
+        rep = json.loads(rep_path.read_text())
+        if rep["rc"] != 0:
+            raise RunError(f"vllm bench serve exited with code {rep['rc']}"
+                           f"{': ' + rep['error'] if rep.get('error') else ''}; log {log_path}:\n{_tail(Path(log_path))}")
+        return float(rep["seconds"])
+
+    def close(self) -> None:
+        """Stop the worker (asks it to stop, then the group's SIGINT / SIGKILL); idempotent."""
+        if self.proc is not None:
+            if self.dir is not None:
+                with contextlib.suppress(OSError):
+                    (self.dir / "stop").write_text("")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
+            _kill_group(self.proc, self.stop_timeout_s)
+            self.proc.close()
+            _guard_status(self.proc.status_path)
+            self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> "BenchClient":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False

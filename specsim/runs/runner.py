@@ -443,7 +443,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     "max_tokens": 16, "temperature": 0.0}
             expected[0] = (expected[0][0], expected[0][1], expected[0][2] + est.server_start_s)
             jb = {**job_base("group"), "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
-                  "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus}
+                  "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus,
+                  "bench_client": m.bench_client}
             return jb, expected
 
         rest = list(groups)

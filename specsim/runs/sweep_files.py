@@ -22,7 +22,9 @@ the matrix directory), ``baseline`` (the serve record whose greedy outputs every
 speculative cell must reproduce: the greedy-identity judge), ``health_checks`` (offline self-draft
 judges of temperature > 0 speculative decoding, each with ``guards``: fnmatch patterns
 ``<serve>/<bench>`` of the cells it guards -- a failed check skips them), ``probes``
-(verification-cost probes), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
+(verification-cost probes), ``bench_client`` (``process``: one ``vllm bench serve`` process per
+cell, as vLLM's sweep runs it; ``persistent``: one client per server running vLLM's own benchmark
+``main`` for each cell, without the ~9 s start of each process), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
 them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM process) and
 ``platform`` (``auto``, ``cpu``, ``cuda``, ``rocm``: see :mod:`specsim.runs.platforms`).
 /metrics before / after, provenance and atomic never-overwrite recording apply to every cell.
@@ -60,7 +62,9 @@ __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", 
 SIDECAR = "specsim.json"
 #: every key a sidecar may have
 SIDECAR_KEYS = ("name", "description", "serve_cmd", "bench_cmd", "sweeps", "baseline", "health_checks",
-                "probes", "timeout_s", "seed", "cells", "env", "platform")
+                "probes", "timeout_s", "seed", "cells", "env", "platform", "bench_client")
+#: ``bench_client`` values: a process per bench (vLLM's sweep) or one persistent client per server
+BENCH_CLIENTS = ("process", "persistent")
 _SWEEP_KEYS = ("serve_params", "bench_params", "link_vars")
 _HEALTH_KEYS = ("speculative_config", "temperature", "num_prompts", "max_tokens", "min_ratio", "guards")
 _PROBE_KEYS = ("kind", "context", "batches", "qs", "reps")
@@ -147,6 +151,7 @@ class SweepMatrix:
     platform: str = "auto"
     timeout_s: float = _DEFAULT_TIMEOUT_S
     seed: int = 0
+    bench_client: str = "process"
     files: tuple[str, ...] = ()
     local_paths: tuple[Path, ...] = ()
 
@@ -478,6 +483,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if platform not in PLATFORMS:
         raise SpecsimValueError("platform", "unknown platform", platform, PLATFORMS)
     timeout_s = _pos_number(sc.get("timeout_s", _DEFAULT_TIMEOUT_S), "timeout_s")
+    bench_client = sc.get("bench_client", "process")
+    if bench_client not in BENCH_CLIENTS:
+        raise SpecsimValueError("bench_client", "unknown bench client", bench_client, BENCH_CLIENTS)
     seed = _int(sc.get("seed", 0), "seed", 0)
     env = sc.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
@@ -675,7 +683,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         probes=tuple(probes), baseline=baseline, model=model, model_path=model_path,
         dtype=str(serve_base.get("dtype", "auto")), prompts=prompts,
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
-        timeout_s=timeout_s, seed=seed, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
+        timeout_s=timeout_s, seed=seed, bench_client=bench_client, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
 
 
 def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:

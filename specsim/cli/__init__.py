@@ -87,10 +87,26 @@ def _cmd_predict(args) -> int:
         precision=args.precision, concurrency=conc, isl=isl, osl=osl, acceptance=acc,
         draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, baseline=b,
-        vllm_version=args.vllm_version, platform=args.platform,
+        vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
+
+
+def _latency_table(path: str | None, tp: int):
+    """``--latency-table FILE.csv`` (columns batch, q, context, seconds: one target forward each, e.g.
+    a run's ``verify_cost.csv`` probe) as a :class:`specsim.latency.MeasuredLatency`, or None."""
+    if not path:
+        return None
+    import pandas as pd
+
+    from specsim.latency import MeasuredLatency
+
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise SpecsimValueError("--latency-table", f"cannot read a CSV table ({exc})", path) from None
+    return MeasuredLatency(table, tp=tp, source=str(path))
 
 
 def _int_list(s: str, field: str = "list") -> list[int]:
@@ -272,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-version", help="the vLLM release you will run (warns when the calibration's stack differs)")
     p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns when the "
                                       "calibration's stack differs)")
+    p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
+                                           "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
+                                           "decode / verification steps; prefills and draft passes from the stack "
+                                           "calibration (stated)")
     p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
     p.set_defaults(func=_cmd_predict)
 

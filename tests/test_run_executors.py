@@ -331,3 +331,22 @@ def test_persistent_bench_client_serves_every_cell_from_one_process(fake_env):
     assert not psutil.pid_exists(benches[0]["client_pid"]) or \
         psutil.Process(benches[0]["client_pid"]).status() == psutil.STATUS_ZOMBIE
     assert not _no_fake_processes()
+
+
+# ---- Slurm through submitit (its local cluster: jobs as local processes) ---------------------------
+
+def test_slurm_executor_records_what_local_records(fake_env):
+    pytest.importorskip("submitit")
+    m = _matrix(fake_env["tmp"])
+    loc, sl = fake_env["tmp"] / "local", fake_env["tmp"] / "slurm"
+    a = run_matrix(m, runs_dir=loc, install=fake_env["install"], stamp="S6", progress=False)
+    b = run_matrix(m, runs_dir=sl, install=fake_env["install"], stamp="S6", progress=False, executor="slurm",
+                   slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit"})
+    assert [(r.run_id, r.status) for r in a] == [(r.run_id, r.status) for r in b]
+    assert _tree(loc) == _tree(sl)
+    p = _prov(sl / "fake-S6-ngram-n3-c1")
+    assert p["executor"]["kind"] == "slurm" and p["executor"]["resources"]["cpus_per_task"] == os.cpu_count()
+    assert p["executor"]["resources"]["timeout_min"] >= 16 and "slurm_exclusive" not in p["executor"]["resources"]
+    assert (sl / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text() == \
+        (loc / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text()
+    assert not _no_fake_processes()

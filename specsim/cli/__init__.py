@@ -262,9 +262,16 @@ def _cmd_run_matrix(args) -> int:
         return 0
     if args.resume and not args.stamp:
         raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
+    slurm = {}
+    for kv in args.slurm_param:
+        k, eq, v = kv.partition("=")
+        if not eq or not k:
+            raise SpecsimValueError("--slurm-param", "must be KEY=VALUE", kv)
+        slurm[k] = int(v) if v.isdigit() else v
     results = run_matrix(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None, stamp=args.stamp,
                          resume=args.resume, executor=args.executor, ray_address=args.ray_address,
-                         platform=args.platform, only=args.only.split(",") if args.only else None)
+                         platform=args.platform, only=args.only.split(",") if args.only else None,
+                         slurm={"slurm_parameters": slurm} if args.executor == "slurm" else None)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
     else:
@@ -336,9 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true",
                    help="print the cells, the servers they need and the estimated device-hours (from the "
                         "recorded run times under data/runs); start nothing")
-    p.add_argument("--executor", choices=["local", "ray"], default="local",
+    p.add_argument("--executor", choices=["local", "ray", "slurm"], default="local",
                    help="local: one server at a time here; ray: each serve config as a Ray task (pip install "
-                        "'specsim[ray]')")
+                        "'specsim[ray]'); slurm: each as a Slurm job through submitit (pip install 'specsim[slurm]')")
+    p.add_argument("--slurm-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="a submitit / Slurm parameter for --executor slurm (e.g. slurm_partition=gpu); repeatable")
     p.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
     p.add_argument("--platform", choices=["auto", "cpu", "cuda", "rocm"], default=None,
                    help="vLLM platform (default: the matrix's, normally auto-detected); selects the CPU / ROCm "

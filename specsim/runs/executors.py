@@ -19,6 +19,7 @@ failed; the driver records its cells as failed and goes on.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import socket
@@ -33,9 +34,10 @@ from specsim.runs.provenance import VllmInstall, vllm_env
 from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
-__all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "make_executor"]
+__all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
+           "make_executor"]
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "slurm")
 
 
 # --------------------------------------------------------------------------------------------
@@ -232,22 +234,33 @@ def _ray_module():
     return ray
 
 
-def _ray_job(job: dict) -> dict:
-    """The Ray task: run the job in a private staging directory and return its runs as bytes."""
-    import ray
-
-    staging = Path(tempfile.mkdtemp(prefix="specsim-ray-"))
+def _packed_job(job: dict, where: dict | None = None) -> dict:
+    """Run the job in a private staging directory and return its runs as bytes (for a remote driver)."""
+    staging = Path(tempfile.mkdtemp(prefix="specsim-job-"))
     try:
         out = execute_job(job, staging, keep_interrupted=True)
-        ctx = ray.get_runtime_context()
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
         return {"runs": packed, "results": res, "server_end": out["server_end"],
                 "interrupted": out.get("interrupted", False),
-                "executor": {"kind": "ray", "host": out["host"], "pid": out["pid"], "node_id": ctx.get_node_id(),
-                             "task_id": ctx.get_task_id(), "resources": job.get("ray_resources")}}
+                "executor": {"host": out["host"], "pid": out["pid"], **(where or {})}}
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _ray_job(job: dict) -> dict:
+    """The Ray task: :func:`_packed_job` with the task's node, id and resources."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return _packed_job(job, {"kind": "ray", "node_id": ctx.get_node_id(), "task_id": ctx.get_task_id(),
+                             "resources": job.get("ray_resources")})
+
+
+def _slurm_job(job: dict) -> dict:
+    """The submitit job: :func:`_packed_job` with the Slurm job id (when there is one)."""
+    return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                             "resources": job.get("slurm_resources")})
 
 
 class RayExecutor:
@@ -329,14 +342,101 @@ class RayExecutor:
             self.ray.shutdown()
 
 
+class SlurmExecutor:
+    """Runs each job as a Slurm job through submitit (optional extra ``specsim[slurm]``).
+
+    Each job asks for ``gpus_per_node`` = its GPUs on a GPU platform, or a whole node
+    (``slurm_exclusive``) on the CPU platform with ``cpus_per_task`` = ``cpus`` (default: this host's
+    cores), and ``timeout_min`` from its cells' timeouts.  ``cluster="local"`` runs the jobs as local
+    processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm where it is.
+    ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...).
+    """
+
+    kind = "slurm"
+
+    def __init__(self, runs_dir: Path, *, platform: str = "cpu", cluster: str | None = None,
+                 folder: str | os.PathLike | None = None, cpus: int | None = None,
+                 slurm_parameters: dict | None = None):
+        try:
+            import submitit
+        except ModuleNotFoundError as exc:
+            raise MissingExtraError("--executor slurm", "submitit", "slurm") from exc
+        self.submitit = submitit
+        self.runs_dir = Path(runs_dir)
+        self.platform = platform
+        self.folder = Path(folder) if folder else self.runs_dir / ".submitit"
+        self.ex = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
+        self.cluster = self.ex.cluster
+        self._cpus = int(cpus or os.cpu_count() or 1)
+        self.extra = dict(slurm_parameters or {})
+        self._pending: dict = {}
+
+    def cpus(self) -> int:
+        return self._cpus
+
+    def resources(self, job: dict) -> dict:
+        t = sum(p.timeout_s or 1800.0 for p in job.get("plans", [])) or job.get("timeout_s", 1800.0)
+        res: dict[str, Any] = {"timeout_min": int(math.ceil((t + 900) / 60))}
+        if self.platform in ("cuda", "rocm"):
+            res["gpus_per_node"] = int(job.get("gpus", 1))
+        else:
+            res["cpus_per_task"] = self._cpus
+            if self.cluster == "slurm":
+                res["slurm_exclusive"] = True
+        return res
+
+    def submit(self, job: dict, tag: Any) -> Any:
+        res = job.get("slurm_resources") or self.resources(job)
+        self.ex.update_parameters(**res, **self.extra)
+        j = self.ex.submit(_slurm_job, {**job, "slurm_resources": res})
+        self._pending[j] = tag
+        return j
+
+    def pending(self) -> list:
+        return list(self._pending)
+
+    def wait(self, timeout_s: float | None = None) -> list[tuple[Any, dict | BaseException]]:
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while self._pending:
+            done = [j for j in self._pending if j.done()]
+            if done:
+                out = []
+                for j in done:
+                    tag = self._pending.pop(j)
+                    try:
+                        out.append((tag, j.result()))
+                    except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
+                        out.append((tag, exc))
+                return out
+            if end is not None and time.monotonic() > end:
+                return []
+            time.sleep(1.0)
+        return []
+
+    def cancel_all(self, force: bool = True) -> None:
+        for j in list(self._pending):
+            with contextlib.suppress(Exception):
+                j.cancel()
+
+    def close(self) -> None:
+        if self._pending:
+            self.cancel_all()
+            self.wait(timeout_s=60)
+
+
 def make_executor(kind: str, runs_dir: Path, *, ray_address: str | None = None, platform: str = "cpu",
-                  ray_init: dict | None = None) -> LocalExecutor | RayExecutor:
-    """``"local"`` or ``"ray"`` (SpecsimValueError otherwise; MissingExtraError without ray)."""
+                  ray_init: dict | None = None, slurm: dict | None = None):
+    """``"local"``, ``"ray"`` or ``"slurm"`` (SpecsimValueError otherwise; MissingExtraError without
+    ray / submitit).  ``slurm``: keyword arguments of :class:`SlurmExecutor`."""
     if kind == "local":
         if ray_address:
             raise SpecsimValueError("ray_address", "only with executor 'ray'", ray_address)
         return LocalExecutor(runs_dir)
     if kind == "ray":
         return RayExecutor(runs_dir, address=ray_address, platform=platform, init_kwargs=ray_init)
+    if kind == "slurm":
+        if ray_address:
+            raise SpecsimValueError("ray_address", "only with executor 'ray'", ray_address)
+        return SlurmExecutor(runs_dir, platform=platform, **(slurm or {}))
     raise SpecsimValueError("executor", "unknown executor", kind, EXECUTORS)
 

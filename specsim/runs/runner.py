@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -218,7 +219,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                only: Sequence[str] | None = None, progress: bool = True, stamp: str | None = None,
                executor: str = "local", ray_address: str | None = None, ray_init: dict | None = None,
                resume: bool = False, platform: str | None = None,
-               estimate_runs_dir: Path | None = None) -> list[RunResult]:
+               estimate_runs_dir: Path | None = None, slurm: dict | None = None) -> list[RunResult]:
     """Run a matrix of ``vllm bench sweep`` parameter files (:mod:`specsim.runs.sweep_files`) and
     record every run.
 
@@ -244,9 +245,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         Run-id component (default: UTC ``YYYYmmddTHHMMSS``).  Run ids are
         ``<matrix>-<stamp>-<serve>-<bench>`` for bench cells and ``<matrix>-<stamp>-<name>`` for
         health checks and probes.
-    executor : {"local", "ray"}
-        ``"ray"``: every serve-config group (and judge) is a Ray task (:mod:`specsim.runs.executors`);
-        the records are the same.
+    executor : {"local", "ray", "slurm"}
+        ``"ray"``: every serve-config group (and judge) is a Ray task; ``"slurm"``: a Slurm job through
+        submitit (:mod:`specsim.runs.executors`); the records are the same.
     ray_address : str, optional
         Address of an existing Ray cluster (default: start a local one).
     ray_init : dict, optional
@@ -258,6 +259,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         Overrides the matrix's ``platform`` (:mod:`specsim.runs.platforms`).
     estimate_runs_dir : Path, optional
         Recorded runs the progress estimate is taken from (default ``<data>/runs``).
+    slurm : dict, optional
+        Keyword arguments of :class:`~specsim.runs.executors.SlurmExecutor` (``cluster``, ``folder``,
+        ``slurm_parameters``).
 
     Returns
     -------
@@ -300,7 +304,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     probes = [p for p in m.probes if sel(p.name)]
     build, _ = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build)
-    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init)
+    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init, slurm=slurm)
     results: list[RunResult] = []
     bar = None
     try:
@@ -503,21 +507,22 @@ def _run_all(ex, jobs: list[tuple[dict, list]], import_out) -> None:
         return
     try:
         for jb, expected in jobs:
-            if ex.kind == "ray":
-                jb = {**jb, "ray_resources": ex.resources(jb)}
+            if ex.kind != "local":
+                jb = {**jb, f"{ex.kind}_resources": ex.resources(jb)}
             ex.submit(jb, expected)
             for tag, out in ex.wait() if ex.kind == "local" else ():
                 import_out(out, tag)
-        while ex.kind == "ray" and ex.pending():
+        while ex.kind != "local" and ex.pending():
             for tag, out in ex.wait():
                 import_out(out, tag)
     except BaseException:
         for tag, out in (ex.wait() if ex.kind == "local" else ()):
             import_out(out, tag)
-        if ex.kind == "ray":
+        if ex.kind != "local":
             ex.cancel_all(force=False)
-            while ex.pending():
-                for tag, out in ex.wait(timeout_s=120):
+            end = time.monotonic() + 180
+            while ex.pending() and time.monotonic() < end:
+                for tag, out in ex.wait(timeout_s=30):
                     import_out(out, tag)
         raise
 

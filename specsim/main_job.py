@@ -113,7 +113,8 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
         bar.set_postfix_str("NVIDIA concurrency sweeps")
         conc = concurrency_study()
         study.summary["concurrency_sweeps"] = conc.summary  # into summary.json
-        written = write_reproduction_outputs(study, paths["out"], paths["calibration"])
+        written = write_reproduction_outputs(study, paths["out"], paths["calibration"],
+                                             sources={"B200 SXM": conc.params})
         # after the transferred calibrations: it writes the B200 calibration fitted on the P-EAGLE rows
         written += write_concurrency_outputs(conc, paths["out"], paths["calibration"])
         bar.set_postfix_str("reproduction figures")

@@ -183,14 +183,24 @@ def test_shipped_calibration_has_exactly_the_documented_terms():
         assert set(cal["terms"]) == set(TERMS) == set(STACK_TERMS)
         assert set(cal["term_sources"]) == set(TERMS) and all(cal["term_sources"].values())
         assert {"vllm", "platform"} <= set(cal["stack"])
-        text = json.dumps(cal)
-        for bad in ("per_target", "per_kind", "Qwen3-8B", "Kimi", "gemma", "moe\"", "dense\""):
-            assert bad not in text, (hw, bad)
-        # MI300X: fitted on the appendix; B200: fitted on the P-EAGLE concurrency sweeps
-        # (specsim.studies.concurrency, tests/test_concurrency.py); the others transferred from MI300X
-        fitted = hw in ("MI300X", "B200 SXM")
+        keys = [k for k in _all_keys(cal) if k not in TERMS]  # the documented terms themselves (moe_pad_tokens)
+        for bad in ("per_target", "per_kind", "Qwen", "Kimi", "gemma", "MiniMax", "Llama", "moe", "dense"):
+            assert not any(bad.lower() in k.lower() for k in keys), (hw, bad)
+        # MI300X: fitted on the appendix; B200: on the P-EAGLE concurrency sweeps; MI355X: its own
+        # (specsim.studies.reproduce.mi355x_params); the others transferred from the fit of their vendor stack
+        fitted = hw in ("MI300X", "B200 SXM", "MI355X")
         assert cal["calibrated"] == fitted
-        assert (cal.get("transferred_from") == "MI300X") == (not fitted)
+        want = {"MI325X": "MI300X", "MI350X": "MI355X", "H100 SXM": "B200 SXM", "H200 SXM": "B200 SXM",
+                "A100 80GB SXM": "B200 SXM"}.get(hw)
+        assert cal.get("transferred_from") == want
+
+
+def _all_keys(d) -> list[str]:
+    if isinstance(d, dict):
+        return [str(k) for k in d] + [k for v in d.values() for k in _all_keys(v)]
+    if isinstance(d, list):
+        return [k for v in d for k in _all_keys(v)]
+    return []
 
 
 def test_a_calibration_with_another_key_or_schema_is_refused(tmp_path, monkeypatch):
@@ -394,7 +404,9 @@ def test_loto_regression_guard(rep):
 
 @pytest.fixture(scope="module")
 def mi355x(rep):
-    return mi355x_eagle3_curves(rep.params, concurrencies=(1, 2, 4, 8, 16, 32, 64, 128))
+    from specsim.studies.reproduce import mi355x_params
+
+    return mi355x_eagle3_curves(mi355x_params(rep.params)[0], concurrencies=(1, 2, 4, 8, 16, 32, 64, 128))
 
 
 def test_mi355x_curves_cover_the_published_cases(mi355x):
@@ -413,30 +425,61 @@ def test_mi355x_curves_cover_the_published_cases(mi355x):
 @pytest.mark.parametrize("target", ["MiniMax-M2.5", "Kimi-K2.5"])
 def test_mi355x_gain_largest_at_low_concurrency(mi355x, target):
     """Published: 'largest gain at low concurrency' (MiniMax-M2.5 over concurrency 4..64; the Kimi
-    range's concurrencies are not published, the same 4..64 harness is assumed).  A held-out check:
-    nothing is fitted on MI355X."""
+    range's concurrencies are not published, the same 4..64 harness is assumed): the predicted gain
+    at 4 is the largest over 4..64 and the one at 64 is below it."""
     g = mi355x[(mi355x["target"] == target) & mi355x["concurrency"].between(4, 64)]
+    for _, c in g.groupby("draft_precision"):
+        r = c.sort_values("concurrency")["predicted_throughput_ratio"].to_numpy()
+        assert r[0] == r.max() and r[-1] < r[0], r
+
+
+def test_mi355x_held_out_minimax_falls_at_every_step(mi355x):
+    """MiniMax-M2.5 (held out: no MI355X term was fitted on it) falls at every step 4 -> 64."""
+    g = mi355x[(mi355x["target"] == "MiniMax-M2.5") & mi355x["concurrency"].between(4, 64)]
+    r = g.sort_values("concurrency")["predicted_throughput_ratio"].to_numpy()
+    assert np.all(np.diff(r) < 0), r
+    assert set(g["role"]) == {"held out (not used by any MI355X fit)"}
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "MODEL DISCREPANCY (issue 9, README): Kimi-K2.5 (384 experts, top-8) on MI355X dips at concurrency 16 "
+    "(~1.68x) and recovers to ~1.72x at 64: verifying 4 tokens per sequence reads 74 % of the experts at "
+    "c = 16 where the baseline step reads 29 %; at c = 64 both read nearly all -- the distinct-expert effect. "
+    "The published range says only 'largest gain at low concurrency'; whether the real curve is monotone in "
+    "between is not published."))
+def test_mi355x_kimi_falls_at_every_step(mi355x):
+    g = mi355x[(mi355x["target"] == "Kimi-K2.5") & mi355x["concurrency"].between(4, 64)]
     for _, c in g.groupby("draft_precision"):
         r = c.sort_values("concurrency")["predicted_throughput_ratio"].to_numpy()
         assert np.all(np.diff(r) < 0), r
 
 
-_MI355X_RANGE = (
-    "MODEL DISCREPANCY (issue 9, in the README): the transferred MI300X terms make the MI355X EAGLE-3 gain "
-    "fall too steeply with concurrency -- Kimi-K2.5 about 2.05x at 4 to 1.36x at 64 (published 1.90-1.69 / "
-    "2.00-1.76), MiniMax-M2.5 1.87x at 4 to 1.00x at 64 (published 1.79-1.38): the per-sequence speculative "
-    "terms fitted on the MI300X appendix at one inferred concurrency grow with the batch faster than on the "
-    "MI355X runs.")
-
-
-@pytest.mark.xfail(strict=True, reason=_MI355X_RANGE)
 @pytest.mark.parametrize("target", ["MiniMax-M2.5", "Kimi-K2.5"])
 def test_mi355x_curves_inside_the_published_ranges(mi355x, target):
     """Over concurrency 4..64 the predicted ratio lies inside the published [min, max] (5 % slack for
-    the published rounding and the 5-10 seeds per cell)."""
+    the published rounding and the 5-10 seeds per cell).  Kimi-K2.5 is a FIT (two MI355X speculative
+    terms fitted on its range ends); MiniMax-M2.5 is held out."""
     g = mi355x[(mi355x["target"] == target) & mi355x["concurrency"].between(4, 64)]
-    assert (g["predicted_throughput_ratio"] >= 0.95 * g["published_min"]).all()
-    assert (g["predicted_throughput_ratio"] <= 1.05 * g["published_max"]).all()
+    assert (g["predicted_throughput_ratio"] >= 0.95 * g["published_min"]).all(), g
+    assert (g["predicted_throughput_ratio"] <= 1.05 * g["published_max"]).all(), g
+
+
+def test_mi355x_calibration_is_its_own_and_states_what_was_transferred():
+    """MI355X: dimensionless and host-side terms from the MI300X fit (host x the EPYC factor), GPU-side
+    seconds at priors (never MI300X absolute GPU seconds), two speculative terms fitted on Kimi-K2.5."""
+    from specsim.calibration import load_calibration
+    from specsim.studies.reproduce import GPU_PRIORS, MI355X_FIT_TERMS
+
+    cal = load_calibration("MI355X")
+    mi3 = load_calibration("MI300X")
+    for k, v in GPU_PRIORS.items():
+        assert cal["terms"][k] == v and "prior" in cal["term_sources"][k]
+    for k in ("bandwidth", "compute", "moe_pad_tokens"):
+        assert cal["terms"][k] == mi3["terms"][k]
+    assert cal["terms"]["host_step_s"] == pytest.approx(mi3["terms"]["host_step_s"] * 3.7 / 5.0)
+    for k in MI355X_FIT_TERMS:
+        assert "Kimi-K2.5" in cal["term_sources"][k] and "MiniMax-M2.5 held out" in cal["term_sources"][k]
+    assert cal["calibrated"] is True and "transferred_from" not in cal
 
 
 # ------------------------------------------------------------------------------ figure helpers

@@ -27,6 +27,7 @@ from specsim.studies.reproduce import (
     concurrency_sensitivity,
     loto_study,
     mi355x_eagle3_curves,
+    mi355x_params,
     reproduce,
     reproduction_study,
     seed_table_check,
@@ -266,7 +267,7 @@ def load_reproduction(out_dir: str | Path | None = None, *, recompute: bool = Fa
             "seed_table": pd.DataFrame(summary["seed_table"]) if "seed_table" in summary else seed_table_check(rep),
             "sensitivity": sens if sens is not None else concurrency_sensitivity(rep),
             "refit": rep.sensitivity,
-            "mi355x": mi if mi is not None else mi355x_eagle3_curves(rep.params),
+            "mi355x": mi if mi is not None else mi355x_eagle3_curves(mi355x_params(rep.params)[0]),
             "stress": read("stress_splits.csv"),
             "source": f"read from {out} (written by `specsim reproduce`, specsim.main_job.run_main_job)",
         }

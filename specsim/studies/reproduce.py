@@ -779,51 +779,117 @@ def concurrency_sensitivity(rep: Reproduction, factors=(0.25, 0.5, 1.0, 2.0, 4.0
 #: host CPUs named by the seed: MI300X runs on dual EPYC 9654 (Zen 4, 3.7 GHz boost), MI355X on dual
 #: EPYC 9575F (Zen 5, 5.0 GHz boost) -- host-side seconds scale by the boost-clock ratio (the Zen 5
 #: IPC gain is not counted: a conservative factor)
-HOST_FACTOR = {"MI355X": 3.7 / 5.0}
-HOST_TERMS = ("host_step_s", "host_per_seq_s", "spec_fixed_s", "spec_per_token_s", "spec_per_seq_layer_s")
-GPU_SECONDS_TERMS = ("fixed_s", "per_layer_s")
+HOST_FACTOR = {("MI300X", "MI355X"): 3.7 / 5.0}
+#: host-side terms (scheduler, request metadata, per-request attention metadata of verification)
+HOST_TERMS = ("host_step_s", "host_per_seq_s", "spec_fixed_s", "spec_per_seq_layer_s")
+#: GPU-side seconds (launch gaps, all-reduce latency, rejection-sampling kernels, dequantization)
+GPU_SECONDS_TERMS = ("fixed_s", "per_layer_s", "allreduce_latency_s", "spec_per_token_s", "dequant_s_per_weight")
 #: dimensionless terms (fractions of the datasheet peaks, padding tokens per expert) transfer as they are
 DIMENSIONLESS_TERMS = ("bandwidth", "compute", "moe_pad_tokens")
-#: engine clocks (AMD datasheets): kernel-launch and graph-replay gaps scale with 1 / clock on the
-#: same vendor stack
-CLOCK_HZ = {"MI300X": 2.1e9, "MI325X": 2.1e9, "MI350X": 2.2e9, "MI355X": 2.4e9}
-#: hardware whose calibration is the MI300X fit transferred (B200 has its own fit on the P-EAGLE rows:
-#: specsim.studies.concurrency)
-TRANSFER_HARDWARE = ("MI325X", "MI350X", "MI355X", "H100 SXM", "H200 SXM", "A100 80GB SXM")
+#: engine clocks (datasheets; ``specsim/data/hardware.csv`` ``clock_hz``): GPU-side seconds scale with
+#: 1 / clock between parts of one vendor stack
+CLOCK_HZ = {"MI300X": 2.1e9, "MI325X": 2.1e9, "MI350X": 2.2e9, "MI355X": 2.4e9, "B200 SXM": 1.965e9,
+            "H100 SXM": 1.83e9, "H200 SXM": 1.83e9, "A100 80GB SXM": 1.41e9}
+#: the same silicon (MI325X is MI300X's CDNA3 die with more HBM): every term transfers as it is
+SAME_SILICON = {("MI300X", "MI325X")}
+#: priors of the GPU-side seconds where a part's own ones are not transferred (MI355X)
+GPU_PRIORS = {"fixed_s": 0.0, "per_layer_s": 0.0, "allreduce_latency_s": 8e-6, "spec_per_token_s": 0.0,
+              "dequant_s_per_weight": DEQUANT_PRIOR_S_PER_WEIGHT}
+#: which calibration each part's transfer starts from: AMD parts from MI300X (MI350X from the MI355X
+#: fit, same CDNA4), NVIDIA parts from the B200 fit on the P-EAGLE rows (specsim.studies.concurrency)
+TRANSFER_SOURCE = {"MI325X": "MI300X", "MI350X": "MI355X", "H100 SXM": "B200 SXM", "H200 SXM": "B200 SXM",
+                   "A100 80GB SXM": "B200 SXM"}
+TRANSFER_HARDWARE = tuple(TRANSFER_SOURCE)
 
 
 def transfer_params(params: StackParams, hardware: str, source: str = "MI300X") -> tuple[StackParams, str]:
-    """The ``source`` fit carried to ``hardware`` without MI300X absolute GPU seconds where a
-    stated factor exists.
+    """The ``source`` fit carried to ``hardware``, stated term by term.
 
     - ``bandwidth``, ``compute``, ``moe_pad_tokens``: dimensionless, applied to the target
       hardware's datasheet peaks as they are.
-    - host-side seconds (``host_step_s``, ``host_per_seq_s``, ``spec_fixed_s``,
-      ``spec_per_token_s``): x :data:`HOST_FACTOR` (MI355X: the seed's host CPUs) else x 1 (same
-      host class assumed).
-    - launch gaps (``fixed_s``, ``per_layer_s``): x source clock / target clock on AMD parts; x 1
-      on NVIDIA (no basis for a factor: stated).
-    - ``dequant_s_per_weight``: as fitted, per weight; it only applies where the precision has no
-      matrix unit on the TARGET hardware (MXFP4 on MI355X: none).
-    - ``allreduce_latency_s``: the prior (link-specific).
+    - host-side seconds (:data:`HOST_TERMS`): x :data:`HOST_FACTOR` (MI300X -> MI355X: the seed's
+      host CPUs), else x 1 (the same host class assumed).
+    - GPU-side seconds (:data:`GPU_SECONDS_TERMS`): as they are on the same silicon
+      (:data:`SAME_SILICON`), else x source clock / target clock (:data:`CLOCK_HZ`).
+    - dequantization applies only where the precision has no matrix unit on the TARGET hardware.
 
     Returns ``(params, rule)`` where ``rule`` states all of this in one sentence.
     """
     t = dict(params.terms)
-    hf = HOST_FACTOR.get(hardware, 1.0)
+    hf = HOST_FACTOR.get((source, hardware), 1.0)
     for k in HOST_TERMS:
         t[k] = params.terms[k] * hf
-    cf = CLOCK_HZ[source] / CLOCK_HZ[hardware] if hardware in CLOCK_HZ and source in CLOCK_HZ else 1.0
+    same = (source, hardware) in SAME_SILICON
+    cf = 1.0 if same or source not in CLOCK_HZ or hardware not in CLOCK_HZ else CLOCK_HZ[source] / CLOCK_HZ[hardware]
     for k in GPU_SECONDS_TERMS:
         t[k] = params.terms[k] * cf
     rule = (f"dimensionless terms ({', '.join(DIMENSIONLESS_TERMS)}) as fitted on {source}, applied to "
             f"{hardware}'s datasheet; host-side seconds ({', '.join(HOST_TERMS)}) x {hf:.3g}"
-            + (" (EPYC 9575F vs 9654 boost clock)" if hardware in HOST_FACTOR else " (same host class assumed)")
-            + f"; launch gaps ({', '.join(GPU_SECONDS_TERMS)}) x {cf:.3g}"
-            + (" (engine clock ratio)" if cf != 1.0 else " (no clock basis: as fitted)")
+            + (" (EPYC 9575F vs 9654 boost clock)" if (source, hardware) in HOST_FACTOR else " (same host class assumed)")
+            + f"; GPU-side seconds ({', '.join(GPU_SECONDS_TERMS)}) x {cf:.3g}"
+            + (" (same silicon)" if same else " (engine clock ratio)")
             + "; dequantization per weight only where the precision has no matrix unit there")
     src = {k: f"transferred from {source}: {rule}" for k in STACK_TERMS}
     return replace(params, terms=t, term_sources=src), rule
+
+
+#: the MI355X terms fitted on what is published for MI355X (amd-eagle3-post): the speculative step's
+#: fixed and per-sequence-layer costs, on the Kimi-K2.5 cases only (MiniMax-M2.5 held out)
+MI355X_FIT_TERMS = ("spec_fixed_s", "spec_per_seq_layer_s")
+
+
+def mi355x_params(params: StackParams) -> tuple[StackParams, dict]:
+    """MI355X's own calibration: what is published for it plus its datasheet, never MI300X absolute
+    GPU seconds.
+
+    1. From the MI300X fit: the dimensionless terms (on the MI355X datasheet) and the host-side
+       seconds x the seed's host-CPU factor (:func:`transfer_params`); the GPU-side seconds are NOT
+       transferred -- they take :data:`GPU_PRIORS` (MXFP4 runs on MI355X's FP4 units: no dequantization).
+    2. :data:`MI355X_FIT_TERMS` are fitted on the Kimi-K2.5 EAGLE-3 results of amd-eagle3-post (both
+       drafts): the published [min, max] read as the ratio at concurrency 64 and 4 (assumed: the same
+       4..64 harness as MiniMax-M2.5's, "largest gain at low concurrency"); MiniMax-M2.5 is held out.
+
+    Returns
+    -------
+    (StackParams, dict)
+        The terms, and ``{"fitted_on", "held_out", "residuals_log", "assumption"}``.
+    """
+    p, rule = transfer_params(params, "MI355X")
+    t = dict(p.terms)
+    t.update(GPU_PRIORS)
+    src = dict(p.term_sources)
+    for k, v in GPU_PRIORS.items():
+        src[k] = (f"prior {v:g} (not transferred: MI300X GPU-side seconds do not carry over; "
+                  "see specsim.studies.reproduce.GPU_PRIORS)")
+    base = replace(p, terms=t, term_sources=src)
+    pub = load_mi355x_eagle3()
+    kimi = [(i, r) for i, r in enumerate(pub.itertuples()) if "Kimi" in r.target_model]
+    scale = np.array([_SCALE[k] for k in MI355X_FIT_TERMS])
+
+    def with_x(x):
+        tt = dict(base.terms)
+        tt.update({k: float(v * sc) for k, v, sc in zip(MI355X_FIT_TERMS, x, scale)})
+        return replace(base, terms=tt)
+
+    def resid(x):
+        cv = _mi355x_curves(with_x(x), (4, 64), cases=[i for i, _ in kimi])
+        out = []
+        for _, r in kimi:
+            g = cv[cv["draft_model"] == r.draft_model].sort_values("concurrency")["predicted_throughput_ratio"]
+            out += [np.log(g.iloc[0] / r.speedup_max), np.log(g.iloc[-1] / r.speedup_min)]
+        return np.array(out)
+
+    sol = least_squares(resid, np.full(len(MI355X_FIT_TERMS), 0.5), bounds=(0.0, np.inf), x_scale="jac")
+    fitted = with_x(sol.x)
+    src = dict(fitted.term_sources)
+    for k in MI355X_FIT_TERMS:
+        src[k] = ("fitted on the Kimi-K2.5 EAGLE-3 MI355X results of amd-eagle3-post (BF16 and FP8 drafts; "
+                  "published max at concurrency 4 and min at 64, assumed); MiniMax-M2.5 held out")
+    info = {"fitted_terms": list(MI355X_FIT_TERMS), "fitted_on": "Kimi-K2.5 (both drafts)",
+            "held_out": "MiniMax-M2.5", "residuals_log": [float(v) for v in sol.fun],
+            "assumption": "the published Kimi-K2.5 range read as (max at concurrency 4, min at 64); its "
+                          "concurrency grid is not published", "transfer_rule": rule}
+    return replace(fitted, term_sources=src), info
 
 
 # ----------------------------------------------------------------------- MI355X EAGLE-3 cases
@@ -833,14 +899,18 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
                          ) -> pd.DataFrame:
     """Predicted EAGLE-3 speedup vs concurrency for the amd-eagle3-post MI355X cases.
 
-    The MI300X stack terms are TRANSFERRED to MI355X (:func:`transfer_params`); nothing is fitted on
-    the MI355X results, so the comparison with the published ranges is a held-out check.
+    ``params``: the MI355X terms (:func:`mi355x_params`: two speculative terms fitted on the Kimi-K2.5
+    cases, so those curves are a fit; MiniMax-M2.5 is held out -- the ``role`` column says which).
     Acceptance inputs (``acceptance_source``): Kimi-K2.5 -- the MI300X appendix EAGLE-3 rows at N = 3
     averaged over the four datasets (different prompts than the post's random 1K/1K: an assumption);
     MiniMax-M2.5 -- the MiniMax-M3 EAGLE-3 cumulative acceptance 0.75 / 0.55 / 0.41 at N = 3 published
     in the same post (a sibling model's draft: an assumption).  N = 3 for both (published for
     MiniMax-M2.5, assumed for Kimi-K2.5).
     """
+    return _mi355x_curves(params, concurrencies)
+
+
+def _mi355x_curves(p: StackParams, concurrencies, cases: list[int] | None = None) -> pd.DataFrame:
     sw = load_sweeps()
     kimi = sw[(sw["target"] == "Kimi-K2.5") & (sw["method"] == "eagle3") & (sw["n"] == 3)]
     kimi_cum = np.mean(np.vstack(kimi["cumulative"].to_list()), axis=0)
@@ -848,8 +918,7 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
     mm_cum = [float(mm.loc[mm["quantity"] == f"cumulative_acceptance_pos{k}", "value"].iloc[0]) for k in (1, 2, 3)]
     pub = load_mi355x_eagle3()
     hw = load_hardware("MI355X")
-    p, _ = transfer_params(params, "MI355X")
-    cases = [
+    all_cases = [
         ("Kimi-K2.5", "mxfp4", 4, kimi_cum, "MI300X appendix EAGLE-3 N=3, mean of 4 datasets (assumed to transfer)",
          pub.iloc[0], None),
         ("Kimi-K2.5", "mxfp4", 4, kimi_cum, "MI300X appendix EAGLE-3 N=3, mean of 4 datasets (assumed to transfer)",
@@ -859,7 +928,9 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
     ]
     cs = np.asarray(list(concurrencies))
     rows = []
-    for tgt, prec, tp, cum, acc_src, prow, dprec in cases:
+    for i, (tgt, prec, tp, cum, acc_src, prow, dprec) in enumerate(all_cases):
+        if cases is not None and i not in cases:
+            continue
         lat = p.latency(hw)
         spec = load_model(tgt)
         drafter = get_drafter("eagle3", target=spec)
@@ -877,7 +948,8 @@ def mi355x_eagle3_curves(params: StackParams, concurrencies: Iterable[int] = (1,
                 "published_min": float(prow["speedup_min"]), "published_max": float(prow["speedup_max"]),
                 "published_concurrency_min": prow["concurrency_min"], "published_concurrency_max": prow["concurrency_max"],
                 "acceptance_source": acc_src, "source": prow["source"],
-                "role": "held out (MI300X terms transferred, nothing fitted on MI355X)",
+                "role": ("fit (MI355X speculative terms fitted on the Kimi-K2.5 cases)" if tgt == "Kimi-K2.5"
+                         else "held out (not used by any MI355X fit)"),
             })
     return pd.DataFrame(rows)
 
@@ -899,7 +971,7 @@ class ReproductionStudy:
         The secondary splits (dataset, two smallest N) with the no-cost-model references; empty
         when ``quick``.
     mi355x : pandas.DataFrame
-        :func:`mi355x_eagle3_curves` with the transferred terms.
+        :func:`mi355x_eagle3_curves` with the MI355X terms.
     summary : dict
         ``rep.summary`` plus the secondary splits, the MI355X per-concurrency predictions and the
         seed table.
@@ -910,6 +982,7 @@ class ReproductionStudy:
     stress: pd.DataFrame
     mi355x: pd.DataFrame
     summary: dict
+    mi355x_params: StackParams | None = None
 
 
 def _split_row(name: str, s: dict) -> dict:
@@ -950,15 +1023,17 @@ def reproduction_study(quick: bool = False, progress=None) -> ReproductionStudy:
                 "held_out_best_n_within_one_step")}
             secondary[split]["baseline_mal_scaling"] = b
         summary["secondary_splits"] = secondary
-    curves = mi355x_eagle3_curves(rep.params)
+    p355, info355 = mi355x_params(rep.params)
+    curves = mi355x_eagle3_curves(p355)
     tick()
+    summary["mi355x_fit"] = info355
     summary["mi355x_eagle3"] = [
         {k: (float(v) if isinstance(v, (np.floating, float)) else (int(v) if isinstance(v, (np.integer,)) else v))
          for k, v in row.items() if k in ("target", "draft_precision", "concurrency", "predicted_throughput_ratio",
-                                          "published_min", "published_max")}
+                                          "published_min", "published_max", "role")}
         for row in curves.to_dict(orient="records")]
     summary["seed_table"] = seed_table_check(rep).to_dict(orient="records")
-    return ReproductionStudy(rep, sens_fixed, pd.DataFrame(stress), curves, summary)
+    return ReproductionStudy(rep, sens_fixed, pd.DataFrame(stress), curves, summary, p355)
 
 
 def study_steps(quick: bool = False) -> int:
@@ -967,14 +1042,16 @@ def study_steps(quick: bool = False) -> int:
 
 
 def write_reproduction_outputs(study: ReproductionStudy, out_dir: str | os.PathLike,
-                               calibration_dir: str | os.PathLike) -> list[Path]:
+                               calibration_dir: str | os.PathLike, sources: dict | None = None) -> list[Path]:
     """Write the reproduction tables into ``out_dir`` and the shipped calibrations into
     ``calibration_dir`` (each file atomically).
 
     ``out_dir``: ``reproduction_table.csv`` (every row predicted leave-one-target-out),
     ``best_n.csv``, ``concurrency_refit.csv``, ``concurrency_sensitivity.csv``, ``mi355x_eagle3.csv``,
     ``stress_splits.csv``, ``stack_terms.csv``, ``summary.json``.  ``calibration_dir``: ``MI300X.json``
-    (fitted) and one transferred file per :data:`TRANSFER_HARDWARE` (:func:`calibration_record`).
+    (fitted), ``MI355X.json`` (:func:`mi355x_params`) and one transferred file per
+    :data:`TRANSFER_HARDWARE` whose source (:data:`TRANSFER_SOURCE`) is available: MI300X, MI355X, or
+    a fit given in ``sources`` (``{"B200 SXM": StackParams}`` from ``specsim.studies.concurrency``).
     """
     out_dir, calibration_dir = Path(out_dir), Path(calibration_dir)
     rep = study.rep
@@ -988,40 +1065,61 @@ def write_reproduction_outputs(study: ReproductionStudy, out_dir: str | os.PathL
                                 lambda p: parameter_table(rep.params).to_csv(p, index_label="term")))
     written.append(atomic_write(out_dir / "summary.json",
                                 lambda p: p.write_text(json.dumps(study.summary, indent=2, default=float) + "\n")))
+    fits = {"MI300X": rep.params, **(sources or {})}
     written.append(write_calibration(calibration_dir / "MI300X.json", calibration_record(rep.params, study.summary)))
-    for hw in TRANSFER_HARDWARE:
+    p355 = study.mi355x_params if study.mi355x_params is not None else mi355x_params(rep.params)[0]
+    fits["MI355X"] = p355
+    written.append(write_calibration(calibration_dir / "MI355X.json",
+                                     calibration_record(p355, study.summary, hardware="MI355X")))
+    for hw, src in TRANSFER_SOURCE.items():
+        if src not in fits:
+            continue
+        p, rule = transfer_params(fits[src], hw, source=src)
         written.append(write_calibration(calibration_dir / f"{hw.split()[0]}.json",
-                                         calibration_record(rep.params, study.summary, hardware=hw)))
+                                         calibration_record(p, study.summary, hardware=hw, source=src, rule=rule)))
     return written
 
 
-def calibration_record(params: StackParams, summary: dict | None = None, hardware: str = "MI300X") -> dict:
+def calibration_record(params: StackParams, summary: dict | None = None, hardware: str = "MI300X", *,
+                       source: str | None = None, rule: str | None = None) -> dict:
     """The shipped calibration (``specsim/data/calibration/<hardware>.json``, schema
-    :data:`specsim.calibration.SCHEMA_VERSION`): the stack terms, where each came from, the stack it
-    was fitted on and the leave-one-target-out error (``rmse_rel``, the width of prediction
-    intervals for every target).  No per-target values.  For ``hardware`` other than MI300X the
-    terms are TRANSFERRED (:func:`transfer_params`, ``"calibrated": false``) and say so.
+    :data:`specsim.calibration.SCHEMA_VERSION`): the stack terms of ``hardware`` (already fitted or
+    transferred for it), where each came from, the stack and the leave-one-target-out error of the
+    MI300X fit (``rmse_rel``, the width of prediction intervals).  No per-target values.
+
+    ``hardware``: ``"MI300X"`` (fitted on the appendix), ``"MI355X"`` (:func:`mi355x_params`: partly
+    transferred, two terms fitted on the Kimi-K2.5 MI355X results), or a part whose terms were
+    TRANSFERRED from ``source`` by ``rule`` (``"calibrated": false``).
     """
-    p, rule = (params, None) if hardware == "MI300X" else transfer_params(params, hardware)
     rec = {
         "schema_version": SCHEMA_VERSION,
-        "hardware": hardware, "stack": dict(STACK),
-        "calibrated": hardware == "MI300X",
-        "terms": {k: float(p.terms[k]) for k in STACK_TERMS},
-        "term_sources": {k: p.term_sources.get(k, "") for k in STACK_TERMS},
-        "smooth_p": p.smooth_p,
-        "concurrency_inferred": int(params.concurrency),
+        "hardware": hardware,
+        "stack": dict(STACK) if hardware != "MI355X" else {
+            "vllm": "0.19.0 ROCm image (Kimi-K2.5 BF16 draft; the FP8-draft runs used a nightly)", "platform": "ROCm",
+            "host_cpu": "dual AMD EPYC 9575F", "source": "amd-eagle3-post (8x MI355X)"},
+        "calibrated": hardware in ("MI300X", "MI355X"),
+        "terms": {k: float(params.terms[k]) for k in STACK_TERMS},
+        "term_sources": {k: params.term_sources.get(k, "") for k in STACK_TERMS},
+        "smooth_p": params.smooth_p,
+        "concurrency_inferred": int(params.concurrency) if params.concurrency is not None else None,
         "rmse_rel": float(summary["rms_log_error"]) if summary and summary.get("rms_log_error") is not None else None,
-        "rmse_rel_what": "RMS log error of the throughput ratio of leave-one-target-out predictions (targets the "
-                         "fit did not see)",
+        "rmse_rel_what": "RMS log error of the throughput ratio of leave-one-target-out predictions on the MI300X "
+                         "appendix (targets the fit did not see)",
         "interval_90_log_halfwidth": (float(summary["interval_90_log_halfwidth"])
                                       if summary and summary.get("interval_90_log_halfwidth") is not None else None),
-        "fitted_on": "vllm-amd-specdec-post appendix, all five targets jointly (throughput ratios + baseline tok/s)",
+        "fitted_on": ("vllm-amd-specdec-post appendix, all five targets jointly (throughput ratios + baseline tok/s)"
+                      if hardware != "MI355X" else
+                      "MI300X fit's dimensionless and host-side terms (x the EPYC 9575F / 9654 factor) + "
+                      f"{', '.join(MI355X_FIT_TERMS)} fitted on the Kimi-K2.5 EAGLE-3 MI355X results (MiniMax-M2.5 held out)"),
         "source": "specsim.main_job.run_main_job",
     }
-    if hardware != "MI300X":
-        rec["transferred_from"] = "MI300X"
+    if source is not None:
+        rec["transferred_from"] = source
         rec["transfer_rule"] = rule
+        if source == "B200 SXM":
+            rec["stack"] = {"vllm": "0.16 + P-EAGLE patch (PR#36684)", "platform": "CUDA",
+                            "source": "vLLM blog 'P-EAGLE' (2026-03-13), 1x B200"}
+            rec["fitted_on"] = "transferred from the B200 fit on the P-EAGLE gpt-oss-20b concurrency sweeps"
     return rec
 
 

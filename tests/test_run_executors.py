@@ -106,6 +106,7 @@ def fake_env(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_LOG", str(log))
     monkeypatch.setenv("SPECSIM_GUARD_GRACE_S", "3")
     monkeypatch.delenv("VLLM_TARGET_DEVICE", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     return {"install": VllmInstall(venv), "log": log, "tmp": tmp_path}
 
 
@@ -172,7 +173,7 @@ def test_local_judges_skip_and_compare(fake_env, monkeypatch):
     chk = p["checks"]["greedy_identical_to_baseline"]
     assert chk["baseline_run_id"] == "fake-S1-baseline-c1" and chk["all_identical"] is True
     assert p["seed"] == 7 and p["timeout_s"] == 60 and p["executor"]["kind"] == "local"
-    assert p["platform"]["platform"] == "cpu" and p["env"]["OMP_NUM_THREADS"] == str(os.cpu_count())
+    assert p["platform"]["platform"] == "cpu" and "OMP_NUM_THREADS" not in p["env"]
     assert p["server_end"]["stop_signals_sent"] == ["SIGINT"] and p["server_end"]["stop_signal"] is None
     assert p["server_end"]["stop_seconds"] is not None and p["server_end"]["stopped_at"].endswith("Z")
     assert p["cell"] == {"serve": "ngram-n3", "bench": "c1", "bench_params": {"max_concurrency": 1, "num_prompts": 2,
@@ -238,11 +239,13 @@ def test_ray_records_what_local_records(fake_env, ray_cluster):
         if pa["kind"] == "bench_serve":
             assert (loc / name / "outputs.jsonl").read_text() == (ray_runs / name / "outputs.jsonl").read_text()
             assert pb["executor"]["resources"] == {"num_cpus": 2}
-            # a Ray worker has OMP_NUM_THREADS=1; the runner sets the machine's cores explicitly
-            assert pb["env"]["OMP_NUM_THREADS"] == "2" and pb["platform"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1"
+            # a Ray worker has its own OMP_NUM_THREADS (1, or the task's num_cpus): removed (the driver
+            # has none), the cores bound explicitly
+            assert set(pb["env_removed"]) == {"OMP_NUM_THREADS"} and "OMP_NUM_THREADS" not in pb["env"]
+            assert pb["platform"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "env_removed" not in pa
             assert pa.get("checks") == pb.get("checks") or "greedy" not in json.dumps(pa.get("checks"))
     serves = [e for e in _events(fake_env["log"]) if e["event"] == "serve"]
-    assert {e["omp"] for e in serves} == {"2"}
+    assert {e["omp"] for e in serves} == {None}  # locally and under Ray alike
     assert not _no_fake_processes()
 
 

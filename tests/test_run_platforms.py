@@ -44,7 +44,7 @@ def test_detect_platform_refuses_unknown():
 def test_cpu_settings_bind_every_core_explicitly():
     s = platform_settings("cpu", cpus=2)
     assert s["env"]["VLLM_TARGET_DEVICE"] == "cpu" and s["env"]["HF_HUB_OFFLINE"] == "1"
-    assert s["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and s["env"]["OMP_NUM_THREADS"] == "2"
+    assert s["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "OMP_NUM_THREADS" not in s["env"]
     assert platform_settings("cpu", cpus=16)["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-15"
     assert platform_settings("cpu", cpus=1)["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"
     assert s["server_args"] == []
@@ -70,12 +70,22 @@ def test_vllm_env_applies_the_platform_defaults_given(monkeypatch, tmp_path):
         monkeypatch.delenv(k, raising=False)
     cuda, _ = vllm_env(install=VllmInstall(tmp_path), defaults=platform_settings("cuda")["env"])
     assert "VLLM_TARGET_DEVICE" not in cuda and "HF_HUB_OFFLINE" not in cuda
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what a Ray worker has
     cpu, used = vllm_env(install=VllmInstall(tmp_path), defaults=platform_settings("cpu", cpus=2)["env"],
-                         extra={"OMP_NUM_THREADS": "2"})
-    assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and used["OMP_NUM_THREADS"] == "2"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what a Ray worker has: the explicit setting wins
-    cpu, _ = vllm_env(install=VllmInstall(tmp_path), defaults={}, extra={"OMP_NUM_THREADS": "2"})
-    assert cpu["OMP_NUM_THREADS"] == "2"
+                         unset=("OMP_NUM_THREADS",))
+    assert cpu["VLLM_TARGET_DEVICE"] == "cpu" and "OMP_NUM_THREADS" not in cpu and "OMP_NUM_THREADS" not in used
+    cpu, _ = vllm_env(install=VllmInstall(tmp_path), defaults={}, extra={"OMP_NUM_THREADS": "2"},
+                      unset=("OMP_NUM_THREADS",))
+    assert cpu["OMP_NUM_THREADS"] == "2"  # an explicit setting wins
+
+
+def test_omp_threads_are_the_drivers():
+    """The driver's OMP_NUM_THREADS where it has one, else removed: vLLM 0.32 then chooses per process
+    (engine core 1 thread, model worker the bound cores), as from a plain shell."""
+    from specsim.runs.platforms import omp_setting
+
+    assert omp_setting({}) == ({}, ("OMP_NUM_THREADS",))
+    assert omp_setting({"OMP_NUM_THREADS": "4"}) == ({"OMP_NUM_THREADS": "4"}, ())
 
 
 def test_runner_commands_follow_the_platform(tmp_path):

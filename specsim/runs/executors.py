@@ -12,8 +12,9 @@ Ray (optional extra ``specsim[ray]``; imported only by :class:`RayExecutor`): ea
 with the resources its server needs -- ``num_gpus`` = tensor x pipeline parallel size on a GPU
 platform; on the CPU platform ``num_cpus`` = the cores of the smallest node, so that on a cluster of
 equal machines a server has a whole machine and two servers never share cores -- and the OpenMP
-settings of :func:`specsim.runs.platforms.platform_settings` for those cores (a Ray worker has
-``OMP_NUM_THREADS=1``).  A task that raises, is cancelled or whose worker dies is reported as
+settings of :func:`specsim.runs.platforms.platform_settings` for those cores; the worker's own
+``OMP_NUM_THREADS=1`` is removed (:func:`specsim.runs.platforms.omp_setting`, recorded as
+``env_removed``).  A task that raises, is cancelled or whose worker dies is reported as
 failed; the driver records its cells as failed and goes on.
 """
 from __future__ import annotations
@@ -60,8 +61,12 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     staging = Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     install = VllmInstall(Path(job["venv"]))
-    env, used = vllm_env(extra=job.get("env_extra"), install=install, defaults=job.get("env_defaults"))
+    removed = [k for k in job.get("env_unset", ()) if k in os.environ]
+    env, used = vllm_env(extra=job.get("env_extra"), install=install, defaults=job.get("env_defaults"),
+                         unset=tuple(job.get("env_unset", ())))
     prov = {**job["base_provenance"], "env": used}
+    if removed:  # e.g. a Ray worker's OMP_NUM_THREADS=1
+        prov["env_removed"] = {k: os.environ[k] for k in removed}
     out: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "server_end": None}
     if job["kind"] == "group":
         plans: list[BenchPlan] = list(job["plans"])

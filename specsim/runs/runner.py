@@ -22,7 +22,12 @@ from typing import Any, Sequence
 from specsim.catalog import project_data_path
 from specsim.errors import RunError, SpecsimValueError
 from specsim.runs.executors import EXECUTORS, import_run, make_executor
-from specsim.runs.platforms import detect_platform, platform_settings, vllm_build
+from specsim.runs.platforms import (
+    detect_platform,
+    omp_setting,
+    platform_settings,
+    vllm_build,
+)
 from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
 from specsim.runs.serve_bench import BenchPlan, summarise_run
@@ -300,7 +305,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if sel(g.name, c.run_label)))
                   for g in m.groups]
         groups = [g for g in groups if g.cells]
-    checks = [h for h in m.health_checks if sel(h.name)]
+    # a selected cell brings the health checks that guard it
+    checks = [h for h in m.health_checks if sel(h.name) or any(h.name in c.guarded_by for g in groups for c in g.cells)]
     probes = [p for p in m.probes if sel(p.name)]
     build, _ = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build)
@@ -311,9 +317,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         server_opts = {t[2:].split("=")[0] for t in m.serve_cmd if t.startswith("--")}
         settings = platform_settings(plat, cpus=ex.cpus() if plat == "cpu" else None,
                                      server_options={o: True for o in server_opts})
-        env_defaults = {k: v for k, v in settings["env"].items() if k != "OMP_NUM_THREADS"}
-        env_extra = {**({"OMP_NUM_THREADS": settings["env"]["OMP_NUM_THREADS"]} if plat == "cpu" else {}),
-                     **dict(m.env)}
+        env_defaults = dict(settings["env"])
+        omp_set, omp_unset = omp_setting() if plat == "cpu" else ({}, ())
+        env_extra = {**omp_set, **dict(m.env)}
         model_dir = m.model_path if m.model_path is not None else m.model
         prompts = m.prompts
         common = base_provenance(install=install, model_dir=m.model_path, env_used=None,
@@ -346,7 +352,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
 
         def job_base(kind: str) -> dict:
             return {"kind": kind, "venv": str(install.venv), "env_defaults": env_defaults, "env_extra": env_extra,
-                    "base_provenance": common}
+                    "env_unset": [k for k in omp_unset if k not in env_extra], "base_provenance": common}
 
         def import_out(out: dict | BaseException, expected: list[tuple[str, dict, float]]) -> None:
             """Import a finished job's runs; record the cells it did not record as failed."""

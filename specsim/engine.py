@@ -5,7 +5,8 @@ Details: ``docs/modules/specsim.engine.md``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -206,13 +207,20 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
     """
     lat = r.latency
-    if (hasattr(lat, "counts") and hasattr(lat, "efficiency") and hasattr(r.drafter, "draft_plan")
-            and not callable(getattr(lat, "prefill_time", None))):
+    if _uses_plan(r):
         plan = step_plan(r, n, concurrency, isl, osl, tp, draft_prefill=draft_prefill, mal=mal,
                          drafted_fraction=drafted_fraction, mean_proposal_tokens=mean_proposal_tokens)
         return plan_seconds(plan, stack_terms(lat.efficiency, overhead), lat.smooth_p)
     return _evaluate_callables(r, n, concurrency, isl, osl, tp, overhead, draft_prefill, mal, drafted_fraction,
                                mean_proposal_tokens)
+
+
+def _uses_plan(r: Scenario) -> bool:
+    """Whether :func:`evaluate` times ``r`` from physical counts (:func:`step_plan`) rather than by
+    the latency model's and drafter's callables."""
+    lat = r.latency
+    return bool(hasattr(lat, "counts") and hasattr(lat, "efficiency") and hasattr(r.drafter, "draft_plan")
+                and not callable(getattr(lat, "prefill_time", None)))
 
 
 #: the terms of one (hardware, serving stack) -- ``specsim.latency.Efficiency`` fields and
@@ -253,6 +261,12 @@ def step_plan(r: Scenario, n, concurrency, isl, osl, tp, *, draft_prefill: bool 
     multipliers that combine them.  :func:`plan_seconds` turns it into times for given terms, so a
     fit evaluates the counts once and the terms many times (``specsim.studies.reproduce``).
 
+    ``n, concurrency, isl, osl`` broadcast together; every entry keeps the broadcast shape of
+    what it depends on (the baseline step of ``concurrency`` and the context, the prefills of
+    ``concurrency`` and ``isl``, ...), so orthogonal axes (``n[:, None, None, None]``,
+    ``concurrency[None, :, None, None]``, ...) evaluate a grid without materialising it until
+    :func:`plan_seconds` combines them.  ``plan["shape"]`` is the full broadcast shape.
+
     Returns
     -------
     dict
@@ -260,70 +274,205 @@ def step_plan(r: Scenario, n, concurrency, isl, osl, tp, *, draft_prefill: bool 
         arrays: ``n, concurrency, isl, osl, mal, draft0_mult, draft1_mult, draft*_fixed_override``
         (NaN = none), ``draft*_fixed_scale``, ``lookup_s``, ``multi`` (C > 1), ``target_scale``.
     """
-    from specsim.latency import ForwardCounts
+    plan = _step_counts(r, n, concurrency, isl, osl, tp, draft_prefill=draft_prefill,
+                        drafted_fraction=drafted_fraction, mean_proposal_tokens=mean_proposal_tokens)
+    return _with_scenario_terms(plan, r, mal, drafted_fraction)
 
+
+def _step_counts(r: Scenario, n, concurrency, isl, osl, tp, *, draft_prefill: bool, drafted_fraction: float,
+                 mean_proposal_tokens: float | None, shared: dict | None = None) -> dict:
+    """The part of :func:`step_plan` that depends neither on the acceptance nor on the target time
+    scale (every forward's counts): shared by the categorical combinations of a sweep that differ
+    only in those (:func:`_evaluate_shared`).  ``shared`` (one sweep call) also keeps the target's
+    forwards (baseline, verification, prefill), which do not depend on the drafter, per target,
+    latency model, precision, TP and grid arrays (by identity; the objects are kept alive there)."""
     n = np.asarray(n)
     c = np.asarray(concurrency)
-    n, c, isl, osl = np.broadcast_arrays(n, c, np.asarray(isl), np.asarray(osl))
-    shape = n.shape
+    isl = np.asarray(isl)
+    osl = np.asarray(osl)
+    try:
+        shape = np.broadcast_shapes(n.shape, c.shape, isl.shape, osl.shape)
+    except ValueError:
+        np.broadcast_arrays(n, c, isl, osl)  # numpy's own message
+        raise
     ctx = isl + osl / 2.0
     lat, tgt, prec = r.latency, r.target, r.precision
     f = float(drafted_fraction)
     n_prop = n if mean_proposal_tokens is None else np.minimum(n, float(mean_proposal_tokens))
     cf = c.astype(float)
-    plan: dict = {"n": n, "concurrency": c, "isl": isl, "osl": osl}
-    plan["base"] = lat.counts(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx).broadcast(shape)
-    plan["verify"] = lat.counts(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx).broadcast(shape)
-    passes = r.drafter.draft_plan(n, c, ctx, tp=tp, precision=prec)
+    if hasattr(lat, "natural_counts"):
+        counts = (lat.natural_counts if shared is None else
+                  functools.partial(lat.natural_counts, memo=shared.setdefault("hardware-independent counts", {})))
+    else:
+        counts = lat.counts
+    plan: dict = {"shape": shape, "n": n, "concurrency": c, "isl": isl, "osl": osl}
+    hit = None
+    if shared is not None:
+        pinned = (tgt, lat, n, concurrency, isl, osl)
+        tkey = tuple(id(o) for o in pinned) + (prec, int(tp), f, mean_proposal_tokens)
+        hit = shared.get(tkey)
+    plan["base"] = hit[1]["base"] if hit else counts(tgt, tp=tp, precision=prec, batch=c, q=1, context=ctx)
+    plan["verify"] = (hit[1]["verify"] if hit else
+                      counts(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx))
+    passes = _draft_passes(r.drafter, n, c, ctx, tp, prec)
     if len(passes) > 2:
         raise SpecsimValueError("drafter", "a draft plan has at most 2 kinds of pass", len(passes))
     for k in range(2):
         if k < len(passes):
             pas = passes[k]
-            plan[f"draft{k}"] = lat.counts(pas.net, tp=pas.tp, precision=pas.precision, batch=c, q=pas.q,
-                                           context=pas.context).broadcast(shape)
-            plan[f"draft{k}_mult"] = np.broadcast_to(np.asarray(pas.multiplier, dtype=float), shape)
-            plan[f"draft{k}_fixed_override"] = np.full(shape, np.nan if pas.fixed_override is None
-                                                       else float(pas.fixed_override))
-            plan[f"draft{k}_fixed_scale"] = np.full(shape, float(pas.fixed_scale))
+            plan[f"draft{k}"] = counts(pas.net, tp=pas.tp, precision=pas.precision, batch=c, q=pas.q,
+                                       context=pas.context)
+            plan[f"draft{k}_mult"] = np.asarray(pas.multiplier, dtype=float)
+            plan[f"draft{k}_fixed_override"] = np.float64(np.nan if pas.fixed_override is None
+                                                          else float(pas.fixed_override))
+            plan[f"draft{k}_fixed_scale"] = np.float64(float(pas.fixed_scale))
         else:
-            plan[f"draft{k}"] = ForwardCounts.zeros(shape)
-            plan[f"draft{k}_mult"] = np.zeros(shape)
-            plan[f"draft{k}_fixed_override"] = np.full(shape, np.nan)
-            plan[f"draft{k}_fixed_scale"] = np.ones(shape)
+            plan[f"draft{k}"] = None
+            plan[f"draft{k}_mult"] = np.float64(0.0)
+            plan[f"draft{k}_fixed_override"] = np.float64(np.nan)
+            plan[f"draft{k}_fixed_scale"] = np.float64(1.0)
     plan["lookup_s"] = (cf * float(r.drafter.lookup_s_per_request) if getattr(r.drafter, "kind", "") == "lookup"
-                        else np.zeros(shape)) + np.zeros(shape)
+                        else np.float64(0.0)) + 0.0
     host = np.maximum(cf - 1.0, 1.0)
-    m = LastPositionLogits(tgt)
-    plan["pf_alone"] = lat.counts(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0).broadcast(shape)
-    plan["pf_with"] = lat.counts(m, tp=tp, precision=prec, batch=host, q=1.0 + isl / host, context=0.0).broadcast(shape)
-    plan["pf_without"] = lat.counts(m, tp=tp, precision=prec, batch=host, q=1.0, context=0.0).broadcast(shape)
-    plan["multi"] = np.broadcast_to(cf > 1.0, shape)
+    if hit:
+        plan.update({k: hit[1][k] for k in ("pf_alone", "pf_with", "pf_without")})
+    else:
+        # one view per target and sweep call, so that the counts memo sees the same model object
+        m = (LastPositionLogits(tgt) if shared is None else
+             shared.setdefault(("last-position view", id(tgt)), (tgt, LastPositionLogits(tgt)))[1])
+        plan["pf_alone"] = counts(m, tp=tp, precision=prec, batch=1, q=isl, context=0.0)
+        plan["pf_with"] = counts(m, tp=tp, precision=prec, batch=host, q=1.0 + isl / host, context=0.0)
+        plan["pf_without"] = counts(m, tp=tp, precision=prec, batch=host, q=1.0, context=0.0)
+        if shared is not None:
+            shared[tkey] = (pinned, {k: plan[k] for k in ("base", "verify", "pf_alone", "pf_with", "pf_without")})
+    plan["multi"] = cf > 1.0
     dspec = getattr(r.drafter, "draft", None)
     has_dpf = bool(draft_prefill and dspec is not None and getattr(r.drafter, "kind", "") != "lookup")
     if has_dpf:
         dprec = r.drafter.draft_precision(prec) if hasattr(r.drafter, "draft_precision") else (prec or "bf16")
-        dm = LastPositionLogits(dspec)
-        plan["dpf_alone"] = lat.counts(dm, tp=tp, precision=dprec, batch=1, q=isl, context=0.0).broadcast(shape)
-        plan["dpf_with"] = lat.counts(dm, tp=tp, precision=dprec, batch=host, q=1.0 + isl / host,
-                                      context=0.0).broadcast(shape)
-        plan["dpf_without"] = lat.counts(dm, tp=tp, precision=dprec, batch=host, q=1.0, context=0.0).broadcast(shape)
+        dm = (LastPositionLogits(dspec) if shared is None else
+              shared.setdefault(("last-position view", id(dspec)), (dspec, LastPositionLogits(dspec)))[1])
+        plan["dpf_alone"] = counts(dm, tp=tp, precision=dprec, batch=1, q=isl, context=0.0)
+        plan["dpf_with"] = counts(dm, tp=tp, precision=dprec, batch=host, q=1.0 + isl / host, context=0.0)
+        plan["dpf_without"] = counts(dm, tp=tp, precision=dprec, batch=host, q=1.0, context=0.0)
     else:
         for k in ("dpf_alone", "dpf_with", "dpf_without"):
-            plan[k] = ForwardCounts.zeros(shape)
-    plan["has_dpf"] = np.full(shape, 1.0 if has_dpf else 0.0)
+            plan[k] = None
+    plan["has_dpf"] = np.float64(1.0 if has_dpf else 0.0)
+    plan["mal"] = None
+    plan["target_scale"] = None
+    plan["nonsliding_layers"] = np.float64(float(nonsliding_layers(tgt)))
+    return plan
+
+
+def _with_scenario_terms(counts_plan: dict, r: Scenario, mal, drafted_fraction: float) -> dict:
+    """A :func:`_step_counts` plan completed with the scenario's MAL and target time scale (a new
+    dict; the counts are shared, not copied)."""
+    plan = dict(counts_plan)
+    n = plan["n"]
+    f = float(drafted_fraction)
     mal_drafted = np.asarray(r.acceptance.mal(np.maximum(n, 1)) if mal is None else mal, dtype=float)
     mal_drafted = np.where(n == 0, 1.0, mal_drafted)
-    plan["mal"] = np.broadcast_to(1.0 + f * (mal_drafted - 1.0), shape)
-    plan["target_scale"] = np.full(shape, float(r.target_time_scale))
-    plan["nonsliding_layers"] = np.full(shape, float(nonsliding_layers(tgt)))
+    plan["mal"] = 1.0 + f * (mal_drafted - 1.0)
+    plan["target_scale"] = np.float64(float(r.target_time_scale))
     return plan
+
+
+def _evaluate_shared(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, shared: dict, *,
+                     drafted_fraction: float = 1.0, mean_proposal_tokens: float | None = None) -> dict:
+    """:func:`evaluate` for the categorical combinations of ONE sweep call: the forward counts of
+    combinations with the same target, drafter, latency model, precision, TP and grid arrays
+    (objects, compared by identity and kept alive in ``shared``) are built once and reused; the
+    acceptance, target time scale and stack terms are applied per combination.  Same values as
+    :func:`evaluate`, each array in its own broadcast shape (not broadcast to the grid)."""
+    lat = r.latency
+    if not _uses_plan(r):
+        return evaluate(r, n, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
+                        mean_proposal_tokens=mean_proposal_tokens)
+    pinned = (r.target, r.drafter, lat, n, concurrency, isl, osl)
+    key = tuple(id(o) for o in pinned) + (r.precision, int(tp), float(drafted_fraction), mean_proposal_tokens)
+    hit = shared.get(key)
+    if hit is None:
+        hit = shared[key] = (pinned, _step_counts(r, n, concurrency, isl, osl, tp, draft_prefill=True,
+                                                  drafted_fraction=drafted_fraction,
+                                                  mean_proposal_tokens=mean_proposal_tokens,
+                                                  shared=shared.setdefault("target forwards", {})))
+    plan = _with_scenario_terms(hit[1], r, None, drafted_fraction)
+    return _plan_seconds(plan, stack_terms(lat.efficiency, overhead), lat.smooth_p,
+                         shared.setdefault("target seconds", {}), broadcast=False)
+
+
+def _draft_passes(drafter, n, c, ctx, tp, prec) -> list:
+    """``drafter.draft_plan(n, c, ctx)`` with every array of each pass (q, context, multiplier) in
+    the smallest shape it varies over.
+
+    specsim's own ``Drafter.draft_plan`` uses the batch only to broadcast (a pass's q and
+    multiplier are functions of N, its context the step's context or 0; ``specsim/drafters.py``),
+    so it is planned on (n, ctx) alone and each array is reduced to the axes along which it
+    actually varies -- checked value by value on those small arrays, so the reduction is exact.
+    Any other drafter is planned on (n, c, ctx) and only its broadcast (zero-stride) axes are
+    dropped."""
+    if type(drafter).__name__ == "Drafter" and type(drafter).__module__ == "specsim.drafters":
+        passes = drafter.draft_plan(n, 1.0, ctx, tp=tp, precision=prec)
+        reduce = _constant_axes_dropped
+    else:
+        passes = drafter.draft_plan(n, c, ctx, tp=tp, precision=prec)
+        reduce = _unbroadcast
+    return [replace(p, q=reduce(p.q), context=reduce(p.context), multiplier=reduce(p.multiplier)) for p in passes]
+
+
+def _constant_axes_dropped(a):
+    """``a`` reduced to length 1 along every axis along which all its values are equal (exact)."""
+    a = _unbroadcast(a)
+    for ax in range(a.ndim):
+        if a.shape[ax] > 1:
+            first = a[(slice(None),) * ax + (slice(0, 1),)]
+            if np.array_equal(a, np.broadcast_to(first, a.shape)):
+                a = first
+    return a
+
+
+def _unbroadcast(a):
+    """``a`` without its broadcast (zero-stride) axes: the same values in the smallest shape that
+    broadcasts back to ``a.shape`` (a drafter's plan broadcasts its inputs together)."""
+    a = np.asarray(a)
+    if a.ndim == 0 or 0 not in a.strides or a.size == 0:
+        return a
+    return a[tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)]
+
+
+def _plan_shape(plan) -> tuple:
+    if "shape" in plan:
+        return tuple(plan["shape"])
+    return np.broadcast_shapes(*(np.shape(plan[k]) for k in ("n", "concurrency", "isl", "osl")))
+
+
+def plan_arrays(plan: dict) -> dict:
+    """``plan`` with every array and count broadcast to the plan's full shape (float arrays; an
+    unused slot as :meth:`ForwardCounts.zeros`), the layout :func:`concat_plans` concatenates."""
+    from specsim.latency import ForwardCounts
+
+    shape = _plan_shape(plan)
+    out = {}
+    for k, v in plan.items():
+        if k == "shape":
+            continue
+        if k in _FWD_SLOTS:
+            out[k] = ForwardCounts.zeros(shape) if v is None else v.broadcast(shape)
+        elif k == "multi":
+            out[k] = np.broadcast_to(v, shape)
+        elif k in ("n", "concurrency", "isl", "osl"):
+            out[k] = np.broadcast_to(v, shape)
+        else:
+            out[k] = np.broadcast_to(np.asarray(v, dtype=float), shape)
+    return out
 
 
 def concat_plans(plans) -> dict:
     """Concatenate 1-d :func:`step_plan` results (rows of different targets / methods) into one."""
     from specsim.latency import ForwardCounts
 
+    plans = [plan_arrays(p) for p in plans]
     out = {}
     for k in plans[0]:
         vals = [p[k] for p in plans]
@@ -332,47 +481,133 @@ def concat_plans(plans) -> dict:
     return out
 
 
+def _into(op, a, b, out):
+    """``op(a, b)``, written into ``out`` (a temporary of this module, ``a`` or ``b``) when it is
+    a float array of the result's shape -- the same values without a new array."""
+    if (isinstance(out, np.ndarray) and out.dtype == np.float64 and out.flags.writeable
+            and out.shape == np.broadcast_shapes(np.shape(a), np.shape(b))):
+        return op(a, b, out=out)
+    return op(a, b)
+
+
+def _fwd_total(fc, g, smooth_p):
+    """``forward_seconds(fc, terms)`` reduced to what :func:`plan_seconds` reads: ``(total_s,
+    fixed_s)``, the same arithmetic in the same order on ``fc``'s own shapes (temporaries reused)."""
+    bw = g("bandwidth") * fc.bandwidth_bytes_per_s
+    w_s = fc.weight_bytes / bw
+    kv_s = fc.kv_bytes / bw
+    memory_s = _into(np.add, w_s, kv_s, kv_s if np.ndim(kv_s) >= np.ndim(w_s) else w_s)
+    compute_s = fc.flops + g("moe_pad_tokens") * fc.moe_pad_flops
+    compute_s = _into(np.divide, compute_s, g("compute") * fc.peak_flops_per_s, compute_s)
+    if smooth_p is None:
+        roof = _into(np.maximum, memory_s, compute_s, compute_s)
+    elif smooth_p == 1.0:
+        roof = memory_s + compute_s
+    else:
+        p = smooth_p
+        hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
+        roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+    fixed_s = g("fixed_s") + g("per_layer_s") * fc.layers
+    total = _into(np.add, roof, fixed_s, roof)
+    total = _into(np.add, total, fc.allreduce_calls * (fc.allreduce_wire_s + g("allreduce_latency_s")), total)
+    total = _into(np.add, total, g("dequant_s_per_weight") * fc.dequant_weights, total)
+    return total, fixed_s
+
+
+_ZERO_COUNTS = []
+
+
+def _zero_counts():
+    """An unused slot's counts (:meth:`ForwardCounts.zeros` as scalars)."""
+    if not _ZERO_COUNTS:
+        from specsim.latency import ForwardCounts
+
+        z = np.float64(0.0)
+        _ZERO_COUNTS.append(ForwardCounts(z, z, z, z, z, z, z, z, np.float64(1.0), np.float64(1.0)))
+    return _ZERO_COUNTS[0]
+
+
 def plan_seconds(plan: dict, terms, smooth_p: float | None = None) -> dict[str, np.ndarray]:
     """Times, throughputs and ratios of a :func:`step_plan` for the stack ``terms``
     (:data:`STACK_TERMS`, a dict; values may be arrays broadcasting against the plan).
 
-    Same keys as :func:`evaluate`'s result.
+    Same keys as :func:`evaluate`'s result (read-only arrays of the broadcast shape).
     """
-    from specsim.latency import forward_seconds
+    return _plan_seconds(plan, terms, smooth_p, None)
 
-    def fwd(slot):
-        return forward_seconds(plan[slot], terms, smooth_p)
 
+def _plan_seconds(plan: dict, terms, smooth_p, shared: dict | None, broadcast: bool = True) -> dict[str, np.ndarray]:
+    """:func:`plan_seconds`; ``shared`` (one sweep call) keeps the target's forward seconds
+    (baseline, verification, prefill; before the target time scale) per target counts (by
+    identity, kept alive there) and stack terms, for the combinations that share them.
+    ``broadcast=False`` leaves every result in its own broadcast shape (a sweep writes them into
+    its columns)."""
     g = terms.__getitem__
     n, c, osl = plan["n"], plan["concurrency"].astype(float), plan["osl"].astype(float)
     k = plan["target_scale"]
-    base = k * fwd("base")["total_s"]
-    t_verify = k * fwd("verify")["total_s"]
+
+    def total(slot):
+        fc = plan[slot]
+        return _fwd_total(_zero_counts() if fc is None else fc, g, smooth_p)[0]
+
+    def prefill(prefix):
+        alone = total(f"{prefix}_alone")
+        mixed = np.clip(total(f"{prefix}_with") - total(f"{prefix}_without"), 0.0, alone)
+        return np.where(plan["multi"], mixed, alone)
+
+    slots = ("base", "verify", "pf_alone", "pf_with", "pf_without", "multi")
+    key = hit = None
+    if shared is not None:
+        try:
+            key = tuple(id(plan[s]) for s in slots) + (smooth_p,) + tuple(sorted(terms.items()))
+            hash(key)
+        except TypeError:  # array-valued terms
+            key = None
+        hit = None if key is None else shared.get(key)
+    if hit is None:
+        hit = (total("base"), total("verify"), prefill("pf"))
+        if key is not None:
+            shared[key] = hit + (tuple(plan[s] for s in slots),)
+    base = k * hit[0]
+    t_verify = k * hit[1]
     t_draft = plan["lookup_s"]
     for slot in ("draft0", "draft1"):
-        bd = fwd(slot)
+        fc = plan[slot]  # None: an unused slot, every count 0 (ForwardCounts.zeros)
+        tot, fx = _fwd_total(_zero_counts() if fc is None else fc, g, smooth_p)
+        zero = 0.0 * tot
+        fx = _into(np.add, fx, zero, zero)  # forward_seconds' fixed_s: fixed + 0 * total
         ov = plan[f"{slot}_fixed_override"]
-        fixed = np.where(np.isnan(ov), plan[f"{slot}_fixed_scale"] * bd["fixed_s"], np.nan_to_num(ov))
-        t_draft = t_draft + plan[f"{slot}_mult"] * (bd["total_s"] - bd["fixed_s"] + fixed)
+        if np.ndim(ov) == 0:  # one value: np.where(isnan(ov), scale * fx, ov) without the broadcast
+            fixed = plan[f"{slot}_fixed_scale"] * fx if np.isnan(ov) else np.nan_to_num(ov)
+        else:
+            fixed = np.where(np.isnan(ov), plan[f"{slot}_fixed_scale"] * fx, np.nan_to_num(ov))
+        x = _into(np.subtract, tot, fx, tot)
+        x = _into(np.add, x, fixed, x)
+        x = _into(np.multiply, plan[f"{slot}_mult"], x, x)
+        t_draft = _into(np.add, t_draft, x, x)
     t_host = g("host_step_s") + g("host_per_seq_s") * c
     t_over = g("spec_fixed_s") + np.where(n > 0, g("spec_per_token_s") * c * (n + 1)
                                           + g("spec_per_seq_layer_s") * c * plan["nonsliding_layers"], 0.0)
     t_base = base + t_host
-    t_step = t_draft + t_verify + t_host + t_over
+    t_step = t_draft + t_verify
+    t_step = _into(np.add, t_step, t_host, t_step)
+    t_step = _into(np.add, t_step, t_over, t_step)
 
-    def prefill(prefix):
-        alone = fwd(f"{prefix}_alone")["total_s"]
-        mixed = np.clip(fwd(f"{prefix}_with")["total_s"] - fwd(f"{prefix}_without")["total_s"], 0.0, alone)
-        return np.where(plan["multi"], mixed, alone)
-
-    t_prefill = k * prefill("pf")
+    t_prefill = k * hit[2]
     t_prefill_spec = t_prefill + plan["has_dpf"] * prefill("dpf")
     mal = plan["mal"]
     cycle_base = c * t_prefill + osl * t_base
-    tput_base = output_throughput(c, osl, t_prefill, t_base, 1.0)
-    tput_spec = output_throughput(c, osl, t_prefill_spec, t_step, mal)
-    shape = np.broadcast_shapes(np.shape(tput_spec), np.shape(n))
-    b = np.broadcast_to
+    tput_base = _throughput(c, osl, t_prefill, t_base, 1.0)
+    tput_spec = _throughput(c, osl, t_prefill_spec, t_step, mal)
+    shape = np.broadcast_shapes(np.shape(tput_spec), np.shape(n), _plan_shape(plan))
+    b = np.broadcast_to if broadcast else (lambda x, _shape: x)
+    tpot = (osl / mal) * t_step
+    tpot = _into(np.add, tpot, (c - 1) * t_prefill_spec, tpot)
+    tpot = _into(np.divide, tpot, osl, tpot)
+    bound = t_verify + t_host
+    bound = _into(np.multiply, osl / mal, bound, bound)
+    bound = _into(np.add, c * t_prefill, bound, bound)
+    bound = _into(np.divide, cycle_base, bound, bound)
     return {
         "num_speculative_tokens": b(n, shape),
         "concurrency": b(plan["concurrency"], shape),
@@ -391,10 +626,17 @@ def plan_seconds(plan: dict, terms, smooth_p: float | None = None) -> dict[str, 
         "output_tok_per_s": b(tput_spec, shape),
         "baseline_output_tok_per_s": b(tput_base, shape),
         "throughput_ratio": b(tput_spec / tput_base, shape),
-        "tpot_s": b(((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl, shape),
+        "tpot_s": b(tpot, shape),
         "baseline_tpot_s": b((osl * t_base + (c - 1) * t_prefill) / osl, shape),
-        "speedup_bound": b(cycle_base / (c * t_prefill + (osl / mal) * (t_verify + t_host)), shape),
+        "speedup_bound": b(bound, shape),
     }
+
+
+def _throughput(c, osl, t_prefill, t_step, mal):
+    """:func:`output_throughput` on float arrays, the same arithmetic, temporaries reused."""
+    den = (osl / mal) * t_step
+    den = _into(np.add, c * t_prefill, den, den)
+    return _into(np.divide, c * osl, den, den)
 
 
 def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, draft_prefill: bool = True,

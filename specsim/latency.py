@@ -49,6 +49,25 @@ def _grid(batch: Any, q: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.
     return b, qq, c
 
 
+def _grid_natural(batch: Any, q: Any, context: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple]:
+    """:func:`_grid`'s checks without materialising the broadcast: the three float arrays in their
+    own shapes and the broadcast shape (every value of a broadcast is a value of its operand, so
+    checking the operands is the same check; on a failure :func:`_grid` raises its own message)."""
+    b, qq, c = (np.asarray(batch, dtype=float), np.asarray(q, dtype=float), np.asarray(context, dtype=float))
+    try:
+        shape = np.broadcast_shapes(b.shape, qq.shape, c.shape)
+    except ValueError:
+        _grid(batch, q, context)  # raises
+        raise
+    if 0 in shape:
+        return b, qq, c, shape
+    for arr, lo in ((b, 1.0), (qq, 1.0), (c, 0.0)):
+        # min >= lo fails for NaN and -inf, max < inf for +inf: finite and >= lo
+        if not (arr.min() >= lo and arr.max() < np.inf):
+            _grid(batch, q, context)  # raises the broadcast message
+    return b, qq, c, shape
+
+
 @runtime_checkable
 class LatencyModel(Protocol):
     """What every latency model offers (docs/architecture.md, "latency.py")."""
@@ -170,6 +189,11 @@ class ForwardCounts:
 
     FIELDS = ("weight_bytes", "kv_bytes", "flops", "moe_pad_flops", "dequant_weights", "layers",
               "allreduce_calls", "allreduce_wire_s", "bandwidth_bytes_per_s", "peak_flops_per_s")
+
+    def broadcast_arrays_to(self, shape) -> "ForwardCounts":
+        """The array fields as (read-only) views of ``shape``; scalar fields stay as they are."""
+        return ForwardCounts(**{k: v if type(v) is float else np.broadcast_to(v, shape)
+                                for k in self.FIELDS for v in (getattr(self, k),)})
 
     def broadcast(self, shape) -> "ForwardCounts":
         """Every field as a float array of ``shape``."""
@@ -357,10 +381,25 @@ class Roofline:
         """The physical counts of one forward (:class:`ForwardCounts`, broadcast shape), which
         :func:`forward_seconds` turns into seconds with this roofline's efficiencies.  Same
         parameters as :meth:`breakdown`."""
-        return self._counts(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
-                            kv_precision=kv_precision)[0]
+        fc, shape = self._counts(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                                 kv_precision=kv_precision, natural=True)
+        return fc.broadcast_arrays_to(shape)
 
-    def _counts(self, model: Any, *, tp, precision, batch, q, context, kv_precision):
+    def natural_counts(self, model: Any, *, tp: int = 1, precision: str | None = "bf16", batch: Any, q: Any,
+                       context: Any, kv_precision: str | None = None, memo: dict | None = None) -> ForwardCounts:
+        """:meth:`counts` with every field in its own broadcast shape (e.g. the weight bytes vary
+        with ``batch * q`` only, the KV bytes with ``batch`` and ``context``) instead of the full
+        broadcast of (batch, q, context): the same values, computed on the smallest arrays
+        (:func:`specsim.engine.step_plan` over a grid).
+
+        ``memo`` (a dict the caller keeps for one computation, e.g. one ``sweep`` call) reuses the
+        hardware-independent counts (bytes, FLOPs, experts touched) of the same model object and
+        the same small input values across calls, e.g. for several hardware."""
+        return self._counts(model, tp=tp, precision=precision, batch=batch, q=q, context=context,
+                            kv_precision=kv_precision, natural=True, memo=memo)[0]
+
+    def _counts(self, model: Any, *, tp, precision, batch, q, context, kv_precision, natural: bool = False,
+                memo: dict | None = None):
         tp = int_field("tp", tp)
         # precision=None: the model's own serving mix (e.g. int4 routed experts + bf16 rest) for the
         # bytes, and its main weight dtype for the peak FLOP/s and the default KV dtype.
@@ -369,35 +408,67 @@ class Roofline:
             precision = getattr(model, "weight_dtype", None) or "bf16"
         _check_precision("precision", precision)
         kvp = default_kv_precision(precision) if kv_precision is None else _check_precision("kv_precision", kv_precision)
-        b, qq, c = _grid(batch, q, context)
+        key = phys = None
+        if natural and memo is not None:
+            arrs = tuple(np.asarray(x, dtype=float) for x in (batch, q, context))
+            if all(a.size <= 4096 for a in arrs):
+                key = (id(model), tp, byte_precision, precision, kvp) + tuple((a.shape, a.tobytes()) for a in arrs)
+                phys = memo.get(key)
+        if phys is None:
+            if natural:
+                b, qq, c, shape = _grid_natural(batch, q, context)
+            else:
+                b, qq, c = _grid(batch, q, context)
+                shape = b.shape
+            tokens = b * qq
+            w_bytes = np.asarray(model.step_weight_bytes(tokens, byte_precision if byte_precision is not None else precision)
+                                 if byte_precision is not None or not hasattr(model, "expert_weight_dtype")
+                                 else model.step_weight_bytes(tokens, None), dtype=float) / tp
+            kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
+            flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
+            # routed experts: distinct experts read (uniform top-k routing) and their padding FLOPs
+            n_moe, n_exp, k_exp, p_exp = _moe_shape(model)
+            if n_moe > 0:
+                distinct = (n_exp * -np.expm1(tokens * np.log1p(-k_exp / n_exp)) if k_exp < n_exp
+                            else np.full_like(tokens, n_exp))
+                expert_elems = n_moe * distinct * p_exp
+            else:
+                expert_elems = np.zeros_like(tokens)
+            pad_flops = 2.0 * expert_elems / tp
+            phys = {"model": model, "b": b, "shape": shape, "tokens": tokens, "w_bytes": w_bytes,
+                    "kv_bytes": kv_bytes, "flops": flops, "expert_elems": expert_elems, "pad_flops": pad_flops}
+            if key is not None:
+                memo[key] = phys
+        b, shape, tokens, expert_elems = phys["b"], phys["shape"], phys["tokens"], phys["expert_elems"]
+        w_bytes, kv_bytes, flops, pad_flops = phys["w_bytes"], phys["kv_bytes"], phys["flops"], phys["pad_flops"]
         hw = self.hardware
-        tokens = b * qq
-        w_bytes = np.asarray(model.step_weight_bytes(tokens, byte_precision if byte_precision is not None else precision)
-                             if byte_precision is not None or not hasattr(model, "expert_weight_dtype")
-                             else model.step_weight_bytes(tokens, None), dtype=float) / tp
-        kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
-        flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
-        # routed experts: distinct experts read (uniform top-k routing) and their padding FLOPs
-        n_moe, n_exp, k_exp, p_exp = _moe_shape(model)
-        if n_moe > 0:
-            distinct = n_exp * -np.expm1(tokens * np.log1p(-k_exp / n_exp)) if k_exp < n_exp else np.full_like(tokens, n_exp)
-            expert_elems = n_moe * distinct * p_exp
-        else:
-            expert_elems = np.zeros_like(tokens)
-        pad_flops = 2.0 * expert_elems / tp
         d_main, d_exp, d_head = _part_dtypes(model, byte_precision)
         head = float(getattr(model, "lm_head_params", 0.0))
-        dense_elems = (np.asarray(model.step_weight_bytes(tokens, "bf16"), dtype=float) / 2.0) - expert_elems - head
-        deq = ((0.0 if native_precision(hw, d_main) else 1.0) * dense_elems
-               + (0.0 if native_precision(hw, d_exp) else 1.0) * expert_elems
-               + (0.0 if native_precision(hw, d_head) else head))
-        deq = np.asarray(deq, dtype=float) / tp
+        native = (native_precision(hw, d_main), native_precision(hw, d_exp), native_precision(hw, d_head))
+        if natural and all(native):
+            # every weight native: 0 x finite element counts + 0, i.e. exactly 0.0 everywhere
+            deq = np.zeros(np.shape(expert_elems))
+        else:
+            if "dense_elems" not in phys:
+                phys["dense_elems"] = ((np.asarray(model.step_weight_bytes(tokens, "bf16"), dtype=float) / 2.0)
+                                       - expert_elems - head)
+            dense_elems = phys["dense_elems"]
+            deq = ((0.0 if native[0] else 1.0) * dense_elems
+                   + (0.0 if native[1] else 1.0) * expert_elems
+                   + (0.0 if native[2] else head))
+            deq = np.asarray(deq, dtype=float) / tp
         if tp > 1:
             calls = 2.0 * float(model.num_layers)
             msg = tokens * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0)
             wire = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s)
         else:
             calls, wire = 0.0, np.zeros_like(tokens)
+        if natural:
+            fc = ForwardCounts(weight_bytes=w_bytes, kv_bytes=kv_bytes, flops=flops, moe_pad_flops=pad_flops,
+                               dequant_weights=deq, layers=float(model.num_layers), allreduce_calls=calls,
+                               allreduce_wire_s=wire, bandwidth_bytes_per_s=float(hw.mem_bandwidth_bytes_per_s),
+                               peak_flops_per_s=float(hw.peak_flops(precision)))
+            return fc, shape
         fc = ForwardCounts(weight_bytes=np.broadcast_to(w_bytes, b.shape), kv_bytes=np.broadcast_to(kv_bytes, b.shape),
                            flops=np.broadcast_to(flops, b.shape), moe_pad_flops=np.broadcast_to(pad_flops, b.shape),
                            dequant_weights=np.broadcast_to(deq, b.shape), layers=float(model.num_layers),

@@ -23,6 +23,7 @@ from specsim.drafters import draft_specs, get_drafter, unmodelled_config_fields
 from specsim.engine import (
     Scenario,
     SpecOverhead,
+    _evaluate_shared,
     acceptance_extrapolated,
     default_overhead,
     evaluate,
@@ -1190,23 +1191,6 @@ def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: 
     return mb
 
 
-def _kv_cache_fits(r: Scenario, tp: int, N, C, I, O) -> np.ndarray:
-    """Per grid point: does the KV cache of C x (ISL + OSL) tokens fit (see :func:`check_feasibility`)?
-    Raises what :func:`check_feasibility` raises, for any grid value."""
-    # the budget depends on N and the sequence length ISL + OSL only: one check per distinct pair
-    n_flat = np.ravel(N).astype(np.int64)
-    len_flat = np.ravel(I).astype(np.int64) + np.ravel(O).astype(np.int64)
-    base = int(len_flat.max()) + 1
-    keys, inverse = np.unique(n_flat * base + len_flat, return_inverse=True)
-    max_fit = np.full(len(keys), np.inf)
-    for j, key in enumerate(keys.tolist()):
-        n_, len_ = divmod(int(key), base)
-        mb = _check_deployment(replace(r, num_speculative_tokens=n_), tp=tp, isl=len_, osl=0)
-        if mb is not None:
-            max_fit[j] = mb.max_concurrency_fit
-    return (np.ravel(C) <= max_fit[np.ravel(inverse)]).reshape(np.shape(N))
-
-
 def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
     if not (np.isfinite(drafted_fraction) and 0.0 < drafted_fraction <= 1.0):
         raise SpecsimValueError("drafted_fraction", "must lie in (0, 1]", drafted_fraction)
@@ -1316,7 +1300,11 @@ def sweep(
     if speculative_config is not None and len(ns) != 1:
         raise SpecsimValueError("num_speculative_tokens", "speculative_config fixes N (its num_speculative_tokens); "
                                 "sweep N without a speculative_config", list(ns))
-    N, C, I, O = (a.reshape(-1) for a in np.meshgrid(ns, cs, isls, osls, indexing="ij"))
+    # the numeric axes as orthogonal arrays: evaluate keeps every term in the shape of what it
+    # depends on, and only the output columns are materialised (rows in meshgrid "ij" order)
+    shape = (len(ns), len(cs), len(isls), len(osls))
+    N, C, I, O = (ns.reshape(-1, 1, 1, 1), cs.reshape(1, -1, 1, 1), isls.reshape(1, 1, -1, 1),
+                  osls.reshape(1, 1, 1, -1))
     b = as_baseline(baseline)
     if b is None and baseline_concurrency is not None:
         raise SpecsimValueError("baseline_concurrency", "applies only with baseline=", baseline_concurrency)
@@ -1326,44 +1314,203 @@ def sweep(
                 raise SpecsimValueError(name, "a measured baseline anchors ONE deployment (target, hardware, tp, "
                                         "precision): sweep one value, or one sweep per deployment", as_list(v))
         point = anchor_point(b, baseline_concurrency, cs, isls, osls)
-    frames = []
+    combos = []
+    loaded = _SweepObjects(drafter=drafter, latency=latency)
+    shared_plans: dict = {}
+    shared_fits: dict = {}
     for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
     ):
-        r = resolve_inputs(
+        r = loaded.resolve(
             tgt, meth, None if speculative_config is None or len(ns) != 1 else int(ns[0]), hardware=hw,
-            precision=prec, acceptance=acc, draft=drf, drafter=drafter, latency=latency,
+            precision=prec, acceptance=acc, draft=drf,
             temperature=temperature, temperature_assumption=temperature_assumption,
             speculative_config=speculative_config,
         )
         tp_i = int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
-        kv_fits = _kv_cache_fits(r, tp_i, N, C, I, O)
+        kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
         ov, _, _ = resolve_overhead(r, overhead, latency_given=latency is not None)
-        n_used = scheduled_n(r, C) if r.speculative_config is not None else N
+        n_used = scheduled_n(r, cs).reshape(C.shape) if r.speculative_config is not None else N
         if b is not None:
             k, _ = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
             r = replace(r, target_time_scale=k)
-        out = evaluate(r, n_used, C, I, O, tp_i, ov, drafted_fraction=drafted_fraction,
-                        mean_proposal_tokens=mean_proposal_tokens)
-        df = pd.DataFrame({k: np.asarray(v) for k, v in out.items()})
-        for k, v in health_terms(out, C, O).items():
-            df[k] = np.asarray(v)
-        df["target_time_scale"] = float(r.target_time_scale)
-        extrap = {int(k): acceptance_extrapolated(r.acceptance, int(k)) if k > 0 else False
-                  for k in np.unique(n_used)}
-        df["acceptance_extrapolated"] = [extrap[int(k)] for k in n_used]
+        out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
+                               mean_proposal_tokens=mean_proposal_tokens)
+        cols: dict[str, Any] = {
+            "target": r.target.name, "method": r.method, "hardware": r.hardware_name, "tp": tp_i,
+            "precision": precision_label(r.target, r.precision),
+            "acceptance": acc_label if acc_label is not None else getattr(r.acceptance, "label", None),
+        }
+        cols.update(out)
+        cols.update(health_terms(out, C, O))
+        cols["target_time_scale"] = float(r.target_time_scale)
+        n_nat = np.asarray(n_used)
+        uniq, inv = np.unique(n_nat, return_inverse=True)
+        ext = np.array([acceptance_extrapolated(r.acceptance, int(k)) if k > 0 else False for k in uniq.tolist()],
+                       dtype=bool)
+        cols["acceptance_extrapolated"] = ext[inv.reshape(-1)].reshape(n_nat.shape)
         if r.speculative_config is not None:
-            df["num_speculative_tokens_source"] = "schedule" if r.speculative_config.is_dynamic else "speculative_config"
-            df["configured_num_speculative_tokens"] = N
-        df.insert(0, "acceptance", acc_label if acc_label is not None else getattr(r.acceptance, "label", None))
-        df.insert(0, "precision", precision_label(r.target, r.precision))
-        df.insert(0, "tp", tp_i)
-        df.insert(0, "hardware", r.hardware_name)
-        df.insert(0, "method", r.method)
-        df.insert(0, "target", r.target.name)
-        df["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
-        df["kv_cache_fits"] = kv_fits
+            cols["num_speculative_tokens_source"] = ("schedule" if r.speculative_config.is_dynamic
+                                                     else "speculative_config")
+            cols["configured_num_speculative_tokens"] = N
+        cols["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
+        cols["kv_cache_fits"] = kv_fits
+        combos.append(cols)
+    return _sweep_frame(combos, shape)
+
+
+class _SweepObjects:
+    """:func:`resolve_inputs` for the categorical combinations of one :func:`sweep` call, reusing
+    what it loaded: a target's :class:`ModelSpec` (by name), the drafter of a (target, method,
+    draft) and the default latency model of a (hardware, target).  Each is first built by a plain
+    ``resolve_inputs`` call (so its checks and errors are the ones a single call raises) and then
+    passed to the next calls as an object: ``resolve_inputs`` takes it as given, which is what it
+    would have built again (a drafter passed in skips the draft-vs-target check, already passed
+    for that pair)."""
+
+    def __init__(self, *, drafter, latency):
+        self.drafter, self.latency = drafter, latency
+        self.targets: dict = {}
+        self.drafters: dict = {}
+        self.latencies: dict = {}
+
+    def resolve(self, tgt, meth, n, *, hardware, draft, speculative_config, **kw) -> Scenario:
+        key_t = tgt if isinstance(tgt, str) else None
+        key_d = (key_t, meth, draft) if key_t is not None and isinstance(meth, str) and speculative_config is None \
+            and (draft is None or isinstance(draft, str)) else None
+        key_l = (key_t, hardware) if key_t is not None and isinstance(hardware, str) else None
+        drafter = self.drafter if self.drafter is not None else self.drafters.get(key_d)
+        latency = self.latency if self.latency is not None else self.latencies.get(key_l)
+        r = resolve_inputs(self.targets.get(key_t, tgt), meth, n, hardware=hardware, draft=draft,
+                           drafter=drafter, latency=latency, speculative_config=speculative_config, **kw)
+        if key_t is not None:
+            self.targets.setdefault(key_t, r.target)
+        if key_d is not None and self.drafter is None:
+            self.drafters.setdefault(key_d, r.drafter)
+        if key_l is not None and self.latency is None:
+            self.latencies.setdefault(key_l, r.latency)
+        return r
+
+
+def _kv_cache_fits_axes(r: Scenario, tp: int, ns, cs, isls, osls, shared: dict) -> np.ndarray:
+    """Per grid point: does the KV cache of C x (ISL + OSL) tokens fit (see :func:`check_feasibility`)?
+    Bool array (N, C, ISL, OSL) on the orthogonal sweep axes; raises what :func:`check_feasibility`
+    raises, for any grid value (:func:`_max_fit_axes`).  Within one sweep call the
+    budgets of a (target, drafter, hardware, precision, config, TP) are computed once (``shared``,
+    objects compared by identity and kept alive there); they do not depend on the acceptance."""
+    pinned = (r.target, r.drafter, r.latency, r.speculative_config)
+    key = tuple(id(o) for o in pinned) + (r.precision, tp)
+    hit = shared.get(key)
+    if hit is None:
+        hit = shared[key] = (pinned, _max_fit_axes(r, tp, ns, isls, osls))
+    return cs.reshape(1, -1, 1, 1) <= hit[1]
+
+
+def _max_fit_axes(r: Scenario, tp: int, ns, isls, osls) -> np.ndarray:
+    """Largest concurrency whose KV cache fits, shape (N, 1, ISL, OSL): :func:`_check_deployment`
+    per distinct (N, ISL + OSL) pair, N-major over the sorted pairs (the order the errors come in).
+
+    The budget records N only (``specsim.memory.memory_budget``: vLLM's profiling run drafts one
+    dummy token whatever N is), so it is computed at the smallest and the largest N; when the two
+    agree they stand for every N in between (only the N-beyond-the-context refusal depends on N,
+    and it is raised where the loop would raise it), otherwise every N is computed."""
+    lens = isls.reshape(-1, 1) + osls.reshape(1, -1)
+    len_u = np.unique(lens.astype(np.int64))
+    n_u = np.unique(ns.astype(np.int64))
+
+    def fits_at(n_) -> np.ndarray:
+        out = np.full(len(len_u), np.inf)
+        for j, len_ in enumerate(len_u.tolist()):
+            mb = _check_deployment(replace(r, num_speculative_tokens=int(n_)), tp=tp, isl=len_, osl=0)
+            if mb is not None:
+                out[j] = mb.max_concurrency_fit
+        return out
+
+    rows = [fits_at(n_u[0])]
+    if len(n_u) > 1:
+        max_pos = getattr(r.target, "max_position_embeddings", None)
+        over = [int(n_) for n_ in n_u[1:] if max_pos and n_ > max_pos]
+        if over:  # raises the refusal the N-major loop raises first
+            _check_deployment(replace(r, num_speculative_tokens=over[0]), tp=tp, isl=int(len_u[0]), osl=0)
+        last = fits_at(n_u[-1])
+        if np.array_equal(rows[0], last):
+            rows = rows * len(n_u)
+        else:
+            rows += [fits_at(n_) for n_ in n_u[1:-1]] + [last]
+    table = np.stack(rows)  # (distinct N, distinct ISL + OSL)
+    fit = table[np.searchsorted(n_u, ns)][:, np.searchsorted(len_u, lens.reshape(-1))]
+    return fit.reshape(len(ns), 1, len(isls), len(osls))
+
+
+def _sweep_frame(combos: list[dict], shape: tuple) -> pd.DataFrame:
+    """One DataFrame of the combinations' columns (each value broadcast to ``shape``, rows in C
+    order), written once into its final arrays: the float columns into one block, the others
+    inserted.  Falls back to one frame per combination and ``pd.concat`` when the combinations'
+    columns do not share names and kinds."""
+    per = int(np.prod(shape))
+    names = list(combos[0])
+    kinds = _column_kinds(combos[0], names)
+    if kinds is None or any(list(c) != names or _column_kinds(c, names) != kinds for c in combos[1:]):
+        return _sweep_frame_concat(combos, shape)
+    total = per * len(combos)
+    fnames = [k for k in names if kinds[k] == "f"]
+    block = np.empty((len(fnames), total))
+    for j, cols in enumerate(combos):
+        sl = slice(j * per, (j + 1) * per)
+        for i, k in enumerate(fnames):
+            np.copyto(block[i, sl].reshape(shape), cols[k])
+    df = pd.DataFrame(block.T, columns=fnames, copy=False)
+    for loc, k in enumerate(names):
+        kind = kinds[k]
+        if kind == "f":
+            continue
+        vals = [cols[k] for cols in combos]
+        if kind == "scalar":
+            first = vals[0]
+            if all(type(v) is type(first) and v == first for v in vals):
+                df.insert(loc, k, first)  # one scalar: pandas infers the dtype it does per combination
+            else:
+                df.insert(loc, k, np.repeat(np.array(vals, dtype=object if isinstance(first, str) else None), per))
+        else:
+            arr = np.empty(total, dtype=kind)
+            for j, v in enumerate(vals):
+                np.copyto(arr[j * per:(j + 1) * per].reshape(shape), v)
+            df.insert(loc, k, pd.Series(arr, index=df.index, copy=False))  # a Series: inserted without a copy
+    return df
+
+
+def _column_kinds(cols: dict, names) -> dict | None:
+    """Per column: "f" (float64, array or float), "scalar" (str / None / int / bool, one value per
+    combination) or the numpy dtype of an integer / bool array; None when a column is none of these."""
+    out = {}
+    for k in names:
+        v = cols[k]
+        if isinstance(v, np.ndarray):
+            if v.dtype == np.float64:
+                out[k] = "f"
+            elif v.dtype.kind in "iub":
+                out[k] = v.dtype.str
+            else:
+                return None
+        elif isinstance(v, (float, np.floating)):
+            out[k] = "f"
+        elif v is None or type(v) in (str, int, bool):
+            out[k] = "scalar"
+        else:
+            return None
+    return out
+
+
+def _sweep_frame_concat(combos: list[dict], shape: tuple) -> pd.DataFrame:
+    """The general (slower) frame: one DataFrame per combination, concatenated."""
+    frames = []
+    for cols in combos:
+        df = pd.DataFrame({k: np.broadcast_to(v, shape).reshape(-1) for k, v in cols.items()
+                           if isinstance(v, np.ndarray)})
+        for loc, (k, v) in enumerate(cols.items()):
+            if not isinstance(v, np.ndarray):
+                df.insert(loc, k, v)
         frames.append(df)
     return pd.concat(frames, ignore_index=True)
 

@@ -103,6 +103,9 @@ class Scenario:
     speculative_config : SpeculativeConfig or None
         The parsed ``--speculative-config`` when one was given (its schedule, draft TP and
         ``max_model_len`` are checked and applied by ``specsim.predict``).
+    draft_latency : LatencyModel, optional
+        Times the draft passes when ``latency`` is a measured table of the TARGET only
+        (``specsim.latency.MeasuredLatency``); None = ``latency`` times them.
     target_time_scale : float, default 1
         Factor on every TARGET forward (baseline step, verification, target prefill) -- the
         anchoring of a user's measured baseline (``specsim.predict``, ``baseline=``): the measured
@@ -122,6 +125,7 @@ class Scenario:
     temperature: float | None = 0.0
     speculative_config: Any = None
     target_time_scale: float = 1.0
+    draft_latency: Any = None
 
     def __post_init__(self):
         v = self.target_time_scale
@@ -660,7 +664,9 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
     t_verify = k * np.asarray(lat.forward_time(tgt, tp=tp, precision=prec, batch=c, q=1 + f * n_prop, context=ctx),
                               dtype=float)
     t_draft = np.asarray(
-        r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec), dtype=float
+        r.drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision=prec,
+                             **({"draft_latency": r.draft_latency} if r.draft_latency is not None else {})),
+        dtype=float
     )
     t_over = np.asarray(overhead.step_seconds(c, n, nonsliding_layers(tgt)), dtype=float)
     t_host = np.asarray(overhead.host_seconds(c), dtype=float)

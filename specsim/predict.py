@@ -27,6 +27,7 @@ from specsim.engine import (
     acceptance_extrapolated,
     default_overhead,
     evaluate,
+    prefill_seconds,
 )
 from specsim.errors import SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
@@ -850,11 +851,18 @@ def term_sources(r: Scenario, *, latency_given: bool, overhead_source: str, anch
         notes = tuple(getattr(acc, "assumptions", ()) or ())
         acc_src = "assumed" + (f": {notes[0]}" if notes else " (parametric)")
     kind = getattr(r.drafter, "kind", "")
+    draft_lat = lat
+    if isinstance(r.latency, MeasuredTargetLatency):  # a measured target table: prefills from the stack
+        stack = _latency_source(r.latency.fallback, False, r.hardware_name)
+        prefill = f"{stack} (the measured table does not cover prompt prefills)"
+    if r.draft_latency is not None:
+        draft_lat = _latency_source(r.draft_latency, r.draft_latency is not getattr(r.latency, "fallback", None),
+                                    r.hardware_name)
     return {
         "target_step": target,
         "verification": verify,
         "target_prefill": prefill,
-        "draft": f"{lat} (method {r.method}{', ' + kind if kind else ''}; not scaled by a baseline anchor)",
+        "draft": f"{draft_lat} (method {r.method}{', ' + kind if kind else ''}; not scaled by a baseline anchor)",
         "speculative_overhead": overhead_source,
         "acceptance": acc_src,
     }
@@ -889,6 +897,7 @@ def predict(
     baseline_concurrency: int | None = None,
     vllm_version: str | None = None,
     platform: str | None = None,
+    draft_latency=None,
 ) -> Prediction:
     """Predict one speculative-decoding operating point.
 
@@ -959,6 +968,11 @@ def predict(
         The concurrency the baseline was measured at, when it differs from ``concurrency``: the
         anchor is solved there and applied at ``concurrency`` (stated in the assumptions).
         Without it a baseline measured at another concurrency is refused.
+    draft_latency : LatencyModel, optional
+        Times the draft passes when ``latency`` is a measured table of the target
+        (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft, or a
+        roofline.  Default with a measured target table: the hardware's stack calibration (stated
+        in ``term_sources`` / assumptions).
     vllm_version, platform : str, optional
         The vLLM release and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run; a WARNING when
         they differ from the software stack the shipped calibration was fitted on
@@ -981,6 +995,7 @@ def predict(
         draft=draft, drafter=drafter, latency=latency, speculative_config=speculative_config,
         temperature=temperature, temperature_assumption=temperature_assumption,
     )
+    r = with_measured_table(r, draft_latency)
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
     tp = int_field("tp", tp)
@@ -1113,6 +1128,63 @@ def precision_label(target, precision: str | None) -> str:
     w = getattr(target, "weight_dtype", "bf16")
     e = getattr(target, "expert_weight_dtype", w)
     return w if e in (None, w) else f"{w} (routed experts {e})"
+
+
+class MeasuredTargetLatency:
+    """A user's measured latency table of the TARGET (``MeasuredLatency``: batch, q, context, seconds)
+    as the latency of a prediction: decode and verification steps interpolate the table; a prompt's
+    prefill (q = ISL, usually far outside the table) and anything else the table cannot time come
+    from ``fallback`` (the hardware's stack calibration), through the engine's ``prefill_time`` hook.
+
+    Parameters
+    ----------
+    table : MeasuredLatency
+    fallback : LatencyModel
+        Roofline (stack calibration) for prefills.
+    """
+
+    calibrated = True
+
+    def __init__(self, table, fallback):
+        self.table = table
+        self.fallback = fallback
+        self.calibration = getattr(fallback, "calibration", None)
+        self.scope = ("target decode / verification steps from the measured latency table; prefills from the "
+                      "stack calibration")
+
+    def forward_time(self, model, **kw):
+        """The measured table's seconds (it refuses points outside its range)."""
+        return self.table.forward_time(model, **kw)
+
+    def breakdown(self, model, **kw):
+        return self.table.breakdown(model, **kw)
+
+    def prefill_time(self, model, *, tp, precision, concurrency, q_host, isl, context):
+        """One request's prefill from the stack calibration (``specsim.engine.prefill_seconds``)."""
+        return prefill_seconds(self.fallback, model, tp, precision, concurrency, q_host, isl, context)
+
+    def describe(self) -> str:
+        return f"MeasuredTargetLatency: {self.table.describe()}; prefills: {_describe(self.fallback)}"
+
+
+def with_measured_table(r: Scenario, draft_latency=None) -> Scenario:
+    """When ``r.latency`` is a measured table (no roofline counts): time prefills and -- unless
+    ``draft_latency`` is given -- draft passes with the hardware's stack calibration, so no term is
+    silently dropped (issue 9, item 4).  Other latency models are returned unchanged."""
+    lat = r.latency
+    measured = hasattr(lat, "table") and not hasattr(lat, "counts") and not hasattr(lat, "pass_overhead_s")
+    if not measured and draft_latency is None:
+        return r
+    fallback = default_latency(load_hardware(r.hardware_name))
+    if measured and not isinstance(lat, MeasuredTargetLatency):
+        lat = MeasuredTargetLatency(lat, fallback)
+    dl = draft_latency if draft_latency is not None else (fallback if measured else None)
+    notes = ()
+    if measured:
+        notes = ("target decode / verification steps from the measured latency table (latency=); prefills"
+                 + ("" if draft_latency is not None else " and draft passes") + " from the stack calibration "
+                 + (getattr(getattr(fallback, "calibration", None), "file", "") or "datasheet priors").split("/")[-1],)
+    return replace(r, latency=lat, draft_latency=dl, assumptions=r.assumptions + notes)
 
 
 def _stack_warning(latency, vllm_version: str | None, platform: str | None) -> tuple[str, ...]:

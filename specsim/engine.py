@@ -141,6 +141,9 @@ class LastPositionLogits:
     at ``logits_indices``, the last prompt position).  Everything else is delegated.
     """
 
+    #: prefill forwards write a linear-attention state once per sequence, not once per prompt token
+    is_prefill_view = True
+
     def __init__(self, model):
         self._model = model
 

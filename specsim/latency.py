@@ -313,7 +313,7 @@ class Roofline:
 
     def __init__(self, hardware: Any, efficiency: Efficiency | None = None, calibrated: bool = False, *,
                  smooth_p: float | None = None, source: str | None = None, calibration: Any = None,
-                 scope: str | None = None):
+                 scope: str | None = None, expert_parallel: bool = False):
         for attr in ("mem_bandwidth_bytes_per_s", "peak_flops", "link_bandwidth_bytes_per_s"):
             if not hasattr(hardware, attr):
                 raise SpecsimValueError("hardware", f"must provide `{attr}` (specsim.hardware.Hardware)",
@@ -331,6 +331,14 @@ class Roofline:
         self.source = source
         self.calibration = calibration
         self.scope = scope
+        self.expert_parallel = bool(expert_parallel)
+
+    def with_expert_parallel(self, on: bool = True) -> "Roofline":
+        """The same roofline (calibration and scope kept) with expert parallelism over the TP group on
+        or off (vLLM ``--enable-expert-parallel``)."""
+        r = Roofline(self.hardware, self.efficiency, self.calibrated, smooth_p=self.smooth_p, source=self.source,
+                     calibration=self.calibration, scope=self.scope, expert_parallel=on)
+        return r
 
     def with_efficiency(self, efficiency: Efficiency, *, calibrated: bool | None = None,
                         source: str | None = None) -> "Roofline":
@@ -425,6 +433,14 @@ class Roofline:
                                  if byte_precision is not None or not hasattr(model, "expert_weight_dtype")
                                  else model.step_weight_bytes(tokens, None), dtype=float) / tp
             kv_bytes = b * np.asarray(model.kv_bytes_per_seq(c, kvp), dtype=float) / tp
+            state = float(model.state_bytes_per_seq()) if hasattr(model, "state_bytes_per_seq") else 0.0
+            if state > 0.0:
+                # linear attention (Gated DeltaNet, Mamba): the step WRITES the recurrent state back --
+                # once per sequence in decode and prefill, once per query position in verification, so
+                # it can roll back to the accepted one (vLLM 0.32 model_executor/layers/mamba/abstract.py:
+                # num_speculative_blocks = num_speculative_tokens state slots per request)
+                writes = np.ones_like(qq) if getattr(model, "is_prefill_view", False) else qq
+                kv_bytes = kv_bytes + b * writes * state / tp
             flops = np.asarray(model.step_flops(b, qq, c), dtype=float) / tp
             # routed experts: distinct experts read (uniform top-k routing) and their padding FLOPs
             n_moe, n_exp, k_exp, p_exp = _moe_shape(model)
@@ -440,6 +456,7 @@ class Roofline:
             if key is not None:
                 memo[key] = phys
         b, shape, tokens, expert_elems = phys["b"], phys["shape"], phys["tokens"], phys["expert_elems"]
+        n_moe, _, k_exp, _ = _moe_shape(model)
         w_bytes, kv_bytes, flops, pad_flops = phys["w_bytes"], phys["kv_bytes"], phys["flops"], phys["pad_flops"]
         hw = self.hardware
         d_main, d_exp, d_head = _part_dtypes(model, byte_precision)
@@ -461,6 +478,15 @@ class Roofline:
             calls = 2.0 * float(model.num_layers)
             msg = tokens * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0)
             wire = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s)
+            if self.expert_parallel and n_moe > 0:
+                # expert parallel over the TP group (vLLM --enable-expert-parallel): each MoE layer's
+                # post-MLP all-reduce becomes a dispatch + combine all-to-all of the routed tokens
+                # (every token's hidden vector to its k experts' ranks and back): (tp - 1) / tp of
+                # T k h activations per GPU per call, each call paying the collective latency
+                a2a = (tp - 1) / tp * tokens * k_exp * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0) / tp
+                calls = calls - n_moe + 2.0 * n_moe
+                wire = (wire * (2.0 * float(model.num_layers) - n_moe)
+                        + 2.0 * n_moe * a2a / float(hw.link_bandwidth_bytes_per_s)) / calls
         else:
             calls, wire = 0.0, np.zeros_like(tokens)
         if natural:

@@ -898,6 +898,7 @@ def predict(
     vllm_version: str | None = None,
     platform: str | None = None,
     draft_latency=None,
+    expert_parallel: bool = False,
 ) -> Prediction:
     """Predict one speculative-decoding operating point.
 
@@ -968,6 +969,9 @@ def predict(
         The concurrency the baseline was measured at, when it differs from ``concurrency``: the
         anchor is solved there and applied at ``concurrency`` (stated in the assumptions).
         Without it a baseline measured at another concurrency is refused.
+    expert_parallel : bool, default False
+        vLLM ``--enable-expert-parallel`` over the TP group: each MoE layer's post-MLP all-reduce
+        becomes a dispatch + combine all-to-all (``specsim.latency.Roofline.with_expert_parallel``).
     draft_latency : LatencyModel, optional
         Times the draft passes when ``latency`` is a measured table of the target
         (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft, or a
@@ -996,6 +1000,13 @@ def predict(
         temperature=temperature, temperature_assumption=temperature_assumption,
     )
     r = with_measured_table(r, draft_latency)
+    if expert_parallel:
+        if not hasattr(r.latency, "with_expert_parallel"):
+            raise SpecsimValueError("expert_parallel", "needs a roofline latency model (a measured table already "
+                                    "contains its collectives)", type(r.latency).__name__)
+        r = replace(r, latency=r.latency.with_expert_parallel(True),
+                    assumptions=r.assumptions + ("expert parallel over the TP group: MoE all-to-all dispatch + "
+                                                 "combine instead of the post-MLP all-reduce",))
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
     tp = int_field("tp", tp)
@@ -1525,6 +1536,8 @@ def _sweep_frame(combos: list[dict], shape: tuple) -> pd.DataFrame:
     kinds = _column_kinds(combos[0], names)
     if kinds is None or any(list(c) != names or _column_kinds(c, names) != kinds for c in combos[1:]):
         return _sweep_frame_concat(combos, shape)
+    if len(combos) == 1 and per >= _OWN_COLUMNS_MIN_ROWS:
+        return _sweep_frame_one(combos[0], shape, names, kinds)
     total = per * len(combos)
     fnames = [k for k in names if kinds[k] == "f"]
     block = np.empty((len(fnames), total))
@@ -1549,6 +1562,33 @@ def _sweep_frame(combos: list[dict], shape: tuple) -> pd.DataFrame:
             for j, v in enumerate(vals):
                 np.copyto(arr[j * per:(j + 1) * per].reshape(shape), v)
             df.insert(loc, k, pd.Series(arr, index=df.index, copy=False))  # a Series: inserted without a copy
+    return df
+
+
+#: rows from which a one-combination sweep keeps each column in its own array (no block copy)
+_OWN_COLUMNS_MIN_ROWS = 65536
+
+
+def _sweep_frame_one(cols: dict, shape: tuple, names, kinds) -> pd.DataFrame:
+    """The frame of ONE combination on a big grid: a result array that already holds the whole
+    grid (a fresh, contiguous array of ``shape`` that nothing else refers to) becomes its column as
+    it is; the others are broadcast into new arrays; the scalar columns are inserted."""
+    arrays = {}
+    for k in names:
+        if kinds[k] == "scalar":
+            continue
+        v = cols[k]
+        if (isinstance(v, np.ndarray) and v.shape == shape and v.base is None and v.flags.c_contiguous
+                and v.flags.writeable):
+            arrays[k] = v.reshape(-1)
+        else:
+            arr = np.empty(shape, dtype=np.float64 if kinds[k] == "f" else kinds[k])
+            np.copyto(arr, v)
+            arrays[k] = arr.reshape(-1)
+    df = pd.DataFrame(arrays, copy=False)
+    for loc, k in enumerate(names):
+        if kinds[k] == "scalar":
+            df.insert(loc, k, cols[k])
     return df
 
 

@@ -233,3 +233,52 @@ def test_describe_says_calibrated_or_not(mi300x):
     assert "datasheet-only" in Roofline(mi300x).describe()
     assert not Roofline(mi300x).calibrated
     assert "[calibrated]" in Roofline(mi300x, calibrated=True).describe()
+
+
+def test_linear_attention_writes_one_state_per_verified_position():
+    """Gated DeltaNet (Qwen3.6-35B-A3B): a verification step of q tokens writes q recurrent states per
+    sequence (vLLM keeps one slot per draft token to roll back), a decode or prefill step one; a
+    model without linear attention writes none."""
+    from specsim.architecture import load_model
+    from specsim.engine import LastPositionLogits
+    from specsim.hardware import load_hardware
+    from specsim.latency import Roofline
+
+    rl = Roofline(load_hardware("MI300X"))
+    m = load_model("Qwen3.6-35B-A3B")
+    st = m.state_bytes_per_seq()
+    assert st > 0
+    kv = {q: float(rl.counts(m, tp=2, precision="bf16", batch=8, q=q, context=512).kv_bytes) for q in (1, 2, 5)}
+    base = 8 * float(m.kv_bytes_per_seq(512, "bf16")) / 2
+    for q, v in kv.items():
+        assert v == pytest.approx(base + 8 * q * st / 2, rel=1e-12)
+    pre = float(rl.counts(LastPositionLogits(m), tp=2, precision="bf16", batch=1, q=512, context=0).kv_bytes)
+    assert pre == pytest.approx((float(m.kv_bytes_per_seq(0, "bf16")) + st) / 2, rel=1e-12)
+    dense = load_model("Qwen3-8B")
+    a = float(rl.counts(dense, tp=1, precision="bf16", batch=8, q=5, context=512).kv_bytes)
+    assert a == pytest.approx(8 * float(dense.kv_bytes_per_seq(512, "bf16")), rel=1e-12)
+
+
+def test_expert_parallel_replaces_the_moe_all_reduce_with_two_all_to_alls():
+    """EP over the TP group: per MoE layer the post-MLP all-reduce becomes dispatch + combine (2 calls
+    of (tp-1)/tp x T k h x 2 bytes / tp each); dense targets are unaffected."""
+    from specsim.architecture import load_model
+    from specsim.hardware import load_hardware
+    from specsim.latency import Roofline
+
+    hw = load_hardware("MI355X")
+    rl = Roofline(hw)
+    ep = rl.with_expert_parallel(True)
+    m = load_model("MiniMax-M2.5")
+    tp, T = 4, 64 * 4
+    a = rl.counts(m, tp=tp, precision="fp8", batch=64, q=4, context=1024)
+    b = ep.counts(m, tp=tp, precision="fp8", batch=64, q=4, context=1024)
+    L, n_moe, k, h = m.num_layers, m.num_moe_layers, m.experts_per_token, m.hidden_size
+    assert a.allreduce_calls == 2 * L and b.allreduce_calls == 2 * L + n_moe
+    ar = 2 * (tp - 1) / tp * T * h * 2 / hw.link_bandwidth_bytes_per_s
+    a2a = (tp - 1) / tp * T * k * h * 2 / tp / hw.link_bandwidth_bytes_per_s
+    assert float(b.allreduce_calls * b.allreduce_wire_s) == pytest.approx((2 * L - n_moe) * ar + 2 * n_moe * a2a, rel=1e-12)
+    d = load_model("Qwen3-8B")
+    x = rl.counts(d, tp=2, precision="bf16", batch=8, q=1, context=128)
+    y = ep.counts(d, tp=2, precision="bf16", batch=8, q=1, context=128)
+    assert x.allreduce_calls == y.allreduce_calls and float(x.allreduce_wire_s) == float(y.allreduce_wire_s)

@@ -88,6 +88,7 @@ def _cmd_predict(args) -> int:
         draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, baseline=b,
         vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
+        expert_parallel=args.expert_parallel,
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
@@ -295,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vllm-version", help="the vLLM release you will run (warns when the calibration's stack differs)")
     p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns when the "
                                       "calibration's stack differs)")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="vLLM --enable-expert-parallel: MoE all-to-all dispatch / combine instead of the all-reduce")
     p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
                                            "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
                                            "decode / verification steps; prefills and draft passes from the stack "

@@ -92,8 +92,8 @@ def load_run(path: str | os.PathLike) -> dict:
         raise DataError(f"{p / 'provenance.json'}: expected a JSON object")
     kind = prov.get("kind")
     status = prov.get("status")
-    if status not in ("ok", "invalid", "failed"):
-        raise DataError(f"{p / 'provenance.json'}: status {status!r} is not ok / invalid / failed")
+    if status not in ("ok", "invalid", "failed", "skipped"):
+        raise DataError(f"{p / 'provenance.json'}: status {status!r} is not ok / invalid / failed / skipped")
     mat = prov.get("matrix") or {}
     row: dict[str, Any] = {
         "run_id": p.name, "matrix": mat.get("name"), "stamp": mat.get("stamp"), "kind": kind,
@@ -101,7 +101,8 @@ def load_run(path: str | os.PathLike) -> dict:
         "method": prov.get("method"), "num_speculative_tokens": prov.get("num_speculative_tokens"),
         "concurrency": prov.get("concurrency"), "temperature": prov.get("temperature"),
         "num_prompts": prov.get("num_prompts"), "output_len": prov.get("output_len"),
-        "status": status, "status_reason": prov.get("invalid_reason") or prov.get("error"),
+        "status": status,
+        "status_reason": prov.get("invalid_reason") or prov.get("skip_reason") or prov.get("error"),
         "started": prov.get("started"), "path": str(p),
     }
     acct = prov.get("cpu_accounting") or {}
@@ -120,7 +121,7 @@ def load_run(path: str | os.PathLike) -> dict:
     for k in ("completed", "total_input_tokens", "total_output_tokens", "generation_tokens", "num_drafts",
               "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos", "input_lens", "output_lens"):
         row[k] = None
-    if kind != "bench_serve" or status == "failed":
+    if kind != "bench_serve" or status in ("failed", "skipped"):  # nothing was measured
         return row
     missing = [f for f in BENCH_FILES if not (p / f).exists()]
     if missing:
@@ -234,6 +235,8 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True)
             reasons.append(f"failed: {str(r.status_reason or 'no error text').splitlines()[0][:200]}")
         elif r.status == "invalid":
             reasons.append(f"invalid: {str(r.status_reason or 'no reason recorded')[:300]}")
+        elif r.status == "skipped":
+            reasons.append(f"skipped: {str(r.status_reason or 'no reason recorded')[:300]}")
         elif isinstance(r.method, str) and not (pd.notna(r.num_drafts) and float(r.num_drafts) > 0):
             reasons.append("spec run without spec-decode counters (num_drafts = 0 or not collected)")
         else:

@@ -24,6 +24,7 @@ from specsim.engine import (
     Scenario,
     SpecOverhead,
     _evaluate_shared,
+    _uses_plan,
     acceptance_extrapolated,
     default_overhead,
     evaluate,
@@ -1397,7 +1398,7 @@ def sweep(
                 raise SpecsimValueError(name, "a measured baseline anchors ONE deployment (target, hardware, tp, "
                                         "precision): sweep one value, or one sweep per deployment", as_list(v))
         point = anchor_point(b, baseline_concurrency, cs, isls, osls)
-    combos = []
+    combos, fresh = [], []
     loaded = _SweepObjects(drafter=drafter, latency=latency)
     shared_plans: dict = {}
     shared_fits: dict = {}
@@ -1426,7 +1427,10 @@ def sweep(
             "acceptance": acc_label if acc_label is not None else getattr(r.acceptance, "label", None),
         }
         cols.update(out)
-        cols.update(health_terms(out, C, O))
+        health = health_terms(out, C, O)
+        cols.update(health)
+        # results computed here (not arrays a user's latency model or drafter may hold)
+        fresh.append(set(health) | {"kv_cache_fits"} | (set(out) if _uses_plan(r) else set()))
         cols["target_time_scale"] = float(r.target_time_scale)
         n_nat = np.asarray(n_used)
         uniq, inv = np.unique(n_nat, return_inverse=True)
@@ -1440,7 +1444,7 @@ def sweep(
         cols["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
         cols["kv_cache_fits"] = kv_fits
         combos.append(cols)
-    return _sweep_frame(combos, shape)
+    return _sweep_frame(combos, shape, fresh)
 
 
 class _SweepObjects:
@@ -1526,18 +1530,19 @@ def _max_fit_axes(r: Scenario, tp: int, ns, isls, osls) -> np.ndarray:
     return fit.reshape(len(ns), 1, len(isls), len(osls))
 
 
-def _sweep_frame(combos: list[dict], shape: tuple) -> pd.DataFrame:
+def _sweep_frame(combos: list[dict], shape: tuple, fresh: list[set]) -> pd.DataFrame:
     """One DataFrame of the combinations' columns (each value broadcast to ``shape``, rows in C
     order), written once into its final arrays: the float columns into one block, the others
     inserted.  Falls back to one frame per combination and ``pd.concat`` when the combinations'
-    columns do not share names and kinds."""
+    columns do not share names and kinds.  ``fresh``: per combination, the columns whose arrays
+    were computed by the sweep itself (a one-combination frame may keep those as they are)."""
     per = int(np.prod(shape))
     names = list(combos[0])
     kinds = _column_kinds(combos[0], names)
     if kinds is None or any(list(c) != names or _column_kinds(c, names) != kinds for c in combos[1:]):
         return _sweep_frame_concat(combos, shape)
     if len(combos) == 1 and per >= _OWN_COLUMNS_MIN_ROWS:
-        return _sweep_frame_one(combos[0], shape, names, kinds)
+        return _sweep_frame_one(combos[0], shape, names, kinds, fresh[0])
     total = per * len(combos)
     fnames = [k for k in names if kinds[k] == "f"]
     block = np.empty((len(fnames), total))
@@ -1569,17 +1574,18 @@ def _sweep_frame(combos: list[dict], shape: tuple) -> pd.DataFrame:
 _OWN_COLUMNS_MIN_ROWS = 65536
 
 
-def _sweep_frame_one(cols: dict, shape: tuple, names, kinds) -> pd.DataFrame:
+def _sweep_frame_one(cols: dict, shape: tuple, names, kinds, fresh: set) -> pd.DataFrame:
     """The frame of ONE combination on a big grid: a result array that already holds the whole
-    grid (a fresh, contiguous array of ``shape`` that nothing else refers to) becomes its column as
-    it is; the others are broadcast into new arrays; the scalar columns are inserted."""
+    grid (computed by the sweep, ``fresh``: a new contiguous array of ``shape`` that nothing else
+    refers to) becomes its column as it is; the others are broadcast into new arrays; the scalar
+    columns are inserted."""
     arrays = {}
     for k in names:
         if kinds[k] == "scalar":
             continue
         v = cols[k]
-        if (isinstance(v, np.ndarray) and v.shape == shape and v.base is None and v.flags.c_contiguous
-                and v.flags.writeable):
+        if (k in fresh and isinstance(v, np.ndarray) and v.shape == shape and v.base is None
+                and v.flags.c_contiguous and v.flags.writeable):
             arrays[k] = v.reshape(-1)
         else:
             arr = np.empty(shape, dtype=np.float64 if kinds[k] == "f" else kinds[k])

@@ -56,16 +56,40 @@ def cluster():
     ray.shutdown()
 
 
+#: marks the vLLM processes of this test process (in their environment, through the matrix's env):
+#: another test run on the same machine has its own
+MARK = f"specsim-test-{os.getpid()}"
+
+
 def _vllm_procs() -> list[psutil.Process]:
+    """Live vLLM server / engine / worker processes started by THIS test process."""
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "name", "status"]):
         if p.info["status"] == psutil.STATUS_ZOMBIE:  # ended, waiting to be reaped: not running
             continue
         cmd = " ".join(p.info["cmdline"] or [])
-        if (".venv-vllm/bin/vllm" in cmd and " serve " in cmd) or p.info["name"] in ("VLLM::EngineCore",
-                                                                                     "VLLM::Worker"):
-            out.append(p)
+        if (".venv-vllm/bin/vllm" in cmd and " serve " in cmd and "_guard.py" not in cmd) or \
+                p.info["name"] in ("VLLM::EngineCore", "VLLM::Worker"):
+            if _marked(p):
+                out.append(p)
     return out
+
+
+def _marked(p: psutil.Process) -> bool:
+    try:
+        return p.environ().get("SPECSIM_TEST_MARK") == MARK
+    except (psutil.Error, OSError):
+        return False
+
+
+def _marked_smoke(tmp: Path, name: str = "smoke") -> Path:
+    """The shipped smoke matrix with the test's mark in its env (same name: same run ids)."""
+    d = tmp / f"{name}-matrix"
+    shutil.copytree(project_data_path("matrices", "smoke"), d)
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["env"] = {**sc.get("env", {}), "SPECSIM_TEST_MARK": MARK}
+    (d / "specsim.json").write_text(json.dumps(sc))
+    return d
 
 
 def _summary(run: Path) -> dict:
@@ -76,13 +100,13 @@ def _summary(run: Path) -> dict:
 def local_and_ray(cluster, tmp_path_factory):
     from specsim.runs.runner import run_matrix
 
-    assert not _vllm_procs(), "another vLLM server is running on this machine"
     saved = os.environ.pop("OMP_NUM_THREADS", None)  # the driver sets none: vLLM chooses per process
+    matrix = _marked_smoke(tmp_path_factory.mktemp("matrix"))
     out = {}
     for kind in ("local", "ray"):
         d = tmp_path_factory.mktemp(kind)
         t0 = time.monotonic()
-        res = run_matrix("smoke", runs_dir=d, install=cluster, stamp="R", progress=False, executor=kind)
+        res = run_matrix(matrix, runs_dir=d, install=cluster, stamp="R", progress=False, executor=kind)
         out[kind] = (d, res, time.monotonic() - t0)
     if saved is not None:
         os.environ["OMP_NUM_THREADS"] = saved
@@ -136,7 +160,7 @@ def _interrupt_matrix(tmp: Path) -> Path:
                                                             "temperature": 0, "custom_output_len": 128}}))
     sc = json.loads((d / "specsim.json").read_text())
     sc["name"] = "interrupt"
-    sc["env"] = {"SPECSIM_GUARD_STATUS_COPY": str(tmp / "guard")}
+    sc["env"] = {"SPECSIM_GUARD_STATUS_COPY": str(tmp / "guard"), "SPECSIM_TEST_MARK": MARK}
     (d / "specsim.json").write_text(json.dumps(sc))
     (tmp / "guard").mkdir()
     return d
@@ -144,11 +168,10 @@ def _interrupt_matrix(tmp: Path) -> Path:
 
 @pytest.mark.parametrize("force", [False, True])
 def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypatch, force):
+    import ray
+
     from specsim.runs import executors
     from specsim.runs.runner import run_matrix
-
-    assert not _vllm_procs()
-    import ray
 
     refs = []
     orig = executors.RayExecutor.submit
@@ -169,7 +192,7 @@ def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypa
     end = time.monotonic() + 300
     while time.monotonic() < end:
         if any("bench" in " ".join(p.info["cmdline"] or []) and "interrupt-I-baseline-c1" in " ".join(p.info["cmdline"] or [])
-               for p in psutil.process_iter(["cmdline"])):
+               and _marked(p) for p in psutil.process_iter(["cmdline"])):
             break
         time.sleep(0.5)
     else:

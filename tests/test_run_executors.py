@@ -40,8 +40,10 @@ FAKE_VLLM = textwrap.dedent('''
                                 "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
         if "kill-my-worker" in args:  # the Ray worker running this job dies (SIGKILL)
             import psutil
+            driver = int(os.environ["FAKE_DRIVER_PID"])  # only a worker of this test's own Ray cluster
             for p in psutil.process_iter(["cmdline"]):
-                if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job"):
+                if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
+                        driver in [a.pid for a in p.parents()]:
                     p.kill()
         class H(http.server.BaseHTTPRequestHandler):
             def log_message(self, *a):
@@ -133,7 +135,7 @@ def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = No
         "cells": {"ngram-n3/*": {"seed": 7, "timeout_s": 60}},
         "timeout_s": 120, "seed": 0, "platform": "auto",
         # the sidecar's env reaches every vLLM process, also in a Ray worker started elsewhere
-        "env": {"FAKE_LOG": str(tmp / "events.jsonl"), **(env or {})}}))
+        "env": {"FAKE_LOG": str(tmp / "events.jsonl"), "FAKE_DRIVER_PID": str(os.getpid()), **(env or {})}}))
     return d
 
 
@@ -146,12 +148,17 @@ def _prov(p: Path) -> dict:
 
 
 def _no_fake_processes():
-    me = os.getpid()
+    """Live stand-in servers / benches of THIS test process (another test run may share the machine)."""
+    me = str(os.getpid())
     left = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        with_fake = any("fake_vllm.py" in c for c in (p.info["cmdline"] or []))
-        if with_fake and p.info["pid"] != me:
-            left.append(p.info)
+    for p in psutil.process_iter(["pid", "cmdline", "status"]):
+        if p.info["status"] == psutil.STATUS_ZOMBIE or not any("fake_vllm.py" in c for c in (p.info["cmdline"] or [])):
+            continue
+        try:
+            if p.environ().get("FAKE_DRIVER_PID") == me:
+                left.append(p.info)
+        except (psutil.Error, OSError):
+            continue
     return left
 
 

@@ -1402,6 +1402,8 @@ def sweep(
     loaded = _SweepObjects(drafter=drafter, latency=latency)
     shared_plans: dict = {}
     shared_fits: dict = {}
+    shared_overheads: dict = {}
+    shared_extrapolated: dict = {}
     for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
     ):
@@ -1414,7 +1416,11 @@ def sweep(
         tp_i = int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
-        ov, _, _ = resolve_overhead(r, overhead, latency_given=latency is not None)
+        okey = (id(r.latency), id(r.target), r.hardware_name)
+        if okey not in shared_overheads:  # depends on the latency model, target and hardware only
+            shared_overheads[okey] = ((r.latency, r.target),
+                                      resolve_overhead(r, overhead, latency_given=latency is not None)[0])
+        ov = shared_overheads[okey][1]
         n_used = scheduled_n(r, cs).reshape(C.shape) if r.speculative_config is not None else N
         if b is not None:
             k, _ = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
@@ -1434,8 +1440,8 @@ def sweep(
         cols["target_time_scale"] = float(r.target_time_scale)
         n_nat = np.asarray(n_used)
         uniq, inv = np.unique(n_nat, return_inverse=True)
-        ext = np.array([acceptance_extrapolated(r.acceptance, int(k)) if k > 0 else False for k in uniq.tolist()],
-                       dtype=bool)
+        ext = np.array([_extrapolated(shared_extrapolated, r.acceptance, int(k)) if k > 0 else False
+                        for k in uniq.tolist()], dtype=bool)
         cols["acceptance_extrapolated"] = ext[inv.reshape(-1)].reshape(n_nat.shape)
         if r.speculative_config is not None:
             cols["num_speculative_tokens_source"] = ("schedule" if r.speculative_config.is_dynamic
@@ -1445,6 +1451,14 @@ def sweep(
         cols["kv_cache_fits"] = kv_fits
         combos.append(cols)
     return _sweep_frame(combos, shape, fresh)
+
+
+def _extrapolated(shared: dict, acceptance, n: int) -> bool:
+    """:func:`specsim.engine.acceptance_extrapolated`, once per (profile object, N) in a sweep call."""
+    key = (id(acceptance), n)
+    if key not in shared:
+        shared[key] = (acceptance, acceptance_extrapolated(acceptance, n))
+    return shared[key][1]
 
 
 class _SweepObjects:

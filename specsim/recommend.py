@@ -808,7 +808,7 @@ def recommend(
         Default: the calibration's (zero when uncalibrated).
     step_time_rel_error : float, optional
         1-sigma error of the LOG step time (relative error for small values); default the
-        calibration's ``rmse_rel`` (``rmse_rel_unfitted_target`` for a target it was not fitted on).
+        calibration's ``rmse_rel`` (the leave-one-target-out RMS log error of its stack terms, the same for every target).
     level : float
         Interval level in (0, 1).
     flat_tolerance : float

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import _thread
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -385,8 +384,8 @@ def _health_result(drafts, per_pos, expected):
     (100, [69, 50, 40], 0.99, False),   # 0.69 / 0.99 = 0.697 < 0.7 (just below the threshold)
 ])
 def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
-    from specsim.runs.sweep_files import load_matrix
     from specsim.runs.runner import _health_judge
+    from specsim.runs.sweep_files import load_matrix
 
     h = load_matrix("cpu-validation").health_checks[0]
     with RunRecorder("h", tmp_path) as rec:
@@ -399,8 +398,8 @@ def test_health_judge_verdicts(tmp_path, drafts, per_pos, expected, passed):
 
 
 def test_health_judge_fails_without_counters(tmp_path):
-    from specsim.runs.sweep_files import load_matrix
     from specsim.runs.runner import _health_judge
+    from specsim.runs.sweep_files import load_matrix
 
     with RunRecorder("h", tmp_path) as rec:
         _health_judge(load_matrix("cpu-validation").health_checks[0])({"metrics": [], "reference": {}}, rec)

@@ -15,8 +15,8 @@ import os
 import pytest
 
 from specsim.catalog import project_data_path, project_dir
-from specsim.runs.sweep_files import load_matrix
 from specsim.runs.provenance import VllmInstall
+from specsim.runs.sweep_files import load_matrix
 
 pytestmark = pytest.mark.vllm
 

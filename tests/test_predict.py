@@ -627,8 +627,6 @@ def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term
     verification from the table, prefills and draft passes from the stack calibration (stated),
     the stack's overheads kept.  A table sampled from the shipped roofline reproduces its prediction;
     a table twice as slow gives twice the verification time."""
-    import pandas as pd
-
     from specsim.architecture import load_model
     from specsim.calibration import default_latency
     from specsim.cli import main

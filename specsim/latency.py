@@ -515,7 +515,9 @@ class Roofline:
 
     def describe(self) -> str:
         e = self.efficiency
-        kind = "calibrated" if self.calibrated else "datasheet-only (uncalibrated priors)"
+        kind = ("calibrated" if self.calibrated else
+                "transferred calibration (fitted on other hardware)" if self.calibration is not None
+                else "datasheet-only (uncalibrated priors)")
         s = (f"Roofline on {getattr(self.hardware, 'name', '?')} [{kind}]: eta_bw={e.bandwidth:.3g}, "
              f"eta_f={e.compute:.3g}, fixed={e.fixed_s * 1e6:.3g} us/forward, "
              f"per_layer={e.per_layer_s * 1e6:.3g} us, allreduce_latency={e.allreduce_latency_s * 1e6:.3g} us")
@@ -573,14 +575,18 @@ class MeasuredLatency:
             raise SpecsimValueError("table", "must be a pandas DataFrame", type(table).__name__)
         missing = [c for c in ("batch", "q", "context", "seconds") if c not in table.columns]
         if missing:
-            raise SpecsimValueError("table", "missing columns", missing, ["batch", "q", "context", "seconds"])
+            raise SpecsimValueError("table", f"missing columns {missing}", list(table.columns),
+                                    ["batch", "q", "context", "seconds"])
         if len(table) == 0:
             raise SpecsimValueError("table", "must have at least one row", 0)
         if outside not in ("error", "clamp"):
             raise SpecsimValueError("outside", "unknown policy", outside, ["error", "clamp"])
         if not (np.isfinite(max_extrapolation) and max_extrapolation >= 1.0):
             raise SpecsimValueError("max_extrapolation", "must be a finite factor >= 1", max_extrapolation)
-        t = table[["batch", "q", "context", "seconds"]].astype(float)
+        try:
+            t = table[["batch", "q", "context", "seconds"]].astype(float)
+        except (TypeError, ValueError) as exc:
+            raise SpecsimValueError("table", f"batch, q, context, seconds must be numbers ({exc})") from None
         _grid(t["batch"].to_numpy(), t["q"].to_numpy(), t["context"].to_numpy())
         if not np.all(np.isfinite(t["seconds"])) or np.any(t["seconds"] <= 0):
             raise SpecsimValueError("table.seconds", "must be finite and > 0", t["seconds"][t["seconds"] <= 0].tolist()[:3])
@@ -605,7 +611,12 @@ class MeasuredLatency:
                 values[idx] = y
                 self._mode, self._interp = "grid", RegularGridInterpolator(axes, values, method="linear")
             else:
-                self._mode, self._interp = "scattered", LinearNDInterpolator(act, y)
+                try:
+                    self._mode, self._interp = "scattered", LinearNDInterpolator(act, y)
+                except Exception as exc:  # scipy's QhullError: too few / degenerate points
+                    raise SpecsimValueError("table", "too few or degenerate points for an interpolation over "
+                                            f"{len(self._active)} varying axes (measure a grid: every batch at every q "
+                                            f"and context) [{type(exc).__name__}]", len(y)) from None
                 self._nearest = NearestNDInterpolator(act, y)
         self._const = float(y.mean())
 

@@ -827,7 +827,15 @@ def _latency_source(lat, latency_given: bool, hardware_name: str) -> str:
         return f"latency= given by the caller ({_describe(lat)})"
     rec = getattr(lat, "calibration", None)
     if rec is not None:
-        kind = "fitted on this hardware" if getattr(lat, "calibrated", False) else "transferred from other hardware"
+        srcs = dict(getattr(rec, "term_sources", {}) or {})
+        transferred = sorted(k for k, v in srcs.items() if str(v).startswith("transferred"))
+        if not getattr(lat, "calibrated", False):
+            kind = f"transferred from {getattr(rec, 'transferred_from', None) or 'other hardware'}"
+        elif transferred:
+            kind = (f"fitted on this hardware in part; transferred: {', '.join(transferred)} -- see the file's "
+                    "term_sources")
+        else:
+            kind = "fitted on this hardware"
         return f"stack calibration {os.path.basename(str(getattr(rec, 'file', '')))} ({kind})"
     return f"datasheet priors (no calibration shipped for {hardware_name})"
 
@@ -1055,7 +1063,8 @@ def predict(
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
-        + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform),  # KV overflow: shown, not only recorded
+        + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform)
+        + plausibility_warnings(vals, anchor),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
         num_speculative_tokens_source=n_src,
@@ -1197,6 +1206,30 @@ def with_measured_table(r: Scenario, draft_latency=None) -> Scenario:
                  + ("" if draft_latency is not None else " and draft passes") + " from the stack calibration "
                  + (getattr(getattr(fallback, "calibration", None), "file", "") or "datasheet priors").split("/")[-1],)
     return replace(r, latency=lat, draft_latency=dl, assumptions=r.assumptions + notes)
+
+
+#: an anchor factor outside [1/3, 3] on the target's forwards suggests a baseline of another
+#: target / TP / precision / hardware (or a stack far from the calibration's)
+ANCHOR_PLAUSIBLE = (1.0 / 3.0, 3.0)
+
+
+def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tuple[str, ...]:
+    """Warnings on numbers a reader should not take at face value: an anchor factor far from 1, and a
+    speculative overhead larger than draft + verification together (per-sequence stack terms fitted
+    at one load, extrapolated)."""
+    out = []
+    if anchor is not None:
+        k = float(anchor["target_time_scale"])
+        if not ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
+            out.append(f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
+                       f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
+                       "precision and hardware; host and speculative overheads are not scaled by the anchor")
+    ov, work = vals.get("t_overhead_s", 0.0), vals.get("t_verify_s", 0.0) + vals.get("t_draft_s", 0.0)
+    if ov > work > 0:
+        out.append(f"the speculative overhead ({ov * 1e3:.3g} ms per step) exceeds draft + verification "
+                   f"({work * 1e3:.3g} ms): the calibration's per-sequence speculative terms were fitted at one "
+                   "load and dominate here -- an extrapolation; measure a run at this concurrency")
+    return tuple(out)
 
 
 def _stack_warning(latency, vllm_version: str | None, platform: str | None) -> tuple[str, ...]:

@@ -655,3 +655,35 @@ def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term
     t.to_csv(p, index=False)
     assert main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--hardware", "MI300X",
                  "--concurrency", "16", "--acceptance", "0.7", "--latency-table", str(p), "--json"]) == 0
+
+
+def test_implausible_anchor_and_dominant_overhead_warn():
+    """A baseline that scales the target's forwards far from 1 (a run of another model?) and a
+    speculative overhead larger than draft + verification (fitted per-sequence terms extrapolated)
+    are WARNINGs, not silent numbers."""
+    from specsim.predict import predict
+
+    p = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", concurrency=8, acceptance=0.8,
+                baseline={"output_tok_per_s": 60.0, "concurrency": 8, "isl": 1024, "osl": 1024})
+    assert p.target_time_scale > 3 and any("scales the target's forwards" in w for w in p.warnings)
+    q = predict("Qwen3-8B", "eagle3", 1, hardware="MI300X", concurrency=256, acceptance=0.8)
+    assert q.t_overhead_s > q.t_verify_s + q.t_draft_s
+    assert any("speculative overhead" in w and "extrapolation" in w for w in q.warnings)
+    ok = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", concurrency=1, acceptance=0.8)
+    assert not any("speculative overhead" in w for w in ok.warnings)
+
+
+def test_cli_latency_table_errors_name_the_flag(tmp_path, capsys):
+    from specsim.cli import main
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("batch,q,context,seconds\n8,4,1024,abc\n")
+    few = tmp_path / "few.csv"
+    few.write_text("batch,q,context,seconds\n1,1,256,0.01\n4,2,256,0.02\n8,1,1024,0.03\n")
+    cols = tmp_path / "cols.csv"
+    cols.write_text("batch,context,seconds\n1,256,0.01\n")
+    for f in (bad, few, cols):
+        rc = main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--hardware", "MI300X",
+                   "--acceptance", "0.8", "--concurrency", "4", "--latency-table", str(f)])
+        err = capsys.readouterr().err
+        assert rc == 2 and "--latency-table" in err and "Traceback" not in err, (f.name, err)

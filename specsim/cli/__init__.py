@@ -107,7 +107,10 @@ def _latency_table(path: str | None, tp: int):
         table = pd.read_csv(path)
     except (OSError, ValueError) as exc:
         raise SpecsimValueError("--latency-table", f"cannot read a CSV table ({exc})", path) from None
-    return MeasuredLatency(table, tp=tp, source=str(path))
+    try:
+        return MeasuredLatency(table, tp=tp, source=str(path))
+    except SpecsimValueError as exc:
+        raise SpecsimValueError("--latency-table", str(exc), path) from None
 
 
 def _int_list(s: str, field: str = "list") -> list[int]:

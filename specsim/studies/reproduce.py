@@ -853,6 +853,10 @@ def transfer_params(params: StackParams, hardware: str, source: str = "MI300X") 
     return replace(params, terms=t, term_sources=src), rule
 
 
+#: the software stack of the MI355X results (amd-eagle3-post; SEED-FACTS)
+MI355X_STACK = {"vllm": "0.19.0 (ROCm image; the FP8-draft runs used a nightly)", "platform": "ROCm",
+                "host_cpu": "dual AMD EPYC 9575F", "source": "amd-eagle3-post (8x MI355X)"}
+
 #: the MI355X terms fitted on what is published for MI355X (amd-eagle3-post): the speculative step's
 #: fixed and per-sequence-layer costs, on the Kimi-K2.5 cases only (MiniMax-M2.5 held out)
 MI355X_FIT_TERMS = ("spec_fixed_s", "spec_per_seq_layer_s")
@@ -1116,9 +1120,7 @@ def calibration_record(params: StackParams, summary: dict | None = None, hardwar
     rec = {
         "schema_version": SCHEMA_VERSION,
         "hardware": hardware,
-        "stack": dict(STACK) if hardware != "MI355X" else {
-            "vllm": "0.19.0 ROCm image (Kimi-K2.5 BF16 draft; the FP8-draft runs used a nightly)", "platform": "ROCm",
-            "host_cpu": "dual AMD EPYC 9575F", "source": "amd-eagle3-post (8x MI355X)"},
+        "stack": dict(MI355X_STACK) if "MI355X" in (hardware, source) else dict(STACK),
         "calibrated": hardware in ("MI300X", "MI355X"),
         "terms": {k: float(params.terms[k]) for k in STACK_TERMS},
         "term_sources": {k: params.term_sources.get(k, "") for k in STACK_TERMS},
@@ -1130,7 +1132,7 @@ def calibration_record(params: StackParams, summary: dict | None = None, hardwar
         "interval_90_log_halfwidth": (float(summary["interval_90_log_halfwidth"])
                                       if summary and summary.get("interval_90_log_halfwidth") is not None else None),
         "fitted_on": ("vllm-amd-specdec-post appendix, all five targets jointly (throughput ratios + baseline tok/s)"
-                      if hardware != "MI355X" else
+                      if "MI355X" not in (hardware, source) else
                       "MI300X fit's dimensionless and host-side terms (x the EPYC 9575F / 9654 factor) + "
                       f"{', '.join(MI355X_FIT_TERMS)} fitted on the Kimi-K2.5 EAGLE-3 MI355X results (MiniMax-M2.5 held out)"),
         "source": "specsim.main_job.run_main_job",

@@ -511,9 +511,9 @@ def _fwd_total(fc, g, smooth_p):
     elif smooth_p == 1.0:
         roof = memory_s + compute_s
     else:
-        p = smooth_p
-        hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
-        roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+        from specsim.latency import pnorm_roof
+
+        roof = pnorm_roof(memory_s, compute_s, smooth_p)
     fixed_s = g("fixed_s") + g("per_layer_s") * fc.layers
     total = _into(np.add, roof, fixed_s, roof)
     total = _into(np.add, total, fc.allreduce_calls * (fc.allreduce_wire_s + g("allreduce_latency_s")), total)

@@ -213,6 +213,14 @@ class ForwardCounts:
                                 for k in ForwardCounts.FIELDS})
 
 
+def pnorm_roof(memory_s, compute_s, p: float):
+    """The smooth roofline ``(memory^p + compute^p)^(1/p)`` (seconds, broadcast shape), computed
+    scaled by the larger term so it cannot overflow; over-estimates the hard max by at most
+    ``2^(1/p)`` at the ridge point."""
+    hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
+    return hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+
+
 def forward_seconds(fc: ForwardCounts, terms: Any, smooth_p: float | None = None) -> dict[str, np.ndarray]:
     """Seconds of one forward from its physical counts and the stack terms.
 
@@ -246,9 +254,7 @@ def forward_seconds(fc: ForwardCounts, terms: Any, smooth_p: float | None = None
     elif smooth_p == 1.0:
         roof = memory_s + compute_s
     else:
-        p = smooth_p
-        hi = np.maximum(np.maximum(memory_s, compute_s), 1e-300)
-        roof = hi * ((memory_s / hi) ** p + (compute_s / hi) ** p) ** (1.0 / p)
+        roof = pnorm_roof(memory_s, compute_s, smooth_p)
     fixed_s = g("fixed_s") + g("per_layer_s") * fc.layers
     allreduce_s = fc.allreduce_calls * (fc.allreduce_wire_s + g("allreduce_latency_s"))
     dequant_s = g("dequant_s_per_weight") * fc.dequant_weights

@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 VLLM_VENV := .venv-vllm
 
-.PHONY: reproduce test venv vllm-env validate-cpu benchmark clean-venv
+.PHONY: reproduce test venv vllm-env validate-cpu validate-cpu-full benchmark clean-venv
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,8 +29,12 @@ vllm-env:
 test: $(VENV)/.installed vllm-env
 	SPECSIM_REQUIRE_VLLM=1 $(BIN)/python -m pytest
 
-# full CPU validation matrix with real vLLM runs (long: see README for its measured run time)
+# the CPU validation loop with real vLLM runs (the cpu-validation matrix with less traffic; README has its
+# measured run time); validate-cpu-full runs the matrix the recorded 2026-11-29 runs came from
 validate-cpu: $(VENV)/.installed vllm-env
+	$(BIN)/specsim run-matrix --matrix cpu-validation-fast
+
+validate-cpu-full: $(VENV)/.installed vllm-env
 	$(BIN)/specsim run-matrix --matrix cpu-validation
 
 benchmark: $(VENV)/.installed

@@ -30,7 +30,13 @@ from specsim.studies.reproduce import (
     write_reproduction_outputs,
 )
 from specsim.studies.tuning import tuning_study
-from specsim.studies.validation import validate, write_outputs
+from specsim.studies.validation import (
+    HEADLINE_MATRIX,
+    compare_loops,
+    validate,
+    write_loop_comparison,
+    write_outputs,
+)
 
 __all__ = ["run_main_job", "default_paths", "MainJobResult"]
 
@@ -132,6 +138,11 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
             else:
                 written += write_outputs(result, paths["validation"])
                 written += make_validation_figures(figures, result)
+                try:  # the fast loop (make validate-cpu) judged against the full one, where both are recorded
+                    written += write_loop_comparison(compare_loops(paths["runs"], results={HEADLINE_MATRIX: result}),
+                                                     paths["validation"])
+                except DataError as exc:
+                    log.info("no loop comparison: %s", exc)
             bar.update()
     n_png = sum(1 for w in written if str(w).endswith(".png"))
     log.info("wrote %d figures to %s and %d tables / calibrations", n_png, figures, len(written) - n_png)

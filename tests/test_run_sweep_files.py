@@ -36,7 +36,7 @@ RECORDED_STAMP = "cpu-validation-20261129T104718"
 
 
 def test_shipped_matrices_are_sweep_files():
-    assert matrix_names() == ["cpu-validation", "smoke", "verify-cost"]
+    assert matrix_names() == ["cpu-validation", "cpu-validation-fast", "smoke", "verify-cost"]
     m = load_matrix("cpu-validation")
     assert len(m.groups) == 12 and len(m.cells()) == 42 and m.n_runs() == 44
     assert m.groups[0].name == "baseline"  # the greedy judge's reference runs first
@@ -54,6 +54,35 @@ def test_shipped_matrices_are_sweep_files():
         d = json.loads((m.root / f).read_text())
         assert isinstance(d, dict) and all(isinstance(v, dict) for v in d.values())
         assert not any(k.startswith("_") for v in d.values() for k in v)
+
+
+def test_fast_loop_is_the_full_matrix_with_less_traffic():
+    """make validate-cpu's matrix: the same servers, judges, guards, prompts file, seeds and timeouts
+    as cpu-validation; less traffic only: output length 64 (vs 128), 2 prompts at concurrency 1 and 4 at
+    concurrency 4 (vs 4 and 8), a health check on 4 prompts (vs 8), 3 probe repetitions (vs 5)."""
+    import dataclasses
+
+    full, fast = load_matrix("cpu-validation"), load_matrix("cpu-validation-fast")
+    assert [(g.name, g.speculative_config) for g in fast.groups] == [(g.name, g.speculative_config)
+                                                                      for g in full.groups]
+    assert fast.health_checks == tuple(dataclasses.replace(h, num_prompts=4) for h in full.health_checks)
+    assert fast.probes == tuple(dataclasses.replace(p, reps=3) for p in full.probes)
+    assert fast.health_guards == full.health_guards and fast.bench_client == full.bench_client
+    a = {c.run_label: c for c in full.cells()}
+    b = {c.run_label: c for c in fast.cells()}
+    assert set(a) == set(b)
+    for lab, c in b.items():
+        f = a[lab]
+        assert (c.temperature, c.concurrency, c.seed, c.timeout_s, c.baseline, c.guarded_by) == \
+            (f.temperature, f.concurrency, f.seed, f.timeout_s, f.baseline, f.guarded_by), lab
+        assert (f.output_len, c.output_len) == (128, 64), lab
+        assert (f.num_prompts, c.num_prompts) == {1: (4, 2), 4: (8, 4), 16: (16, 16)}[c.concurrency], lab
+    assert full.serve_cmd == fast.serve_cmd
+    fb = list(full.bench_cmd)
+    i = fb.index("--custom-output-len")
+    assert fb[i + 1] == "128"
+    fb[i + 1] = "64"
+    assert tuple(fb) == tuple(fast.bench_cmd)
 
 
 def test_shipped_cpu_validation_reproduces_the_recorded_cells():
@@ -184,7 +213,7 @@ def test_cli_dry_run_starts_nothing(capsys, tmp_path):
 def test_cli_unknown_matrix_names_the_shipped_ones(capsys):
     assert cli_main(["run-matrix", "--matrix", "cpu-validatoin", "--dry-run"]) != 0
     err = capsys.readouterr().err
-    assert "matrix" in err and "cpu-validation, smoke, verify-cost" in err
+    assert "matrix" in err and "cpu-validation, cpu-validation-fast, smoke, verify-cost" in err
 
 
 def test_python_matrix_written_as_sweep_files(tmp_path):

@@ -594,3 +594,64 @@ def test_runbook_plan_configs_are_valid_vllm_json():
             parsed = parse_speculative_config(c)
             assert parsed.num_speculative_tokens == _json.loads(c)["num_speculative_tokens"]
     assert len(RB.runbook_serve_commands("MI355X")) == len(RB.GPU_TARGETS)
+
+
+# ------------------------------------------------------------------------------------------
+# one matrix at a time; the fast loop (make validate-cpu) against the full one
+
+def test_throughput_noise_is_max_over_min_per_repeated_label():
+    runs = pd.DataFrame({
+        "label": ["a", "a", "b", "b", "b", "c", "d", "d"],
+        "stamp": ["S1", "S2", "S1", "S2", "S3", "S1", "S1", "S1"],  # d: one stamp twice -> not repeated
+        "usable": [True, True, True, True, True, True, True, True],
+        "output_tok_per_s": [100.0, 110.0, 50.0, 40.0, 45.0, 10.0, 1.0, 9.0]})
+    n = V.throughput_noise(runs)
+    assert n["labels_repeated"] == 2
+    assert n["median_spread"] == pytest.approx(np.median([110 / 100 - 1, 50 / 40 - 1]))
+    assert n["max_spread"] == pytest.approx(0.25)
+    runs.loc[1, "usable"] = False  # an unusable recording does not count
+    assert V.throughput_noise(runs)["labels_repeated"] == 1
+    assert V.throughput_noise(runs.iloc[:0])["median_spread"] is None
+
+
+@recorded
+def test_validate_one_matrix_and_its_own_probe():
+    runs = R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)
+    assert len(runs) and set(runs["matrix"]) == {V.HEADLINE_MATRIX}
+    pid, _ = R.load_probe(RUNS, matrix=V.HEADLINE_MATRIX)
+    assert pid.startswith(V.HEADLINE_MATRIX + "-2")
+    with pytest.raises(DataError, match="no runs of matrix 'no-such-matrix'.*cpu-validation"):
+        V.validate(RUNS, matrix="no-such-matrix")
+    with pytest.raises(DataError, match="recorded by matrix 'no-such-matrix'"):
+        R.load_probe(RUNS, matrix="no-such-matrix")
+
+
+def _have_fast_loop() -> bool:
+    try:
+        R.load_probe(RUNS, matrix=V.FAST_MATRIX)
+    except DataError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_loop_comparison_criteria_follow_from_the_two_validations():
+    cmp = V.compare_loops(RUNS)
+    full = V.validate(RUNS, matrix=V.HEADLINE_MATRIX)
+    fast = V.validate(RUNS, matrix=V.FAST_MATRIX)
+    lf, ls = cmp.loops.set_index("matrix").loc[V.HEADLINE_MATRIX], cmp.loops.set_index("matrix").loc[V.FAST_MATRIX]
+    for row, res in ((lf, full), (ls, fast)):
+        ho = res.errors[res.errors["role"] == "held-out"]
+        assert row["held_out"] == len(ho) > 0
+        assert row["median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
+        assert row["best_n_agree"] == int(res.best_n["agree"].sum())
+        assert set(res.runs["matrix"]) == {res.summary["matrix"]}
+    c = cmp.summary["criteria"]
+    tol = lf["throughput_noise_median"]
+    assert c["median_error_within_noise"]["met"] == (abs(ls["median_abs_error"] - lf["median_abs_error"]) <= tol)
+    assert c["best_n_agreement_kept"]["met"] == (ls["best_n_agree"] >= lf["best_n_agree"])
+    assert c["noise_not_larger"]["met"] == (ls["throughput_noise_median"] <= tol)
+    assert cmp.summary["same_power"] == all(v["met"] for v in c.values())
+    # the fast loop's runs are its own: no run, probe or fit of the full loop enters it
+    assert not set(fast.errors["run_id"]) & set(full.errors["run_id"])
+    assert fast.summary["latency_fitted_on"] != full.summary["latency_fitted_on"]

@@ -168,7 +168,14 @@ def _derive_steps(row: dict, generated: int, requests: int) -> None:
     row["m_eff"] = 1.0 + a / s
 
 
-def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True) -> pd.DataFrame:
+def _matrix_of(prov: dict) -> str | None:
+    """The matrix name a run's provenance records (``provenance["matrix"]["name"]``), or None."""
+    mat = prov.get("matrix") if isinstance(prov, dict) else None
+    return mat.get("name") if isinstance(mat, dict) else None
+
+
+def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
+              matrix: str | None = None) -> pd.DataFrame:
     """All recorded ``bench_serve`` runs, one row each (see :func:`load_run`), with usability.
 
     Temporary directories (``.tmp-*``, runs in progress) are skipped; run kinds other than
@@ -182,6 +189,9 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True)
     strict : bool, default True
         Re-raise a malformed run directory's DataError (False: keep it as an excluded row whose
         ``exclusion_reason`` quotes the error).
+    matrix : str, optional
+        Only the runs recorded by this matrix (``provenance["matrix"]["name"]``, e.g.
+        ``"cpu-validation"``); default every run.
 
     Returns
     -------
@@ -204,14 +214,15 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True)
         if not p.is_dir() or p.name.startswith("."):
             continue
         try:
-            prov_kind = _read_json(p / "provenance.json", "run provenance").get("kind")
+            prov = _read_json(p / "provenance.json", "run provenance")
+            prov_kind = prov.get("kind")
         except (DataError, AttributeError) as exc:
             if strict:
                 raise DataError(f"{p}: {exc}") from exc
             rows.append({"run_id": p.name, "kind": None, "status": "failed", "path": str(p), "usable": False,
                          "exclusion_reason": f"unreadable run directory: {exc}"})
             continue
-        if prov_kind != "bench_serve":
+        if prov_kind != "bench_serve" or (matrix is not None and _matrix_of(prov) != matrix):
             continue
         try:
             rows.append(load_run(p))
@@ -303,8 +314,9 @@ def pair_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-def load_probe(runs_dir: str | os.PathLike | None = None) -> tuple[str, pd.DataFrame]:
-    """The verification-cost probe: the latest ``verify_cost`` run with status ok.
+def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None) -> tuple[str, pd.DataFrame]:
+    """The verification-cost probe: the latest ``verify_cost`` run with status ok (of ``matrix``
+    when given: each matrix's runs are calibrated on the probe recorded with them).
 
     Returns
     -------
@@ -323,10 +335,12 @@ def load_probe(runs_dir: str | os.PathLike | None = None) -> tuple[str, pd.DataF
         if p.name.startswith(".") or not (p / "provenance.json").exists():
             continue
         prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok":
+        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok" and (
+                matrix is None or _matrix_of(prov) == matrix):
             found.append((str(prov.get("started") or ""), p))
     if not found:
-        raise DataError(f"no verification-cost probe with status ok under {d} (run "
+        raise DataError(f"no verification-cost probe with status ok under {d}"
+                        + (f" recorded by matrix {matrix!r}" if matrix is not None else "") + " (run "
                         f"`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
     p = max(found)[1]
     f = p / "verify_cost.csv"
@@ -339,8 +353,8 @@ def load_probe(runs_dir: str | os.PathLike | None = None) -> tuple[str, pd.DataF
     return p.name, df[need].astype(float)
 
 
-def load_health_checks(runs_dir: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Temperature health checks (offline self-draft at T > 0): verdict per run.
+def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None) -> pd.DataFrame:
+    """Temperature health checks (offline self-draft at T > 0): verdict per run (of ``matrix`` when given).
 
     Returns
     -------
@@ -354,7 +368,7 @@ def load_health_checks(runs_dir: str | os.PathLike | None = None) -> pd.DataFram
         if p.name.startswith(".") or not (p / "provenance.json").exists():
             continue
         prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") != "health_check":
+        if prov.get("kind") != "health_check" or (matrix is not None and _matrix_of(prov) != matrix):
             continue
         h = prov.get("health") or {}
         rows.append({"run_id": p.name, "status": prov.get("status"), "temperature": prov.get("temperature"),

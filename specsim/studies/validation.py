@@ -32,7 +32,8 @@ __all__ = [
     "SampledView", "CpuLatency", "fit_cpu_latency", "Workload", "schedule", "RunScenario",
     "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
-    "ValidationResult", "validate", "write_outputs",
+    "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "throughput_noise",
+    "LoopComparison", "compare_loops", "write_loop_comparison",
 ]
 
 #: Target of the CPU validation (``specsim/data/models``) and the hardware row it ran on.
@@ -993,7 +994,14 @@ def _replicate_spread(errors: pd.DataFrame) -> dict:
             "definition": "max/min - 1 of the measured ratio over the recordings of one (family, N, concurrency)"}
 
 
-def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequence[str] = ("selfdraft",),
+#: the matrix whose recorded runs are the headline CPU validation (data/matrices/cpu-validation)
+HEADLINE_MATRIX = "cpu-validation"
+#: the faster loop ``make validate-cpu`` runs (data/matrices/cpu-validation-fast)
+FAST_MATRIX = "cpu-validation-fast"
+
+
+def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = HEADLINE_MATRIX,
+             fit_families: Sequence[str] = ("selfdraft",),
              overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
              lookup_fit_n: Sequence[int] = (1,), models_dir: str | os.PathLike | None = None,
              strict: bool = True) -> ValidationResult:
@@ -1003,6 +1011,10 @@ def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequenc
     ----------
     runs_dir : path, optional
         Default ``<data>/runs``.
+    matrix : str or None, default ``"cpu-validation"``
+        Judge only the runs this matrix recorded, calibrated on the probe recorded with them
+        (``"cpu-validation-fast"``: the ``make validate-cpu`` loop); None: every run in ``runs_dir``
+        and its latest probe.
     fit_families : sequence of str
         Run families whose runs fit the speculative overheads (default: the self-draft runs);
         every other usable spec run is held out and judged.
@@ -1032,8 +1044,12 @@ def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequenc
 
     target = load_model(CPU_TARGET)
     md = Path(models_dir) if models_dir is not None else None
-    runs = load_runs(runs_dir, strict=strict)
-    probe_id, probe = load_probe(runs_dir)
+    runs = load_runs(runs_dir, strict=strict, matrix=matrix)
+    if matrix is not None and runs.empty:
+        names = sorted({str(n) for n in load_runs(runs_dir, strict=False)["matrix"].dropna()})
+        raise DataError(f"no runs of matrix {matrix!r} under {runs_dir or project_data_path('runs')}; "
+                        f"recorded matrices: {', '.join(names) or 'none'} (or matrix=None for all)")
+    probe_id, probe = load_probe(runs_dir, matrix=matrix)
     lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
     pairs = pair_runs(runs)
     fit = fit_spec_overheads(pairs, lat, fit_families=fit_families, params=overhead_params, target=target,
@@ -1089,9 +1105,153 @@ def validate(runs_dir: str | os.PathLike | None = None, *, fit_families: Sequenc
         errors = pd.DataFrame(columns=["run_id", "role", "family", "num_speculative_tokens", "concurrency",
                                        "measured_ratio", "predicted_ratio", "contract_ratio", "error", "contract_error"])
     best = _best_n(errors)
-    health = load_health_checks(runs_dir)
+    health = load_health_checks(runs_dir, matrix=matrix)
     summary = _summarise(runs, errors, best, lat, fit, health, probe_id, lib)
+    summary["matrix"] = matrix
     return ValidationResult(runs, errors, lat, fit, summary, health, best, lib)
+
+
+def throughput_noise(runs: pd.DataFrame) -> dict:
+    """Run-to-run throughput noise: for each run label (serve config x bench cell, baseline included)
+    recorded usable in two or more matrix stamps, the spread max/min - 1 of its output tok/s.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        :func:`specsim.runs.records.load_runs` rows (``label``, ``stamp``, ``usable``,
+        ``output_tok_per_s`` in tokens/s).
+
+    Returns
+    -------
+    dict
+        ``labels_repeated``, ``median_spread`` / ``max_spread`` (fractions; None when nothing is
+        repeated) and the ``definition``.
+    """
+    spreads = []
+    if len(runs):
+        u = runs[runs["usable"].astype(bool)]
+        for _, g in u.groupby("label"):
+            if g["stamp"].nunique() >= 2:
+                spreads.append(float(g["output_tok_per_s"].max() / g["output_tok_per_s"].min() - 1))
+    return {"labels_repeated": len(spreads),
+            "median_spread": float(np.median(spreads)) if spreads else None,
+            "max_spread": float(np.max(spreads)) if spreads else None,
+            "definition": "max/min - 1 of output tok/s over the stamps that recorded one run label"}
+
+
+@dataclass
+class LoopComparison:
+    """Output of :func:`compare_loops`: does the faster validation loop keep the full loop's power?
+
+    Attributes
+    ----------
+    loops : DataFrame
+        One row per loop (matrix): held-out runs, median / max |ratio error|, best-N agreement,
+        ratio and throughput run-to-run noise, stamps, cells, recorded bench seconds.
+    best_n : DataFrame
+        Per (family, concurrency): measured and predicted best N in each loop.
+    configs : DataFrame
+        Per (family, N, concurrency): mean measured ratio and mean |error| in each loop.
+    summary : dict
+        The criteria (stated before the fast loop was run: see ``criteria``) and whether each is met.
+    """
+
+    loops: pd.DataFrame
+    best_n: pd.DataFrame
+    configs: pd.DataFrame
+    summary: dict
+
+
+def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
+                  fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None) -> LoopComparison:
+    """Judge the fast CPU validation loop against the full one, each validated on its own runs.
+
+    Each matrix's runs are validated separately (:func:`validate` with ``matrix=``: its own probe,
+    its own fit set, its own held-out runs), so a machine that is faster or slower on one day shifts
+    both arms and the probe alike.  The criteria ("the same power", issue 11):
+
+    * held-out median |ratio error| of the fast loop within the full loop's run-to-run throughput
+      noise (median spread, :func:`throughput_noise`) of the full loop's value;
+    * at least as many best-N groups agree as in the full loop;
+    * the fast loop's own run-to-run noise (from its repeated stamps) no larger than the full loop's
+      noise -- a larger one would be less power even with equal errors.
+
+    Parameters
+    ----------
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    full, fast : str
+        Matrix names (default ``cpu-validation`` and ``cpu-validation-fast``).
+    results : mapping of matrix name to ValidationResult, optional
+        Validations already computed on ``runs_dir`` (e.g. the headline one), reused instead of
+        recomputed.
+
+    Returns
+    -------
+    LoopComparison
+
+    Raises
+    ------
+    DataError
+        Either matrix has no recorded runs or no probe.
+    """
+    done = dict(results or {})
+    res = {name: done[name] if name in done else validate(runs_dir, matrix=name) for name in (full, fast)}
+    rows, bn, cf = [], [], []
+    for name, r in res.items():
+        ho = r.errors[r.errors["role"] == "held-out"]
+        tn = throughput_noise(r.runs)
+        ok = r.runs[r.runs["status"] == "ok"] if len(r.runs) else r.runs
+        rows.append({"matrix": name, "stamps": int(r.runs["stamp"].nunique()), "bench_runs_ok": int(len(ok)),
+                     "held_out": int(len(ho)), "median_abs_error": float(ho["error"].abs().median()),
+                     "max_abs_error": float(ho["error"].abs().max()),
+                     "best_n_agree": int(r.best_n["agree"].sum()), "best_n_groups": int(len(r.best_n)),
+                     "ratio_noise_median": r.summary["measurement_noise"]["median_spread"],
+                     "throughput_noise_median": tn["median_spread"], "throughput_noise_max": tn["max_spread"],
+                     "labels_repeated": tn["labels_repeated"],
+                     "bench_duration_s_per_stamp": float(ok["duration_s"].sum() / max(ok["stamp"].nunique(), 1))})
+        b = r.best_n.assign(matrix=name)
+        bn.append(b[["matrix", "family", "concurrency", "n_values", "measured_best_n", "predicted_best_n", "agree",
+                     "regret"]])
+        u = r.errors[r.errors["usable"].astype(bool)]
+        g = u.groupby(["family", "num_speculative_tokens", "concurrency"]).agg(
+            measured_ratio=("measured_ratio", "mean"), abs_error=("error", lambda e: float(e.abs().mean())),
+            recordings=("run_id", "count"), role=("role", lambda x: ",".join(sorted(set(x)))))
+        cf.append(g.add_prefix(f"{name}:"))
+    loops = pd.DataFrame(rows)
+    configs = pd.concat(cf, axis=1).reset_index()
+    fl, fs = loops.iloc[0], loops.iloc[1]
+    noise = fl["throughput_noise_median"]
+    crit = {
+        "median_error_within_noise": {
+            "full": fl["median_abs_error"], "fast": fs["median_abs_error"], "tolerance": noise,
+            "met": bool(noise is not None and abs(fs["median_abs_error"] - fl["median_abs_error"]) <= noise)},
+        "best_n_agreement_kept": {"full": f"{fl['best_n_agree']} of {fl['best_n_groups']}",
+                                  "fast": f"{fs['best_n_agree']} of {fs['best_n_groups']}",
+                                  "met": bool(fs["best_n_agree"] >= fl["best_n_agree"])},
+        "noise_not_larger": {"full": noise, "fast": fs["throughput_noise_median"],
+                             "met": bool(noise is not None and fs["throughput_noise_median"] is not None
+                                         and fs["throughput_noise_median"] <= noise)},
+    }
+    summary = {"full": full, "fast": fast, "criteria": crit,
+               "same_power": all(c["met"] for c in crit.values()),
+               "note": "each loop validated on its own runs and probe; the fast loop's cells are shorter "
+                       "(fewer output tokens, fewer prompts at concurrency 4), so per-configuration ratios "
+                       "differ by regime as well as by noise"}
+    return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs,
+                          json.loads(json.dumps(summary, default=_jsonable)))
+
+
+def write_loop_comparison(cmp: LoopComparison, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write ``loops.csv``, ``loops_best_n.csv``, ``loops_configs.csv`` and ``loops.json`` into
+    ``out_dir`` (default ``<data>/validation``), each atomically."""
+    d = Path(out_dir) if out_dir is not None else project_data_path("validation")
+    return [
+        atomic_write(d / "loops.csv", lambda p: cmp.loops.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "loops_best_n.csv", lambda p: cmp.best_n.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "loops_configs.csv", lambda p: cmp.configs.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "loops.json", lambda p: p.write_text(json.dumps(cmp.summary, indent=2) + "\n")),
+    ]
 
 
 def _flag(s: pd.Series) -> pd.Series:

@@ -1010,12 +1010,7 @@ def predict(
     )
     r = with_measured_table(r, draft_latency)
     if expert_parallel:
-        if not hasattr(r.latency, "with_expert_parallel"):
-            raise SpecsimValueError("expert_parallel", "needs a roofline latency model (a measured table already "
-                                    "contains its collectives)", type(r.latency).__name__)
-        r = replace(r, latency=r.latency.with_expert_parallel(True),
-                    assumptions=r.assumptions + ("expert parallel over the TP group: MoE all-to-all dispatch + "
-                                                 "combine instead of the post-MLP all-reduce",))
+        r = with_expert_parallel(r)
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
     tp = int_field("tp", tp)
@@ -1329,6 +1324,59 @@ def _describe(latency) -> str:
     return d() if callable(d) else type(latency).__name__
 
 
+def with_expert_parallel(r: Scenario, memo: dict | None = None) -> Scenario:
+    """``r`` served with vLLM ``--enable-expert-parallel`` over the TP group: each MoE layer's
+    post-MLP all-reduce becomes a dispatch + combine all-to-all (``Roofline.with_expert_parallel``),
+    stated in the assumptions.  The one check and change of ``expert_parallel=`` in
+    :func:`predict`, :func:`sweep` and :func:`specsim.recommend.recommend`.
+
+    Parameters
+    ----------
+    r : Scenario
+    memo : dict, optional
+        A cache for one sweep call: the expert-parallel roofline of a latency model is built once
+        (by identity; the objects are kept alive there), so that the sweep's caches keyed on the
+        latency object keep hitting across categorical combinations.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``expert_parallel``: a dense target (vLLM's expert parallelism shards routed experts), or
+        a latency model without ``with_expert_parallel`` (a measured table already contains its
+        collectives).
+    """
+    if not getattr(r.target, "is_moe", False):
+        raise SpecsimValueError("expert_parallel", "applies to MoE targets only (vLLM --enable-expert-parallel "
+                                "shards routed experts); this target is dense", getattr(r.target, "name", None))
+    if not hasattr(r.latency, "with_expert_parallel"):
+        raise SpecsimValueError("expert_parallel", "needs a roofline latency model (a measured table already "
+                                "contains its collectives)", type(r.latency).__name__)
+    hit = None if memo is None else memo.get(id(r.latency))
+    if hit is None:
+        hit = (r.latency, r.latency.with_expert_parallel(True))
+        if memo is not None:
+            memo[id(r.latency)] = hit
+    return replace(r, latency=hit[1], assumptions=r.assumptions + ("expert parallel over the TP group: MoE "
+                                                                   "all-to-all dispatch + combine instead of the "
+                                                                   "post-MLP all-reduce",))
+
+
+def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict) -> Scenario:
+    """What :func:`predict` does to ``r.latency`` -- :func:`with_measured_table` (``draft_latency``),
+    then :func:`with_expert_parallel` -- once per (latency model, hardware, draft latency) of a sweep
+    call: the wrapped latency objects are reused (kept alive in ``memo``), so each categorical
+    combination costs a dict look-up and the caches keyed on the latency object keep hitting."""
+    key = (id(r.latency), r.hardware_name, id(draft_latency))
+    hit = memo.get(key)
+    if hit is None:
+        m = with_measured_table(r, draft_latency)
+        hit = memo[key] = ((r.latency, draft_latency), m.latency, m.draft_latency,
+                           m.assumptions[len(r.assumptions):])
+    if hit[1] is not r.latency or hit[2] is not r.draft_latency or hit[3]:
+        r = replace(r, latency=hit[1], draft_latency=hit[2], assumptions=r.assumptions + hit[3])
+    return with_expert_parallel(r, memo.setdefault("expert parallel", {})) if expert_parallel else r
+
+
 _GRID_SCALARS = ("num_speculative_tokens", "concurrency", "isl", "osl")
 _GRID_CATEGORICAL = ("target", "method", "hardware", "tp", "precision", "acceptance", "draft")
 
@@ -1356,6 +1404,10 @@ def sweep(
     speculative_config: str | Mapping | None = None,
     baseline=None,
     baseline_concurrency: int | None = None,
+    vllm_version: str | None = None,
+    platform: str | None = None,
+    draft_latency=None,
+    expert_parallel: bool = False,
 ) -> pd.DataFrame:
     """Evaluate the model over a full grid and return a tidy DataFrame (one row per point).
 
@@ -1375,6 +1427,30 @@ def sweep(
     records its concurrency accepts other concurrencies only with ``baseline_concurrency``); the
     factor is solved once per categorical combination.
 
+    Parameters
+    ----------
+    latency : LatencyModel, optional
+        As :func:`predict`: a roofline, or a measured table of the target's forwards
+        (:class:`specsim.latency.MeasuredLatency`; batch, q, context -> seconds), which times the
+        decode and verification steps of every grid point (a point outside the table is refused)
+        while prefills and -- without ``draft_latency`` -- draft passes come from each hardware's
+        stack calibration (:func:`with_measured_table`), exactly as :func:`predict` does.
+    draft_latency : LatencyModel, optional
+        Times the draft passes when ``latency`` is a measured table of the target, as in
+        :func:`predict`.
+    expert_parallel : bool, default False
+        vLLM ``--enable-expert-parallel`` over the TP group, as in :func:`predict`: each MoE
+        layer's post-MLP all-reduce becomes a dispatch + combine all-to-all
+        (:func:`with_expert_parallel`; once per latency model, not per grid point).  Every target
+        swept must be MoE.
+    vllm_version, platform : str, optional
+        The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run.
+        When they differ from the software stack a swept hardware's shipped calibration was fitted
+        on, the warning :func:`predict` puts in ``Prediction.warnings``
+        (:func:`specsim.calibration.stack_mismatch`) is in ``df.attrs["warnings"]`` -- one per
+        distinct message (i.e. per calibration), not per row; ``specsim sweep`` prints it on
+        stderr.
+
     Returns
     -------
     pandas.DataFrame
@@ -1387,13 +1463,17 @@ def sweep(
         verification_cost_in_baseline_steps`` (:func:`health_terms`), ``target_time_scale`` (1
         unless anchored on a baseline) and ``kv_cache_fits``: False where the KV cache of
         concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
-        preempt; :func:`predict` warns there).
+        preempt; :func:`predict` warns there).  ``df.attrs["warnings"]``: tuple of str, the
+        warnings that hold for the whole sweep (the software-stack mismatch above; empty when none).
 
     Raises
     ------
     SpecsimValueError
         As :func:`predict`, for any grid value (TP not dividing the attention heads, ISL + OSL
-        beyond the context length, weights that do not fit at this TP).
+        beyond the context length, weights that do not fit at this TP, a grid point outside a
+        measured latency table); ``expert_parallel`` with a dense target or a latency model
+        without an expert-parallel variant (a measured table); ``vllm_version`` not a version
+        (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM platform.
     """
     def as_list(v):
         if isinstance(v, (list, tuple)):
@@ -1431,6 +1511,9 @@ def sweep(
                 raise SpecsimValueError(name, "a measured baseline anchors ONE deployment (target, hardware, tp, "
                                         "precision): sweep one value, or one sweep per deployment", as_list(v))
         point = anchor_point(b, baseline_concurrency, cs, isls, osls)
+    stack_mismatch(None, vllm_version=vllm_version, platform=platform)  # refuses a bad version / platform now
+    stack_warnings: dict[str, None] = {}
+    shared_latencies: dict = {}
     combos, fresh = [], []
     loaded = _SweepObjects(drafter=drafter, latency=latency)
     shared_plans: dict = {}
@@ -1446,6 +1529,9 @@ def sweep(
             temperature=temperature, temperature_assumption=temperature_assumption,
             speculative_config=speculative_config,
         )
+        r = _sweep_latency(r, draft_latency, expert_parallel, shared_latencies)
+        if vllm_version or platform:
+            stack_warnings.update(dict.fromkeys(_stack_warning(r.latency, vllm_version, platform)))
         tp_i = int_field("tp", tp_)
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
@@ -1483,7 +1569,9 @@ def sweep(
         cols["latency_calibrated"] = bool(getattr(r.latency, "calibrated", False))
         cols["kv_cache_fits"] = kv_fits
         combos.append(cols)
-    return _sweep_frame(combos, shape, fresh)
+    df = _sweep_frame(combos, shape, fresh)
+    df.attrs["warnings"] = tuple(stack_warnings)
+    return df
 
 
 def _extrapolated(shared: dict, acceptance, n: int) -> bool:

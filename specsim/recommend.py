@@ -14,6 +14,7 @@ import pandas as pd
 
 from specsim._checks import int_field
 from specsim.architecture import ModelSpec, load_model, model_hf_id
+from specsim.calibration import stack_mismatch
 from specsim.drafters import list_draft_specs
 from specsim.engine import default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
@@ -26,6 +27,8 @@ from specsim.predict import (
     check_feasibility,
     precision_label,
     resolve_inputs,
+    with_expert_parallel,
+    with_measured_table,
 )
 from specsim.published import published_methods, published_profile
 from specsim.vllm.schedule import speculative_config
@@ -322,6 +325,10 @@ class Recommendation:
         ``(method, reason)`` for methods left out: no fit even at concurrency 1, no acceptance,
         or a deployment vLLM would refuse (TP not dividing the heads, weights over HBM, a draft
         trained for another target; the refusals of :func:`specsim.predict.predict`).
+    warnings : tuple of str
+        Warnings on the whole recommendation: the software-stack mismatch of ``vllm_version`` /
+        ``platform`` (:func:`specsim.calibration.stack_mismatch`), as ``Prediction.warnings``
+        carries it; empty when none.  In :meth:`summary` and :meth:`to_dict`.
     serve_command : str or None
         ``vllm serve ...`` line for the best method.
     """
@@ -338,6 +345,7 @@ class Recommendation:
     temperature: float | None
     methods: tuple[MethodRecommendation, ...]
     excluded: tuple[tuple[str, str], ...]
+    warnings: tuple[str, ...] = ()
 
     @property
     def best(self) -> MethodRecommendation | None:
@@ -380,6 +388,7 @@ class Recommendation:
             "max_concurrency": self.max_concurrency, "temperature": self.temperature,
             "methods": [m.to_dict() for m in self.methods],
             "excluded": [{"method": a, "reason": b} for a, b in self.excluded],
+            "warnings": list(self.warnings),
             "serve_command": self.serve_command(),
         })
 
@@ -391,6 +400,7 @@ class Recommendation:
         """Readable report: per method the bands, cut-off, crossover, memory and the config."""
         out = [f"{self.target} on {self.hardware} TP={self.tp} {self.precision} | ISL/OSL {self.isl}/{self.osl} | "
                f"concurrency 1..{self.max_concurrency} | temperature {self.temperature}"]
+        out += [f"WARNING: {w}" for w in self.warnings]
         for m in self.methods:
             out.append("")
             out.append(f"== {m.method}" + (f" ({m.draft_model})" if m.draft_model else "") +
@@ -454,6 +464,8 @@ def _rel_error(latency, explicit: float | None) -> tuple[float | None, str]:
 def _latency_label(latency) -> str:
     """How the step times were obtained, in words (``MethodRecommendation.latency_label``)."""
     rec = getattr(latency, "calibration", None)
+    if hasattr(latency, "table") and hasattr(latency, "fallback"):  # specsim.predict.MeasuredTargetLatency
+        return "measured latency table (target decode / verification); prefills and draft passes: stack calibration"
     if getattr(latency, "calibrated", False):
         return ("calibrated" if rec is None
                 else "calibrated stack terms (no per-target values; judged leave-one-target-out)")
@@ -575,7 +587,9 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     # K = 0 with speculation enabled: one draft pass + per-step overhead (module docstring)
     ctx = isl + osl / 2.0
     draft0 = np.asarray(r.drafter.draft_time(r.latency, r.target, n=1, batch=cs, context=ctx, tp=tp,
-                                             precision=r.precision), float)
+                                             precision=r.precision,
+                                             **({"draft_latency": r.draft_latency} if r.draft_latency is not None
+                                                else {})), float)
     t0 = t_base + draft0 + np.asarray(overhead.step_seconds(cs, 0), float)
     ratio0 = cycle_base / (p_spec + osl * t0)
     tpot0 = ((cs - 1) / cs * p_spec + osl * t0) / osl
@@ -769,6 +783,10 @@ def recommend(
     gpu_memory_utilization: float | None = None,
     baseline=None,
     baseline_concurrency: int | None = None,
+    vllm_version: str | None = None,
+    platform: str | None = None,
+    draft_latency=None,
+    expert_parallel: bool = False,
 ) -> Recommendation:
     """Recommended vLLM speculative configuration per concurrency band (module docstring).
 
@@ -803,7 +821,20 @@ def recommend(
         Draft checkpoint / ready drafter, as :func:`specsim.predict.predict` (one method only).
     latency : LatencyModel or Calibration, optional
         Default: the hardware's shipped calibration (``specsim.calibration.default_latency``).
-        A ``Calibration`` (``specsim.latency.calibrate``) also supplies ``rmse_rel``.
+        A ``Calibration`` (``specsim.latency.calibrate``) also supplies ``rmse_rel``.  A measured
+        table of the target's forwards (:class:`specsim.latency.MeasuredLatency`) times decode and
+        verification steps, with prefills and draft passes from the stack calibration, as
+        :func:`specsim.predict.predict` (:func:`specsim.predict.with_measured_table`); it must
+        cover concurrencies 1..``max_concurrency`` and q = 1..N + 1 (points outside are refused).
+    draft_latency : LatencyModel, optional
+        Times the draft passes when ``latency`` is a measured table, as :func:`specsim.predict.predict`.
+    expert_parallel : bool, default False
+        vLLM ``--enable-expert-parallel`` over the TP group, as :func:`specsim.predict.predict`
+        (:func:`specsim.predict.with_expert_parallel`).
+    vllm_version, platform : str, optional
+        The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``) you will run: a warning in
+        ``Recommendation.warnings`` when they differ from the stack the calibration was fitted on
+        (:func:`specsim.calibration.stack_mismatch`).
     overhead : SpecOverhead, optional
         Default: the calibration's (zero when uncalibrated).
     step_time_rel_error : float, optional
@@ -842,7 +873,9 @@ def recommend(
     ------
     SpecsimValueError
         Bad concurrency / N / level / tolerance; unknown target, hardware, method; no acceptance
-        for a method named explicitly; temperature mismatch without an assumption.
+        for a method named explicitly; temperature mismatch without an assumption;
+        ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
+        version or ``platform`` not naming a vLLM platform; a point outside a measured latency table.
     """
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
@@ -892,6 +925,8 @@ def recommend(
             raise SpecsimValueError("baseline_concurrency", "is required: recommend spans concurrencies 1..max, so "
                                     "the concurrency the baseline was measured at must be given", None)
         anchor_pt = anchor_point(anchor_b, baseline_concurrency, c_b, isl, osl)
+    stack_mismatch(None, vllm_version=vllm_version, platform=platform)  # refuses a bad version / platform now
+    stack_warnings: dict[str, None] = {}
     latency, cal_rel = _unwrap_latency(latency)
     if step_time_rel_error is None:
         step_time_rel_error = cal_rel
@@ -922,6 +957,13 @@ def recommend(
                 raise
             excluded.append((meth, f"refused (as vLLM would refuse it): {e}"))
             continue
+        r = with_measured_table(r, draft_latency)  # as specsim.predict.predict
+        if expert_parallel:
+            r = with_expert_parallel(r)
+        if vllm_version or platform:
+            w = stack_mismatch(getattr(r.latency, "calibration", None), vllm_version=vllm_version, platform=platform)
+            if w:
+                stack_warnings[w] = None
         try:  # the refusals of specsim.predict.predict (TP vs heads, weights vs HBM, context length)
             check_feasibility(r, tp=tp, concurrency=1, isl=isl, osl=osl, hardware=hw)
         except SpecsimValueError as e:
@@ -981,5 +1023,5 @@ def recommend(
     return Recommendation(
         target=tgt.name, hf_id=model_hf_id(tgt.name), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
         max_model_len=max_model_len, max_concurrency=cmax, temperature=temperature, methods=tuple(recs),
-        excluded=tuple(excluded),
+        excluded=tuple(excluded), warnings=tuple(stack_warnings),
     )

@@ -24,7 +24,7 @@ from specsim.cli._args import (
     check_baseline_point,
     resolve_target,
 )
-from specsim.cli.recommend import add_recommend_parser, recommend_cli
+from specsim.cli.recommend import add_recommend_parser, add_stack_args, recommend_cli
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.main_job import run_main_job
 from specsim.predict import predict, sweep
@@ -134,8 +134,12 @@ def _cmd_sweep(args) -> int:
         tp=args.tp, precision=args.precision, concurrency=cs if isinstance(cs, list) else [cs], isl=isl, osl=osl,
         acceptance=acc, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
+        vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
+        expert_parallel=args.expert_parallel,
     )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
+    for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch): stdout is the table
+        print(f"specsim: WARNING: {w}", file=sys.stderr)
     if args.out:
         df.to_csv(args.out, index=False)
         print(f"wrote {len(df)} rows to {args.out}")
@@ -188,7 +192,7 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_recommend(args) -> int:
-    return recommend_cli(args)
+    return recommend_cli(args, latency=_latency_table(args.latency_table, args.tp))
 
 
 def _finite_or_none(values) -> list:
@@ -314,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated proposal lengths N (default 1,2,3,4,5,7,11,15, or N from --speculative-config)")
     p.add_argument("--concurrency", default=None, help=f"comma-separated concurrencies (default {_SWEEP_CONCURRENCY}, "
                                                         "or the --baseline-from run's max_concurrency)")
+    add_stack_args(p)
     p.add_argument("--out", help="write the tidy CSV here")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")
     p.set_defaults(func=_cmd_sweep)

@@ -15,6 +15,22 @@ from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
 
 
+def add_stack_args(p) -> None:
+    """The deployment-stack options of ``specsim sweep`` and ``specsim recommend`` (as ``predict``'s):
+    ``--vllm-version``, ``--platform``, ``--expert-parallel`` and ``--latency-table``."""
+    p.add_argument("--vllm-version", help="the vLLM release you will run, e.g. 0.32.0 (warns on stderr when the "
+                                          "calibration's stack differs)")
+    p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns on stderr "
+                                      "when the calibration's stack differs)")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="vLLM --enable-expert-parallel: MoE all-to-all dispatch / combine instead of the all-reduce "
+                        "(MoE targets only)")
+    p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
+                                           "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
+                                           "decode / verification steps; prefills and draft passes from the stack "
+                                           "calibration (stated); every point asked must lie inside the table")
+
+
 def add_recommend_parser(p) -> None:
     """Add the ``specsim recommend`` options to an argparse (sub)parser."""
     p.add_argument("--target", required=True, help="target model (specsim/data/models name or HF id, e.g. "
@@ -45,6 +61,7 @@ def add_recommend_parser(p) -> None:
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
     add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    add_stack_args(p)
     add_baseline_args(p)
     p.add_argument("--baseline-concurrency", type=int, metavar="C",
                    help="concurrency the --baseline-tpot-ms / --baseline-tok-per-s measurement was taken at "
@@ -55,12 +72,21 @@ def add_recommend_parser(p) -> None:
                      help="print only the --speculative-config JSON of the best method (for $(...))")
 
 
-def recommend_cli(args) -> int:
+def recommend_cli(args, *, latency=None) -> int:
     """Run ``specsim recommend`` from parsed arguments (see :func:`add_recommend_parser`).
 
     Prints the summary (default), the full JSON (``--json``) or only the best method's
     ``--speculative-config`` JSON (``--config-only``).  Returns the exit status (1 when every
-    method was excluded or speculation never pays, with ``--config-only``).
+    method was excluded or speculation never pays, with ``--config-only``).  The recommendation's
+    warnings (a ``--vllm-version`` / ``--platform`` other than the calibration's stack) are in
+    the summary and the JSON; with ``--config-only`` they go to stderr.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+    latency : LatencyModel, optional
+        The ``--latency-table`` as a :class:`specsim.latency.MeasuredLatency` (read by the
+        ``specsim`` command, ``specsim.cli._latency_table``), or None.
     """
     try:
         cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
@@ -93,8 +119,12 @@ def recommend_cli(args) -> int:
         temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
         level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, baseline=b, baseline_concurrency=b_conc,
+        vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
+        expert_parallel=bool(getattr(args, "expert_parallel", False)),
     )
     if args.config_only:
+        for w in rec.warnings:  # stdout is the config alone
+            print(f"specsim: WARNING: {w}", file=sys.stderr)
         best = rec.best
         if best is None or best.speculative_config is None:
             why = "; ".join(f"{m}: {r}" for m, r in rec.excluded) or "speculation does not pay in the range asked"

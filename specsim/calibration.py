@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -15,10 +16,10 @@ from typing import Any
 from specsim._io import atomic_write_json
 from specsim.catalog import data_path
 from specsim.engine import STACK_TERMS
-from specsim.errors import DataError
+from specsim.errors import DataError, SpecsimValueError
 from specsim.latency import Efficiency, Roofline
 
-__all__ = ["CalibrationRecord", "load_calibration", "default_latency", "write_calibration", "stack_mismatch",
+__all__ = ["CalibrationRecord", "load_calibration", "default_latency", "write_calibration", "stack_mismatch", "PLATFORMS",
            "SCHEMA_VERSION", "TERMS"]
 
 
@@ -197,23 +198,45 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
                     smooth_p=cal.get("smooth_p"), source=note, calibration=record, scope=scope)
 
 
+#: vLLM platforms a declared stack may name (``vllm.platforms``; the first word of ``platform=``)
+PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "tpu")
+
+
+def _release(version: str, field: str) -> tuple[int, int]:
+    """``(major, minor)`` of a vLLM version string (``v0.23.1rc1.dev1120+g...`` -> ``(0, 23)``)."""
+    m = re.match(r"^\s*v?(\d+)\.(\d+)", str(version))
+    if not m:
+        raise SpecsimValueError(field, "must be a vLLM version MAJOR.MINOR[.PATCH...] (e.g. 0.32.0)", version)
+    return int(m.group(1)), int(m.group(2))
+
+
 def stack_mismatch(record: CalibrationRecord | None, *, vllm_version: str | None = None,
                    platform: str | None = None) -> str | None:
     """A warning when the user's declared vLLM version / platform differs from the calibration's
     stack (None when they match, nothing was declared, or there is no calibration).
 
-    The comparison is on the release (``major.minor``): ``0.23.1rc1.dev1120`` and ``0.23.0`` match,
-    ``0.32.0`` does not.
+    The comparison is on the release (``major.minor``, compared as numbers): ``0.23.1rc1.dev1120`` and
+    ``0.23.0`` match, ``0.32.0`` does not.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``vllm_version`` is not a version (``MAJOR.MINOR[...]``, e.g. ``0.32.0``), or ``platform``'s
+        first word is not a vLLM platform (:data:`PLATFORMS`).
     """
+    rel_v = _release(vllm_version, "vllm_version") if vllm_version else None
+    if platform and platform.strip().lower().split()[0] not in PLATFORMS:
+        raise SpecsimValueError("platform", "must name a vLLM platform (first word)", platform, PLATFORMS)
     if record is None:
         return None
     out = []
     cal_v = str(record.stack.get("vllm", ""))
-    if vllm_version:
-        def rel(v):
-            parts = str(v).strip().lstrip("v").split(".")
-            return ".".join(parts[:2])
-        if rel(vllm_version) != rel(cal_v):
+    if rel_v is not None:
+        try:
+            cal_rel = _release(cal_v, "calibration stack vllm")
+        except SpecsimValueError:
+            cal_rel = None
+        if rel_v != cal_rel:
             out.append(f"vLLM {vllm_version} (calibration: {cal_v})")
     if platform:
         cal_p = str(record.stack.get("platform", ""))

@@ -802,7 +802,8 @@ def resolve_overhead(r: Scenario, overhead: SpecOverhead | None, *, latency_give
     rec = getattr(r.latency, "calibration", None)
     if rec is not None:
         ov = default_overhead(r.latency)
-        return ov, f"stack calibration {os.path.basename(str(getattr(rec, 'file', '')))}: {_describe_overhead(ov)}", ()
+        return (ov, f"stack calibration {os.path.basename(str(getattr(rec, 'file', '')))}: {_describe_overhead(ov)}",
+                _host_on_measured_times(r, ov))
     if not latency_given:
         return SpecOverhead(), f"none: datasheet priors, no calibration shipped for {r.hardware_name} (zero)", ()
     try:
@@ -815,11 +816,26 @@ def resolve_overhead(r: Scenario, overhead: SpecOverhead | None, *, latency_give
         ov = default_overhead(stack)
         return ov, (f"stack calibration {os.path.basename(str(getattr(srec, 'file', '')))} of {r.hardware_name} "
                     f"(the latency= model carries no speculative overhead): {_describe_overhead(ov)}; pass overhead= "
-                    "to use your own"), ()
+                    "to use your own"), _host_on_measured_times(r, ov)
     return SpecOverhead(), f"none: the latency= model carries none and no calibration ships for {r.hardware_name} " \
         "(zero)", (f"speculative overhead taken as ZERO: the latency= model carries none and no calibration ships for "
                    f"{r.hardware_name}, so the ratio is an upper-end estimate; pass overhead=SpecOverhead(...) "
                    "measured on your stack",)
+
+
+def _host_on_measured_times(r: Scenario, ov: SpecOverhead) -> tuple[str, ...]:
+    """The warning that a stack calibration's host seconds are added to MEASURED target times (a
+    ``MeasuredLatency`` table): right for a table of forwards (a verification-cost probe), counted
+    twice for a table of whole engine steps (ITL / TPOT)."""
+    if not isinstance(r.latency, MeasuredTargetLatency):  # with_measured_table wraps every measured table
+        return ()
+    host = float(getattr(ov, "host_step_s", 0.0) or 0.0), float(getattr(ov, "host_per_seq_s", 0.0) or 0.0)
+    if not any(host):
+        return ()
+    return (f"the {r.hardware_name} stack calibration's host seconds ({host[0] * 1e3:.3g} ms per step + "
+            f"{host[1] * 1e3:.3g} ms per sequence per step, both arms) are added to the measured latency table's "
+            "times: right for a table of forwards (e.g. a verify_cost.csv probe); if it timed whole engine steps "
+            "(ITL / TPOT), the host time is counted twice -- pass overhead=SpecOverhead(...) without host terms",)
 
 
 def _latency_source(lat, latency_given: bool, hardware_name: str) -> str:
@@ -854,8 +870,11 @@ def term_sources(r: Scenario, *, latency_given: bool, overhead_source: str, anch
     else:
         target, verify, prefill = lat, f"{lat} at q = N + 1", lat
     acc = r.acceptance
-    if int(getattr(acc, "n_measured", 0) or 0) > 0:
+    if int(getattr(acc, "n_measured", 0) or 0) > 0 and getattr(acc, "has_counts", False):
         acc_src = f"measured ({getattr(acc, 'label', None) or 'counts'}, {acc.n_measured} positions)"
+    elif int(getattr(acc, "n_measured", 0) or 0) > 0:  # rates typed in or read from a table: no counts behind them
+        acc_src = (f"given per-position rates ({getattr(acc, 'label', None) or 'no source named'}, "
+                   f"{acc.n_measured} positions; not counts)")
     else:
         notes = tuple(getattr(acc, "assumptions", ()) or ())
         acc_src = "assumed" + (f": {notes[0]}" if notes else " (parametric)")

@@ -620,6 +620,23 @@ def test_declared_stack_other_than_the_calibrations_warns():
     assert len(w) == 1 and "0.32.1" in w[0]
     w = [w for w in predict("Qwen3-8B", "eagle3", 3, platform="CUDA 12.8", **kw).warnings if "software stack" in w]
     assert len(w) == 1 and "CUDA" in w[0]
+    # the release is compared as numbers (0.3 is not 0.32), and what is not a version is refused
+    w = [w for w in predict("Qwen3-8B", "eagle3", 3, vllm_version="v0.3", **kw).warnings if "software stack" in w]
+    assert len(w) == 1
+    for bad in ("garbage", "latest", "32"):
+        with pytest.raises(SpecsimValueError, match="vllm_version: must be a vLLM version"):
+            predict("Qwen3-8B", "eagle3", 3, vllm_version=bad, **kw)
+    with pytest.raises(SpecsimValueError, match="platform: must name a vLLM platform.*rocm"):
+        predict("Qwen3-8B", "eagle3", 3, platform="Gaudi 3", **kw)
+
+
+def test_expert_parallel_is_refused_for_a_dense_target():
+    from specsim.predict import predict
+
+    with pytest.raises(SpecsimValueError, match="expert_parallel: applies to MoE targets only.*Qwen3-8B"):
+        predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", acceptance=0.7, tp=2, expert_parallel=True)
+    moe = predict("Qwen3.6-35B-A3B", "mtp", 3, hardware="MI300X", acceptance=0.7, tp=2, expert_parallel=True)
+    assert any("expert parallel" in a for a in moe.assumptions)
 
 
 def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term(tmp_path):
@@ -647,6 +664,8 @@ def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term
     assert "stack calibration" in b.term_sources["target_prefill"] and "stack calibration" in b.term_sources["draft"]
     assert "measured" in b.term_sources["target_step"].lower() or "latency=" in b.term_sources["target_step"]
     assert any("measured latency table" in x for x in b.assumptions)
+    # the stack's host seconds are added on top of the table: said, since a table of whole steps double-counts
+    assert any("counted twice" in w for w in b.warnings) and not any("counted twice" in w for w in a.warnings)
     slow = predict("Qwen3-8B", "eagle3", 3, latency=MeasuredLatency(t.assign(seconds=2 * t["seconds"])), **kw)
     assert slow.t_verify_s == pytest.approx(2 * b.t_verify_s) and slow.t_draft_s == pytest.approx(b.t_draft_s)
     with pytest.raises(SpecsimValueError):  # concurrency 256 is outside the measured table: refused
@@ -687,3 +706,17 @@ def test_cli_latency_table_errors_name_the_flag(tmp_path, capsys):
                    "--acceptance", "0.8", "--concurrency", "4", "--latency-table", str(f)])
         err = capsys.readouterr().err
         assert rc == 2 and "--latency-table" in err and "Traceback" not in err, (f.name, err)
+
+
+def test_acceptance_source_says_counts_or_given_rates():
+    """Rates typed in (no counts behind them) are not labelled measured in term_sources."""
+    from specsim.acceptance import Acceptance
+    from specsim.predict import predict
+
+    kw = dict(hardware="MI300X")
+    given = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.from_rates([0.8, 0.6, 0.45]), **kw)
+    assert given.term_sources["acceptance"].startswith("given per-position rates")
+    assert "3 positions" in given.term_sources["acceptance"]
+    counted = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.from_counts(100, [80, 60, 45]), **kw)
+    assert counted.term_sources["acceptance"].startswith("measured (")
+    assert predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, **kw).term_sources["acceptance"].startswith("assumed")

@@ -347,7 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run-matrix", help="drive real vLLM runs (vllm bench sweep parameter files) and record "
                                           "them under data/runs/")
     p.add_argument("--matrix", default="cpu-validation",
-                   help="a shipped matrix name (data/matrices/NAME: cpu-validation, smoke, verify-cost), or a "
+                   help="a shipped matrix name (data/matrices/NAME: cpu-validation, cpu-validation-fast, smoke, "
+                        "verify-cost), or a "
                         "matrix directory / its specsim.json naming vllm bench sweep serve / bench parameter files")
     p.add_argument("--runs-dir", help="where to record (default data/runs)")
     p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/)")

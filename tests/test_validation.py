@@ -331,7 +331,9 @@ def test_recorded_invalid_and_failed_runs_are_excluded_with_reason():
     bad = runs[runs["status"] != "ok"]
     for r in bad.itertuples():
         assert not r.usable
-        assert r.exclusion_reason.startswith(("invalid: ", "failed: "))
+        assert r.exclusion_reason.startswith(("invalid: ", "failed: ", "skipped: "))
+        if r.status == "skipped":  # a cell skipped behind a failed health check names the check
+            assert "health check" in r.exclusion_reason and "failed" in r.exclusion_reason
     hot = runs[runs["temperature"].astype(float) > 0]
     assert len(hot[hot["method"].map(lambda m: isinstance(m, str))]), "the T>0 spec runs are recorded"
     for r in hot.itertuples():  # the T>0 spec run rests on the self-draft health check
@@ -601,10 +603,12 @@ def test_runbook_plan_configs_are_valid_vllm_json():
 
 def test_throughput_noise_is_max_over_min_per_repeated_label():
     runs = pd.DataFrame({
-        "label": ["a", "a", "b", "b", "b", "c", "d", "d"],
-        "stamp": ["S1", "S2", "S1", "S2", "S3", "S1", "S1", "S1"],  # d: one stamp twice -> not repeated
-        "usable": [True, True, True, True, True, True, True, True],
-        "output_tok_per_s": [100.0, 110.0, 50.0, 40.0, 45.0, 10.0, 1.0, 9.0]})
+        "label": ["a", "a", "b", "b", "b", "c", "d", "d", "a", "a"],
+        "concurrency": [1, 1, 4, 4, 4, 1, 1, 1, 16, 16],  # a at c=16 is another cell (one stamp only)
+        "temperature": [0.0] * 10,
+        "stamp": ["S1", "S2", "S1", "S2", "S3", "S1", "S1", "S1", "S1", "S1"],  # d: one stamp twice -> not repeated
+        "usable": [True] * 10,
+        "output_tok_per_s": [100.0, 110.0, 50.0, 40.0, 45.0, 10.0, 1.0, 9.0, 500.0, 5.0]})
     n = V.throughput_noise(runs)
     assert n["labels_repeated"] == 2
     assert n["median_spread"] == pytest.approx(np.median([110 / 100 - 1, 50 / 40 - 1]))
@@ -652,6 +656,14 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     assert c["best_n_agreement_kept"]["met"] == (ls["best_n_agree"] >= lf["best_n_agree"])
     assert c["noise_not_larger"]["met"] == (ls["throughput_noise_median"] <= tol)
     assert cmp.summary["same_power"] == all(v["met"] for v in c.values())
+    # each single invocation with its own probe is validated alone: what one make validate-cpu reports
+    assert set(cmp.stamps["matrix"]) == {V.HEADLINE_MATRIX, V.FAST_MATRIX}
+    row = cmp.stamps[cmp.stamps["matrix"] == V.FAST_MATRIX].iloc[-1]
+    one = V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=row["stamp"])
+    assert set(one.runs["stamp"]) == {row["stamp"]} and one.summary["stamp"] == row["stamp"]
+    ho = one.errors[one.errors["role"] == "held-out"]
+    assert row["median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
+    assert one.summary["latency_fitted_on"].split()[2].endswith(f"{row['stamp']}-verify-cost")
     # the fast loop's runs are its own: no run, probe or fit of the full loop enters it
     assert not set(fast.errors["run_id"]) & set(full.errors["run_id"])
     assert fast.summary["latency_fitted_on"] != full.summary["latency_fitted_on"]

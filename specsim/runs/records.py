@@ -168,14 +168,19 @@ def _derive_steps(row: dict, generated: int, requests: int) -> None:
     row["m_eff"] = 1.0 + a / s
 
 
-def _matrix_of(prov: dict) -> str | None:
-    """The matrix name a run's provenance records (``provenance["matrix"]["name"]``), or None."""
+def _matrix_of(prov: dict, key: str = "name") -> str | None:
+    """The matrix name (``key="stamp"``: invocation stamp) a run's provenance records
+    (``provenance["matrix"][key]``), or None."""
     mat = prov.get("matrix") if isinstance(prov, dict) else None
-    return mat.get("name") if isinstance(mat, dict) else None
+    return mat.get(key) if isinstance(mat, dict) else None
+
+
+def _selected(prov: dict, matrix: str | None, stamp: str | None) -> bool:
+    return (matrix is None or _matrix_of(prov) == matrix) and (stamp is None or _matrix_of(prov, "stamp") == stamp)
 
 
 def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
-              matrix: str | None = None) -> pd.DataFrame:
+              matrix: str | None = None, stamp: str | None = None) -> pd.DataFrame:
     """All recorded ``bench_serve`` runs, one row each (see :func:`load_run`), with usability.
 
     Temporary directories (``.tmp-*``, runs in progress) are skipped; run kinds other than
@@ -192,6 +197,8 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
     matrix : str, optional
         Only the runs recorded by this matrix (``provenance["matrix"]["name"]``, e.g.
         ``"cpu-validation"``); default every run.
+    stamp : str, optional
+        Only the runs of this invocation (``provenance["matrix"]["stamp"]``, e.g. ``"20261129T104718"``).
 
     Returns
     -------
@@ -222,7 +229,7 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
             rows.append({"run_id": p.name, "kind": None, "status": "failed", "path": str(p), "usable": False,
                          "exclusion_reason": f"unreadable run directory: {exc}"})
             continue
-        if prov_kind != "bench_serve" or (matrix is not None and _matrix_of(prov) != matrix):
+        if prov_kind != "bench_serve" or not _selected(prov, matrix, stamp):
             continue
         try:
             rows.append(load_run(p))
@@ -314,9 +321,10 @@ def pair_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out).reset_index(drop=True)
 
 
-def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None) -> tuple[str, pd.DataFrame]:
-    """The verification-cost probe: the latest ``verify_cost`` run with status ok (of ``matrix``
-    when given: each matrix's runs are calibrated on the probe recorded with them).
+def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None,
+               stamp: str | None = None) -> tuple[str, pd.DataFrame]:
+    """The verification-cost probe: the latest ``verify_cost`` run with status ok (of ``matrix`` /
+    ``stamp`` when given: each matrix's runs are calibrated on the probe recorded with them).
 
     Returns
     -------
@@ -335,13 +343,13 @@ def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None 
         if p.name.startswith(".") or not (p / "provenance.json").exists():
             continue
         prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok" and (
-                matrix is None or _matrix_of(prov) == matrix):
+        if prov.get("kind") == "verify_cost" and prov.get("status") == "ok" and _selected(prov, matrix, stamp):
             found.append((str(prov.get("started") or ""), p))
     if not found:
         raise DataError(f"no verification-cost probe with status ok under {d}"
-                        + (f" recorded by matrix {matrix!r}" if matrix is not None else "") + " (run "
-                        f"`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
+                        + (f" recorded by matrix {matrix!r}" if matrix is not None else "")
+                        + (f" with stamp {stamp!r}" if stamp is not None else "") + " (run "
+                        "`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
     p = max(found)[1]
     f = p / "verify_cost.csv"
     if not f.exists():
@@ -353,7 +361,8 @@ def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None 
     return p.name, df[need].astype(float)
 
 
-def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None) -> pd.DataFrame:
+def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None,
+                       stamp: str | None = None) -> pd.DataFrame:
     """Temperature health checks (offline self-draft at T > 0): verdict per run (of ``matrix`` when given).
 
     Returns
@@ -368,7 +377,7 @@ def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str
         if p.name.startswith(".") or not (p / "provenance.json").exists():
             continue
         prov = _read_json(p / "provenance.json", "run provenance")
-        if prov.get("kind") != "health_check" or (matrix is not None and _matrix_of(prov) != matrix):
+        if prov.get("kind") != "health_check" or not _selected(prov, matrix, stamp):
             continue
         h = prov.get("health") or {}
         rows.append({"run_id": p.name, "status": prov.get("status"), "temperature": prov.get("temperature"),

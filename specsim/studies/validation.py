@@ -1001,7 +1001,7 @@ FAST_MATRIX = "cpu-validation-fast"
 
 
 def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = HEADLINE_MATRIX,
-             fit_families: Sequence[str] = ("selfdraft",),
+             stamp: str | None = None, fit_families: Sequence[str] = ("selfdraft",),
              overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
              lookup_fit_n: Sequence[int] = (1,), models_dir: str | os.PathLike | None = None,
              strict: bool = True) -> ValidationResult:
@@ -1015,6 +1015,9 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
         Judge only the runs this matrix recorded, calibrated on the probe recorded with them
         (``"cpu-validation-fast"``: the ``make validate-cpu`` loop); None: every run in ``runs_dir``
         and its latest probe.
+    stamp : str, optional
+        Judge only one invocation of the matrix (its runs, probe and health checks), e.g. what one
+        ``make validate-cpu`` gives.
     fit_families : sequence of str
         Run families whose runs fit the speculative overheads (default: the self-draft runs);
         every other usable spec run is held out and judged.
@@ -1044,12 +1047,13 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
 
     target = load_model(CPU_TARGET)
     md = Path(models_dir) if models_dir is not None else None
-    runs = load_runs(runs_dir, strict=strict, matrix=matrix)
-    if matrix is not None and runs.empty:
+    runs = load_runs(runs_dir, strict=strict, matrix=matrix, stamp=stamp)
+    if (matrix is not None or stamp is not None) and runs.empty:
         names = sorted({str(n) for n in load_runs(runs_dir, strict=False)["matrix"].dropna()})
-        raise DataError(f"no runs of matrix {matrix!r} under {runs_dir or project_data_path('runs')}; "
-                        f"recorded matrices: {', '.join(names) or 'none'} (or matrix=None for all)")
-    probe_id, probe = load_probe(runs_dir, matrix=matrix)
+        raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
+                        + f" under {runs_dir or project_data_path('runs')}; recorded matrices: "
+                        f"{', '.join(names) or 'none'} (or matrix=None for all)")
+    probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)
     lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
     pairs = pair_runs(runs)
     fit = fit_spec_overheads(pairs, lat, fit_families=fit_families, params=overhead_params, target=target,
@@ -1105,21 +1109,24 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
         errors = pd.DataFrame(columns=["run_id", "role", "family", "num_speculative_tokens", "concurrency",
                                        "measured_ratio", "predicted_ratio", "contract_ratio", "error", "contract_error"])
     best = _best_n(errors)
-    health = load_health_checks(runs_dir, matrix=matrix)
+    health = load_health_checks(runs_dir, matrix=matrix, stamp=stamp)
     summary = _summarise(runs, errors, best, lat, fit, health, probe_id, lib)
     summary["matrix"] = matrix
+    if stamp is not None:
+        summary["stamp"] = stamp
     return ValidationResult(runs, errors, lat, fit, summary, health, best, lib)
 
 
 def throughput_noise(runs: pd.DataFrame) -> dict:
-    """Run-to-run throughput noise: for each run label (serve config x bench cell, baseline included)
-    recorded usable in two or more matrix stamps, the spread max/min - 1 of its output tok/s.
+    """Run-to-run throughput noise: for each cell (serve config ``label`` x concurrency x temperature,
+    baseline included) recorded usable in two or more matrix stamps, the spread max/min - 1 of its
+    output tok/s.
 
     Parameters
     ----------
     runs : DataFrame
-        :func:`specsim.runs.records.load_runs` rows (``label``, ``stamp``, ``usable``,
-        ``output_tok_per_s`` in tokens/s).
+        :func:`specsim.runs.records.load_runs` rows (``label``, ``concurrency``, ``temperature``,
+        ``stamp``, ``usable``, ``output_tok_per_s`` in tokens/s).
 
     Returns
     -------
@@ -1130,13 +1137,14 @@ def throughput_noise(runs: pd.DataFrame) -> dict:
     spreads = []
     if len(runs):
         u = runs[runs["usable"].astype(bool)]
-        for _, g in u.groupby("label"):
+        for _, g in u.groupby(["label", "concurrency", "temperature"]):
             if g["stamp"].nunique() >= 2:
                 spreads.append(float(g["output_tok_per_s"].max() / g["output_tok_per_s"].min() - 1))
     return {"labels_repeated": len(spreads),
             "median_spread": float(np.median(spreads)) if spreads else None,
             "max_spread": float(np.max(spreads)) if spreads else None,
-            "definition": "max/min - 1 of output tok/s over the stamps that recorded one run label"}
+            "definition": "max/min - 1 of output tok/s over the stamps that recorded one cell "
+                          "(serve config, concurrency, temperature)"}
 
 
 @dataclass
@@ -1152,6 +1160,9 @@ class LoopComparison:
         Per (family, concurrency): measured and predicted best N in each loop.
     configs : DataFrame
         Per (family, N, concurrency): mean measured ratio and mean |error| in each loop.
+    stamps : DataFrame
+        Each single invocation (stamp) that recorded its own probe and baselines, validated alone:
+        what one ``make validate-cpu`` run would report.
     summary : dict
         The criteria (stated before the fast loop was run: see ``criteria``) and whether each is met.
     """
@@ -1159,6 +1170,7 @@ class LoopComparison:
     loops: pd.DataFrame
     best_n: pd.DataFrame
     configs: pd.DataFrame
+    stamps: pd.DataFrame
     summary: dict
 
 
@@ -1220,6 +1232,22 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         cf.append(g.add_prefix(f"{name}:"))
     loops = pd.DataFrame(rows)
     configs = pd.concat(cf, axis=1).reset_index()
+    single = []
+    for name, r in res.items():
+        for st in sorted(r.runs["stamp"].dropna().unique()):
+            try:
+                one = validate(runs_dir, matrix=name, stamp=st)
+            except DataError:  # a partial repeat without its own probe / baselines
+                continue
+            ho = one.errors[one.errors["role"] == "held-out"]
+            if not len(ho):
+                continue
+            single.append({"matrix": name, "stamp": st, "held_out": int(len(ho)),
+                           "median_abs_error": float(ho["error"].abs().median()),
+                           "max_abs_error": float(ho["error"].abs().max()),
+                           "best_n_agree": int(one.best_n["agree"].sum()), "best_n_groups": int(len(one.best_n))})
+    stamps = pd.DataFrame(single, columns=["matrix", "stamp", "held_out", "median_abs_error", "max_abs_error",
+                                           "best_n_agree", "best_n_groups"])
     fl, fs = loops.iloc[0], loops.iloc[1]
     noise = fl["throughput_noise_median"]
     crit = {
@@ -1233,23 +1261,38 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                              "met": bool(noise is not None and fs["throughput_noise_median"] is not None
                                          and fs["throughput_noise_median"] <= noise)},
     }
+    # how well two loops' held-out medians can be told apart at all: a bootstrap over held-out runs
+    # (each loop resampled on its own; runs of one loop share a fit, so this is an approximation)
+    from scipy import stats
+
+    e_full = np.abs(res[full].errors.loc[res[full].errors["role"] == "held-out", "error"].to_numpy(float))
+    e_fast = np.abs(res[fast].errors.loc[res[fast].errors["role"] == "held-out", "error"].to_numpy(float))
+    boot = stats.bootstrap((e_fast, e_full), lambda a, b, axis=-1: np.median(a, axis=axis) - np.median(b, axis=axis),
+                           vectorized=True, paired=False, confidence_level=0.90, n_resamples=4000,
+                           method="percentile", random_state=np.random.default_rng(0))
+    crit["median_error_within_noise"]["difference_ci90"] = [float(boot.confidence_interval.low),
+                                                           float(boot.confidence_interval.high)]
     summary = {"full": full, "fast": fast, "criteria": crit,
                "same_power": all(c["met"] for c in crit.values()),
+               "difference_ci90_definition": "percentile bootstrap (4000 resamples, seed 0) of median |error| "
+                                             "fast - full over each loop's held-out runs",
                "note": "each loop validated on its own runs and probe; the fast loop's cells are shorter "
                        "(fewer output tokens, fewer prompts at concurrency 4), so per-configuration ratios "
                        "differ by regime as well as by noise"}
-    return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs,
+    summary["single_invocations"] = stamps.to_dict("records")
+    return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs, stamps,
                           json.loads(json.dumps(summary, default=_jsonable)))
 
 
 def write_loop_comparison(cmp: LoopComparison, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Write ``loops.csv``, ``loops_best_n.csv``, ``loops_configs.csv`` and ``loops.json`` into
+    """Write ``loops.csv``, ``loops_best_n.csv``, ``loops_configs.csv``, ``loops_stamps.csv`` and ``loops.json`` into
     ``out_dir`` (default ``<data>/validation``), each atomically."""
     d = Path(out_dir) if out_dir is not None else project_data_path("validation")
     return [
         atomic_write(d / "loops.csv", lambda p: cmp.loops.to_csv(p, index=False, float_format="%.6g")),
         atomic_write(d / "loops_best_n.csv", lambda p: cmp.best_n.to_csv(p, index=False, float_format="%.6g")),
         atomic_write(d / "loops_configs.csv", lambda p: cmp.configs.to_csv(p, index=False, float_format="%.6g")),
+        atomic_write(d / "loops_stamps.csv", lambda p: cmp.stamps.to_csv(p, index=False, float_format="%.6g")),
         atomic_write(d / "loops.json", lambda p: p.write_text(json.dumps(cmp.summary, indent=2) + "\n")),
     ]
 

@@ -5,8 +5,10 @@ Details, derivations and sources: ``docs/modules/specsim.runs.records.md``.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -168,6 +170,24 @@ def _derive_steps(row: dict, generated: int, requests: int) -> None:
     row["m_eff"] = 1.0 + a / s
 
 
+def _files_key(p: Path) -> tuple:
+    """(name, size, mtime_ns) of every file of a run directory: a recorded run never changes, and a
+    changed file (a test editing a copy) changes the key."""
+    return tuple(sorted((f.name, st.st_size, st.st_mtime_ns) for f in p.iterdir() if f.is_file()
+                        for st in (f.stat(),)))
+
+
+@lru_cache(maxsize=1024)
+def _load_run_cached(path: str, key: tuple) -> dict:
+    return load_run(path)
+
+
+def _load_run_once(p: Path) -> dict:
+    """:func:`load_run`, parsed once per directory content (Prometheus scrapes are the slow part;
+    several validations of one matrix read the same runs)."""
+    return copy.deepcopy(_load_run_cached(str(p), _files_key(p)))
+
+
 def _matrix_of(prov: dict, key: str = "name") -> str | None:
     """The matrix name (``key="stamp"``: invocation stamp) a run's provenance records
     (``provenance["matrix"][key]``), or None."""
@@ -232,7 +252,7 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
         if prov_kind != "bench_serve" or not _selected(prov, matrix, stamp):
             continue
         try:
-            rows.append(load_run(p))
+            rows.append(_load_run_once(p))
         except DataError as exc:
             if strict:
                 raise

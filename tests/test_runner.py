@@ -208,6 +208,30 @@ def test_run_command_timeout_and_failure(tmp_path):
     assert run_command([PY, "-c", "pass"], log_path=tmp_path / "e.log") >= 0
 
 
+def test_a_guarded_job_s_own_cpu_is_not_counted_as_interference(tmp_path):
+    """An offline job runs under a detached guardian, so its CPU is not this process's child time;
+    the guardian's RUSAGE_CHILDREN is, and CpuAccount.attribute moves it from 'other' to the job."""
+    from specsim.runs.process import CpuAccount
+
+    burn = ("import time, multiprocessing as mp\n"
+            "def spin():\n    t = time.process_time()\n    while time.process_time() - t < 0.6: pass\n"
+            "if __name__ == '__main__':\n    p = mp.get_context('spawn').Process(target=spin); p.start(); spin(); p.join()\n")
+    (tmp_path / "burn.py").write_text(burn)
+    usage: dict = {}
+    with CpuAccount(None) as acct:
+        run_command([PY, str(tmp_path / "burn.py")], log_path=tmp_path / "b.log", usage=usage)
+    before = dict(acct.result)
+    assert usage["cpu_seconds"] >= 1.1  # the job and the child process it waited for, 0.6 s each
+    assert before["bench_cpu_seconds"] < 0.5  # invisible to this process's RUSAGE_CHILDREN
+    acct.attribute(usage["cpu_seconds"])
+    r = acct.result
+    assert r["bench_cpu_seconds"] == pytest.approx(before["bench_cpu_seconds"] + usage["cpu_seconds"], abs=2e-3)
+    if before.get("other_cpu_seconds") is not None:
+        assert r["other_cpu_seconds"] == pytest.approx(max(0.0, before["other_cpu_seconds"] - usage["cpu_seconds"]),
+                                                       abs=2e-3)
+        assert r["other_fraction"] <= before["other_fraction"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Recording
 # ---------------------------------------------------------------------------------------------

@@ -92,7 +92,11 @@ def main(argv: list[str]) -> int:
             end_signal = signal.Signals(-rc).name
         except ValueError:
             end_signal = str(-rc)
-    status = {"cmd": cmd[:3], "child_pid": child.pid, "returncode": rc, "end_signal": end_signal, "signals_received": received,
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child and the descendants it waited for
+    status = {"cmd": cmd[:3], "child_pid": child.pid, "returncode": rc, "end_signal": end_signal,
+              "child_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 3), "signals_received": received,
               "orphaned": orphaned.is_set(), "signals_sent": sent,
               "stop_seconds": round(time.monotonic() - first_stop[0], 3) if first_stop else None, "ended": _now()}
     tmp = status_path + ".tmp"

@@ -40,9 +40,11 @@ def run_offline(job: dict, *, run_id: str, runs_dir: str | os.PathLike, install:
         write_json(rec.path / "job.json", job)
         rec.provenance["commands"] = {"offline_worker": cmd, "cwd": "<run dir>"}
         install.check()
+        usage: dict = {}
         with CpuAccount(None) as acct:
             rec.provenance["worker_seconds"] = run_command(cmd, log_path=rec.path / "worker.log", env=env,
-                                                           cwd=rec.path, timeout_s=timeout_s)
+                                                           cwd=rec.path, timeout_s=timeout_s, usage=usage)
+        acct.attribute(usage.get("cpu_seconds"))  # the worker's own CPU is the job's, not interference
         rec.provenance["cpu_accounting"] = acct.result
         result = json.loads((rec.path / "result.json").read_text())
         if judge is not None:

@@ -285,6 +285,19 @@ class CpuAccount:
                                other_fraction=round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None)
         return False
 
+    def attribute(self, cpu_seconds: float | None) -> None:
+        """Count ``cpu_seconds`` (the measured job's own CPU, e.g. an offline worker under a detached
+        guardian, invisible to ``RUSAGE_CHILDREN`` here) as the job's, not as other processes'."""
+        r = getattr(self, "result", None)
+        if not r or not cpu_seconds:
+            return
+        r["bench_cpu_seconds"] = round(r["bench_cpu_seconds"] + cpu_seconds, 3)
+        if r.get("other_cpu_seconds") is not None:
+            other = max(0.0, r["other_cpu_seconds"] - cpu_seconds)
+            r["other_cpu_seconds"] = round(other, 3)
+            wall = r["wall_seconds"]
+            r["other_fraction"] = round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None
+
 
 class Server:
     """A server process (``vllm serve`` or any command that serves ``/health``), as a context manager.
@@ -441,8 +454,12 @@ class Server:
 
 def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[str, str] | None = None,
                 cwd: str | os.PathLike | None = None, timeout_s: float | None = None,
-                stop_timeout_s: float = 15.0) -> float:
+                stop_timeout_s: float = 15.0, usage: dict | None = None) -> float:
     """Run a finite command in its own process group, output to ``log_path``.
+
+    ``usage``, when given, receives ``cpu_seconds``: the CPU time of the command and the descendants
+    it waited for (the guardian's ``RUSAGE_CHILDREN``; None when the guardian recorded none).  The
+    command runs under a detached guardian, so this CPU is not this process's child time.
 
     Returns
     -------
@@ -484,6 +501,8 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
         _close_pipe(proc)
         st = _guard_status(status)
         rc = st["returncode"] if st is not None else proc.returncode
+        if usage is not None:
+            usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
     if rc != 0:
         raise RunError(f"{Path(str(cmd[0])).name} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
     return time.monotonic() - t0

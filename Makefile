@@ -31,8 +31,11 @@ test: $(VENV)/.installed vllm-env
 
 # the CPU validation loop with real vLLM runs (the cpu-validation matrix with less traffic; README has its
 # measured run time); validate-cpu-full runs the matrix the recorded 2026-11-29 runs came from
+STAMP := $(shell date -u +%Y%m%dT%H%M%S)
+
 validate-cpu: $(VENV)/.installed vllm-env
-	$(BIN)/specsim run-matrix --matrix cpu-validation-fast
+	$(BIN)/specsim run-matrix --matrix cpu-validation-fast --stamp $(STAMP)
+	$(BIN)/specsim validate --matrix cpu-validation-fast --stamp $(STAMP)
 
 validate-cpu-full: $(VENV)/.installed vllm-env
 	$(BIN)/specsim run-matrix --matrix cpu-validation

@@ -610,8 +610,8 @@ def test_throughput_noise_is_max_over_min_per_repeated_label():
         "usable": [True] * 10,
         "output_tok_per_s": [100.0, 110.0, 50.0, 40.0, 45.0, 10.0, 1.0, 9.0, 500.0, 5.0]})
     n = V.throughput_noise(runs)
-    assert n["labels_repeated"] == 2
-    assert n["median_spread"] == pytest.approx(np.median([110 / 100 - 1, 50 / 40 - 1]))
+    assert n["labels_repeated"] == 2 and n["pairs"] == 1 + 3  # a: S1-S2; b: S1-S2, S1-S3, S2-S3
+    assert n["median_spread"] == pytest.approx(np.median([110 / 100 - 1, 50 / 40 - 1, 50 / 45 - 1, 45 / 40 - 1]))
     assert n["max_spread"] == pytest.approx(0.25)
     runs.loc[1, "usable"] = False  # an unusable recording does not count
     assert V.throughput_noise(runs)["labels_repeated"] == 1
@@ -624,7 +624,7 @@ def test_validate_one_matrix_and_its_own_probe():
     assert len(runs) and set(runs["matrix"]) == {V.HEADLINE_MATRIX}
     pid, _ = R.load_probe(RUNS, matrix=V.HEADLINE_MATRIX)
     assert pid.startswith(V.HEADLINE_MATRIX + "-2")
-    with pytest.raises(DataError, match="no runs of matrix 'no-such-matrix'.*cpu-validation"):
+    with pytest.raises(DataError, match=r"no runs of matrix 'no-such-matrix'.*cpu-validation \(stamps 20261129T104718"):
         V.validate(RUNS, matrix="no-such-matrix")
     with pytest.raises(DataError, match="recorded by matrix 'no-such-matrix'"):
         R.load_probe(RUNS, matrix="no-such-matrix")
@@ -674,3 +674,25 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     # the fast loop's runs are its own: no run, probe or fit of the full loop enters it
     assert not set(fast.errors["run_id"]) & set(full.errors["run_id"])
     assert fast.summary["latency_fitted_on"] != full.summary["latency_fitted_on"]
+
+
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_cli_validate_reports_one_invocation(capsys):
+    """`specsim validate --matrix M --stamp S` (the last step of make validate-cpu) prints that
+    invocation's own validation, beside the recorded headline."""
+    from specsim.cli import main as cli_main
+
+    st = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))[-1]
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    one = V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=st).summary
+    assert out["held_out_runs"] == one["held_out"]["n"] > 0
+    assert out["ratio_median_abs_error"] == pytest.approx(one["held_out"]["median_abs_error"])
+    assert out["latency_fitted_on"].split()[2] == f"{V.FAST_MATRIX}-{st}-verify-cost"
+    head = V.validate(RUNS).summary
+    assert out["headline"]["ratio_median_abs_error"] == pytest.approx(head["held_out"]["median_abs_error"])
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st]) == 0
+    text = capsys.readouterr().out
+    assert f"{V.FAST_MATRIX} {st}:" in text and "health check" in text and "headline" in text
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", "19990101T000000"]) != 0
+    assert "no runs of matrix" in capsys.readouterr().err

@@ -289,6 +289,49 @@ def _cmd_run_matrix(args) -> int:
     return 0
 
 
+def _cmd_validate(args) -> int:
+    """Judge recorded runs of one matrix (or one invocation of it) against predict()."""
+    from specsim.studies.validation import HEADLINE_MATRIX, validate
+
+    runs_dir = Path(args.runs_dir) if args.runs_dir else None
+    res = validate(runs_dir, matrix=args.matrix, stamp=args.stamp)
+    s = res.summary
+    ho, bn = s["held_out"], s["best_n_agreement"]
+    out = {"matrix": args.matrix, "stamp": args.stamp, "held_out_runs": ho["n"],
+           "ratio_median_abs_error": ho["median_abs_error"], "ratio_max_abs_error": ho["max_abs_error"],
+           "best_n_agree": f"{bn['agree']} of {bn['groups']}", "latency_fitted_on": s["latency_fitted_on"],
+           "latency_rmse_rel": s["latency_rmse_rel"],
+           "health_checks": [{k: h.get(k) for k in ("run_id", "passed", "observed_pos1", "expected_pos1")}
+                             for h in s["health_checks"]],
+           "greedy_identical_runs": f"{s['token_identity']['all_identical_runs']} of {s['token_identity']['runs_checked']}",
+           "excluded_runs": len(s["runs"]["excluded"])}
+    if args.matrix != HEADLINE_MATRIX:
+        try:
+            h = validate(runs_dir, matrix=HEADLINE_MATRIX).summary
+            out["headline"] = {"matrix": HEADLINE_MATRIX, "held_out_runs": h["held_out"]["n"],
+                               "ratio_median_abs_error": h["held_out"]["median_abs_error"],
+                               "best_n_agree": f"{h['best_n_agreement']['agree']} of {h['best_n_agreement']['groups']}"}
+        except SpecsimError:
+            pass
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    what = args.matrix + (f" {args.stamp}" if args.stamp else "")
+    print(f"{what}: {out['held_out_runs']} held-out runs, predict() speedup ratio median |error| "
+          f"{100 * out['ratio_median_abs_error']:.1f} % (max {100 * out['ratio_max_abs_error']:.0f} %), best N agrees in "
+          f"{out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
+    print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {100 * out['latency_rmse_rel']:.1f} %")
+    for h in out["health_checks"]:
+        print(f"  health check {h['run_id']}: {'passed' if h['passed'] else 'FAILED'} (position-1 acceptance "
+              f"{h['observed_pos1']:.3f}, expected {h['expected_pos1']:.3f})")
+    if "headline" in out:
+        hl = out["headline"]
+        print(f"  headline ({hl['matrix']}, recorded): {hl['held_out_runs']} held-out runs, median "
+              f"{100 * hl['ratio_median_abs_error']:.1f} %, best N {hl['best_n_agree']} -- one invocation of the fast "
+              "loop is a smoke test, not a re-measurement of it (README, 'Running matrices')")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``specsim`` command."""
     ap = argparse.ArgumentParser(prog="specsim", description="Analytical cost model of speculative decoding in vLLM")
@@ -344,11 +387,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one JSON object per file: totals, per-position counts, cumulative and conditional rates")
     p.set_defaults(func=_cmd_ingest)
 
+    p = sub.add_parser("validate", help="judge recorded real vLLM runs (one matrix, or one invocation of it) "
+                                        "against predict()")
+    p.add_argument("--matrix", default="cpu-validation",
+                   help="matrix whose recorded runs to judge (default cpu-validation, the headline; make validate-cpu "
+                        "records cpu-validation-fast)")
+    p.add_argument("--stamp", help="only this invocation (run-matrix --stamp), on its own probe")
+    p.add_argument("--runs-dir", help="recorded runs (default data/runs)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_cmd_validate)
+
     p = sub.add_parser("run-matrix", help="drive real vLLM runs (vllm bench sweep parameter files) and record "
                                           "them under data/runs/")
     p.add_argument("--matrix", default="cpu-validation",
-                   help="a shipped matrix name (data/matrices/NAME: cpu-validation, cpu-validation-fast, smoke, "
-                        "verify-cost), or a "
+                   help="a shipped matrix name (data/matrices/NAME: cpu-validation -- the default, the full ~21 min "
+                        "matrix --, cpu-validation-fast, smoke, verify-cost), or a "
                         "matrix directory / its specsim.json naming vllm bench sweep serve / bench parameter files")
     p.add_argument("--runs-dir", help="where to record (default data/runs)")
     p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/)")

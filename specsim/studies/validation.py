@@ -982,16 +982,20 @@ def _best_n(errors: pd.DataFrame) -> pd.DataFrame:
 
 def _replicate_spread(errors: pd.DataFrame) -> dict:
     """Measurement noise floor: for configurations recorded more than once (several matrix stamps),
-    the relative spread max/min - 1 of their measured ratios."""
+    the relative spread max/min - 1 of their measured ratios between each pair of recordings (so it
+    does not grow with the number of recordings); median / max over every (configuration, pair)."""
     u = errors[errors["usable"].astype(bool)]
-    spreads = []
+    spreads, n = [], 0
     for _, g in u.groupby(["family", "num_speculative_tokens", "concurrency"]):
-        if len(g) >= 2:
-            spreads.append(float(g["measured_ratio"].max() / g["measured_ratio"].min() - 1))
-    return {"configurations_repeated": len(spreads),
+        v = g["measured_ratio"].to_numpy(float)
+        if len(v) >= 2:
+            n += 1
+            spreads += [float(max(a, b) / min(a, b) - 1) for i, a in enumerate(v) for b in v[i + 1:]]
+    return {"configurations_repeated": n, "pairs": len(spreads),
             "median_spread": float(np.median(spreads)) if spreads else None,
             "max_spread": float(np.max(spreads)) if spreads else None,
-            "definition": "max/min - 1 of the measured ratio over the recordings of one (family, N, concurrency)"}
+            "definition": "max/min - 1 of the measured ratio between two recordings of one (family, N, "
+                          "concurrency), over every configuration and pair"}
 
 
 #: the matrix whose recorded runs are the headline CPU validation (data/matrices/cpu-validation)
@@ -1049,10 +1053,13 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
     md = Path(models_dir) if models_dir is not None else None
     runs = load_runs(runs_dir, strict=strict, matrix=matrix, stamp=stamp)
     if (matrix is not None or stamp is not None) and runs.empty:
-        names = sorted({str(n) for n in load_runs(runs_dir, strict=False)["matrix"].dropna()})
+        allr = load_runs(runs_dir, strict=False)
+        rec = {str(n): sorted(map(str, g["stamp"].dropna().unique())) for n, g in allr.groupby("matrix")} \
+            if len(allr) else {}
+        listed = "; ".join(f"{n} (stamps {', '.join(st)})" for n, st in sorted(rec.items()))
         raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
-                        + f" under {runs_dir or project_data_path('runs')}; recorded matrices: "
-                        f"{', '.join(names) or 'none'} (or matrix=None for all)")
+                        + f" under {runs_dir or project_data_path('runs')}; recorded: {listed or 'none'} "
+                        "(matrix=None: every run)")
     probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)
     lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
     pairs = pair_runs(runs)
@@ -1120,7 +1127,8 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
 def throughput_noise(runs: pd.DataFrame) -> dict:
     """Run-to-run throughput noise: for each cell (serve config ``label`` x concurrency x temperature,
     baseline included) recorded usable in two or more matrix stamps, the spread max/min - 1 of its
-    output tok/s.
+    output tok/s between each PAIR of stamps (so the figure does not grow with the number of
+    invocations); the median and max are over every (cell, pair).
 
     Parameters
     ----------
@@ -1137,14 +1145,20 @@ def throughput_noise(runs: pd.DataFrame) -> dict:
     spreads = []
     if len(runs):
         u = runs[runs["usable"].astype(bool)]
+        cells = 0
         for _, g in u.groupby(["label", "concurrency", "temperature"]):
-            if g["stamp"].nunique() >= 2:
-                spreads.append(float(g["output_tok_per_s"].max() / g["output_tok_per_s"].min() - 1))
-    return {"labels_repeated": len(spreads),
+            by = g.groupby("stamp")["output_tok_per_s"].mean()
+            if len(by) >= 2:
+                cells += 1
+                v = by.to_numpy(float)
+                spreads += [float(max(a, b) / min(a, b) - 1) for i, a in enumerate(v) for b in v[i + 1:]]
+    else:
+        cells = 0
+    return {"labels_repeated": cells, "pairs": len(spreads),
             "median_spread": float(np.median(spreads)) if spreads else None,
             "max_spread": float(np.max(spreads)) if spreads else None,
-            "definition": "max/min - 1 of output tok/s over the stamps that recorded one cell "
-                          "(serve config, concurrency, temperature)"}
+            "definition": "max/min - 1 of output tok/s between two stamps that recorded one cell "
+                          "(serve config, concurrency, temperature), over every cell and pair of stamps"}
 
 
 @dataclass

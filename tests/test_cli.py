@@ -218,7 +218,9 @@ def test_readme_hand_off_command_runs(capsys, monkeypatch):
     assert f"{1 + (271 + 216 + 185) / 357:6.3f} tokens/step" in out  # MAL 2.882 from the file's own counts
     rc, out, _ = run([*argv, "--json"], capsys)
     d = json.loads(out)
-    assert d["mal"] == pytest.approx(1 + 672 / 357, rel=1e-12) and d["warnings"] == []
+    assert d["mal"] == pytest.approx(1 + 672 / 357, rel=1e-12)
+    # the 2-core CPU ships no stack calibration: the zero-overhead upper end is said, nothing else is wrong
+    assert len(d["warnings"]) == 1 and d["warnings"][0].startswith("no stack calibration ships for cpu-2core-avx2")
 
 
 def test_readme_ingest_json_command(capsys, monkeypatch):
@@ -396,3 +398,19 @@ def test_sweep_takes_n_from_the_speculative_config_schedule(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [(r["concurrency"], r["num_speculative_tokens"]) for r in rows] == [(2, 2), (8, 0)]
     assert {r["num_speculative_tokens_source"] for r in rows} == {"schedule"}
+
+
+def test_readme_anchored_cpu_pair_says_it_is_an_upper_end(capsys, monkeypatch):
+    """The README's --baseline-from / --acceptance-from pair (measured together): the prediction with
+    zero overhead on uncalibrated hardware is an upper end and the output says so."""
+    monkeypatch.chdir(ROOT)
+    argv = _readme_command("predict --baseline-from")
+    assert "tests/data/vllm_samples/bench_ngram.json" in argv
+    rc, out, err = run([*argv, "--json"], capsys)
+    assert rc == 0, err
+    d = json.loads(out)
+    base = json.loads((ROOT / "tests/data/vllm_samples/bench_base.json").read_text())
+    spec = json.loads((ROOT / "tests/data/vllm_samples/bench_ngram.json").read_text())
+    measured = spec["output_throughput"] / base["output_throughput"]
+    assert measured == pytest.approx(0.895, abs=1e-3) and d["throughput_ratio"] == pytest.approx(1.476, abs=2e-3)
+    assert any(w.startswith("no stack calibration ships for cpu-2core-avx2") and "upper-end" in w for w in d["warnings"])

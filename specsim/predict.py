@@ -1082,6 +1082,8 @@ def predict(
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform)
+        + (("expert_parallel with tp=1: one GPU holds every expert, so expert parallelism changes nothing "
+            "(it shards experts over the TP group)",) if expert_parallel and tp == 1 else ())
         + plausibility_warnings(vals, anchor),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,

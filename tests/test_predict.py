@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import specsim
 from specsim.acceptance import Acceptance
-from specsim.errors import SpecsimValueError
 from specsim.engine import SpecOverhead
+from specsim.errors import SpecsimValueError
 from specsim.predict import Prediction, best_n, predict, sweep
 
 # --------------------------------------------------------------------------------------------
@@ -131,15 +131,14 @@ def test_chunked_prefill_cost_is_the_difference_of_two_steps():
     standalone prefill.  Checked against direct Roofline calls; never above a standalone prefill,
     also for a long prompt (the prompt does not attend to the other requests' contexts)."""
     from specsim.architecture import load_model
+    from specsim.engine import LastPositionLogits
     from specsim.hardware import load_hardware
     from specsim.latency import Efficiency, Roofline
-    from specsim.engine import LastPositionLogits
 
     lat = Roofline(load_hardware("MI300X"), Efficiency(bandwidth=0.6, compute=0.4, fixed_s=3e-3))
     tgt = load_model("Qwen3-8B")
     m = LastPositionLogits(tgt)
     isl, osl, n = 512, 256, 3
-    ctx = isl + osl / 2
     kw = dict(hardware="MI300X", isl=isl, osl=osl, acceptance=0.7, latency=lat, overhead=SpecOverhead(),
               drafter=FractionDrafter(0.0, ConstLatency(0.0)))
     alone = float(lat.forward_time(m, batch=1, q=isl, context=0.0))
@@ -637,6 +636,11 @@ def test_expert_parallel_is_refused_for_a_dense_target():
         predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", acceptance=0.7, tp=2, expert_parallel=True)
     moe = predict("Qwen3.6-35B-A3B", "mtp", 3, hardware="MI300X", acceptance=0.7, tp=2, expert_parallel=True)
     assert any("expert parallel" in a for a in moe.assumptions)
+    assert not any("tp=1" in w for w in moe.warnings)
+    one = predict("Qwen3.6-35B-A3B", "mtp", 3, hardware="MI300X", acceptance=0.7, tp=1, expert_parallel=True)
+    plain = predict("Qwen3.6-35B-A3B", "mtp", 3, hardware="MI300X", acceptance=0.7, tp=1)
+    assert one.throughput_ratio == pytest.approx(plain.throughput_ratio, rel=1e-12)  # a no-op at TP 1 ...
+    assert any(w.startswith("expert_parallel with tp=1") for w in one.warnings)  # ... and said so
 
 
 def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term(tmp_path):

@@ -807,9 +807,8 @@ def resolve_overhead(r: Scenario, overhead: SpecOverhead | None, *, latency_give
     if not latency_given:
         return SpecOverhead(), f"none: datasheet priors, no calibration shipped for {r.hardware_name} (zero)", (
             f"no stack calibration ships for {r.hardware_name}: datasheet priors, with host time and speculative "
-            "overhead taken as ZERO, so the ratio is an upper-end estimate (on the 2-core CPU, 1.48x predicted "
-            "against 0.90x measured for tests/data/vllm_samples/bench_ngram.json); anchor on a measured baseline "
-            "and pass overhead=SpecOverhead(...) measured on your stack",)
+            "overhead taken as ZERO, so the ratio is an upper-end estimate; anchor on a measured baseline and "
+            "pass overhead=SpecOverhead(...) measured on your stack",)
     try:
         hw = load_hardware(r.hardware_name)
         stack = default_latency(hw, getattr(r.target, "name", None), is_moe=bool(getattr(r.target, "is_moe", False)))

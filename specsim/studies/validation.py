@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from specsim._io import atomic_write
 from specsim.acceptance import Acceptance
@@ -1294,16 +1295,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     }
     # how well two loops' held-out medians can be told apart at all: a bootstrap over held-out runs
     # (each loop resampled on its own; runs of one loop share a fit, so this is an approximation)
-    from scipy import stats
-
-    def held(name, keys=None):
-        e = pooled_errors[name]
-        e = e[e["role"] == "held-out"]
-        if keys is not None:
-            e = e[[k in keys for k in zip(e["family"], e["num_speculative_tokens"], e["concurrency"])]]
-        return np.abs(e["error"].to_numpy(float))
-
-    e_full, e_fast = held(full), held(fast)
+    key = ["family", "num_speculative_tokens", "concurrency"]
+    held = {name: e[e["role"] == "held-out"] for name, e in pooled_errors.items()}
+    e_full, e_fast = (np.abs(held[n]["error"].to_numpy(float)) for n in (full, fast))
     boot = stats.bootstrap((e_fast, e_full), lambda a, b, axis=-1: np.median(a, axis=axis) - np.median(b, axis=axis),
                            vectorized=True, paired=False, confidence_level=0.90, n_resamples=4000,
                            method="percentile", random_state=np.random.default_rng(0))
@@ -1311,19 +1305,14 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                                                            float(boot.confidence_interval.high)]
     # the held-out configurations differ (contended runs are held out, uncontended n-gram N = 1 runs fit):
     # the same comparison on the (family, N, concurrency) held out in both loops -- reported, not a criterion
-    def keyset(name):
-        e = pooled_errors[name]
-        e = e[e["role"] == "held-out"]
-        return set(zip(e["family"], e["num_speculative_tokens"], e["concurrency"]))
-
-    common = keyset(full) & keyset(fast)
-    c_full, c_fast = held(full, common), held(fast, common)
+    common = held[full][key].merge(held[fast][key]).drop_duplicates()
+    c_full, c_fast = (np.abs(held[n].merge(common)["error"].to_numpy(float)) for n in (full, fast))
     summary = {"full": full, "fast": fast, "criteria": crit,
                "same_power": all(c["met"] for c in crit.values()),
                "difference_ci90_definition": "percentile bootstrap (4000 resamples, seed 0) of median |error| "
                                              "fast - full over each loop's held-out runs",
                "common_configurations": {
-                   "configurations": len(common), "full_runs": int(len(c_full)), "fast_runs": int(len(c_fast)),
+                   "configurations": int(len(common)), "full_runs": int(len(c_full)), "fast_runs": int(len(c_fast)),
                    "full_median_abs_error": float(np.median(c_full)) if len(c_full) else None,
                    "fast_median_abs_error": float(np.median(c_fast)) if len(c_fast) else None,
                    "definition": "held-out runs of the (family, N, concurrency) held out in both loops"},

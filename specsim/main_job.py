@@ -38,7 +38,7 @@ from specsim.studies.validation import (
     write_outputs,
 )
 
-__all__ = ["run_main_job", "default_paths", "MainJobResult"]
+__all__ = ["run_main_job", "default_paths", "quick_paths", "MainJobResult"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,28 @@ def default_paths(out_dir: str | os.PathLike | None = None, figures_dir: str | o
     out = Path(out_dir)
     return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else out / "figures",
             "calibration": out / "calibration", "validation": None, "runs": None}
+
+
+def quick_paths(out_dir: str | os.PathLike | None, figures_dir: str | os.PathLike | None = None) -> dict:
+    """Where ``reproduce --quick`` writes: everything under ``out_dir`` (``out_dir/calibration``,
+    ``out_dir/figures``, ``out_dir/validation``), reading a checkout's recorded runs.
+
+    A quick run skips the secondary splits, so its ``summary.json`` lacks them: written over
+    ``data/reproduction`` it would lose what the full run recorded.
+
+    Raises
+    ------
+    SpecsimValueError
+        No ``out_dir``.
+    """
+    if out_dir is None:
+        raise SpecsimValueError("--out", "is required with --quick (a quick run skips the secondary splits; "
+                                "written over data/reproduction it would drop them from summary.json)")
+    out = Path(out_dir)
+    full = default_paths(out)
+    return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else out / "figures",
+            "calibration": out / "calibration", "validation": out / "validation" if full["runs"] else None,
+            "runs": full["runs"]}
 
 
 @dataclass(frozen=True)
@@ -101,7 +123,8 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
     figures_dir, out_dir : path, optional
         See :func:`default_paths`.
     quick : bool
-        Skip the secondary splits (leave-one-target-out, two smallest N).
+        Skip the secondary splits (leave-one-target-out, two smallest N).  Everything then goes under
+        ``out_dir`` (:func:`quick_paths`), so a quick run never replaces the full outputs.
     show_progress : bool
         A progress bar on stderr (tqdm, where installed).
 
@@ -109,7 +132,10 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
     -------
     MainJobResult
     """
-    paths = default_paths(out_dir, figures_dir)
+    if quick:
+        paths = quick_paths(out_dir, figures_dir)
+    else:
+        paths = default_paths(out_dir, figures_dir)
     figures = paths["figures"]
     figures.mkdir(parents=True, exist_ok=True)
     validating = paths["runs"] is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -208,6 +209,36 @@ def test_cli_dry_run_starts_nothing(capsys, tmp_path):
     d = json.loads(capsys.readouterr().out)
     assert len(d["servers"]) == 12 and sum(len(s["cells"]) for s in d["servers"]) == 42
     assert d["estimate_seconds"] > 20 * 60
+
+
+def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
+    """--runs-dir is where the estimate's records come from: an empty one gives the stated defaults,
+    one holding a copy of the fast loop's health check gives that check's own recorded duration."""
+    assert cli_main(["run-matrix", "--matrix", "cpu-validation-fast", "--dry-run", "--json",
+                     "--runs-dir", str(tmp_path / "empty")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {c["basis"] for c in d["cells"].values()} == {"no record"}
+    assert d["judges"]["selfdraft-t0.8-health"] == {"seconds": 80.0, "basis": "no record"}
+    src = sorted(project_data_path("runs").glob("cpu-validation-fast-*-selfdraft-t0.8-health"))[0]
+    (tmp_path / "one" / src.name).mkdir(parents=True)
+    shutil.copy(src / "provenance.json", tmp_path / "one" / src.name / "provenance.json")
+    recorded = json.loads((src / "provenance.json").read_text())["duration_seconds"]
+    assert cli_main(["run-matrix", "--matrix", "cpu-validation-fast", "--dry-run", "--json",
+                     "--runs-dir", str(tmp_path / "one")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["judges"]["selfdraft-t0.8-health"] == {"seconds": recorded, "basis": "same check"}
+    assert d["judges"]["verify-cost"]["basis"] == "no record"
+
+
+def test_judge_estimates_prefer_the_matrix_own_records():
+    """The full matrix's health check (8 prompts) is estimated from its own records, not the fast one's."""
+    m = load_matrix("cpu-validation")
+    est = estimate_seconds(m)
+    own = [json.loads((p / "provenance.json").read_text())["duration_seconds"]
+           for p in project_data_path("runs").glob("cpu-validation-2026*-selfdraft-t0.8-health")]
+    assert own and est.judge_basis["selfdraft-t0.8-health"] == "same check"
+    assert est.health_checks["selfdraft-t0.8-health"] == pytest.approx(statistics.median(own))
+    assert "on a GPU host, the whole machine on a CPU host" in dry_run_text(m, est)
 
 
 def test_cli_unknown_matrix_names_the_shipped_ones(capsys):

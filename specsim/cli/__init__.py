@@ -256,7 +256,7 @@ def _cmd_run_matrix(args) -> int:
 
     m = load_matrix(args.matrix, models_dir=Path(args.models_dir) if args.models_dir else None)
     if args.dry_run:
-        est = estimate_seconds(m)
+        est = estimate_seconds(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
         if args.json:
             print(json.dumps({"matrix": m.name, "servers": [{"name": g.name, "gpus": g.gpus,
                                                              "speculative_config": g.speculative_config,
@@ -264,6 +264,8 @@ def _cmd_run_matrix(args) -> int:
                               "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
                               "estimate_seconds": est.total_seconds(m),
                               "cells": {k: {"seconds": s, "basis": b} for k, (s, b) in est.cells.items()},
+                              "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}
+                                         for k, s in {**est.health_checks, **est.probes}.items()},
                               "vllm_sweep_commands": m.vllm_sweep_commands()}, indent=2, default=str))
         else:
             print(dry_run_text(m, est))
@@ -370,7 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", help="figures directory (default: the checkout's figures/, else OUT/figures)")
     p.add_argument("--out", help="directory of the reproduction tables (default: the checkout's data/reproduction; "
                                  "required for an installed copy, which then writes its calibrations to OUT/calibration)")
-    p.add_argument("--quick", action="store_true", help="skip the slower sensitivity analyses")
+    p.add_argument("--quick", action="store_true",
+                   help="skip the secondary splits (leave-one-target-out, two smallest N); needs --out, and "
+                        "writes everything (calibrations, figures, validation) under it")
     p.add_argument("--json", action="store_true", help="print the summary and the files written as JSON")
     p.set_defaults(func=_cmd_reproduce)
 
@@ -403,11 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a shipped matrix name (data/matrices/NAME: cpu-validation -- the default, the full ~21 min "
                         "matrix --, cpu-validation-fast, smoke, verify-cost), or a "
                         "matrix directory / its specsim.json naming vllm bench sweep serve / bench parameter files")
-    p.add_argument("--runs-dir", help="where to record (default data/runs)")
+    p.add_argument("--runs-dir",
+                   help="where to record, and the recorded runs --dry-run estimates from (default data/runs)")
     p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the cells, the servers they need and the estimated device-hours (from the "
-                        "recorded run times under data/runs); start nothing")
+                        "recorded run times under --runs-dir); start nothing")
     p.add_argument("--executor", choices=["local", "ray", "slurm"], default="local",
                    help="local: one server at a time here; ray: each serve config as a Ray task (pip install "
                         "'specsim[ray]'); slurm: each as a Slurm job through submitit (pip install 'specsim[slurm]')")

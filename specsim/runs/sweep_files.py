@@ -784,6 +784,7 @@ class Estimate:
     health_checks: Mapping[str, float]
     probes: Mapping[str, float]
     n_recorded: int
+    judge_basis: Mapping[str, str] = field(default_factory=dict)  # health check / probe name -> basis
 
     def total_seconds(self, m: SweepMatrix) -> float:
         return (sum(s for s, _ in self.cells.values()) + self.server_start_s * len(m.groups)
@@ -815,8 +816,10 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     label, temperature, concurrency, prompts and output length ("same cell"); else of those with the
     same method and concurrency, scaled by prompts x output length ("similar"); else
     ``default_cell_s`` ("no record").  A server start takes the median ``server_startup_seconds``
-    plus the warm-up, a health check / probe the median duration of its kind.  Seconds of wall time
-    on the recording host (not adjusted for another host).
+    plus the warm-up; a health check / probe the median duration of its own recorded runs in this
+    matrix ("same check"), else of every recorded run of its kind ("same kind").  Records are read
+    from ``runs_dir`` (default: the checkout's ``data/runs``).  Seconds of wall time on the
+    recording host (not adjusted for another host).
     """
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
     recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")]
@@ -840,14 +843,22 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
             cells[c.run_label] = (statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim), "similar")
         else:
             cells[c.run_label] = (default_cell_s, "no record")
-    hc = {h.name: statistics.median([r["duration_seconds"] for r in recs if r.get("kind") == "health_check"]
-                                    or [80.0]) for h in m.health_checks}
-    pr = {p.name: statistics.median([r["duration_seconds"] for r in recs if r.get("kind") == "verify_cost"]
-                                    or [60.0]) for p in m.probes}
+    judge_basis: dict[str, str] = {}
+
+    def judge_seconds(name: str, kind: str, default_s: float) -> float:
+        """The check's own recorded runs in this matrix ("same check"), else its kind's ("same kind")."""
+        of_kind = [r for r in recs if r.get("kind") == kind and r.get("duration_seconds")]
+        same = [r["duration_seconds"] for r in of_kind if (r.get("matrix") or {}).get("name") == m.name
+                and str(r.get("run_id", "")).endswith(f"-{name}")]
+        judge_basis[name] = "same check" if same else ("same kind" if of_kind else "no record")
+        return statistics.median(same or [r["duration_seconds"] for r in of_kind] or [default_s])
+
+    hc = {h.name: judge_seconds(h.name, "health_check", 80.0) for h in m.health_checks}
+    pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
     start = statistics.median(starts) if starts else default_start_s
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
         start += 9.2 / len(m.groups)
-    return Estimate(cells, start, "recorded" if starts else "no record", hc, pr, len(recs))
+    return Estimate(cells, start, "recorded" if starts else "no record", hc, pr, len(recs), judge_basis)
 
 
 #: seconds a bench run in the persistent client takes beyond its traffic (tokenizer, dataset, result
@@ -872,7 +883,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     for g in m.groups:
         cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
         lines.append(f"  {g.name}: {' '.join(m.serve_cmd)} {_record_args(g.params)} | spec {cfg} | "
-                     f"{g.gpus} GPU(s) on a GPU host")
+                     f"{g.gpus} GPU(s) on a GPU host, the whole machine on a CPU host")
     lines += ["", f"cells ({'run label':<28} T    conc  prompts  out  seed timeout_s  est_s  basis / judges):"]
     for g in m.groups:
         for c in g.cells:
@@ -884,9 +895,10 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
                          + (f"; {', '.join(judges)}" if judges else ""))
     for h in m.health_checks:
         lines.append(f"  health check {h.name}: offline self-draft at T={h.temperature:g}, est "
-                     f"{est.health_checks[h.name]:.0f} s; guards {', '.join(m.health_guards.get(h.name, ())) or '-'}")
+                     f"{est.health_checks[h.name]:.0f} s ({est.judge_basis.get(h.name, 'recorded')}); guards {', '.join(m.health_guards.get(h.name, ())) or '-'}")
     for p in m.probes:
-        lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s")
+        lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s "
+                     f"({est.judge_basis.get(p.name, 'recorded')})")
     tot = est.total_seconds(m)
     gpu_s = sum((est.server_start_s + sum(est.cells[c.run_label][0] for c in g.cells)) * g.gpus for g in m.groups)
     lines += ["", f"estimate: {tot / 60:.1f} min wall on one host ({est.server_start_s:.0f} s per server start, "

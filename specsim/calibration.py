@@ -201,13 +201,38 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
 #: vLLM platforms a declared stack may name (``vllm.platforms``; the first word of ``platform=``)
 PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "tpu")
 
+_VLLM_RELEASE = "must be a vLLM version MAJOR.MINOR[.PATCH...] (e.g. 0.32.0)"
+_PLATFORM_RELEASE = ("must be a vLLM platform, optionally followed by its version MAJOR.MINOR[.PATCH...] "
+                     "(e.g. 'ROCm 7.2', 'CUDA 12.8', 'cuda')")
 
-def _release(version: str, field: str) -> tuple[int, int]:
-    """``(major, minor)`` of a vLLM version string (``v0.23.1rc1.dev1120+g...`` -> ``(0, 23)``)."""
+
+def _release(version: str, field: str, rule: str = _VLLM_RELEASE) -> tuple[int, int]:
+    """``(major, minor)`` of a version string (``v0.23.1rc1.dev1120+g...`` -> ``(0, 23)``); ``rule``
+    is the message of the refusal."""
     m = re.match(r"^\s*v?(\d+)\.(\d+)", str(version))
     if not m:
-        raise SpecsimValueError(field, "must be a vLLM version MAJOR.MINOR[.PATCH...] (e.g. 0.32.0)", version)
+        raise SpecsimValueError(field, rule, version)
     return int(m.group(1)), int(m.group(2))
+
+
+def _platform(text: str, field: str, strict: bool = True) -> tuple[str, tuple[int, int] | None]:
+    """``(name, (major, minor) or None)`` of a platform string: its first word lower-cased and, when
+    the second word is a version (starts with a digit, or ``v`` and a digit), that version's release:
+    ``"ROCm 7.2"`` -> ``("rocm", (7, 2))``, ``"CUDA"`` -> ``("cuda", None)``.  With ``strict``
+    (a declared platform) a first word outside :data:`PLATFORMS` or a version that is not
+    ``MAJOR.MINOR[...]`` is refused; otherwise (a calibration's record) the version is None then."""
+    words = str(text).strip().split()
+    name = words[0].lower() if words else ""
+    if strict and name not in PLATFORMS:
+        raise SpecsimValueError(field, "must name a vLLM platform (first word)", text, PLATFORMS)
+    rel = None
+    if len(words) > 1 and re.match(r"^v?\d", words[1], flags=re.IGNORECASE):
+        try:
+            rel = _release(words[1].lower(), field, _PLATFORM_RELEASE)
+        except SpecsimValueError:
+            if strict:
+                raise SpecsimValueError(field, _PLATFORM_RELEASE, text) from None
+    return name, rel
 
 
 def stack_mismatch(record: CalibrationRecord | None, *, vllm_version: str | None = None,
@@ -215,18 +240,22 @@ def stack_mismatch(record: CalibrationRecord | None, *, vllm_version: str | None
     """A warning when the user's declared vLLM version / platform differs from the calibration's
     stack (None when they match, nothing was declared, or there is no calibration).
 
-    The comparison is on the release (``major.minor``, compared as numbers): ``0.23.1rc1.dev1120`` and
-    ``0.23.0`` match, ``0.32.0`` does not.
+    The vLLM version is compared on the release (``major.minor``, compared as numbers):
+    ``0.23.1rc1.dev1120`` and ``0.23.0`` match, ``0.32.0`` does not.  The platform is compared on
+    its name (the first word, case-insensitive: ``"ROCm 7.2"`` is ``rocm``) and, when both the
+    declared platform and the calibration's carry a version after the name, on that version's
+    release the same way: ``"ROCm 7.2.1"`` matches a calibration on ``ROCm 7.2``, ``"ROCm 6.4"``
+    does not; ``"CUDA 12.8"`` matches a calibration recorded as plain ``CUDA``.
 
     Raises
     ------
     SpecsimValueError
-        ``vllm_version`` is not a version (``MAJOR.MINOR[...]``, e.g. ``0.32.0``), or ``platform``'s
-        first word is not a vLLM platform (:data:`PLATFORMS`).
+        ``vllm_version`` is not a version (``MAJOR.MINOR[...]``, e.g. ``0.32.0``); ``platform``'s
+        first word is not a vLLM platform (:data:`PLATFORMS`), or its second word starts like a
+        version (a digit) but is not ``MAJOR.MINOR[...]`` (e.g. ``"ROCm 7"``).
     """
     rel_v = _release(vllm_version, "vllm_version") if vllm_version else None
-    if platform and platform.strip().lower().split()[0] not in PLATFORMS:
-        raise SpecsimValueError("platform", "must name a vLLM platform (first word)", platform, PLATFORMS)
+    decl_p = _platform(platform, "platform") if platform else None
     if record is None:
         return None
     out = []
@@ -238,10 +267,16 @@ def stack_mismatch(record: CalibrationRecord | None, *, vllm_version: str | None
             cal_rel = None
         if rel_v != cal_rel:
             out.append(f"vLLM {vllm_version} (calibration: {cal_v})")
-    if platform:
-        cal_p = str(record.stack.get("platform", ""))
-        if platform.strip().lower().split()[0] not in cal_p.lower():
-            out.append(f"platform {platform} (calibration: {cal_p})")
+    if decl_p is not None:
+        cal_p = str(record.stack.get("platform", "")).strip()
+        cal_name, cal_rel_p = _platform(cal_p, "calibration stack platform", strict=False)
+        name, rel_p = decl_p
+        if name != cal_name:
+            out.append(f"platform {platform} (calibration: {cal_p or 'not recorded'}; another platform: "
+                       f"{name} vs {cal_name or 'not recorded'})")
+        elif rel_p is not None and cal_rel_p is not None and rel_p != cal_rel_p:
+            out.append(f"platform {platform} (calibration: {cal_p}; same platform {name}, another release: "
+                       f"{rel_p[0]}.{rel_p[1]} vs {cal_rel_p[0]}.{cal_rel_p[1]})")
     if not out:
         return None
     return (f"the {record.hardware} calibration was fitted on another software stack than declared: "

@@ -535,6 +535,11 @@ class Roofline:
         return f"<{self.describe()}>"
 
 
+#: the axes of a measured latency table and their units (messages)
+_AXES = ("batch", "q", "context")
+_AXIS_UNITS = {"batch": "sequences per step", "q": "query tokens per sequence", "context": "tokens"}
+
+
 class MeasuredLatency:
     """Forward time interpolated from a measured table (same interface as ``Roofline``).
 
@@ -648,21 +653,16 @@ class MeasuredLatency:
         self._check_call(model, int_field("tp", tp), precision)
         b, qq, c = _grid(batch, q, context)
         pts = np.stack([np.log(b), np.log(qq), c], axis=-1)
-        f = self.max_extrapolation
-        lo_ok = np.array([self._lo[0] - np.log(f), self._lo[1] - np.log(f), self._lo[2] / f])
-        hi_ok = np.array([self._hi[0] + np.log(f), self._hi[1] + np.log(f), self._hi[2] * f])
-        tol = 1e-9 * np.maximum(1.0, np.abs(np.concatenate([self._lo, self._hi]))).reshape(2, 3).max(axis=0)
+        lo_ok, hi_ok, tol = self._accepted_bounds()
         beyond = (pts < lo_ok - tol) | (pts > hi_ok + tol)
         if self.outside == "error" and np.any(beyond):
             ax = int(np.argmax(beyond.reshape(-1, 3).any(axis=0)))
-            name = ("batch", "q", "context")[ax]
-            lo, hi = self._lo[ax], self._hi[ax]
-            rng = (np.exp(lo), np.exp(hi)) if ax < 2 else (lo, hi)
-            bad = pts[..., ax][beyond[..., ax]]
-            bad = np.exp(bad) if ax < 2 else bad
-            raise SpecsimValueError(name, f"outside the measured table range [{rng[0]:g}, {rng[1]:g}] by more "
-                                    f"than the allowed factor {f:g} (MeasuredLatency refuses to extrapolate)",
-                                    bad[:3].tolist())
+            name = _AXES[ax]
+            lo, hi = self.axis_range(name)
+            bad = (b, qq, c)[ax][beyond[..., ax]]
+            raise SpecsimValueError(name, f"outside the measured table range [{lo:g}, {hi:g}] {_AXIS_UNITS[name]} "
+                                    f"by more than the allowed factor {self.max_extrapolation:g} (MeasuredLatency "
+                                    "refuses to extrapolate)", np.unique(bad)[:3].tolist())
         clamped = np.any((pts < self._lo - tol) | (pts > self._hi + tol), axis=-1)
         pts = np.clip(pts, self._lo, self._hi)
         flat = pts.reshape(-1, 3)[:, self._active]
@@ -683,6 +683,74 @@ class MeasuredLatency:
                     clamped.reshape(-1)[hull] = True
         total = out.reshape(b.shape)
         return {"total_s": total, "clamped": clamped}
+
+    def _accepted_bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Lower / upper bounds a point may reach on (log batch, log q, context), and the tolerance."""
+        f = self.max_extrapolation
+        lo_ok = np.array([self._lo[0] - np.log(f), self._lo[1] - np.log(f), self._lo[2] / f])
+        hi_ok = np.array([self._hi[0] + np.log(f), self._hi[1] + np.log(f), self._hi[2] * f])
+        tol = 1e-9 * np.maximum(1.0, np.abs(np.concatenate([self._lo, self._hi]))).reshape(2, 3).max(axis=0)
+        return lo_ok, hi_ok, tol
+
+    def axis_range(self, axis: str, *, accepted: bool = False) -> tuple[float, float]:
+        """The table's range on one axis.
+
+        Parameters
+        ----------
+        axis : {"batch", "q", "context"}
+            Sequences per step, query tokens per sequence, or context tokens.
+        accepted : bool, default False
+            False: the smallest and largest value measured.  True: the range a call accepts
+            (widened by ``max_extrapolation``; with ``outside="clamp"`` points beyond it are still
+            answered, at the table's edge).
+
+        Returns
+        -------
+        (float, float)
+
+        Raises
+        ------
+        SpecsimValueError
+            ``axis`` is not one of the three.
+        """
+        if axis not in _AXES:
+            raise SpecsimValueError("axis", "unknown axis of a measured latency table", axis, _AXES)
+        ax = _AXES.index(axis)
+        if accepted:
+            lo_ok, hi_ok, _ = self._accepted_bounds()
+            lo, hi = float(lo_ok[ax]), float(hi_ok[ax])
+        else:
+            lo, hi = float(self._lo[ax]), float(self._hi[ax])
+        return (float(np.exp(lo)), float(np.exp(hi))) if ax < 2 else (lo, hi)
+
+    def refused(self, axis: str, values: Any) -> np.ndarray:
+        """Which of ``values`` on ``axis`` a call would refuse (the check of :meth:`breakdown`).
+
+        Parameters
+        ----------
+        axis : {"batch", "q", "context"}
+        values : array_like
+            Values of that axis (batch and q >= 1, context >= 0).
+
+        Returns
+        -------
+        ndarray of bool
+            The shape of ``values``; all False with ``outside="clamp"`` (nothing is refused).
+
+        Raises
+        ------
+        SpecsimValueError
+            ``axis`` is not one of the three.
+        """
+        if axis not in _AXES:
+            raise SpecsimValueError("axis", "unknown axis of a measured latency table", axis, _AXES)
+        ax = _AXES.index(axis)
+        v = np.asarray(values, dtype=float)
+        if self.outside != "error":
+            return np.zeros(v.shape, dtype=bool)
+        x = np.log(np.maximum(v, np.finfo(float).tiny)) if ax < 2 else v
+        lo_ok, hi_ok, tol = self._accepted_bounds()
+        return (x < lo_ok[ax] - tol[ax]) | (x > hi_ok[ax] + tol[ax])
 
     def forward_time(self, model: Any, *, tp: int = 1, precision: str = "bf16", batch: Any, q: Any,
                      context: Any, kv_precision: str | None = None) -> np.ndarray:

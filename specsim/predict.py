@@ -1003,6 +1003,8 @@ def predict(
     expert_parallel : bool, default False
         vLLM ``--enable-expert-parallel`` over the TP group: each MoE layer's post-MLP all-reduce
         becomes a dispatch + combine all-to-all (``specsim.latency.Roofline.with_expert_parallel``).
+        At ``tp=1`` a no-op (one GPU holds every expert), said in ``Prediction.warnings``
+        (:func:`with_expert_parallel`).
     draft_latency : LatencyModel, optional
         Times the draft passes when ``latency`` is a measured table of the target
         (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft, or a
@@ -1011,7 +1013,9 @@ def predict(
     vllm_version, platform : str, optional
         The vLLM release and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run; a WARNING when
         they differ from the software stack the shipped calibration was fitted on
-        (:func:`specsim.calibration.stack_mismatch`; the calibration file records its stack).
+        (:func:`specsim.calibration.stack_mismatch`; the calibration file records its stack): the
+        vLLM release (MAJOR.MINOR), the platform's name and, when both give one, the platform's
+        version (MAJOR.MINOR: ``"ROCm 6.4"`` against a calibration on ROCm 7.2 warns).
 
     Returns
     -------
@@ -1023,7 +1027,9 @@ def predict(
         Unknown model / hardware / method / precision, bad N or concurrency, bad speculative
         config fields, temperature mismatch without an assumption; a baseline measured at another
         concurrency (without ``baseline_concurrency``) or ISL / OSL, a baseline file of a
-        speculative run, a measurement no k in [1e-6, 1e6] reaches.
+        speculative run, a measurement no k in [1e-6, 1e6] reaches; a measured latency table
+        (``latency=``) that does not cover the context ISL + OSL/2 (:func:`check_table_context`:
+        the message gives the table's range and what to pass) or the concurrency / q asked.
     """
     r = resolve_inputs(
         target, method, num_speculative_tokens, hardware=hardware, precision=precision, acceptance=acceptance,
@@ -1031,14 +1037,14 @@ def predict(
         temperature=temperature, temperature_assumption=temperature_assumption,
     )
     r = with_measured_table(r, draft_latency)
-    if expert_parallel:
-        r = with_expert_parallel(r)
+    tp = int_field("tp", tp)
+    r, ep_warn = with_expert_parallel(r, tp=tp) if expert_parallel else (r, ())
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
-    tp = int_field("tp", tp)
     concurrency = int_field("concurrency", concurrency)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
+    check_table_context(r, isl=isl, osl=osl)
     overhead, ov_src, ov_warn = resolve_overhead(r, overhead, latency_given=latency is not None)
     _check_partial(drafted_fraction, mean_proposal_tokens)
     feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
@@ -1080,9 +1086,7 @@ def predict(
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
-        + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform)
-        + (("expert_parallel with tp=1: one GPU holds every expert, so expert parallelism changes nothing "
-            "(it shards experts over the TP group)",) if expert_parallel and tp == 1 else ())
+        + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + plausibility_warnings(vals, anchor),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
@@ -1227,6 +1231,81 @@ def with_measured_table(r: Scenario, draft_latency=None) -> Scenario:
     return replace(r, latency=lat, draft_latency=dl, assumptions=r.assumptions + notes)
 
 
+def measured_table(latency):
+    """The measured table (:class:`specsim.latency.MeasuredLatency`, or any object with its
+    ``axis_range`` / ``refused``) a latency model times the target's decode / verification steps
+    with: ``latency`` itself, or the table a :class:`MeasuredTargetLatency` wraps; None otherwise."""
+    for t in (latency, getattr(latency, "table", None)):
+        if callable(getattr(t, "refused", None)) and callable(getattr(t, "axis_range", None)):
+            return t
+    return None
+
+
+def _table_name(table) -> str:
+    src = getattr(table, "source", None)
+    return f"the measured latency table ({src})" if src else "the measured latency table"
+
+
+def _fits_context(table, isl: int, osl: int) -> bool:
+    return isl >= 1 and osl >= 1 and not bool(table.refused("context", isl + osl / 2.0))
+
+
+def _context_suggestion(table, isl: int, osl: int) -> str:
+    """An ``--isl / --osl`` pair whose decode context ISL + OSL/2 the table covers (the OSL kept if
+    possible, else the ISL, else both chosen), as text; empty when none is found."""
+    lo, hi = table.axis_range("context", accepted=True)
+    want = min(max(isl + osl / 2.0, lo), hi)
+    for i, o in ((int(np.ceil(want - osl / 2.0)), osl), (int(np.floor(want - osl / 2.0)), osl),
+                 (isl, int(round(2 * (want - isl)))), (int(round(want / 2)), int(round(want)))):
+        if _fits_context(table, i, o):
+            return f" (e.g. --isl {i} --osl {o}: {i} + {o}/2 = {i + o / 2:g})"
+    return ""
+
+
+def check_table_context(r: Scenario, *, isl, osl) -> None:
+    """Refuse, before any evaluation, an ISL / OSL whose decode context a measured latency table of
+    the target does not cover, saying the table's range, the context asked and what to do.
+
+    Every decode / verification step of a request is timed at its mean context, ISL + OSL/2
+    (``specsim.engine.evaluate``); a measured table (e.g. a verification-cost probe, recorded at
+    one context) answers only inside its context range (:meth:`specsim.latency.MeasuredLatency.refused`).
+    Latency models that are not measured tables are not checked.
+
+    Parameters
+    ----------
+    r : Scenario
+    isl, osl : int or array_like of int
+        Input / output tokens per request (arrays broadcast: a sweep's grid).
+
+    Raises
+    ------
+    SpecsimValueError
+        ``context``: ISL + OSL/2 outside the table's context range (the first such ISL / OSL pair).
+    """
+    table = measured_table(r.latency)
+    if table is None:
+        return
+    i_arr, o_arr = np.broadcast_arrays(np.asarray(isl), np.asarray(osl))
+    ctx = i_arr + o_arr / 2.0
+    bad = np.asarray(table.refused("context", ctx), dtype=bool)
+    if not bad.any():
+        return
+    k = int(np.flatnonzero(bad.reshape(-1))[0])
+    i, o = int(i_arr.reshape(-1)[k]), int(o_arr.reshape(-1)[k])
+    lo, hi = table.axis_range("context")
+    a_lo, a_hi = table.axis_range("context", accepted=True)
+    covers = f"context {lo:g} tokens" if lo == hi else f"contexts {lo:g}-{hi:g} tokens"
+    if (a_lo, a_hi) != (lo, hi):
+        covers += f" (accepted {a_lo:g}-{a_hi:g} with its max_extrapolation)"
+    inside = f"= {a_lo:g} tokens" if a_lo == a_hi else f"inside {a_lo:g}-{a_hi:g} tokens"
+    raise SpecsimValueError(
+        "context", f"{_table_name(table)} covers {covers}, but ISL {i} + OSL {o}/2 = {i + o / 2:g} tokens is asked "
+        "(specsim times every decode / verification step at a request's mean context, ISL + OSL/2): pass --isl / "
+        f"--osl (isl= / osl=) with ISL + OSL/2 {inside}{_context_suggestion(table, i, o)}, or "
+        f"record a latency table covering context {i + o / 2:g} (e.g. the verification-cost probe run at this "
+        "ISL / OSL)", i + o / 2)
+
+
 #: an anchor factor outside [1/3, 3] on the target's forwards suggests a baseline of another
 #: target / TP / precision / hardware (or a stack far from the calibration's)
 ANCHOR_PLAUSIBLE = (1.0 / 3.0, 3.0)
@@ -1348,11 +1427,17 @@ def _describe(latency) -> str:
     return d() if callable(d) else type(latency).__name__
 
 
-def with_expert_parallel(r: Scenario, memo: dict | None = None) -> Scenario:
+#: the WARNING of ``expert_parallel`` at tp=1 (:func:`with_expert_parallel`)
+EXPERT_PARALLEL_TP1_WARNING = ("expert_parallel with tp=1: one GPU holds every expert, so expert parallelism "
+                               "changes nothing (it shards experts over the TP group)")
+
+
+def with_expert_parallel(r: Scenario, memo: dict | None = None, *, tp: int) -> tuple[Scenario, tuple[str, ...]]:
     """``r`` served with vLLM ``--enable-expert-parallel`` over the TP group: each MoE layer's
     post-MLP all-reduce becomes a dispatch + combine all-to-all (``Roofline.with_expert_parallel``),
     stated in the assumptions.  The one check and change of ``expert_parallel=`` in
-    :func:`predict`, :func:`sweep` and :func:`specsim.recommend.recommend`.
+    :func:`predict`, :func:`sweep` and :func:`specsim.recommend.recommend`, and the one place of
+    its warning: at ``tp=1`` expert parallelism is a no-op (one GPU holds every expert).
 
     Parameters
     ----------
@@ -1361,14 +1446,23 @@ def with_expert_parallel(r: Scenario, memo: dict | None = None) -> Scenario:
         A cache for one sweep call: the expert-parallel roofline of a latency model is built once
         (by identity; the objects are kept alive there), so that the sweep's caches keyed on the
         latency object keep hitting across categorical combinations.
+    tp : int
+        Tensor-parallel degree of the target (the group the experts are sharded over).
+
+    Returns
+    -------
+    (Scenario, tuple of str)
+        The expert-parallel scenario and the warnings a prediction must show
+        (:data:`EXPERT_PARALLEL_TP1_WARNING` at ``tp=1``, else none).
 
     Raises
     ------
     SpecsimValueError
         ``expert_parallel``: a dense target (vLLM's expert parallelism shards routed experts), or
         a latency model without ``with_expert_parallel`` (a measured table already contains its
-        collectives).
+        collectives); ``tp`` not an integer >= 1.
     """
+    tp = int_field("tp", tp)
     if not getattr(r.target, "is_moe", False):
         raise SpecsimValueError("expert_parallel", "applies to MoE targets only (vLLM --enable-expert-parallel "
                                 "shards routed experts); this target is dense", getattr(r.target, "name", None))
@@ -1380,16 +1474,19 @@ def with_expert_parallel(r: Scenario, memo: dict | None = None) -> Scenario:
         hit = (r.latency, r.latency.with_expert_parallel(True))
         if memo is not None:
             memo[id(r.latency)] = hit
-    return replace(r, latency=hit[1], assumptions=r.assumptions + ("expert parallel over the TP group: MoE "
-                                                                   "all-to-all dispatch + combine instead of the "
-                                                                   "post-MLP all-reduce",))
+    r = replace(r, latency=hit[1], assumptions=r.assumptions + ("expert parallel over the TP group: MoE "
+                                                                "all-to-all dispatch + combine instead of the "
+                                                                "post-MLP all-reduce",))
+    return r, ((EXPERT_PARALLEL_TP1_WARNING,) if tp == 1 else ())
 
 
-def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict) -> Scenario:
+def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict, *, tp: int
+                   ) -> tuple[Scenario, tuple[str, ...]]:
     """What :func:`predict` does to ``r.latency`` -- :func:`with_measured_table` (``draft_latency``),
-    then :func:`with_expert_parallel` -- once per (latency model, hardware, draft latency) of a sweep
-    call: the wrapped latency objects are reused (kept alive in ``memo``), so each categorical
-    combination costs a dict look-up and the caches keyed on the latency object keep hitting."""
+    then :func:`with_expert_parallel` (at ``tp``; its warnings are returned) -- once per (latency
+    model, hardware, draft latency) of a sweep call: the wrapped latency objects are reused (kept
+    alive in ``memo``), so each categorical combination costs a dict look-up and the caches keyed on
+    the latency object keep hitting."""
     key = (id(r.latency), r.hardware_name, id(draft_latency))
     hit = memo.get(key)
     if hit is None:
@@ -1398,7 +1495,7 @@ def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict
                            m.assumptions[len(r.assumptions):])
     if hit[1] is not r.latency or hit[2] is not r.draft_latency or hit[3]:
         r = replace(r, latency=hit[1], draft_latency=hit[2], assumptions=r.assumptions + hit[3])
-    return with_expert_parallel(r, memo.setdefault("expert parallel", {})) if expert_parallel else r
+    return with_expert_parallel(r, memo.setdefault("expert parallel", {}), tp=tp) if expert_parallel else (r, ())
 
 
 _GRID_SCALARS = ("num_speculative_tokens", "concurrency", "isl", "osl")
@@ -1466,7 +1563,8 @@ def sweep(
         vLLM ``--enable-expert-parallel`` over the TP group, as in :func:`predict`: each MoE
         layer's post-MLP all-reduce becomes a dispatch + combine all-to-all
         (:func:`with_expert_parallel`; once per latency model, not per grid point).  Every target
-        swept must be MoE.
+        swept must be MoE.  At ``tp=1`` it is a no-op: :func:`predict`'s warning
+        (:data:`EXPERT_PARALLEL_TP1_WARNING`) is in ``df.attrs["warnings"]``, once.
     vllm_version, platform : str, optional
         The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run.
         When they differ from the software stack a swept hardware's shipped calibration was fitted
@@ -1488,16 +1586,19 @@ def sweep(
         unless anchored on a baseline) and ``kv_cache_fits``: False where the KV cache of
         concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
         preempt; :func:`predict` warns there).  ``df.attrs["warnings"]``: tuple of str, the
-        warnings that hold for the whole sweep (the software-stack mismatch above; empty when none).
+        warnings that hold for the whole sweep (the software-stack mismatch above, ``expert_parallel``
+        at ``tp=1``; empty when none).
 
     Raises
     ------
     SpecsimValueError
         As :func:`predict`, for any grid value (TP not dividing the attention heads, ISL + OSL
         beyond the context length, weights that do not fit at this TP, a grid point outside a
-        measured latency table); ``expert_parallel`` with a dense target or a latency model
-        without an expert-parallel variant (a measured table); ``vllm_version`` not a version
-        (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM platform.
+        measured latency table -- an ISL / OSL whose context ISL + OSL/2 it does not cover is
+        refused before any evaluation, :func:`check_table_context`); ``expert_parallel`` with a
+        dense target or a latency model without an expert-parallel variant (a measured table);
+        ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
+        platform (or giving a version that is not ``MAJOR.MINOR[...]``).
     """
     def as_list(v):
         if isinstance(v, (list, tuple)):
@@ -1553,10 +1654,12 @@ def sweep(
             temperature=temperature, temperature_assumption=temperature_assumption,
             speculative_config=speculative_config,
         )
-        r = _sweep_latency(r, draft_latency, expert_parallel, shared_latencies)
+        tp_i = int_field("tp", tp_)
+        r, ep_warn = _sweep_latency(r, draft_latency, expert_parallel, shared_latencies, tp=tp_i)
+        check_table_context(r, isl=I, osl=O)
         if vllm_version or platform:
             stack_warnings.update(dict.fromkeys(_stack_warning(r.latency, vllm_version, platform)))
-        tp_i = int_field("tp", tp_)
+        stack_warnings.update(dict.fromkeys(ep_warn))
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
         okey = (id(r.latency), id(r.target), r.hardware_name)

@@ -25,6 +25,8 @@ from specsim.predict import (
     anchor_target_time,
     as_baseline,
     check_feasibility,
+    check_table_context,
+    measured_table,
     precision_label,
     resolve_inputs,
     with_expert_parallel,
@@ -327,8 +329,9 @@ class Recommendation:
         trained for another target; the refusals of :func:`specsim.predict.predict`).
     warnings : tuple of str
         Warnings on the whole recommendation: the software-stack mismatch of ``vllm_version`` /
-        ``platform`` (:func:`specsim.calibration.stack_mismatch`), as ``Prediction.warnings``
-        carries it; empty when none.  In :meth:`summary` and :meth:`to_dict`.
+        ``platform`` (:func:`specsim.calibration.stack_mismatch`) and ``expert_parallel`` at
+        ``tp=1`` (a no-op; :func:`specsim.predict.with_expert_parallel`), as ``Prediction.warnings``
+        carries them, each once; empty when none.  In :meth:`summary` and :meth:`to_dict`.
     serve_command : str or None
         ``vllm serve ...`` line for the best method.
     """
@@ -754,6 +757,64 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
 _REFUSED_FIELDS = ("tp", "isl + osl", "draft", "speculative_config.model")
 
 
+def _table_span(lo: float, hi: float) -> str:
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
+def _check_table_range(r, cs, n_max: int, *, concurrency_given: bool, max_concurrency_given: bool,
+                       capped: bool) -> None:
+    """Refuse, before any evaluation, the concurrencies (batches) and proposal lengths (q = N + 1)
+    of a recommendation that a measured latency table of the target does not cover, saying the
+    table's range and which ``--concurrency`` / ``--max-concurrency`` / ``--max-n`` values lie inside.
+    Latency models that are not measured tables are not checked."""
+    table = measured_table(r.latency)
+    if table is None:
+        return
+    name = getattr(table, "source", None)
+    name = f"the measured latency table ({name})" if name else "the measured latency table"
+    cmax = int(cs[-1])
+    bad = np.asarray(table.refused("batch", cs), dtype=bool)
+    if bad.any():
+        lo, hi = table.axis_range("batch")
+        a_lo, a_hi = table.axis_range("batch", accepted=True)
+        why = (f"{name} covers batches of {_table_span(lo, hi)} sequences per step, but recommend evaluates every "
+               f"concurrency (= batch) 1..{cmax}: its bands span 1 to the largest concurrency asked ("
+               + (f"capped at {cmax} by the memory check" if capped else
+                  f"--max-concurrency / max_concurrency= {cmax}" if max_concurrency_given else
+                  f"the largest --concurrency / concurrency= value, {cmax}" if concurrency_given else
+                  f"the default --concurrency {','.join(map(str, DEFAULT_CONCURRENCY))}") + ")")
+        if bad[0]:  # batch 1 itself is outside: no concurrency range helps
+            raise SpecsimValueError(
+                "batch", f"{why}; the bands start at concurrency 1, so the table must cover batch 1: record a "
+                f"latency table from batch 1 up to {cmax} (or use specsim predict / sweep at concurrencies inside "
+                f"{_table_span(a_lo, a_hi)})", int(cs[np.flatnonzero(bad)[0]]))
+        top = int(np.floor(a_hi + 1e-9))
+        inside = [c for c in DEFAULT_CONCURRENCY if c <= top]
+        if inside[-1] != top:
+            inside.append(top)
+        raise SpecsimValueError(
+            "batch", f"{why}: pass --concurrency (concurrency=) values inside {_table_span(a_lo, a_hi)}, e.g. "
+            f"--concurrency {','.join(map(str, inside))}" + (f" with --max-concurrency {top} or less"
+                                                             if max_concurrency_given else "")
+            + f", or record a latency table covering batches 1-{cmax}", int(cs[np.flatnonzero(bad)[0]]))
+    qs = np.arange(1, n_max + 2)
+    bad = np.asarray(table.refused("q", qs), dtype=bool)
+    if bad.any():
+        lo, hi = table.axis_range("q")
+        a_lo, a_hi = table.axis_range("q", accepted=True)
+        why = (f"{name} covers q of {_table_span(lo, hi)} query tokens per sequence, but recommend considers N "
+               f"1..{n_max} (a verification step of N draft tokens has q = N + 1, up to {n_max + 1}; the "
+               "non-speculative step q = 1)")
+        if bad[0] or a_hi < 2:
+            raise SpecsimValueError(
+                "q", f"{why}; the table must cover q = 1 and 2 at least: record a latency table from q = 1 up to "
+                f"{n_max + 1}", int(qs[np.flatnonzero(bad)[0]]))
+        top = int(np.floor(a_hi + 1e-9)) - 1
+        raise SpecsimValueError(
+            "q", f"{why}: pass --max-n (max_num_speculative_tokens=) {top} or less, or record a latency table "
+            f"covering q up to {n_max + 1}", int(qs[np.flatnonzero(bad)[0]]))
+
+
 def recommend(
     target,
     method: str | Sequence[str] | None = None,
@@ -825,12 +886,15 @@ def recommend(
         table of the target's forwards (:class:`specsim.latency.MeasuredLatency`) times decode and
         verification steps, with prefills and draft passes from the stack calibration, as
         :func:`specsim.predict.predict` (:func:`specsim.predict.with_measured_table`); it must
-        cover concurrencies 1..``max_concurrency`` and q = 1..N + 1 (points outside are refused).
+        cover the context ``isl + osl / 2``, concurrencies 1..``max_concurrency`` and
+        q = 1..N + 1 (refused before any evaluation otherwise, naming the table's range and what
+        to pass instead).
     draft_latency : LatencyModel, optional
         Times the draft passes when ``latency`` is a measured table, as :func:`specsim.predict.predict`.
     expert_parallel : bool, default False
         vLLM ``--enable-expert-parallel`` over the TP group, as :func:`specsim.predict.predict`
-        (:func:`specsim.predict.with_expert_parallel`).
+        (:func:`specsim.predict.with_expert_parallel`; at ``tp=1`` a no-op, said in
+        ``Recommendation.warnings``).
     vllm_version, platform : str, optional
         The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``) you will run: a warning in
         ``Recommendation.warnings`` when they differ from the stack the calibration was fitted on
@@ -875,7 +939,8 @@ def recommend(
         Bad concurrency / N / level / tolerance; unknown target, hardware, method; no acceptance
         for a method named explicitly; temperature mismatch without an assumption;
         ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
-        version or ``platform`` not naming a vLLM platform; a point outside a measured latency table.
+        version or ``platform`` not naming a vLLM platform; a measured latency table that does not
+        cover the context ``isl + osl / 2``, the concurrencies 1..max or q = 1..N + 1.
     """
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
@@ -889,6 +954,7 @@ def recommend(
         raise SpecsimValueError("concurrency", "must be an iterable of integers >= 1", concurrency) from None
     if not report_cs or report_cs[0] < 1:
         raise SpecsimValueError("concurrency", "must be a non-empty set of integers >= 1", concurrency)
+    default_cs = tuple(report_cs) == DEFAULT_CONCURRENCY
     cmax = int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
     report_cs = [c for c in report_cs if c <= cmax]
     if not (isinstance(level, (float, int)) and 0 < level < 1):
@@ -958,8 +1024,10 @@ def recommend(
             excluded.append((meth, f"refused (as vLLM would refuse it): {e}"))
             continue
         r = with_measured_table(r, draft_latency)  # as specsim.predict.predict
+        check_table_context(r, isl=isl, osl=osl)
         if expert_parallel:
-            r = with_expert_parallel(r)
+            r, ep_warn = with_expert_parallel(r, tp=tp)
+            stack_warnings.update(dict.fromkeys(ep_warn))
         if vllm_version or platform:
             w = stack_mismatch(getattr(r.latency, "calibration", None), vllm_version=vllm_version, platform=platform)
             if w:
@@ -1011,6 +1079,8 @@ def recommend(
         prec = precision_label(tgt, r.precision)
         m_cs = cs if cap is None else cs[:cap]
         m_report = report_cs if cap is None else sorted({min(c, cap) for c in report_cs})
+        _check_table_range(r, m_cs, n_max, concurrency_given=not default_cs,
+                           max_concurrency_given=max_concurrency is not None, capped=cap is not None)
         m = _recommend_one(r, tp=tp, isl=isl, osl=osl, cs=m_cs, n_max=n_max, overhead=ov, level=float(level),
                            flat_tolerance=float(flat_tolerance), rel_err=rel, rel_src=rel_src,
                            acc_range=rng, range_note=rnote, report_cs=m_report, memory=mem)

@@ -345,15 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-speculative-tokens", type=int, help="proposal length N")
     p.add_argument("--concurrency", type=int, default=None,
                    help="concurrent requests (decode batch; default 1, or the --baseline-from run's max_concurrency)")
-    p.add_argument("--vllm-version", help="the vLLM release you will run (warns when the calibration's stack differs)")
-    p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns when the "
-                                      "calibration's stack differs)")
-    p.add_argument("--expert-parallel", action="store_true",
-                   help="vLLM --enable-expert-parallel: MoE all-to-all dispatch / combine instead of the all-reduce")
-    p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
-                                           "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
-                                           "decode / verification steps; prefills and draft passes from the stack "
-                                           "calibration (stated)")
+    add_stack_args(p)
     p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
     p.set_defaults(func=_cmd_predict)
 

@@ -129,6 +129,25 @@ def acceptance_from_args(args, required: bool = True):
     return Acceptance.from_mal(mal_f, n_i, temperature=t)
 
 
+def add_stack_args(p) -> None:
+    """Add the deployment-stack options of ``specsim predict``, ``sweep`` and ``recommend`` to an
+    argparse (sub)parser: ``--vllm-version``, ``--platform``, ``--expert-parallel`` and
+    ``--latency-table`` (read by ``specsim.cli._latency_table``)."""
+    p.add_argument("--vllm-version", help="the vLLM release you will run, e.g. 0.32.0 (warns when the calibration's "
+                                          "stack differs: MAJOR.MINOR compared; sweep warns on stderr)")
+    p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns when the "
+                                      "calibration's stack differs: the platform name, and MAJOR.MINOR when both "
+                                      "give a version; sweep warns on stderr)")
+    p.add_argument("--expert-parallel", action="store_true",
+                   help="vLLM --enable-expert-parallel: MoE all-to-all dispatch / combine instead of the all-reduce "
+                        "(MoE targets only; a no-op at --tp 1, warned)")
+    p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
+                                           "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
+                                           "decode / verification steps; prefills and draft passes from the stack "
+                                           "calibration (stated); every point asked must lie inside the table (its "
+                                           "context range must hold ISL + OSL/2)")
+
+
 BASELINE_FLAGS = ("--baseline-tpot-ms", "--baseline-tok-per-s", "--baseline-from")
 
 

@@ -7,6 +7,7 @@ from specsim.cli._args import (
     acceptance_from_args,
     add_acceptance_from_args,
     add_baseline_args,
+    add_stack_args,
     baseline_from_args,
     check_baseline_point,
     resolve_target,
@@ -14,21 +15,7 @@ from specsim.cli._args import (
 from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
 
-
-def add_stack_args(p) -> None:
-    """The deployment-stack options of ``specsim sweep`` and ``specsim recommend`` (as ``predict``'s):
-    ``--vllm-version``, ``--platform``, ``--expert-parallel`` and ``--latency-table``."""
-    p.add_argument("--vllm-version", help="the vLLM release you will run, e.g. 0.32.0 (warns on stderr when the "
-                                          "calibration's stack differs)")
-    p.add_argument("--platform", help="the platform you will run, e.g. 'ROCm 7.2' or 'CUDA 12.8' (warns on stderr "
-                                      "when the calibration's stack differs)")
-    p.add_argument("--expert-parallel", action="store_true",
-                   help="vLLM --enable-expert-parallel: MoE all-to-all dispatch / combine instead of the all-reduce "
-                        "(MoE targets only)")
-    p.add_argument("--latency-table", help="CSV of measured target forward times (columns batch, q, context, seconds; "
-                                           "e.g. a run's verify_cost.csv): replaces the roofline for the target's "
-                                           "decode / verification steps; prefills and draft passes from the stack "
-                                           "calibration (stated); every point asked must lie inside the table")
+__all__ = ["add_recommend_parser", "add_stack_args", "recommend_cli"]
 
 
 def add_recommend_parser(p) -> None:

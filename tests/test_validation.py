@@ -618,6 +618,28 @@ def test_throughput_noise_is_max_over_min_per_repeated_label():
     assert V.throughput_noise(runs.iloc[:0])["median_spread"] is None
 
 
+def test_noise_by_pair_splits_a_common_shift_from_the_scatter():
+    """Stamp S2 is the whole machine 10 % faster with cells scattered +-2 % about it: host_shift 0.10 and
+    scatter ~0.02, while the pooled spread (what noise_not_larger judges) is ~0.10."""
+    base = {("a", 1): 100.0, ("b", 4): 50.0, ("c", 16): 200.0}
+    scat = {("a", 1): 1.02, ("b", 4): 1.00, ("c", 16): 0.98}
+    rows = [{"label": l, "concurrency": c, "temperature": 0.0, "stamp": "20261201T140000", "usable": True,
+             "output_tok_per_s": v} for (l, c), v in base.items()]
+    rows += [{"label": l, "concurrency": c, "temperature": 0.0, "stamp": "20261201T143000", "usable": True,
+              "output_tok_per_s": v * 1.10 * scat[(l, c)]} for (l, c), v in base.items()]
+    rows.append({"label": "d", "concurrency": 1, "temperature": 0.0, "stamp": "20261201T143000", "usable": True,
+                 "output_tok_per_s": 7.0})  # in one stamp only: not in the pair
+    pairs = V.noise_by_pair(pd.DataFrame(rows))
+    assert len(pairs) == 1
+    p = pairs.iloc[0]
+    assert p["cells"] == 3 and p["minutes_apart"] == pytest.approx(30.0)
+    ratios = np.array([1.10 * 1.02, 1.10, 1.10 * 0.98])
+    assert p["host_shift"] == pytest.approx(np.median(ratios) - 1)
+    assert p["scatter"] == pytest.approx(np.median(np.abs(ratios / np.median(ratios) - 1)))
+    assert p["median_spread"] == pytest.approx(V.throughput_noise(pd.DataFrame(rows))["median_spread"])
+    assert V.noise_by_pair(pd.DataFrame(rows).iloc[:0]).empty
+
+
 @recorded
 def test_validate_one_matrix_and_its_own_probe():
     runs = R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)
@@ -663,6 +685,10 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     assert c["best_n_agreement_kept"]["met"] == (ls["best_n_agree"] >= lf["best_n_agree"])
     assert c["noise_not_larger"]["met"] == (ls["throughput_noise_median"] <= tol)
     assert cmp.summary["same_power"] == all(v["met"] for v in c.values())
+    # the per-pair split is of each loop's own runs; every pair of the fast loop's stamps appears
+    k = fast.runs["stamp"].nunique()
+    assert len(cmp.summary["noise_by_pair"][V.FAST_MATRIX]) == k * (k - 1) // 2
+    assert cmp.summary["noise_by_pair"][V.HEADLINE_MATRIX] == V.noise_by_pair(full.runs).to_dict("records")
     # each single invocation with its own probe is validated alone: what one make validate-cpu reports
     assert set(cmp.stamps["matrix"]) == {V.HEADLINE_MATRIX, V.FAST_MATRIX}
     row = cmp.stamps[cmp.stamps["matrix"] == V.FAST_MATRIX].iloc[-1]

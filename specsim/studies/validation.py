@@ -34,6 +34,7 @@ __all__ = [
     "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
     "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "throughput_noise",
+    "noise_by_pair",
     "LoopComparison", "compare_loops", "write_loop_comparison",
 ]
 
@@ -1162,6 +1163,47 @@ def throughput_noise(runs: pd.DataFrame) -> dict:
                           "(serve config, concurrency, temperature), over every cell and pair of stamps"}
 
 
+def noise_by_pair(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`throughput_noise` per pair of stamps, split into the host's shift and the cells' scatter.
+
+    For stamps a < b and the cells (serve config ``label`` x concurrency x temperature) usable in both,
+    ``r = tok/s in b / tok/s in a``; ``median_spread`` is the median of ``max/min - 1`` (the figure
+    :func:`throughput_noise` pools), ``host_shift`` the median of ``r - 1`` (the whole machine faster
+    or slower in b: every cell moves together), ``scatter`` the median of ``|r / (1 + host_shift) - 1|``
+    (what is left once that common shift is divided out).  Reported to explain the noise; not a criterion.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        :func:`specsim.runs.records.load_runs` rows (``label``, ``concurrency``, ``temperature``,
+        ``stamp`` as ``YYYYMMDDTHHMMSS``, ``usable``, ``output_tok_per_s`` in tokens/s).
+
+    Returns
+    -------
+    DataFrame
+        One row per pair: ``stamp_a``, ``stamp_b``, ``minutes_apart`` (between the stamps' starts),
+        ``cells``, ``median_spread``, ``host_shift``, ``scatter`` (fractions).
+    """
+    cols = ["stamp_a", "stamp_b", "minutes_apart", "cells", "median_spread", "host_shift", "scatter"]
+    if not len(runs):
+        return pd.DataFrame(columns=cols)
+    u = runs[runs["usable"].astype(bool)]
+    wide = u.groupby(["label", "concurrency", "temperature", "stamp"])["output_tok_per_s"].mean().unstack("stamp")
+    out = []
+    for i, a in enumerate(wide.columns):
+        for b in wide.columns[i + 1:]:
+            both = wide[[a, b]].dropna()
+            if not len(both):
+                continue
+            r = (both[b] / both[a]).to_numpy(float)
+            shift = float(np.median(r) - 1)
+            apart = (pd.to_datetime(b, format="%Y%m%dT%H%M%S") - pd.to_datetime(a, format="%Y%m%dT%H%M%S"))
+            out.append({"stamp_a": a, "stamp_b": b, "minutes_apart": float(apart.total_seconds() / 60),
+                        "cells": int(len(both)), "median_spread": float(np.median(np.maximum(r, 1 / r) - 1)),
+                        "host_shift": shift, "scatter": float(np.median(np.abs(r / (1 + shift) - 1)))})
+    return pd.DataFrame(out, columns=cols)
+
+
 @dataclass
 class LoopComparison:
     """Output of :func:`compare_loops`: does the faster validation loop keep the full loop's power?
@@ -1320,6 +1362,11 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                        "fast loop's cells are shorter (fewer output tokens and prompts), so per-configuration "
                        "ratios differ by regime as well as by noise"}
     summary["single_invocations"] = stamps.to_dict("records")
+    summary["noise_by_pair"] = {
+        "definition": "per pair of stamps of one loop: median_spread (max/min - 1, what noise_not_larger pools), "
+                      "host_shift (median tok/s ratio - 1: the machine faster or slower as a whole) and scatter "
+                      "(median |ratio / (1 + host_shift) - 1|); reported to explain the noise, not a criterion",
+        **{name: noise_by_pair(res[name].runs).to_dict("records") for name in (full, fast)}}
     return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs, stamps,
                           json.loads(json.dumps(summary, default=_jsonable)))
 

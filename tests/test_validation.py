@@ -722,3 +722,30 @@ def test_cli_validate_reports_one_invocation(capsys):
     assert f"{V.FAST_MATRIX} {st}:" in text and "health check" in text and "headline" in text
     assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", "19990101T000000"]) != 0
     assert "no runs of matrix" in capsys.readouterr().err
+    assert cli_main(["validate", "--matrix", "no-such-matrix"]) != 0
+    err = capsys.readouterr().err
+    assert "'no-such-matrix' is not one of them" in err and "matrix=None" not in err
+
+
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_cli_validate_without_stamp_judges_each_invocation_on_its_own_probe(capsys):
+    """Without --stamp, a matrix of several invocations is judged as data/validation/loops.csv has
+    it: each invocation on its own probe, pooled -- not every run on the latest probe."""
+    from specsim.cli import main as cli_main
+
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    stamps = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))
+    ones = [V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=st) for st in stamps]
+    ho = pd.concat([o.errors for o in ones], ignore_index=True)
+    ho = ho[ho["role"] == "held-out"]
+    assert out["pooling"].startswith("invocations pooled") and out["held_out_runs"] == len(ho)
+    assert out["ratio_median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
+    assert [i["stamp"] for i in out["invocations"]] == stamps
+    assert [i["ratio_median_abs_error"] for i in out["invocations"]] == pytest.approx(
+        [o.summary["held_out"]["median_abs_error"] for o in ones])
+    assert len(out["latency_fitted_on"]) == len(stamps)
+    latest = V.validate(RUNS, matrix=V.FAST_MATRIX).summary["held_out"]["median_abs_error"]
+    assert out["ratio_median_abs_error"] != pytest.approx(latest)  # not the one-probe judgement
+    fast = V.compare_loops(RUNS).loops.set_index("matrix").loc[V.FAST_MATRIX]
+    assert out["ratio_median_abs_error"] == pytest.approx(fast["median_abs_error"])

@@ -293,20 +293,45 @@ def _cmd_run_matrix(args) -> int:
 
 def _cmd_validate(args) -> int:
     """Judge recorded runs of one matrix (or one invocation of it) against predict()."""
-    from specsim.studies.validation import HEADLINE_MATRIX, validate
+    from specsim.studies.validation import (
+        HEADLINE_MATRIX,
+        validate,
+        validate_invocations,
+    )
 
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
-    res = validate(runs_dir, matrix=args.matrix, stamp=args.stamp)
+    if args.stamp:  # one invocation, on its own probe
+        res, inv = validate(runs_dir, matrix=args.matrix, stamp=args.stamp), None
+    else:  # every invocation on its own probe, pooled (as data/validation/loops.csv)
+        inv = validate_invocations(runs_dir, matrix=args.matrix)
+        res = inv.whole
     s = res.summary
-    ho, bn = s["held_out"], s["best_n_agreement"]
-    out = {"matrix": args.matrix, "stamp": args.stamp, "held_out_runs": ho["n"],
-           "ratio_median_abs_error": ho["median_abs_error"], "ratio_max_abs_error": ho["max_abs_error"],
-           "best_n_agree": f"{bn['agree']} of {bn['groups']}", "latency_fitted_on": s["latency_fitted_on"],
-           "latency_rmse_rel": s["latency_rmse_rel"],
+    if inv is None:
+        ho, bn = s["held_out"], s["best_n_agreement"]
+        judged = {"held_out_runs": ho["n"], "ratio_median_abs_error": ho["median_abs_error"],
+                  "ratio_max_abs_error": ho["max_abs_error"], "best_n_agree": f"{bn['agree']} of {bn['groups']}",
+                  "pooling": "one invocation on its own probe"}
+    else:
+        h = inv.held_out_summary()
+        judged = {"held_out_runs": h["held_out"], "ratio_median_abs_error": h["median_abs_error"],
+                  "ratio_max_abs_error": h["max_abs_error"], "best_n_agree": f"{h['best_n_agree']} of "
+                  f"{h['best_n_groups']}", "pooling": h["pooling"]}
+    ones = {st: r for st, r in (inv.per_stamp.items() if inv is not None and inv.pooled else ())}
+    out = {"matrix": args.matrix, "stamp": args.stamp, **judged,
+           "latency_fitted_on": ([r.summary["latency_fitted_on"] for r in ones.values()] if ones
+                                 else s["latency_fitted_on"]),
+           "latency_rmse_rel": ([r.summary["latency_rmse_rel"] for r in ones.values()] if ones
+                                else s["latency_rmse_rel"]),
            "health_checks": [{k: h.get(k) for k in ("run_id", "passed", "observed_pos1", "expected_pos1")}
                              for h in s["health_checks"]],
            "greedy_identical_runs": f"{s['token_identity']['all_identical_runs']} of {s['token_identity']['runs_checked']}",
            "excluded_runs": len(s["runs"]["excluded"])}
+    if len(ones) > 1:
+        out["invocations"] = [{"stamp": st, "held_out_runs": r.summary["held_out"]["n"],
+                               "ratio_median_abs_error": r.summary["held_out"]["median_abs_error"],
+                               "best_n_agree": f"{r.summary['best_n_agreement']['agree']} of "
+                                               f"{r.summary['best_n_agreement']['groups']}",
+                               "latency_rmse_rel": r.summary["latency_rmse_rel"]} for st, r in ones.items()]
     if args.matrix != HEADLINE_MATRIX:
         try:
             h = validate(runs_dir, matrix=HEADLINE_MATRIX).summary
@@ -319,10 +344,16 @@ def _cmd_validate(args) -> int:
         print(json.dumps(out, indent=2, default=str))
         return 0
     what = args.matrix + (f" {args.stamp}" if args.stamp else "")
-    print(f"{what}: {out['held_out_runs']} held-out runs, predict() speedup ratio median |error| "
-          f"{100 * out['ratio_median_abs_error']:.1f} % (max {100 * out['ratio_max_abs_error']:.0f} %), best N agrees in "
-          f"{out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
-    print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {100 * out['latency_rmse_rel']:.1f} %")
+    print(f"{what}: {out['held_out_runs']} held-out runs ({out['pooling']}), predict() speedup ratio median "
+          f"|error| {100 * out['ratio_median_abs_error']:.1f} % (max {100 * out['ratio_max_abs_error']:.0f} %), best N "
+          f"agrees in {out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
+    if ones:
+        for inv_row in out.get("invocations", ()):
+            print(f"  invocation {inv_row['stamp']}: {inv_row['held_out_runs']} held-out runs, median "
+                  f"{100 * inv_row['ratio_median_abs_error']:.1f} %, best N {inv_row['best_n_agree']}, latency "
+                  f"rmse {100 * inv_row['latency_rmse_rel']:.1f} % on its own probe")
+    else:
+        print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {100 * out['latency_rmse_rel']:.1f} %")
     for h in out["health_checks"]:
         print(f"  health check {h['run_id']}: {'passed' if h['passed'] else 'FAILED'} (position-1 acceptance "
               f"{h['observed_pos1']:.3f}, expected {h['expected_pos1']:.3f})")
@@ -388,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--matrix", default="cpu-validation",
                    help="matrix whose recorded runs to judge (default cpu-validation, the headline; make validate-cpu "
                         "records cpu-validation-fast)")
-    p.add_argument("--stamp", help="only this invocation (run-matrix --stamp), on its own probe")
+    p.add_argument("--stamp", help="only this invocation (run-matrix --stamp), on its own probe; without it every "
+                                   "invocation of the matrix is judged on its own probe and the invocations pooled")
     p.add_argument("--runs-dir", help="recorded runs (default data/runs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_cmd_validate)

@@ -368,8 +368,9 @@ def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None 
     if not found:
         raise DataError(f"no verification-cost probe with status ok under {d}"
                         + (f" recorded by matrix {matrix!r}" if matrix is not None else "")
-                        + (f" with stamp {stamp!r}" if stamp is not None else "") + " (run "
-                        "`run_matrix('verify-cost')`); the CPU latency model is calibrated on it only")
+                        + (f" with stamp {stamp!r}" if stamp is not None else "") + " (record one: `specsim run-matrix "
+                        "--matrix verify-cost`, or a matrix with a probe, e.g. `make validate-cpu`); the CPU "
+                        "latency model is calibrated on it only")
     p = max(found)[1]
     f = p / "verify_cost.csv"
     if not f.exists():

@@ -35,7 +35,7 @@ __all__ = [
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
     "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "throughput_noise",
     "noise_by_pair",
-    "LoopComparison", "compare_loops", "write_loop_comparison",
+    "LoopComparison", "compare_loops", "write_loop_comparison", "InvocationsValidation", "validate_invocations",
 ]
 
 #: Target of the CPU validation (``specsim/data/models``) and the hardware row it ran on.
@@ -1018,9 +1018,11 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
     runs_dir : path, optional
         Default ``<data>/runs``.
     matrix : str or None, default ``"cpu-validation"``
-        Judge only the runs this matrix recorded, calibrated on the probe recorded with them
+        Judge only the runs this matrix recorded, calibrated on the latest probe recorded with them
         (``"cpu-validation-fast"``: the ``make validate-cpu`` loop); None: every run in ``runs_dir``
-        and its latest probe.
+        and its latest probe.  A matrix recorded by several invocations, each with its own probe, is
+        better judged invocation by invocation (:func:`validate_invocations`, what ``specsim validate``
+        without ``--stamp`` does): one probe for all of them mixes the machine's hours.
     stamp : str, optional
         Judge only one invocation of the matrix (its runs, probe and health checks), e.g. what one
         ``make validate-cpu`` gives.
@@ -1060,8 +1062,9 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
             if len(allr) else {}
         listed = "; ".join(f"{n} (stamps {', '.join(st)})" for n, st in sorted(rec.items()))
         raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
-                        + f" under {runs_dir or project_data_path('runs')}; recorded: {listed or 'none'} "
-                        "(matrix=None: every run)")
+                        + f" under {runs_dir or project_data_path('runs')}; recorded matrices: {listed or 'none'}"
+                        + ("" if matrix is None or matrix in rec else
+                           f" ({matrix!r} is not one of them: shipped matrices are in data/matrices/)"))
     probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)
     lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
     pairs = pair_runs(runs)
@@ -1231,6 +1234,89 @@ class LoopComparison:
     summary: dict
 
 
+@dataclass
+class InvocationsValidation:
+    """Output of :func:`validate_invocations`: one matrix judged invocation by invocation.
+
+    Attributes
+    ----------
+    matrix : str
+    whole : ValidationResult
+        The matrix validated as one (every run, on its latest probe).
+    per_stamp : dict
+        Stamp -> that invocation validated alone on its own probe (:func:`validate` with
+        ``stamp=``), or None where it has no probe / baselines of its own (a partial repeat).
+    errors, best_n : DataFrame
+        The pooled judgement: every invocation's own errors when each has its own probe, else
+        ``whole``'s.
+    pooling : str
+        Which of the two, in words.
+    """
+
+    matrix: str
+    whole: ValidationResult
+    per_stamp: dict
+    errors: pd.DataFrame
+    best_n: pd.DataFrame
+    pooling: str
+
+    @property
+    def pooled(self) -> bool:
+        """True when every invocation was judged on its own probe and the invocations pooled."""
+        return self.pooling.startswith("invocations pooled")
+
+    def held_out_summary(self) -> dict:
+        """``held_out`` runs, ``median_abs_error`` / ``max_abs_error`` (fractions) of the held-out
+        runs, ``best_n_agree`` of ``best_n_groups``, and the ``pooling``."""
+        ho = self.errors[self.errors["role"] == "held-out"]
+        return {"held_out": int(len(ho)),
+                "median_abs_error": float(ho["error"].abs().median()) if len(ho) else None,
+                "max_abs_error": float(ho["error"].abs().max()) if len(ho) else None,
+                "best_n_agree": int(self.best_n["agree"].sum()), "best_n_groups": int(len(self.best_n)),
+                "pooling": self.pooling}
+
+
+def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: str = HEADLINE_MATRIX,
+                         whole: ValidationResult | None = None) -> InvocationsValidation:
+    """Judge each invocation (stamp) of ``matrix`` on its own probe and pool them, as
+    :func:`compare_loops` does; where an invocation has no probe of its own (a partial repeat) the
+    matrix is judged as one on its latest probe.  A machine faster or slower in one hour then moves
+    that invocation's arms and probe alike.
+
+    Parameters
+    ----------
+    runs_dir : path, optional
+        Default ``<data>/runs``.
+    matrix : str
+        Matrix name (default the headline ``cpu-validation``).
+    whole : ValidationResult, optional
+        :func:`validate` of the whole matrix on ``runs_dir``, if already computed.
+
+    Returns
+    -------
+    InvocationsValidation
+
+    Raises
+    ------
+    DataError
+        No runs of ``matrix`` (the message lists the recorded matrices and stamps), or no probe.
+    """
+    r = whole if whole is not None else validate(runs_dir, matrix=matrix)
+    per_stamp = {}
+    for st in sorted(r.runs["stamp"].dropna().unique()):
+        try:
+            per_stamp[st] = validate(runs_dir, matrix=matrix, stamp=st)
+        except DataError:  # a partial repeat without its own probe / baselines
+            per_stamp[st] = None
+    if per_stamp and all(v is not None for v in per_stamp.values()):
+        errors = pd.concat([v.errors for v in per_stamp.values()], ignore_index=True)
+        best, pooling = _best_n(errors), "invocations pooled, each on its own probe and fit"
+    else:
+        errors, best = r.errors, r.best_n
+        pooling = f"one validation of the matrix on probe {r.summary['latency_fitted_on'].split()[2]}"
+    return InvocationsValidation(matrix, r, per_stamp, errors, best, pooling)
+
+
 def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
                   fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None) -> LoopComparison:
     """Judge the fast CPU validation loop against the full one, each validated on its own runs.
@@ -1268,18 +1354,14 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         Either matrix has no recorded runs or no probe.
     """
     done = dict(results or {})
-    res = {name: done[name] if name in done else validate(runs_dir, matrix=name) for name in (full, fast)}
+    inv = {name: validate_invocations(runs_dir, matrix=name, whole=done.get(name)) for name in (full, fast)}
+    res = {name: v.whole for name, v in inv.items()}
     # every invocation alone, on its own probe and fit (what one make validate-cpu reports)
-    single, per_stamp = [], {}
-    for name, r in res.items():
-        per_stamp[name] = {}
-        for st in sorted(r.runs["stamp"].dropna().unique()):
-            try:
-                one = validate(runs_dir, matrix=name, stamp=st)
-            except DataError:  # a partial repeat without its own probe / baselines
-                per_stamp[name][st] = None
+    single = []
+    for name, v in inv.items():
+        for st, one in v.per_stamp.items():
+            if one is None:
                 continue
-            per_stamp[name][st] = one
             ho = one.errors[one.errors["role"] == "held-out"]
             single.append({"matrix": name, "stamp": st, "held_out": int(len(ho)),
                            "median_abs_error": float(ho["error"].abs().median()) if len(ho) else None,
@@ -1291,14 +1373,7 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                                            "best_n_agree", "best_n_groups", "probe", "probe_rmse_rel"])
     rows, bn, cf, pooled_errors = [], [], [], {}
     for name, r in res.items():
-        ones = per_stamp[name]
-        if ones and all(v is not None for v in ones.values()):
-            # each invocation has its own probe: pool the invocations, each judged on its own probe
-            errors = pd.concat([v.errors for v in ones.values()], ignore_index=True)
-            best, pooling = _best_n(errors), "invocations pooled, each on its own probe and fit"
-        else:  # an invocation without its own probe (a partial repeat): one validation of the matrix
-            errors, best = r.errors, r.best_n
-            pooling = f"one validation of the matrix on probe {r.summary['latency_fitted_on'].split()[2]}"
+        errors, best, pooling = inv[name].errors, inv[name].best_n, inv[name].pooling
         pooled_errors[name] = errors
         ho = errors[errors["role"] == "held-out"]
         tn = throughput_noise(r.runs)

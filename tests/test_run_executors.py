@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -45,6 +47,11 @@ FAKE_VLLM = textwrap.dedent('''
                 if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
                         driver in [a.pid for a in p.parents()]:
                     p.kill()
+        try:  # a slow start (FAKE_SERVE_DELAY seconds before it listens)
+            time.sleep(float(os.environ.get("FAKE_SERVE_DELAY", "0")))
+        except KeyboardInterrupt:
+            print("fake vllm serve: SIGINT while starting", flush=True)
+            sys.exit(0)
         class H(http.server.BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
@@ -64,6 +71,7 @@ FAKE_VLLM = textwrap.dedent('''
         if os.environ.get("FAKE_BENCH_FAIL") == str(c):
             print("Error: connection refused", flush=True)
             sys.exit(2)
+        time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "0")))
         texts = [f"out{i}" for i in range(n)]
         json.dump({"num_prompts": n, "completed": n, "failed": 0, "generated_texts": texts,
                    "input_lens": [5] * n, "output_lens": [3] * n, "errors": [""] * n},
@@ -83,6 +91,8 @@ FAKE_PYTHON = textwrap.dedent('''\
 FAKE_WORKER = textwrap.dedent('''
     import json, os, sys
     job = json.load(open(sys.argv[2]))
+    if os.environ.get("FAKE_HEALTH") == "crash":  # the health check's worker dies: no verdict
+        sys.exit("fake worker: crashed")
     ok = os.environ.get("FAKE_HEALTH", "pass") == "pass"
     res = {"metrics": [{"name": "vllm:spec_decode_num_drafts", "value": 100},
                        {"name": "vllm:spec_decode_num_accepted_tokens_per_pos",
@@ -199,15 +209,18 @@ def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeyp
                                                     progress=False)}
     assert first["fake-S2-baseline-t0.8-c2"] == "failed" and first["fake-S2-ngram-n2-c1"] == "ok"
     mtimes = {p.name: (p / "provenance.json").stat().st_mtime_ns for p in runs.iterdir()}
-    with pytest.raises(Exception, match="already recorded"):
+    with pytest.raises(Exception, match="already recorded") as ei:
         run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S2", progress=False)
+    assert "--stamp STAMP --resume" in str(ei.value)  # the resume syntax, not "--resume STAMP"
+    assert [e["event"] for e in _events(fake_env["log"])].count("serve") == 3  # refused before any start
     monkeypatch.delenv("FAKE_BENCH_FAIL")
     n_serve = [e["event"] for e in _events(fake_env["log"])].count("serve")
     second = {r.run_id: r.status for r in run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S2",
                                                      resume=True, progress=False)}
     retried = {k: v for k, v in second.items() if k not in first}
-    assert retried == {"fake-S2-baseline-t0.8-c2-retry2": "ok", "fake-S2-ngram-n2-t0.8-c2-retry2": "ok",
-                       "fake-S2-ngram-n3-t0.8-c2-retry2": "ok"}
+    # the first retry is -retry1 (it was -retry2: nothing was ever named -retry1)
+    assert retried == {"fake-S2-baseline-t0.8-c2-retry1": "ok", "fake-S2-ngram-n2-t0.8-c2-retry1": "ok",
+                       "fake-S2-ngram-n3-t0.8-c2-retry1": "ok"}
     for name, t in mtimes.items():  # nothing recorded before was touched
         assert (runs / name / "provenance.json").stat().st_mtime_ns == t
     # the servers whose cells were all recorded were not started again
@@ -360,3 +373,164 @@ def test_slurm_executor_records_what_local_records(fake_env):
     assert (sl / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text() == \
         (loc / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text()
     assert not _no_fake_processes()
+
+
+# ---- resume behind a crashed health check; the progress bar; stops (Ctrl-C, SIGTERM) ---------------
+
+def test_resume_reruns_the_cells_skipped_because_their_health_check_crashed(fake_env, monkeypatch):
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"])
+    monkeypatch.setenv("FAKE_HEALTH", "crash")
+    first = {r.run_id.removeprefix("fake-S7-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S7", progress=False)}
+    assert first["t-health"] == "failed" and first["ngram-n3-t0.8-c2"] == "skipped"
+    p = _prov(runs / "fake-S7-ngram-n3-t0.8-c2")
+    assert "was not run or failed to run" in p["skip_reason"] and p["skip_cause"] == "health_check_missing"
+    monkeypatch.setenv("FAKE_HEALTH", "pass")
+    second = {r.run_id.removeprefix("fake-S7-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S7", resume=True, progress=False)}
+    # the check is retried, passes, and the cells it guards now run (they were kept as skipped before)
+    assert second["t-health-retry1"] == "ok"
+    assert second["ngram-n2-t0.8-c2-retry1"] == "ok" and second["ngram-n3-t0.8-c2-retry1"] == "ok"
+    assert second["ngram-n3-c1"] == "ok" and "ngram-n3-c1-retry1" not in second  # kept
+    # a skip behind a failed verdict stays kept
+    monkeypatch.setenv("FAKE_HEALTH", "fail")
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S8", progress=False)
+    third = {r.run_id.removeprefix("fake-S8-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S8", resume=True, progress=False)}
+    assert third["ngram-n3-t0.8-c2"] == "skipped" and not any("retry" in k for k in third)
+
+
+@pytest.fixture
+def bars(monkeypatch):
+    """Every tqdm bar the runner makes, with the largest n it reached (for overshoot)."""
+    tqdm = pytest.importorskip("tqdm")
+    made = []
+
+    class Recording(tqdm.tqdm):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.max_n = 0.0
+            made.append(self)
+
+        def update(self, n=1):
+            r = super().update(n)
+            self.max_n = max(self.max_n, self.n)
+            return r
+
+    monkeypatch.setattr(tqdm, "tqdm", Recording)
+    return made
+
+
+def test_progress_bar_ends_at_exactly_100_percent_also_on_resume(fake_env, monkeypatch, bars, recwarn):
+    from specsim.runs import runner
+    from specsim.runs.sweep_files import Estimate
+
+    def fractional(m, runs_dir=None):  # estimates that do not add up to whole seconds
+        return Estimate({c.run_label: (10.3, "test") for c in m.cells()}, 20.3, "test",
+                        {h.name: 5.2 for h in m.health_checks}, {p.name: 1.1 for p in m.probes}, 0)
+
+    monkeypatch.setattr(runner, "estimate_seconds", fractional)
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"])
+    monkeypatch.setenv("FAKE_BENCH_FAIL", "2")
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S9", progress=True)
+    monkeypatch.delenv("FAKE_BENCH_FAIL")
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S9", resume=True, progress=True)
+    assert len(bars) == 2
+    fresh, resumed = bars
+    # fresh: 6 cells x 10.3 + 3 servers x 20.3 + a check 5.2 = 127.9 est-s (the total was rounded to 128: 100.1 %)
+    assert fresh.total == pytest.approx(127.9) and fresh.n == fresh.total and fresh.max_n <= fresh.total
+    # resumed: 3 retried cells on 3 servers; the kept runs do not count (the bar ended at 14 % on smoke)
+    assert resumed.total == pytest.approx(3 * 10.3 + 3 * 20.3) and resumed.n == resumed.total
+    assert resumed.max_n <= resumed.total
+    assert not [w for w in recwarn if "clamping frac" in str(w.message)]
+
+
+def _cli(fake_env, tmp: Path, stamp: str, **env) -> subprocess.Popen:
+    """``specsim run-matrix`` on the fake matrix in a child process (its own TMPDIR, to see leaks)."""
+    (tmp / "tmpdir").mkdir(exist_ok=True)
+    e = {**os.environ, "SPECSIM_VLLM_VENV": str(fake_env["install"].venv), "TMPDIR": str(tmp / "tmpdir"),
+         "SPECSIM_GUARD_GRACE_S": "3", "FAKE_LOG": str(fake_env["log"]), **env}
+    return subprocess.Popen([REAL_PY, "-m", "specsim", "run-matrix", "--matrix", str(_matrix(tmp)), "--runs-dir",
+                             str(tmp / "runs"), "--stamp", stamp], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(pred, timeout_s=60.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.1)
+    pytest.fail("timed out waiting")
+
+
+def _stopped_cleanly(tmp: Path, proc, rc: int, sig: str) -> tuple[str, dict[str, dict]]:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == rc, (out, err)
+    assert "Traceback" not in err, err
+    line = [x for x in err.splitlines() if "interrupted" in x]
+    assert line == [f"specsim: interrupted ({sig}): {line[0].split(': ', 2)[2].split(' runs')[0]} runs recorded, the "
+                    f"interrupted cell recorded as failed; resume with --stamp {proc.args[-1]} --resume"], err
+    runs = tmp / "runs"
+    assert not [p.name for p in runs.iterdir() if p.name.startswith(".")]  # no .staging-*, .tmp-*
+    assert not list((tmp / "tmpdir").glob("specsim-guard-*"))  # no guardian status file left
+    assert not _no_fake_processes()
+    recs = {p.name: _prov(p) for p in runs.iterdir() if (p / "provenance.json").exists()}
+    assert any(k.endswith("-manifest") for k in recs)
+    return err, recs
+
+
+def test_sigterm_stops_the_matrix_like_ctrl_c(fake_env):
+    """SIGTERM (timeout, scancel) used to kill the driver: no record of the running cell, no manifest,
+    a .staging-* directory left; now the cell is recorded failed with its server's stop."""
+    tmp = fake_env["tmp"]
+    proc = _cli(fake_env, tmp, "T1", FAKE_BENCH_SLEEP="30")
+    _wait_for(lambda: any(e["event"] == "bench" for e in _events(fake_env["log"])))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    err, recs = _stopped_cleanly(tmp, proc, 143, "SIGTERM")
+    # the health check, the interrupted cell, its server's other cell (not started)
+    assert "specsim: interrupted (SIGTERM): 3 runs recorded" in err
+    cell = recs["fake-T1-baseline-c1"]
+    assert cell["status"] == "failed" and cell["error"] == "interrupted (SIGTERM)"
+    assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stop_seconds"] is not None
+    assert "fake-T1-baseline-t0.8-c2" in recs and recs["fake-T1-baseline-t0.8-c2"]["status"] == "failed"
+    assert recs["fake-T1-baseline-t0.8-c2"]["error"] == "interrupted (SIGTERM) before this run started"
+    assert "fake-T1-ngram-n2-c1" not in recs  # not reached: a resume runs it
+
+
+def test_ctrl_c_while_the_server_starts_records_the_cell_with_its_server_end(fake_env):
+    tmp = fake_env["tmp"]
+    proc = _cli(fake_env, tmp, "T2", FAKE_SERVE_DELAY="30")
+    _wait_for(lambda: any(e["event"] == "serve" for e in _events(fake_env["log"])))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")
+    cell = recs["fake-T2-baseline-c1"]
+    # it read "RunError: RunError: the job ended without recording this run", with server_end None
+    assert cell["status"] == "failed" and cell["error"] == \
+        "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
+    assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stopped_at"].endswith("Z")
+    assert recs["fake-T2-baseline-t0.8-c2"]["error"] == "interrupted (KeyboardInterrupt) before this run started"
+
+
+def test_an_orphaned_guardian_removes_its_status_file(tmp_path):
+    """The guardian's status file used to stay in /tmp whenever its starter died first."""
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "copy").mkdir()
+    code = ("from specsim.runs.process import _Guarded; import subprocess, sys, time\n"
+            "g = _Guarded(['sleep', '60'], stdout=subprocess.DEVNULL, env=None, cwd=None)\n"
+            "print(g.status_path, flush=True); time.sleep(60)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "SPECSIM_GUARD_GRACE_S": "3",
+           "SPECSIM_GUARD_STATUS_COPY": str(tmp_path / "copy")}
+    starter = subprocess.Popen([REAL_PY, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    status = Path(starter.stdout.readline().strip())
+    assert status.parent == tmp_path / "tmp"
+    starter.kill()  # the starter dies: the guardian stops the child itself
+    starter.wait()
+    _wait_for(lambda: list((tmp_path / "copy").glob("guard-*.json")), 30)
+    st = json.loads(next((tmp_path / "copy").glob("guard-*.json")).read_text())
+    assert st["orphaned"] is True
+    _wait_for(lambda: not list((tmp_path / "tmp").glob("specsim-guard-*")), 10)

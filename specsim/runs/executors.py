@@ -52,7 +52,9 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
     "interrupted": bool}``.  A KeyboardInterrupt (Ctrl-C; ``ray.cancel(force=False)`` in a Ray task)
     stops the job's processes and records the current run as failed; with ``keep_interrupted`` the
-    runs recorded so far are returned (``interrupted`` True), else it propagates.  ``clients``: a
+    runs recorded so far are returned (``interrupted`` True, ``interrupt`` the exception,
+    ``server_end`` how the server stopped, also when it was interrupted while starting), else it
+    propagates.  ``clients``: a
     dict kept by the caller across jobs, holding the persistent bench client (``bench_client:
     persistent``) so that one client process serves every server of the matrix.
     The environment of the vLLM processes is made here, where they run
@@ -85,17 +87,24 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
                 clients["bench"] = BenchClient(env=env)
             clients["bench"].env = env
             bc = clients["bench"]
-        try:
-            out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
-                                             base_provenance=prov, warmup=job.get("warmup"),
-                                             health_timeout_s=job.get("health_timeout_s", 600.0),
-                                             stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats,
-                                             bench_client=bc)
-        except KeyboardInterrupt:
-            if not keep_interrupted:
-                raise
-            out["results"] = _recorded_in(staging)
-            out["interrupted"] = True
+        from specsim.runs.process import watch_servers
+        from specsim.runs.serve_bench import _server_end
+
+        with watch_servers() as started:
+            try:
+                out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
+                                                 base_provenance=prov, warmup=job.get("warmup"),
+                                                 health_timeout_s=job.get("health_timeout_s", 600.0),
+                                                 stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats,
+                                                 bench_client=bc)
+            except KeyboardInterrupt as e:
+                if not stats and started and started[-1].stop_seconds is not None:
+                    stats = _server_end(started[-1])  # interrupted while the server was starting
+                if not keep_interrupted:
+                    raise
+                out["results"] = _recorded_in(staging)
+                out["interrupted"] = True
+                out["interrupt"] = e
         out["server_end"] = stats or None
     elif job["kind"] == "offline":
         judge = job.get("judge")
@@ -107,10 +116,11 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
             if not (staging / job["run_id"]).exists():
                 raise
             r = RunResult(job["run_id"], staging / job["run_id"], "failed", str(e))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:
             if not keep_interrupted:
                 raise
             out["interrupted"] = True
+            out["interrupt"] = e
             out["results"] = _recorded_in(staging)
             return out
         out["results"] = [r]
@@ -204,13 +214,18 @@ class LocalExecutor:
 
     def submit(self, job: dict, tag: Any) -> None:
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.runs_dir))
+        queued = False
         try:
-            out = execute_job(job, staging, clients=self._clients)
+            out = execute_job(job, staging, clients=self._clients, keep_interrupted=True)
             out["staging"] = staging
             out["executor"] = {"kind": "local", "host": out["host"], "pid": out["pid"]}
             self._done.append((tag, out))
-        except KeyboardInterrupt:
-            self._done.append((tag, _interrupted(staging)))
+            queued = True
+            if out.get("interrupted"):  # recorded (with the server's stop): now stop the matrix
+                raise out.get("interrupt") or KeyboardInterrupt()
+        except KeyboardInterrupt as e:
+            if not queued:  # interrupted outside the job's own handling
+                self._done.append((tag, _interrupted(staging, e)))
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
             self._done.append((tag, exc))
@@ -225,10 +240,10 @@ class LocalExecutor:
             self._clients.pop("bench").close()
 
 
-def _interrupted(staging: Path) -> dict:
+def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:
     """What a job interrupted in this process leaves: its recorded runs in the staging directory."""
     return {"results": _recorded_in(staging), "staging": staging, "server_end": None,
-            "executor": {"kind": "local"}}
+            "executor": {"kind": "local"}, "interrupted": True, "interrupt": exc}
 
 
 def _ray_module():
@@ -353,7 +368,8 @@ class SlurmExecutor:
     Each job asks for ``gpus_per_node`` = its GPUs on a GPU platform, or a whole node
     (``slurm_exclusive``) on the CPU platform with ``cpus_per_task`` = ``cpus`` (default: this host's
     cores), and ``timeout_min`` from its cells' timeouts.  ``cluster="local"`` runs the jobs as local
-    processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm where it is.
+    processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm, and is refused
+    (RunError) where there is none (submitit would fall back to local processes).
     ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...).
     """
 
@@ -370,6 +386,13 @@ class SlurmExecutor:
         self.runs_dir = Path(runs_dir)
         self.platform = platform
         self.folder = Path(folder) if folder else self.runs_dir / ".submitit"
+        if cluster is None and submitit.AutoExecutor.which() != "slurm":
+            # submitit's AutoExecutor would fall back to running the jobs here, as local processes
+            raise RunError("--executor slurm: no Slurm found (srun / sbatch not on PATH; submitit looks for srun), "
+                           "and submitit would silently run the jobs on this host instead. Run on a Slurm login "
+                           "node, use --executor local, or to run the jobs through submitit's local cluster on "
+                           "purpose pass --slurm-param cluster=local (Python: slurm={'cluster': 'local'}; "
+                           "cluster is one of slurm, local, debug)")
         self.ex = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
         self.cluster = self.ex.cluster
         self._cpus = int(cpus or os.cpu_count() or 1)

@@ -36,26 +36,38 @@ ROCM_ATTENTION_BACKEND = "TRITON_ATTN"
 _NO_TRACKING = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 
 
-def detect_platform(requested: str = "auto", *, build: str | None = None,
+def detect_platform(requested: str = "auto", *, build: str | None = None, build_reason: str | None = None,
                     environ: Mapping[str, str] | None = None,
                     exists: Callable[[str], bool] = os.path.exists,
                     which: Callable[[str], str | None] = shutil.which) -> tuple[str, str]:
     """``(platform, reason)``: ``"cpu"``, ``"cuda"`` or ``"rocm"``.
 
-    In order: an explicit ``requested`` platform; ``VLLM_TARGET_DEVICE`` in ``environ`` (vLLM treats
+    In order: an explicit ``requested`` platform (refused where the build cannot run it: ``cuda`` /
+    ``rocm`` on a CPU build, ``cpu`` on a GPU build); ``VLLM_TARGET_DEVICE`` in ``environ`` (vLLM treats
     it as authoritative); a CPU build of vLLM (``build == "cpu"``, from
     :func:`specsim.runs.runbook.vllm_build`: vLLM then runs on the CPU on any host); a ROCm device
     (``/dev/kfd`` or ``rocm-smi``); an NVIDIA one (``nvidia-smi``); else the CPU.
 
+    ``build_reason``: the build's description (:func:`vllm_build`), quoted in the refusal.
+
     Raises
     ------
     SpecsimValueError
-        ``requested`` or ``VLLM_TARGET_DEVICE`` is not a known platform.
+        ``requested`` or ``VLLM_TARGET_DEVICE`` is not a known platform, or ``requested`` is one the
+        installed vLLM build cannot run.
     """
     env = os.environ if environ is None else environ
     if requested not in ("auto", *PLATFORMS):
         raise SpecsimValueError("platform", "unknown platform", requested, ("auto", *PLATFORMS))
     if requested != "auto":
+        runs = {"cpu": ("cpu",), "gpu": ("cuda", "rocm")}.get(build or "")
+        if runs is not None and requested not in runs:
+            what = build_reason or f"a {build.upper()} build of vLLM"
+            raise SpecsimValueError(
+                "platform", f"the installed vLLM cannot run on platform {requested!r}: {what}; a "
+                f"{'CPU build runs on the CPU only' if build == 'cpu' else 'GPU build does not run vLLM on the CPU platform'}"
+                f"; {requested} needs a {'GPU' if build == 'cpu' else 'CPU'} build of vLLM",
+                requested, ("auto", *runs))
         return requested, f"asked for platform {requested!r}"
     forced = env.get("VLLM_TARGET_DEVICE", "").strip().lower()
     if forced:

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -299,6 +300,22 @@ class CpuAccount:
             r["other_fraction"] = round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None
 
 
+_watch = threading.local()
+
+
+@contextlib.contextmanager
+def watch_servers():
+    """Collect every :class:`Server` started in this thread while the block runs (a list, in start
+    order): how a server ended is then known also when the code that started it was interrupted
+    before it could report it (a KeyboardInterrupt while the server was starting)."""
+    prev = getattr(_watch, "servers", None)
+    _watch.servers = started = []
+    try:
+        yield started
+    finally:
+        _watch.servers = prev
+
+
 class Server:
     """A server process (``vllm serve`` or any command that serves ``/health``), as a context manager.
 
@@ -395,6 +412,9 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)
         t0 = time.monotonic()
+        watching = getattr(_watch, "servers", None)
+        if watching is not None:
+            watching.append(self)
         try:
             self.proc, self._status = _guarded_popen(self.cmd, stdout=self._log, env=self.env, cwd=self.cwd)
             self.proc.signals_sent = self.signals_sent  # _kill_group notes its SIGKILL here

@@ -50,15 +50,37 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+#: the parts of the checkout whose changes make a run's code differ from its revision
+_GIT_CODE_PATHS = ("specsim", "scripts", "pyproject.toml")
+
+
+def _porcelain_path(line: str) -> str:
+    """The path of one ``git status --porcelain`` line (``XY PATH`` or ``XY ORIG -> PATH``)."""
+    path = line[3:]
+    return path.split(" -> ", 1)[1] if " -> " in path else path
+
+
 def _git_revision(root: Path) -> dict:
-    def git(*a):
+    """``revision`` (HEAD), ``dirty``, and when dirty: ``dirty_files`` (``git status --porcelain``
+    lines: two status columns -- staged, unstaged -- and the path), ``dirty_paths`` and ``diff_stat``
+    (``git diff --stat HEAD``) of the code paths."""
+    def git(*a, strip=True):
         r = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=30)
-        return r.stdout.strip() if r.returncode == 0 else None
+        if r.returncode != 0:
+            return None
+        # strip only line ends: a porcelain line starts with its status columns (" M" = unstaged)
+        return r.stdout.strip() if strip else r.stdout.rstrip("\n")
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         rev = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--", "specsim", "scripts", "pyproject.toml")
-        return {"revision": rev, "dirty": bool(dirty) if dirty is not None else None,
-                "dirty_files": dirty.splitlines()[:50] if dirty else []}
+        dirty = git("status", "--porcelain", "--", *_GIT_CODE_PATHS, strip=False)
+        out = {"revision": rev, "dirty": bool(dirty) if dirty is not None else None,
+               "dirty_files": dirty.splitlines()[:50] if dirty else []}
+        if dirty:
+            lines = dirty.splitlines()
+            out["dirty_paths"] = [_porcelain_path(x) for x in lines][:200]
+            stat = git("diff", "--stat", "HEAD", "--", *_GIT_CODE_PATHS, strip=False)
+            out["diff_stat"] = stat.splitlines()[-200:] if stat else []
+        return out
     return {"revision": None, "dirty": None}
 
 

@@ -50,7 +50,7 @@ class RunRecorder:
     ``runs_dir/run_id`` does not exist, then makes ``runs_dir/.tmp-<run_id>-<random suffix>`` (``.path``).
     Files are written into ``.path``.  On exit: writes ``provenance.json`` with ``status`` ("ok",
     "invalid" after :meth:`mark_invalid`, "skipped" after :meth:`mark_skipped`, or "failed" with ``error`` when an exception -- including
-    KeyboardInterrupt -- left the block), load averages before/after, start/end time, and renames
+    KeyboardInterrupt -- left the block, or after :meth:`mark_failed`), load averages before/after, start/end time, and renames
     the directory to ``runs_dir/run_id``.  Exceptions propagate.
 
     Raises
@@ -74,6 +74,7 @@ class RunRecorder:
         self.error: str | None = None
         self._invalid: str | None = None
         self._skipped: str | None = None
+        self._failed: str | None = None
         self._t0 = 0.0
 
     def mark_invalid(self, reason: str) -> None:
@@ -83,6 +84,11 @@ class RunRecorder:
     def mark_skipped(self, reason: str) -> None:
         """Record the run as skipped: not run, because a judge it depends on failed (``skip_reason``)."""
         self._skipped = reason
+
+    def mark_failed(self, reason: str) -> None:
+        """Record the run as failed with ``reason`` as its error, without raising (a cell whose job
+        was lost or interrupted before it recorded anything)."""
+        self._failed = reason
 
     def __enter__(self) -> "RunRecorder":
         self.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -100,12 +106,14 @@ class RunRecorder:
     def __exit__(self, exc_type, exc, tb) -> bool:
         assert self.path is not None
         prov = self.provenance
-        if exc_type is None:
+        if exc_type is None and self._failed:
+            self.status, self.error = "failed", self._failed
+        elif exc_type is None:
             self.status = "skipped" if self._skipped else ("invalid" if self._invalid else "ok")
         else:
             self.status = "failed"
-            if issubclass(exc_type, KeyboardInterrupt):
-                self.error = "interrupted (KeyboardInterrupt)"
+            if issubclass(exc_type, KeyboardInterrupt):  # Ctrl-C, or a stop signal delivered as one
+                self.error = f"interrupted ({getattr(exc, 'signal', None) or 'KeyboardInterrupt'})"
             else:
                 self.error = f"{exc_type.__name__}: {exc}"
             prov["traceback"] = "".join(traceback.format_exception(exc_type, exc, tb))[-8000:]

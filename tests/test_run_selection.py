@@ -60,6 +60,23 @@ def test_dry_run_shows_and_estimates_only_the_selected_cells(tmp_path, capsys):
     assert "ngram-n3-c4" in out and "baseline-c4" not in out.split("the same sweeps")[0]
 
 
+def test_only_without_the_baseline_drops_the_greedy_judge_and_says_why(capsys):
+    """The greedy judge compares with the baseline's outputs of the same invocation: --only without
+    the baseline's cell has nothing to compare with, and the dry-run says so instead of listing a
+    judge the run would not make; with the baseline selected too the judge stays."""
+    from specsim.runs.runner import select_matrix
+
+    m = load_matrix("smoke")
+    assert next(c for c in m.cells() if c.run_label == "ngram-n3-c4").baseline == "baseline"
+    c = next(c for c in select_matrix(m, ["ngram-n3"]).cells() if c.run_label == "ngram-n3-c4")
+    assert c.baseline is None and "the baseline 'baseline' at this bench is not selected with --only" in c.no_judge
+    both = select_matrix(m, ["ngram-n3", "baseline-c4"])
+    assert next(c for c in both.cells() if c.run_label == "ngram-n3-c4").baseline == "baseline"
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--only", "ngram-n3"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy vs baseline" not in out and "is not selected with --only" in out
+
+
 def test_dry_run_resume_without_stamp_is_refused(capsys):
     assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--resume"]) == 2
     assert "--resume: needs --stamp STAMP" in capsys.readouterr().err

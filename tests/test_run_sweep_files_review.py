@@ -460,3 +460,29 @@ def test_serve_bounds_are_vllm_own():
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert {k: (b, c) for k, (b, c) in d.items()} == SERVE_BOUNDS
     assert SERVE_BOUNDS["tensor-parallel-size"] == ({"ge": 1}, "ParallelConfig")
+
+
+def test_health_check_min_ratio_must_be_a_fraction(tmp_path):
+    """min_ratio is observed / expected position-1 acceptance: outside (0, 1] a check could never
+    fail (0) or never pass (> 1)."""
+    sc = json.loads((project_data_path("matrices", "cpu-validation-fast") / "specsim.json").read_text())
+    h = sc["health_checks"]["selfdraft-t0.8-health"]
+    d = tmp_path / "m"
+    shutil.copytree(project_data_path("matrices", "cpu-validation-fast"), d)
+    for bad in (0, -0.5, 1.5):
+        (d / "specsim.json").write_text(json.dumps({**sc, "health_checks": {"hc": {**h, "min_ratio": bad}}}))
+        e = _refused(d)
+        assert e.field == "health_checks['hc'].min_ratio" or e.field.endswith("min_ratio")
+        assert "(0, 1]" in str(e)
+    (d / "specsim.json").write_text(json.dumps({**sc, "health_checks": {"hc": {**h, "min_ratio": 1}}}))
+    assert load_matrix(d).health_checks[0].min_ratio == 1.0
+
+
+def test_data_parallel_replicas_count_as_gpus(tmp_path):
+    """vLLM's --data-parallel-size runs that many engine replicas of tp x pp GPUs each."""
+    d = _smoke(tmp_path, serve={"baseline": {}, "ngram-n3": {
+        "tensor_parallel_size": 2, "data_parallel_size": 2,
+        "speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                               "prompt_lookup_min": 2}}})
+    gpus = {g.name: g.gpus for g in load_matrix(d).groups}
+    assert gpus == {"baseline": 1, "ngram-n3": 4}

@@ -9,7 +9,7 @@ directory renamed into place, never over an existing run -- adding the ``executo
 driver, atomically.
 
 Ray (optional extra ``specsim[ray]``; imported only by :class:`RayExecutor`): each job is one task
-with the resources its server needs -- ``num_gpus`` = tensor x pipeline parallel size on a GPU
+with the resources its server needs -- ``num_gpus`` = tensor x pipeline x data parallel size on a GPU
 platform; on the CPU platform ``num_cpus`` = the cores of the smallest node, so that on a cluster of
 equal machines a server has a whole machine and two servers never share cores -- and the OpenMP
 settings of :func:`specsim.runs.platforms.platform_settings` for those cores; the worker's own

@@ -258,6 +258,19 @@ def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
     groups = [dataclasses.replace(g, cells=tuple(c for c in g.cells if {g.name, c.run_label} & want))
               for g in m.groups]
     groups = [g for g in groups if g.cells]
+    # a greedy judge compares with the baseline's outputs of this invocation: without the baseline's
+    # cell selected there is nothing to compare with, and the cell says so (as the dry-run shows it)
+    chosen = {c.run_label for g in groups for c in g.cells}
+    base_cells = {c.bench: c.run_label for g in m.groups if g.name == m.baseline for c in g.cells}
+
+    def judged(c):
+        if c.baseline is None or base_cells.get(c.bench) in chosen:
+            return c
+        return dataclasses.replace(c, baseline=None, no_judge=(
+            f"no greedy judge: the baseline {c.baseline!r} at this bench is not selected with --only (select it "
+            "too to compare)"))
+
+    groups = [dataclasses.replace(g, cells=tuple(judged(c) for c in g.cells)) for g in groups]
     guards = {h for g in groups for c in g.cells for h in c.guarded_by}
     checks = tuple(h for h in m.health_checks if h.name in want or h.name in guards)
     probes = tuple(p for p in m.probes if p.name in want)

@@ -131,7 +131,8 @@ class BenchCell:
 class ServeGroup:
     """One ``vllm serve`` configuration and the cells run against it (one server start).
 
-    ``gpus``: tensor x pipeline parallel size (the GPUs the server needs on a GPU host)."""
+    ``gpus``: tensor x pipeline x data parallel size (the GPUs the server needs on a GPU host: vLLM's
+    ``--data-parallel-size`` runs that many engine replicas of tp x pp GPUs each)."""
 
     name: str
     params: Mapping[str, Any]
@@ -447,6 +448,15 @@ def _local_path(value: str, root: Path, models_dir: Path | None) -> Path | None:
     return None
 
 
+def _ratio(x, where) -> float:
+    """A health check's ``min_ratio``: observed / expected position-1 acceptance it must reach, in (0, 1]."""
+    v = _as_float(x, where)
+    if not 0 < v <= 1:
+        raise SpecsimValueError(where, "is the fraction of the expected position-1 acceptance a health check must "
+                                "observe: a number in (0, 1] (0.7 by default)", x)
+    return v
+
+
 def _as_float(x, where) -> float:
     try:
         v = float(x)
@@ -745,7 +755,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                                if k not in ("method", "num_speculative_tokens", "model"))))
         hcs.append(HealthCheck(hname, spec, temp, num_prompts=_int(h.get("num_prompts", 8), f"{where}.num_prompts", 1),
                                max_tokens=_int(h.get("max_tokens", 64), f"{where}.max_tokens", 1),
-                               min_ratio=_as_float(h.get("min_ratio", 0.7), f"{where}.min_ratio")))
+                               min_ratio=_ratio(h.get("min_ratio", 0.7), f"{where}.min_ratio")))
         g = h.get("guards", [])
         if not isinstance(g, list) or not all(isinstance(x, str) for x in g):
             raise SpecsimValueError(f"{where}.guards", "must be a list of '<serve>/<bench>' patterns", g)
@@ -798,6 +808,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                    if baseline and sname != baseline else [])
         tp = int(sp.get("tensor_parallel_size", serve_base.get("tensor-parallel-size", 1)))
         pp = int(sp.get("pipeline_parallel_size", serve_base.get("pipeline-parallel-size", 1)))
+        dp = int(sp.get("data_parallel_size", serve_base.get("data-parallel-size", 1)))  # engine replicas
         cells = []
         for c in g["cells"]:
             bp = c["params"]
@@ -832,7 +843,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 seed=_int(int(cell_seed), f"{key}: seed", 0),
                 baseline=baseline if judged else None, no_judge=no_judge,
                 guarded_by=tuple(h for h, pats in guards.items() if any(fnmatch.fnmatch(key, p) for p in pats))))
-        out_groups.append(ServeGroup(sname, sp, _spec_of(sname, cfg), cfg, tuple(cells), gpus=tp * pp))
+        out_groups.append(ServeGroup(sname, sp, _spec_of(sname, cfg), cfg, tuple(cells), gpus=tp * pp * dp))
     if baseline:  # the baseline's server first: the greedy judge compares against its outputs
         out_groups.sort(key=lambda g: g.name != baseline)
     if out_groups and bench_cmd and prompts is None and bench_base.get("dataset-name") == "custom":

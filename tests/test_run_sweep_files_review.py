@@ -250,7 +250,12 @@ def test_a_record_false_replaces_the_serve_cmd_flag_as_vllm_sweep_does(tmp_path)
     text = dry_run_text(m, estimate_seconds(m))
     line = next(ln for ln in text.splitlines() if ln.startswith("  baseline: "))
     assert "--no-enforce-eager" in line and "--enforce-eager " not in line
-    assert dry_run_json(m, estimate_seconds(m))["servers"][0]["command"] == cmd
+    servers = dry_run_json(m, estimate_seconds(m))["servers"]
+    assert servers[0]["command"] == cmd
+    # the JSON gives the whole command, the speculative config included (the text shows it apart)
+    spec = servers[1]["command"]
+    assert spec[:-2] == serve_command(m, m.groups[1]) and spec[-2] == "--speculative-config"
+    assert json.loads(spec[-1]) == SPEC
 
 
 _CASES = [

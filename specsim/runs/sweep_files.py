@@ -1127,8 +1127,9 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
 
 def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
     """What ``specsim run-matrix --dry-run --json`` prints: the servers and cells of :func:`dry_run_text`
-    as data.  Per server its GPU count, speculative config, command and cells; per cell its estimate
-    (``seconds``, ``basis``) and settings (``temperature``, ``concurrency``, ``num_prompts``,
+    as data.  Per server its GPU count, speculative config, whole command (the record applied as
+    ``vllm bench sweep`` applies it, ``--speculative-config`` included: :func:`apply_record`) and
+    cells; per cell its estimate (``seconds``, ``basis``) and settings (``temperature``, ``concurrency``, ``num_prompts``,
     ``output_len``, ``seed``, ``timeout_s``) and judges (``greedy_vs``: the baseline it must equal or
     None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours."""
     tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
@@ -1142,7 +1143,8 @@ def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
                               "guarded_by": list(c.guarded_by)}
     return {"matrix": m.name,
             "servers": [{"name": g.name, "gpus": g.gpus, "speculative_config": g.speculative_config,
-                         "command": serve_command(m, g), "cells": [c.run_label for c in g.cells]} for g in m.groups],
+                         "command": apply_record(m.serve_cmd, g.params), "cells": [c.run_label for c in g.cells]}
+                        for g in m.groups],
             "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
             "bench_client": m.bench_client,
             "estimate_seconds": tot,

@@ -540,6 +540,13 @@ _AXES = ("batch", "q", "context")
 _AXIS_UNITS = {"batch": "sequences per step", "q": "query tokens per sequence", "context": "tokens"}
 
 
+def _axis_index(axis: str) -> int:
+    """Index of a measured table's axis in ``_AXES`` (SpecsimValueError naming the allowed ones)."""
+    if axis not in _AXES:
+        raise SpecsimValueError("axis", "unknown axis of a measured latency table", axis, _AXES)
+    return _AXES.index(axis)
+
+
 class MeasuredLatency:
     """Forward time interpolated from a measured table (same interface as ``Roofline``).
 
@@ -713,9 +720,7 @@ class MeasuredLatency:
         SpecsimValueError
             ``axis`` is not one of the three.
         """
-        if axis not in _AXES:
-            raise SpecsimValueError("axis", "unknown axis of a measured latency table", axis, _AXES)
-        ax = _AXES.index(axis)
+        ax = _axis_index(axis)
         if accepted:
             lo_ok, hi_ok, _ = self._accepted_bounds()
             lo, hi = float(lo_ok[ax]), float(hi_ok[ax])
@@ -742,9 +747,7 @@ class MeasuredLatency:
         SpecsimValueError
             ``axis`` is not one of the three.
         """
-        if axis not in _AXES:
-            raise SpecsimValueError("axis", "unknown axis of a measured latency table", axis, _AXES)
-        ax = _AXES.index(axis)
+        ax = _axis_index(axis)
         v = np.asarray(values, dtype=float)
         if self.outside != "error":
             return np.zeros(v.shape, dtype=bool)

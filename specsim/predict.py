@@ -1241,7 +1241,8 @@ def measured_table(latency):
     return None
 
 
-def _table_name(table) -> str:
+def table_name(table) -> str:
+    """How a message names a measured latency table: ``"the measured latency table (<source>)"``."""
     src = getattr(table, "source", None)
     return f"the measured latency table ({src})" if src else "the measured latency table"
 
@@ -1299,7 +1300,7 @@ def check_table_context(r: Scenario, *, isl, osl) -> None:
         covers += f" (accepted {a_lo:g}-{a_hi:g} with its max_extrapolation)"
     inside = f"= {a_lo:g} tokens" if a_lo == a_hi else f"inside {a_lo:g}-{a_hi:g} tokens"
     raise SpecsimValueError(
-        "context", f"{_table_name(table)} covers {covers}, but ISL {i} + OSL {o}/2 = {i + o / 2:g} tokens is asked "
+        "context", f"{table_name(table)} covers {covers}, but ISL {i} + OSL {o}/2 = {i + o / 2:g} tokens is asked "
         "(specsim times every decode / verification step at a request's mean context, ISL + OSL/2): pass --isl / "
         f"--osl (isl= / osl=) with ISL + OSL/2 {inside}{_context_suggestion(table, i, o)}, or "
         f"record a latency table covering context {i + o / 2:g} (e.g. the verification-cost probe run at this "

@@ -29,6 +29,7 @@ from specsim.predict import (
     measured_table,
     precision_label,
     resolve_inputs,
+    table_name,
     with_expert_parallel,
     with_measured_table,
 )
@@ -770,8 +771,7 @@ def _check_table_range(r, cs, n_max: int, *, concurrency_given: bool, max_concur
     table = measured_table(r.latency)
     if table is None:
         return
-    name = getattr(table, "source", None)
-    name = f"the measured latency table ({name})" if name else "the measured latency table"
+    name = table_name(table)
     cmax = int(cs[-1])
     bad = np.asarray(table.refused("batch", cs), dtype=bool)
     if bad.any():

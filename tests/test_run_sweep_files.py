@@ -33,6 +33,9 @@ from specsim.runs.sweep_files import (
 )
 from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is no package: any import mode
+from vllm_env import vllm_python  # noqa: E402
+
 RECORDED_STAMP = "cpu-validation-20261129T104718"
 
 
@@ -266,15 +269,6 @@ def test_python_matrix_written_as_sweep_files(tmp_path):
 
 # ---- against vLLM's own code (in the vLLM environment) ----------------------------------------
 
-def _vllm_python() -> Path:
-    install = VllmInstall.default()
-    if not install.exists():
-        if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
-            pytest.fail("vLLM environment missing (SPECSIM_REQUIRE_VLLM=1)")
-        pytest.skip("vLLM environment missing; run `make vllm-env`")
-    return install.python
-
-
 _VLLM_APPLY = textwrap.dedent('''
     import json, sys
     from vllm.benchmarks.sweep.param_sweep import ParameterSweep
@@ -290,7 +284,7 @@ def test_records_give_the_commands_vllm_sweep_gives():
     from specsim.runs.runner import _apply_record
     from specsim.runs.sweep_files import read_param_file
 
-    py = _vllm_python()
+    py = vllm_python()
     m = load_matrix("cpu-validation")
     base = list(m.serve_cmd) + ["--no-enforce-eager"]
     for f in m.files[1:]:
@@ -357,7 +351,7 @@ json.dump({"serve": table(sp), "bench_serve": table(bp)}, sys.stdout, indent=0, 
 @pytest.mark.vllm
 def test_option_tables_match_the_installed_vllm():
     """specsim.runs.vllm_args is what vLLM 0.32's own parsers hold (regenerated here)."""
-    py = _vllm_python()
+    py = vllm_python()
     r = subprocess.run([str(py), "-c", _GEN], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -22,7 +22,6 @@ import pytest
 
 from specsim.catalog import project_data_path
 from specsim.errors import SpecsimValueError
-from specsim.runs.provenance import VllmInstall
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 from specsim.runs.sweep_files import (
     BENCH_CLIENT_START_S,
@@ -38,6 +37,9 @@ from specsim.runs.sweep_files import (
     serve_command,
 )
 from specsim.runs.vllm_args import SERVE_BOUNDS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is no package: any import mode
+from vllm_env import vllm_python  # noqa: E402
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
 
@@ -403,15 +405,6 @@ def test_a_process_client_run_records_its_bench_client(tmp_path):
 
 # ---- against vLLM's own code (in the vLLM environment) -------------------------------------------
 
-def _vllm_python() -> Path:
-    install = VllmInstall.default()
-    if not install.exists():
-        if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
-            pytest.fail("vLLM environment missing (SPECSIM_REQUIRE_VLLM=1)")
-        pytest.skip("vLLM environment missing; run `make vllm-env`")
-    return install.python
-
-
 _APPLY = textwrap.dedent('''
     import json, sys
     from vllm.benchmarks.sweep.param_sweep import ParameterSweepItem
@@ -421,7 +414,7 @@ _APPLY = textwrap.dedent('''
 
 @pytest.mark.vllm
 def test_apply_record_is_vllm_sweep_apply_to_cmd():
-    py = _vllm_python()
+    py = vllm_python()
     r = subprocess.run([str(py), "-c", _APPLY, json.dumps(_CASES)], capture_output=True, text=True, timeout=300,
                        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -458,7 +451,7 @@ _BOUNDS_GEN = textwrap.dedent('''
 
 @pytest.mark.vllm
 def test_serve_bounds_are_vllm_own():
-    py = _vllm_python()
+    py = vllm_python()
     r = subprocess.run([str(py), "-c", _BOUNDS_GEN], capture_output=True, text=True, timeout=600,
                        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -62,8 +62,10 @@ def test_shipped_matrices_are_sweep_files():
 
 def test_fast_loop_is_the_full_matrix_with_less_traffic():
     """make validate-cpu's matrix: the same servers, judges, guards, prompts file, seeds and timeouts
-    as cpu-validation; less traffic only: output length 64 (vs 128), 2 prompts at concurrency 1 and 4 at
-    concurrency 4 (vs 4 and 8), a health check on 4 prompts (vs 8)."""
+    as cpu-validation; less traffic: output length 64 (vs 128), 2 prompts at concurrency 1 and 4 at
+    concurrency 4 (vs 4 and 8), a health check on 4 prompts (vs 8); and a two-process server (the worker
+    in the engine-core process: ``--distributed-executor-backend uni`` with VLLM_ENABLE_V1_MULTIPROCESSING=0,
+    without which vLLM's CPU platform replaces uni by mp)."""
     import dataclasses
 
     full, fast = load_matrix("cpu-validation"), load_matrix("cpu-validation-fast")
@@ -81,7 +83,11 @@ def test_fast_loop_is_the_full_matrix_with_less_traffic():
             (f.temperature, f.concurrency, f.seed, f.timeout_s, f.baseline, f.guarded_by), lab
         assert (f.output_len, c.output_len) == (128, 64), lab
         assert (f.num_prompts, c.num_prompts) == {1: (4, 2), 4: (8, 4), 16: (16, 16)}[c.concurrency], lab
-    assert full.serve_cmd == fast.serve_cmd
+    assert fast.serve_cmd == (*full.serve_cmd, "--distributed-executor-backend", "uni")
+    assert dict(full.env) == {} and dict(fast.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert all(c.startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm bench sweep serve ")
+               for c in fast.vllm_sweep_commands())
+    assert all(c.startswith("vllm bench sweep serve ") for c in full.vllm_sweep_commands())
     fb = list(full.bench_cmd)
     i = fb.index("--custom-output-len")
     assert fb[i + 1] == "128"

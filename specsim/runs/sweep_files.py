@@ -182,8 +182,10 @@ class SweepMatrix:
 
     def vllm_sweep_commands(self) -> list[str]:
         """The equivalent ``vllm bench sweep serve`` command of each sweep (what vLLM alone would run;
-        without specsim's judges, probes and provenance)."""
+        without specsim's judges, probes and provenance), prefixed with the matrix's ``env`` as
+        ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment)."""
         sc = json.loads((self.root / SIDECAR).read_text())
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(dict(self.env).items())]
         out = []
         for sw in sc.get("sweeps", []):
             cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(self.serve_cmd),
@@ -192,7 +194,7 @@ class SweepMatrix:
                    "--bench-params", str(self.root / sw["bench_params"])]
             if sw.get("link_vars"):
                 cmd += ["--link-vars", sw["link_vars"]]
-            out.append(shlex.join(cmd))
+            out.append(" ".join([*env, shlex.join(cmd)]))
         return out
 
 

@@ -23,6 +23,7 @@ from specsim.errors import SpecsimValueError
 from specsim.runs.matrix import Matrix, ServerEntry, SpecConfig
 from specsim.runs.provenance import VllmInstall
 from specsim.runs.sweep_files import (
+    BENCH_CLIENT_START_S,
     PERSISTENT_OVERHEAD_S,
     SIDECAR_KEYS,
     dry_run_text,
@@ -30,6 +31,7 @@ from specsim.runs.sweep_files import (
     load_matrix,
     matrix_names,
     matrix_to_sweep_files,
+    server_layout,
 )
 from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
 
@@ -62,10 +64,9 @@ def test_shipped_matrices_are_sweep_files():
 
 def test_fast_loop_is_the_full_matrix_with_less_traffic():
     """make validate-cpu's matrix: the same servers, judges, guards, prompts file, seeds and timeouts
-    as cpu-validation; less traffic: output length 64 (vs 128), 2 prompts at concurrency 1 and 4 at
-    concurrency 4 (vs 4 and 8), a health check on 4 prompts (vs 8); and a two-process server (the worker
-    in the engine-core process: ``--distributed-executor-backend uni`` with VLLM_ENABLE_V1_MULTIPROCESSING=0,
-    without which vLLM's CPU platform replaces uni by mp)."""
+    as cpu-validation; less traffic only: output length 64 (vs 128), 2 prompts at concurrency 1 and 4 at
+    concurrency 4 (vs 4 and 8), a health check on 4 prompts (vs 8).  Same server command and env: vLLM's
+    three-process layout (a two-process one measured a different system: data/runs-superseded/README.md)."""
     import dataclasses
 
     full, fast = load_matrix("cpu-validation"), load_matrix("cpu-validation-fast")
@@ -83,11 +84,8 @@ def test_fast_loop_is_the_full_matrix_with_less_traffic():
             (f.temperature, f.concurrency, f.seed, f.timeout_s, f.baseline, f.guarded_by), lab
         assert (f.output_len, c.output_len) == (128, 64), lab
         assert (f.num_prompts, c.num_prompts) == {1: (4, 2), 4: (8, 4), 16: (16, 16)}[c.concurrency], lab
-    assert fast.serve_cmd == (*full.serve_cmd, "--distributed-executor-backend", "uni")
-    assert dict(full.env) == {} and dict(fast.env) == {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    assert all(c.startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm bench sweep serve ")
-               for c in fast.vllm_sweep_commands())
-    assert all(c.startswith("vllm bench sweep serve ") for c in full.vllm_sweep_commands())
+    assert full.serve_cmd == fast.serve_cmd and dict(full.env) == dict(fast.env) == {}
+    assert server_layout(fast.serve_cmd, fast.env) == "three-process"
     fb = list(full.bench_cmd)
     i = fb.index("--custom-output-len")
     assert fb[i + 1] == "128"
@@ -200,13 +198,107 @@ def test_estimate_uses_recorded_run_times():
     rec = [p["summary"]["duration_s"] + PERSISTENT_OVERHEAD_S for p in provs]
     assert basis == "same cell" and len(rec) == 2 and s == pytest.approx(sum(rec) / 2)
     assert s < min(p["bench_seconds"] for p in provs) - 5  # the ~9 s process start is gone
-    assert est.server_basis == "recorded" and 20 < est.server_start_s < 35
+    assert est.server_basis == "recorded, same layout" and 20 < est.server_start_s < 35
     tot = est.total_seconds(m)
     assert 15 * 60 < tot < 30 * 60  # the recorded invocation took 28 min with a process per bench
     text = dry_run_text(m, est)
     assert "12 server(s), 42 bench cell(s), 1 health check(s), 1 probe(s)" in text
     assert all(c.run_label in text for c in m.cells())
     assert "device-hours" in text and "vllm bench sweep serve --serve-cmd" in text
+
+
+def test_server_layout_is_two_processes_only_with_uni_and_multiprocessing_off():
+    """vllm/platforms/cpu.py replaces uni by mp unless VLLM_ENABLE_V1_MULTIPROCESSING is 0."""
+    serve = ["vllm", "serve", "m", "--enforce-eager"]
+    off = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    assert server_layout([*serve, "--distributed-executor-backend", "uni"], off) == "two-process"
+    assert server_layout([*serve, "--distributed-executor-backend=uni"], off) == "two-process"
+    assert server_layout([*serve, "--distributed-executor-backend", "uni"], {}) == "three-process"
+    assert server_layout([*serve, "--distributed-executor-backend", "uni"],
+                         {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}) == "three-process"
+    assert server_layout([*serve, "--distributed-executor-backend", "mp"], off) == "three-process"
+    assert server_layout(serve, off) == "three-process"
+
+
+SUPERSEDED = project_data_path("runs-superseded")
+TWO_PROCESS_STAMP = "20261201T202156"  # the cpu-validation-fast invocation with a two-process server
+
+
+def _two_process_matrix(tmp_path):
+    """cpu-validation-fast as that invocation ran it: ``--distributed-executor-backend uni`` and
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 in its env."""
+    d = tmp_path / "m"
+    shutil.copytree(project_data_path("matrices", "cpu-validation-fast"), d)
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["serve_cmd"] += " --distributed-executor-backend uni"
+    sc["env"] = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    (d / "specsim.json").write_text(json.dumps(sc))
+    return load_matrix(d)
+
+
+def test_vllm_sweep_commands_carry_the_matrix_env(tmp_path):
+    m = _two_process_matrix(tmp_path)
+    cmds = m.vllm_sweep_commands()
+    assert len(cmds) == 2 and all(c.startswith("VLLM_ENABLE_V1_MULTIPROCESSING=0 vllm bench sweep serve --serve-cmd ")
+                                  and "--distributed-executor-backend uni" in c for c in cmds)
+    assert all(c.startswith("vllm bench sweep serve ") for c in load_matrix("cpu-validation-fast").vllm_sweep_commands())
+
+
+def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path):
+    """Records of cpu-validation-fast in both layouts (the recorded matrix files' ``env`` says which): a
+    two-process matrix is estimated from the two-process records, the shipped one from the others."""
+    runs = tmp_path / "runs"
+    provs = {True: [], False: []}
+    for src in [*SUPERSEDED.glob(f"cpu-validation-fast-{TWO_PROCESS_STAMP}-*"),
+                *project_data_path("runs").glob("cpu-validation-fast-*")]:
+        if (src / "provenance.json").is_file():
+            (runs / src.name).mkdir(parents=True)
+            shutil.copy(src / "provenance.json", runs / src.name)
+            p = json.loads((src / "provenance.json").read_text())
+            env = p["matrix"]["files"]["specsim.json"].get("env") or {}
+            provs[env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"].append(p)
+    two_m = _two_process_matrix(tmp_path)
+    for two, m in ((True, two_m), (False, load_matrix("cpu-validation-fast"))):
+        ok = [p for p in provs[two] if p.get("status") in ("ok", "invalid")]
+        starts = [p["server_startup_seconds"] for p in ok
+                  if p.get("kind") == "bench_serve" and p.get("server_startup_seconds")]
+        est = estimate_seconds(m, runs_dir=runs)
+        assert est.server_basis == "recorded, same layout"
+        assert est.server_start_s == pytest.approx(statistics.median(starts) + BENCH_CLIENT_START_S / len(m.groups))
+        for kind, name in (("health_check", "selfdraft-t0.8-health"), ("verify_cost", "verify-cost")):
+            own = [p["duration_seconds"] for p in ok if p.get("kind") == kind]
+            got = est.health_checks[name] if kind == "health_check" else est.probes[name]
+            assert own and got == pytest.approx(statistics.median(own)) and est.judge_basis[name] == "same check"
+    two_starts = [p["server_startup_seconds"] for p in provs[True] if p.get("server_startup_seconds")]
+    three_starts = [p["server_startup_seconds"] for p in provs[False] if p.get("server_startup_seconds")]
+    assert statistics.median(two_starts) < statistics.median(three_starts) - 4  # one vLLM import fewer
+    # only the other layout recorded: its starts, said so
+    for p in runs.glob(f"*-{TWO_PROCESS_STAMP}-*"):
+        shutil.rmtree(p)
+    assert estimate_seconds(two_m, runs_dir=runs).server_basis == "recorded, other layout"
+
+
+def test_recorded_server_logs_show_the_layout_the_command_asked_for():
+    """Real vLLM logs (data/runs, and the two-process invocation in data/runs-superseded): a two-process server (its recorded command and env) loads the model in its
+    EngineCore process and logs from two pids; a three-process one loads it in a separate Worker process."""
+    import re
+
+    seen = set()
+    for p in sorted([*project_data_path("runs").glob("cpu-validation-fast-*-baseline-c1"),
+                     *SUPERSEDED.glob(f"cpu-validation-fast-{TWO_PROCESS_STAMP}-baseline-c1")]):
+        prov = json.loads((p / "provenance.json").read_text())
+        if prov.get("status") != "ok":
+            continue
+        layout = server_layout(prov["commands"]["server"], prov["env"])
+        log = (p / "server.log").read_text(errors="replace")
+        pids = {m.group(1): m.group(2) for m in re.finditer(r"^\((\w+)(?:-\d+)? pid=(\d+)\)", log, re.M)}
+        loader = re.search(r"^\((\w+) pid=\d+\) .*Starting to load model", log, re.M).group(1)
+        if layout == "two-process":
+            assert loader == "EngineCore" and set(pids) == {"APIServer", "EngineCore"}, p.name
+        else:
+            assert loader == "Worker" and pids["Worker"] not in (pids["EngineCore"], pids["APIServer"]), p.name
+        seen.add(layout)
+    assert seen == {"two-process", "three-process"}
 
 
 def test_cli_dry_run_starts_nothing(capsys, tmp_path):

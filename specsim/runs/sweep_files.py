@@ -979,6 +979,29 @@ def _recorded(runs_dir: Path) -> list[dict]:
     return out
 
 
+def server_layout(server_cmd: Sequence[str], env: Mapping[str, str]) -> str:
+    """How many processes a ``vllm serve`` command starts with ``env``: ``"two-process"`` (API server
+    and an engine core that runs the model worker itself) when it passes ``--distributed-executor-backend
+    uni`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; else ``"three-process"`` (API server, engine core
+    and a spawned worker: vLLM's CPU platform replaces ``uni`` by ``mp`` unless multiprocessing is off,
+    vllm/platforms/cpu.py).  A server start costs one vLLM import per process, so recorded start times
+    are compared within one layout (:func:`estimate_seconds`)."""
+    cmd = [str(t) for t in server_cmd]
+    backend = None
+    for i, t in enumerate(cmd):
+        if t == "--distributed-executor-backend" and i + 1 < len(cmd):
+            backend = cmd[i + 1]
+        elif t.startswith("--distributed-executor-backend="):
+            backend = t.split("=", 1)[1]
+    off = str(env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")).strip() == "0"
+    return "two-process" if backend == "uni" and off else "three-process"
+
+
+def _recorded_layout(r: Mapping) -> str:
+    cmd = (r.get("commands") or {}).get("server") or []
+    return server_layout(cmd, r.get("env") or {})
+
+
 def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
                      default_cell_s: float = 30.0, default_start_s: float = 30.0) -> Estimate:
     """Seconds each part of ``m`` should take, from the recorded runs' metadata (``provenance.json``).
@@ -991,10 +1014,12 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     recorded ok / invalid bench runs with the same spec label, temperature, concurrency, prompts and
     output length ("same cell"); else of those with the same method and concurrency, the traffic scaled
     by prompts x output length ("similar"); else ``default_cell_s`` ("no record").  A server start
-    takes the median ``server_startup_seconds`` plus the warm-up (with the persistent client, its one
-    start :data:`BENCH_CLIENT_START_S` shared by the servers); a health check / probe the median
-    duration of its own recorded runs in this matrix ("same check"), else of every recorded run of its
-    kind ("same kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
+    takes the median ``server_startup_seconds`` of the recorded servers with the matrix's process
+    layout (:func:`server_layout`; "recorded, same layout"), else of all ("recorded, other layout"),
+    plus the warm-up (with the persistent client, its one start :data:`BENCH_CLIENT_START_S` shared by
+    the servers); a health check / probe the median duration of its own recorded runs in this matrix
+    ("same check"; those whose offline engine ran in the matrix's layout when there are any: one process
+    with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, else two), else of every recorded run of its kind ("same kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
     Seconds of wall time on the recording host (not adjusted for another host).
     """
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
@@ -1002,7 +1027,10 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     overhead = _CLIENT_OVERHEAD_S[m.bench_client]
     bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
              for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
-    starts = [r["server_startup_seconds"] for r in bench if r.get("server_startup_seconds")]
+    layout = server_layout(m.serve_cmd, m.env)
+    started = [r for r in bench if r.get("server_startup_seconds")]
+    like = [r for r in started if _recorded_layout(r) == layout]
+    starts = [r["server_startup_seconds"] for r in (like or started)]
     cells = {}
     for c in m.cells():
         grp = next(g for g in m.groups if g.name == c.serve)
@@ -1025,17 +1053,28 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     def judge_seconds(name: str, kind: str, default_s: float) -> float:
         """The check's own recorded runs in this matrix ("same check"), else its kind's ("same kind")."""
         of_kind = [r for r in recs if r.get("kind") == kind and r.get("duration_seconds")]
-        same = [r["duration_seconds"] for r in of_kind if (r.get("matrix") or {}).get("name") == m.name
-                and str(r.get("run_id", "")).endswith(f"-{name}")]
+        own = [r for r in of_kind if (r.get("matrix") or {}).get("name") == m.name
+               and str(r.get("run_id", "")).endswith(f"-{name}")]
+        # a judge is an offline engine: in one process or two, as its env says (_offline_layout)
+        same = [r["duration_seconds"] for r in ([r for r in own if _offline_layout(r) == judge_layout] or own)]
         judge_basis[name] = "same check" if same else ("same kind" if of_kind else "no record")
         return statistics.median(same or [r["duration_seconds"] for r in of_kind] or [default_s])
 
+    judge_layout = _offline_layout({"env": m.env})
     hc = {h.name: judge_seconds(h.name, "health_check", 80.0) for h in m.health_checks}
     pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
     start = statistics.median(starts) if starts else default_start_s
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
         start += BENCH_CLIENT_START_S / len(m.groups)
-    return Estimate(cells, start, "recorded" if starts else "no record", hc, pr, len(recs), judge_basis)
+    basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
+    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis)
+
+
+def _offline_layout(r: Mapping) -> str:
+    """An offline engine (``vllm.LLM``: the probe) runs in one process with
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (vllm/v1/engine/llm_engine.py), else it spawns an engine core."""
+    return "in-process" if str((r.get("env") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")).strip() == "0" \
+        else "multiprocess"
 
 
 #: seconds a bench run in the persistent client takes beyond its traffic (tokenizer, dataset, result

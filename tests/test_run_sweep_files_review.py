@@ -240,6 +240,18 @@ def test_a_blank_file_and_a_link_vars_leaving_nothing_are_refused(tmp_path):
     assert e.field == "sweeps[0].link_vars" and "no (serve, bench) combination" in e.rule, str(e)
 
 
+def test_a_serve_record_link_vars_leaves_without_cells_is_refused(tmp_path):
+    """vLLM's sweep would start that server and bench nothing on it (vllm/benchmarks/sweep/serve.py)."""
+    d = _smoke(tmp_path, serve={"baseline": {"max_num_seqs": 4}, "ngram-n3": {"max_num_seqs": 8,
+                                                                              "speculative_config": SPEC}})
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"  # the bench record has max_concurrency 4
+    (d / "specsim.json").write_text(json.dumps(sc))
+    e = _refused(d)
+    assert e.field == "sweeps[].link_vars" and "'ngram-n3'" in e.rule and "'baseline'" not in e.rule, str(e)
+    assert "start a server for no cell" in e.rule
+
+
 # ---- 5. a record's flag against the serve_cmd's ---------------------------------------------------
 
 def test_a_record_false_replaces_the_serve_cmd_flag_as_vllm_sweep_does(tmp_path):

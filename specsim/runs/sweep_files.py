@@ -726,6 +726,12 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if not n_cells:
             raise SpecsimValueError(f"{where}.link_vars", "leaves no (serve, bench) combination: no serve record "
                                     "and bench record agree on the linked values", sw.get("link_vars"))
+    idle = [name for name, g in groups.items() if not g["cells"]]
+    if idle:  # vLLM's sweep would start these servers and bench nothing on them (serve.py run_combs)
+        raise SpecsimValueError("sweeps[].link_vars", f"leave serve record(s) {', '.join(map(repr, idle))} with no "
+                                "bench record whose linked values agree: each would start a server for no cell; "
+                                "drop the record or give a bench record that matches it",
+                                [sw.get("link_vars") for sw in sweeps if isinstance(sw, dict)])
     # ---- specsim's judges --------------------------------------------------------------------
     baseline = sc.get("baseline")
     if baseline is not None and baseline not in groups:

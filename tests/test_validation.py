@@ -660,6 +660,32 @@ def _have_fast_loop() -> bool:
     return True
 
 
+INTERLEAVED = REPO / "data" / "runs-interleaved"
+
+
+def test_interleaved_noise_is_max_over_min_of_the_recorded_throughputs(tmp_path):
+    """data/runs-interleaved: the same 12 cells of both loops, alternated in time.  Recomputed from each
+    run's provenance (vLLM bench's output throughput), not through load_runs."""
+    got = V.interleaved_noise(INTERLEAVED)
+    by: dict = {}
+    for p in INTERLEAVED.glob("*/provenance.json"):
+        d = json.loads(p.read_text())
+        if d.get("kind") == "bench_serve" and d.get("status") == "ok":
+            key = (d["label"], d["concurrency"], d["temperature"])
+            by.setdefault(d["matrix"]["name"], {}).setdefault(key, []).append(
+                d["summary"]["output_throughput_tokens_per_s"])
+    for name in (V.HEADLINE_MATRIX, V.FAST_MATRIX):
+        cells = by[name]
+        assert len(cells) == got[name]["cells"] == 12 and all(len(v) == 2 for v in cells.values())
+        want = float(np.median([max(v) / min(v) - 1 for v in cells.values()]))
+        assert got[name]["throughput_noise_median"] == pytest.approx(want, rel=1e-9)
+        assert len(got[name]["stamps"]) == 2 and len(got[name]["pairs"]) == 1
+        assert got[name]["pairs"][0]["median_spread"] == pytest.approx(want, rel=1e-9)
+    # compare_loops reports it beside data/runs, and refuses a directory without two invocations of each
+    with pytest.raises(DataError, match="fewer than two invocations"):
+        V.interleaved_noise(tmp_path)
+
+
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
 def test_loop_comparison_criteria_follow_from_the_two_validations():
     cmp = V.compare_loops(RUNS)
@@ -689,6 +715,7 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     k = fast.runs["stamp"].nunique()
     assert len(cmp.summary["noise_by_pair"][V.FAST_MATRIX]) == k * (k - 1) // 2
     assert cmp.summary["noise_by_pair"][V.HEADLINE_MATRIX] == V.noise_by_pair(full.runs).to_dict("records")
+    assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
     # each single invocation with its own probe is validated alone: what one make validate-cpu reports
     assert set(cmp.stamps["matrix"]) == {V.HEADLINE_MATRIX, V.FAST_MATRIX}
     row = cmp.stamps[cmp.stamps["matrix"] == V.FAST_MATRIX].iloc[-1]

@@ -34,7 +34,7 @@ __all__ = [
     "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
     "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "throughput_noise",
-    "noise_by_pair",
+    "noise_by_pair", "interleaved_noise",
     "LoopComparison", "compare_loops", "write_loop_comparison", "InvocationsValidation", "validate_invocations",
 ]
 
@@ -1317,8 +1317,51 @@ def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: s
     return InvocationsValidation(matrix, r, per_stamp, errors, best, pooling)
 
 
+def interleaved_noise(runs_dir: str | os.PathLike, *, full: str = HEADLINE_MATRIX,
+                      fast: str = FAST_MATRIX) -> dict:
+    """Both loops' run-to-run throughput noise measured in the same hour: invocations of the same cells
+    of ``full`` and ``fast`` (``run-matrix --only``), alternated in time, recorded under ``runs_dir``
+    (the checkout's ``data/runs-interleaved``: its README says how they were made).  A diagnostic of
+    :func:`compare_loops`' noise criterion (which compares noise measured on different days), not a
+    criterion itself.
+
+    Parameters
+    ----------
+    runs_dir : path
+        Recorded runs (:func:`specsim.runs.records.load_runs`) of both matrices.
+    full, fast : str
+        Matrix names.
+
+    Returns
+    -------
+    dict
+        ``definition`` and, per matrix, ``stamps``, ``cells`` (distinct serve config x concurrency x
+        temperature), ``throughput_noise_median`` (:func:`throughput_noise`, a fraction) and ``pairs``
+        (:func:`noise_by_pair` rows).
+
+    Raises
+    ------
+    DataError
+        Either matrix has fewer than two invocations there.
+    """
+    runs = load_runs(runs_dir)
+    out: dict = {"definition": "the same cells of both matrices, invocations alternated in time (full, fast, full, "
+                               "fast); per matrix throughput_noise's median spread and noise_by_pair's split"}
+    for name in (full, fast):
+        r = runs[runs["matrix"] == name] if len(runs) else runs
+        if not len(r) or r["stamp"].nunique() < 2:
+            raise DataError(f"{runs_dir}: fewer than two invocations of {name!r}; the interleaved noise needs two "
+                            "of each matrix")
+        out[name] = {"stamps": sorted(r["stamp"].unique()),
+                     "cells": int(r.groupby(["label", "concurrency", "temperature"]).ngroups),
+                     "throughput_noise_median": throughput_noise(r)["median_spread"],
+                     "pairs": noise_by_pair(r).to_dict("records")}
+    return out
+
+
 def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
-                  fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None) -> LoopComparison:
+                  fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None,
+                  interleaved_dir: str | os.PathLike | None = None) -> LoopComparison:
     """Judge the fast CPU validation loop against the full one, each validated on its own runs.
 
     Each matrix's runs are validated separately, never on the other's: when every invocation (stamp)
@@ -1343,6 +1386,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     results : mapping of matrix name to ValidationResult, optional
         Validations already computed on ``runs_dir`` (e.g. the headline one), reused instead of
         recomputed.
+    interleaved_dir : path, optional
+        Runs of both loops alternated in time (:func:`interleaved_noise`; default the ``runs-interleaved``
+        directory beside ``runs_dir`` when it exists): reported in ``summary["interleaved_noise"]``.
 
     Returns
     -------
@@ -1442,6 +1488,10 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                       "host_shift (median tok/s ratio - 1: the machine faster or slower as a whole) and scatter "
                       "(median |ratio / (1 + host_shift) - 1|); reported to explain the noise, not a criterion",
         **{name: noise_by_pair(res[name].runs).to_dict("records") for name in (full, fast)}}
+    base = Path(runs_dir) if runs_dir is not None else project_data_path("runs")
+    il = Path(interleaved_dir) if interleaved_dir is not None else base.parent / "runs-interleaved"
+    if interleaved_dir is not None or il.is_dir():
+        summary["interleaved_noise"] = interleaved_noise(il, full=full, fast=fast)
     return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs, stamps,
                           json.loads(json.dumps(summary, default=_jsonable)))
 

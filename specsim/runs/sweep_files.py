@@ -1025,7 +1025,8 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     plus the warm-up (with the persistent client, its one start :data:`BENCH_CLIENT_START_S` shared by
     the servers); a health check / probe the median duration of its own recorded runs in this matrix
     ("same check"; those whose offline engine ran in the matrix's layout when there are any: one process
-    with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, else two), else of every recorded run of its kind ("same kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
+    with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, else two), else of every recorded run of its kind ("same
+    kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
     Seconds of wall time on the recording host (not adjusted for another host).
     """
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))

@@ -106,9 +106,11 @@ def main(argv: list[str]) -> int:
         json.dump(status, f)
     os.replace(tmp, status_path)
     copy_dir = os.environ.get("SPECSIM_GUARD_STATUS_COPY")
-    if copy_dir:  # diagnostics / tests: keep a copy the starter does not consume
-        with open(os.path.join(copy_dir, f"guard-{child.pid}.json"), "w") as f:
+    if copy_dir:  # diagnostics / tests: keep a copy the starter does not consume (written atomically)
+        copy = os.path.join(copy_dir, f"guard-{child.pid}.json")
+        with open(copy + ".tmp", "w") as f:
             json.dump(status, f)
+        os.replace(copy + ".tmp", copy)
     if orphaned.is_set():
         # the starter is gone: nobody will read (and remove) the status file; the copy above is kept
         try:

@@ -279,8 +279,9 @@ def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path
 
 
 def test_recorded_server_logs_show_the_layout_the_command_asked_for():
-    """Real vLLM logs (data/runs, and the two-process invocation in data/runs-superseded): a two-process server (its recorded command and env) loads the model in its
-    EngineCore process and logs from two pids; a three-process one loads it in a separate Worker process."""
+    """Real vLLM logs (data/runs, and the two-process invocation in data/runs-superseded): a two-process
+    server (by its recorded command and env) loads the model in its EngineCore process and logs from two
+    pids; a three-process one loads it in a separate Worker process."""
     import re
 
     seen = set()

@@ -231,23 +231,24 @@ def test_a_blank_file_and_a_link_vars_leaving_nothing_are_refused(tmp_path):
     e = _refused(_smoke(tmp_path, raw={"serve_params.json": "  \n"}))
     assert e.field == "sweeps[0].serve_params" and "empty" in e.rule, str(e)
     shutil.rmtree(tmp_path / "m")
-    d = _smoke(tmp_path, serve={"baseline": {"max_num_seqs": 8}, "ngram-n3": {"max_num_seqs": 8,
-                                                                              "speculative_config": SPEC}})
-    sc = json.loads((d / "specsim.json").read_text())
-    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"  # the bench record has max_concurrency 4
-    (d / "specsim.json").write_text(json.dumps(sc))
-    e = _refused(d)
+    e = _refused(_linked_by_max_num_seqs(tmp_path, baseline_seqs=8))
     assert e.field == "sweeps[0].link_vars" and "no (serve, bench) combination" in e.rule, str(e)
+
+
+def _linked_by_max_num_seqs(tmp_path, baseline_seqs: int) -> Path:
+    """The smoke matrix with ``link_vars`` max_num_seqs=max_concurrency (its bench record has
+    max_concurrency 4): the baseline at ``baseline_seqs``, ngram-n3 at 8 (never linked)."""
+    d = _smoke(tmp_path, serve={"baseline": {"max_num_seqs": baseline_seqs},
+                                "ngram-n3": {"max_num_seqs": 8, "speculative_config": SPEC}})
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"
+    (d / "specsim.json").write_text(json.dumps(sc))
+    return d
 
 
 def test_a_serve_record_link_vars_leaves_without_cells_is_refused(tmp_path):
     """vLLM's sweep would start that server and bench nothing on it (vllm/benchmarks/sweep/serve.py)."""
-    d = _smoke(tmp_path, serve={"baseline": {"max_num_seqs": 4}, "ngram-n3": {"max_num_seqs": 8,
-                                                                              "speculative_config": SPEC}})
-    sc = json.loads((d / "specsim.json").read_text())
-    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"  # the bench record has max_concurrency 4
-    (d / "specsim.json").write_text(json.dumps(sc))
-    e = _refused(d)
+    e = _refused(_linked_by_max_num_seqs(tmp_path, baseline_seqs=4))
     assert e.field == "sweeps[].link_vars" and "'ngram-n3'" in e.rule and "'baseline'" not in e.rule, str(e)
     assert "start a server for no cell" in e.rule
 

@@ -991,7 +991,20 @@ def server_layout(server_cmd: Sequence[str], env: Mapping[str, str]) -> str:
     uni`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``; else ``"three-process"`` (API server, engine core
     and a spawned worker: vLLM's CPU platform replaces ``uni`` by ``mp`` unless multiprocessing is off,
     vllm/platforms/cpu.py).  A server start costs one vLLM import per process, so recorded start times
-    are compared within one layout (:func:`estimate_seconds`)."""
+    are compared within one layout (:func:`estimate_seconds`).
+
+    Parameters
+    ----------
+    server_cmd : sequence of str
+        The ``vllm serve ...`` tokens (``--distributed-executor-backend X`` or ``=X`` read).
+    env : mapping of str to str
+        The server's environment (only ``VLLM_ENABLE_V1_MULTIPROCESSING`` is read; vLLM's default 1).
+
+    Returns
+    -------
+    str
+        ``"two-process"`` or ``"three-process"``.  Raises nothing.
+    """
     cmd = [str(t) for t in server_cmd]
     backend = None
     for i, t in enumerate(cmd):
@@ -999,8 +1012,12 @@ def server_layout(server_cmd: Sequence[str], env: Mapping[str, str]) -> str:
             backend = cmd[i + 1]
         elif t.startswith("--distributed-executor-backend="):
             backend = t.split("=", 1)[1]
-    off = str(env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")).strip() == "0"
-    return "two-process" if backend == "uni" and off else "three-process"
+    return "two-process" if backend == "uni" and _multiprocessing_off(env) else "three-process"
+
+
+def _multiprocessing_off(env: Mapping[str, str]) -> bool:
+    """``VLLM_ENABLE_V1_MULTIPROCESSING=0`` in ``env`` (vLLM's default is on: vllm/envs.py)."""
+    return str(env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")).strip() == "0"
 
 
 def _recorded_layout(r: Mapping) -> str:
@@ -1056,6 +1073,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         else:
             cells[c.run_label] = (default_cell_s, "no record")
     judge_basis: dict[str, str] = {}
+    judge_layout = _offline_layout({"env": m.env})
 
     def judge_seconds(name: str, kind: str, default_s: float) -> float:
         """The check's own recorded runs in this matrix ("same check"), else its kind's ("same kind")."""
@@ -1067,7 +1085,6 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         judge_basis[name] = "same check" if same else ("same kind" if of_kind else "no record")
         return statistics.median(same or [r["duration_seconds"] for r in of_kind] or [default_s])
 
-    judge_layout = _offline_layout({"env": m.env})
     hc = {h.name: judge_seconds(h.name, "health_check", 80.0) for h in m.health_checks}
     pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
     start = statistics.median(starts) if starts else default_start_s
@@ -1080,8 +1097,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
 def _offline_layout(r: Mapping) -> str:
     """An offline engine (``vllm.LLM``: the probe) runs in one process with
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (vllm/v1/engine/llm_engine.py), else it spawns an engine core."""
-    return "in-process" if str((r.get("env") or {}).get("VLLM_ENABLE_V1_MULTIPROCESSING", "1")).strip() == "0" \
-        else "multiprocess"
+    return "in-process" if _multiprocessing_off(r.get("env") or {}) else "multiprocess"
 
 
 #: seconds a bench run in the persistent client takes beyond its traffic (tokenizer, dataset, result

@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from specsim.catalog import project_data_path
+from specsim.errors import SpecsimValueError
 from specsim.runs.provenance import VllmInstall
 from specsim.runs.runner import run_matrix
 
@@ -38,7 +39,7 @@ FAKE_VLLM = textwrap.dedent('''
         port = int(opt("--port"))
         spec = opt("--speculative-config")
         with open(log, "a") as f:
-            f.write(json.dumps({"event": "serve", "pid": os.getpid(), "spec": spec,
+            f.write(json.dumps({"event": "serve", "pid": os.getpid(), "spec": spec, "t": time.time(),
                                 "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
         if "kill-my-worker" in args:  # the Ray worker running this job dies (SIGKILL)
             import psutil
@@ -47,8 +48,9 @@ FAKE_VLLM = textwrap.dedent('''
                 if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
                         driver in [a.pid for a in p.parents()]:
                     p.kill()
-        try:  # a slow start (FAKE_SERVE_DELAY seconds before it listens)
-            time.sleep(float(os.environ.get("FAKE_SERVE_DELAY", "0")))
+        slow = spec and str(json.loads(spec).get("num_speculative_tokens")) == os.environ.get("FAKE_SLOW_N")
+        try:  # a slow start (FAKE_SERVE_DELAY seconds before it listens; 30 s for N = FAKE_SLOW_N)
+            time.sleep(30.0 if slow else float(os.environ.get("FAKE_SERVE_DELAY", "0")))
         except KeyboardInterrupt:
             print("fake vllm serve: SIGINT while starting", flush=True)
             sys.exit(0)
@@ -61,17 +63,23 @@ FAKE_VLLM = textwrap.dedent('''
             def do_POST(self):
                 self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
         try:
-            http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+            srv = http.server.HTTPServer(("127.0.0.1", port), H)
+            with open(log, "a") as f:
+                f.write(json.dumps({"event": "listen", "pid": os.getpid(), "spec": spec, "t": time.time()}) + "\\n")
+            srv.serve_forever()
         except KeyboardInterrupt:
             print("fake vllm serve: SIGINT, shutting down", flush=True)
     elif args[:2] == ["bench", "serve"]:
         c = int(opt("--max-concurrency")); n = int(opt("--num-prompts"))
+        nth = 1 + sum('"event": "bench"' in x for x in open(log)) if os.path.exists(log) else 1
         with open(log, "a") as f:
-            f.write(json.dumps({"event": "bench", "concurrency": c, "seed": opt("--seed")}) + "\\n")
+            f.write(json.dumps({"event": "bench", "concurrency": c, "seed": opt("--seed"), "t": time.time()}) + "\\n")
         if os.environ.get("FAKE_BENCH_FAIL") == str(c):
             print("Error: connection refused", flush=True)
             sys.exit(2)
         time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "0")))
+        if os.environ.get("FAKE_BENCH_SLEEP_NTH") == str(nth):  # only the nth bench of the log is slow
+            time.sleep(30)
         texts = [f"out{i}" for i in range(n)]
         json.dump({"num_prompts": n, "completed": n, "failed": 0, "generated_texts": texts,
                    "input_lens": [5] * n, "output_lens": [3] * n, "errors": [""] * n},
@@ -122,7 +130,8 @@ def fake_env(tmp_path, monkeypatch):
     return {"install": VllmInstall(venv), "log": log, "tmp": tmp_path}
 
 
-def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = None) -> Path:
+def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = None,
+            sidecar: dict | None = None) -> Path:
     d = tmp / "matrix"
     d.mkdir(exist_ok=True)
     serve = {"baseline": {}, "ngram-n2": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}},
@@ -145,7 +154,8 @@ def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = No
         "cells": {"ngram-n3/*": {"seed": 7, "timeout_s": 60}},
         "timeout_s": 120, "seed": 0, "platform": "auto",
         # the sidecar's env reaches every vLLM process, also in a Ray worker started elsewhere
-        "env": {"FAKE_LOG": str(tmp / "events.jsonl"), "FAKE_DRIVER_PID": str(os.getpid()), **(env or {})}}))
+        "env": {"FAKE_LOG": str(tmp / "events.jsonl"), "FAKE_DRIVER_PID": str(os.getpid()), **(env or {})},
+        **(sidecar or {})}))
     return d
 
 
@@ -447,12 +457,12 @@ def test_progress_bar_ends_at_exactly_100_percent_also_on_resume(fake_env, monke
     assert not [w for w in recwarn if "clamping frac" in str(w.message)]
 
 
-def _cli(fake_env, tmp: Path, stamp: str, **env) -> subprocess.Popen:
+def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, **env) -> subprocess.Popen:
     """``specsim run-matrix`` on the fake matrix in a child process (its own TMPDIR, to see leaks)."""
     (tmp / "tmpdir").mkdir(exist_ok=True)
     e = {**os.environ, "SPECSIM_VLLM_VENV": str(fake_env["install"].venv), "TMPDIR": str(tmp / "tmpdir"),
          "SPECSIM_GUARD_GRACE_S": "3", "FAKE_LOG": str(fake_env["log"]), **env}
-    return subprocess.Popen([REAL_PY, "-m", "specsim", "run-matrix", "--matrix", str(_matrix(tmp)), "--runs-dir",
+    return subprocess.Popen([REAL_PY, "-m", "specsim", "run-matrix", "--matrix", str(matrix or _matrix(tmp)), "--runs-dir",
                              str(tmp / "runs"), "--stamp", stamp], env=e, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -514,6 +524,86 @@ def test_ctrl_c_while_the_server_starts_records_the_cell_with_its_server_end(fak
         "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
     assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stopped_at"].endswith("Z")
     assert recs["fake-T2-baseline-t0.8-c2"]["error"] == "interrupted (KeyboardInterrupt) before this run started"
+
+
+# ---- concurrent_server_starts: servers start together, benches never overlap a start ---------------
+
+_FOUR = {"ngram-n5": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 5}}}
+
+
+def _spec_n(e: dict) -> int | None:
+    return json.loads(e["spec"])["num_speculative_tokens"] if e.get("spec") else None
+
+
+def test_concurrent_server_starts_overlap_the_starts_and_never_a_bench(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_SERVE_DELAY", "1.0")
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], extra_serve=_FOUR, sidecar={"concurrent_server_starts": 2})
+    res = {r.run_id.removeprefix("fake-C1-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="C1", progress=False)}
+    assert set(res.values()) == {"ok"} and len(res) == 9
+    ev = _events(fake_env["log"])
+    serve = {_spec_n(e): e["t"] for e in ev if e["event"] == "serve"}
+    listen = {_spec_n(e): e["t"] for e in ev if e["event"] == "listen"}
+    # the baseline with N = 2 (whose job is made once the baseline's outputs exist), then N = 3 with N = 5
+    assert serve[2] < listen[None] and serve[None] < listen[2]  # each pair's starts overlapped
+    assert serve[5] < listen[3] and serve[3] < listen[5]
+    assert serve[3] > max(listen[None], listen[2])
+    for b in (e["t"] for e in ev if e["event"] == "bench"):  # no bench while any server was starting
+        assert not any(serve[n] < b < listen[n] for n in serve), (b, serve, listen)
+    st = {k: _prov(runs / f"fake-C1-{k}")["server_start"] for k in ("baseline-c1", "ngram-n2-c1", "ngram-n3-t0.8-c2",
+                                                                      "ngram-n5-c1")}
+    assert st == {"baseline-c1": {"started_together": 2, "with": ["ngram-n2"]},
+                  "ngram-n2-c1": {"started_together": 2, "with": ["baseline"]},
+                  "ngram-n3-t0.8-c2": {"started_together": 2, "with": ["ngram-n5"]},
+                  "ngram-n5-c1": {"started_together": 2, "with": ["ngram-n3"]}}
+    assert _prov(runs / "fake-C1-ngram-n3-c1")["checks"]["greedy_identical_to_baseline"]["all_identical"]
+    assert not [x for x in runs.iterdir() if x.name.startswith(".")]  # no staging or server log left
+    assert not _no_fake_processes()
+
+
+def test_concurrent_server_starts_is_checked_before_anything_starts(fake_env):
+    for bad, allowed in ((0, ">= 1"), (5, "from 1 to 4"), (True, "integer"), ("2", "integer")):
+        m = _matrix(fake_env["tmp"], sidecar={"concurrent_server_starts": bad})
+        with pytest.raises(SpecsimValueError, match=allowed) as e:
+            run_matrix(m, runs_dir=fake_env["tmp"] / "runs", install=fake_env["install"], stamp="C0", progress=False)
+        assert e.value.field == "concurrent_server_starts"
+    assert not _events(fake_env["log"])
+
+
+def test_ctrl_c_while_servers_start_together_stops_both(fake_env):
+    tmp = fake_env["tmp"]
+    m = _matrix(tmp, extra_serve=_FOUR, sidecar={"concurrent_server_starts": 2})
+    proc = _cli(fake_env, tmp, "C2", matrix=m, FAKE_SLOW_N="5")  # N = 5 takes 30 s to listen
+    _wait_for(lambda: any(e["event"] == "listen" and _spec_n(e) == 3 for e in _events(fake_env["log"]))
+              and any(e["event"] == "serve" and _spec_n(e) == 5 for e in _events(fake_env["log"])))
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")
+    cell = recs["fake-C2-ngram-n3-c1"]
+    assert cell["error"] == "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
+    assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stop_signal"] is None
+    assert not any(k.startswith("fake-C2-ngram-n5") for k in recs)  # not reached: a resume runs it
+    assert recs["fake-C2-ngram-n2-c1"]["status"] == "ok"
+    n3_serve = next(x["t"] for x in _events(fake_env["log"]) if x["event"] == "serve" and _spec_n(x) == 3)
+    assert not any(e["event"] == "bench" and e["t"] > n3_serve for e in _events(fake_env["log"]))
+
+
+def test_ctrl_c_during_a_bench_stops_the_server_started_ahead(fake_env):
+    tmp = fake_env["tmp"]
+    m = _matrix(tmp, extra_serve=_FOUR, sidecar={"concurrent_server_starts": 2})
+    proc = _cli(fake_env, tmp, "C3", matrix=m, FAKE_BENCH_SLEEP_NTH="5")  # the 5th bench: ngram-n3 c1
+    _wait_for(lambda: sum(e["event"] == "bench" for e in _events(fake_env["log"])) >= 5)
+    ready = [e["pid"] for e in _events(fake_env["log"]) if e["event"] == "listen" and _spec_n(e) == 5]
+    assert ready and psutil.pid_exists(ready[0])  # N = 5 started with N = 3, waiting for its turn
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")  # no process, no server log directory left
+    assert recs["fake-C3-ngram-n3-c1"]["error"] == "interrupted (KeyboardInterrupt)"
+    assert not any(k.startswith("fake-C3-ngram-n5") for k in recs)
+    assert recs["fake-C3-ngram-n3-c1"]["server_end"]["stop_signals_sent"] == ["SIGINT"]
+    assert recs["fake-C3-ngram-n3-c1"]["server_start"] == {"started_together": 2, "with": ["ngram-n5"]}
+    assert not psutil.pid_exists(ready[0]) or psutil.Process(ready[0]).status() == psutil.STATUS_ZOMBIE
 
 
 def test_an_orphaned_guardian_removes_its_status_file(tmp_path):

@@ -26,6 +26,8 @@ from specsim.runs.sweep_files import (
     BENCH_CLIENT_START_S,
     PERSISTENT_OVERHEAD_S,
     SIDECAR_KEYS,
+    apply_record,
+    dry_run_json,
     dry_run_text,
     estimate_seconds,
     load_matrix,
@@ -75,6 +77,8 @@ def test_fast_loop_is_the_full_matrix_with_less_traffic():
     assert fast.health_checks == tuple(dataclasses.replace(h, num_prompts=4) for h in full.health_checks)
     assert fast.probes == full.probes
     assert fast.health_guards == full.health_guards and fast.bench_client == full.bench_client
+    # the fast loop starts its servers two at a time (benches still one server at a time)
+    assert (full.concurrent_server_starts, fast.concurrent_server_starts) == (1, 2)
     a = {c.run_label: c for c in full.cells()}
     b = {c.run_label: c for c in fast.cells()}
     assert set(a) == set(b)
@@ -260,10 +264,13 @@ def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path
     two_m = _two_process_matrix(tmp_path)
     for two, m in ((True, two_m), (False, load_matrix("cpu-validation-fast"))):
         ok = [p for p in provs[two] if p.get("status") in ("ok", "invalid")]
-        starts = [p["server_startup_seconds"] for p in ok
-                  if p.get("kind") == "bench_serve" and p.get("server_startup_seconds")]
+        k = m.concurrent_server_starts  # the shipped matrix starts 2 at a time; records before it, 1
+        together = lambda p: (p.get("server_start") or {}).get("started_together", 1)  # noqa: E731
+        started = [p for p in ok if p.get("kind") == "bench_serve" and p.get("server_startup_seconds")]
+        use = [p for p in started if together(p) == k] or [p for p in started if together(p) == 1]
+        starts = [p["server_startup_seconds"] / together(p) for p in use]
         est = estimate_seconds(m, runs_dir=runs)
-        assert est.server_basis == "recorded, same layout"
+        assert est.server_basis.startswith("recorded, same layout")
         assert est.server_start_s == pytest.approx(statistics.median(starts) + BENCH_CLIENT_START_S / len(m.groups))
         for kind, name in (("health_check", "selfdraft-t0.8-health"), ("verify_cost", "verify-cost")):
             own = [p["duration_seconds"] for p in ok if p.get("kind") == kind]
@@ -275,7 +282,7 @@ def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path
     # only the other layout recorded: its starts, said so
     for p in runs.glob(f"*-{TWO_PROCESS_STAMP}-*"):
         shutil.rmtree(p)
-    assert estimate_seconds(two_m, runs_dir=runs).server_basis == "recorded, other layout"
+    assert estimate_seconds(two_m, runs_dir=runs).server_basis.startswith("recorded, other layout")
 
 
 def test_recorded_server_logs_show_the_layout_the_command_asked_for():
@@ -462,3 +469,42 @@ def test_option_tables_match_the_installed_vllm():
     assert flat(d["serve"]) == SERVE_OPTIONS and flat(d["bench_serve"]) == BENCH_SERVE_OPTIONS
     assert len(SERVE_OPTIONS) > 300 and SERVE_OPTIONS["speculative-config"] == "json"
     assert sys.version_info >= (3, 11)
+
+
+def test_estimate_shares_the_start_of_servers_started_together(tmp_path):
+    """A server started with another (``server_start.started_together`` = 2) costs half its recorded
+    start; a matrix that starts servers two at a time is estimated from such records when there are
+    any, else from servers started alone (and says so)."""
+    runs = tmp_path / "runs"
+    m1 = load_matrix("smoke")
+    d = tmp_path / "m2"
+    shutil.copytree(m1.root, d)
+    sc = json.loads((d / "specsim.json").read_text())
+    (d / "specsim.json").write_text(json.dumps({**sc, "concurrent_server_starts": 2}))
+    m2 = load_matrix(d)
+    assert m2.concurrent_server_starts == 2 and m1.concurrent_server_starts == 1
+    cmd = apply_record(m1.serve_cmd, m1.groups[0].params)
+
+    def rec(rid, startup, together=None):
+        p = {"run_id": rid, "kind": "bench_serve", "status": "ok", "bench_seconds": 5.0,
+             "server_startup_seconds": startup, "commands": {"server": cmd}, "env": {}}
+        if together is not None:
+            p["server_start"] = {"started_together": together, "with": []}
+        (runs / rid).mkdir(parents=True)
+        (runs / rid / "provenance.json").write_text(json.dumps(p))
+
+    for i, s in enumerate((30.0, 32.0, 34.0)):  # alone (two of them recorded before the key existed)
+        rec(f"a{i}", s, None if i < 2 else 1)
+    bc = BENCH_CLIENT_START_S / len(m1.groups) if m1.bench_client == "persistent" else 0.0
+    e1, e2 = estimate_seconds(m1, runs_dir=runs), estimate_seconds(m2, runs_dir=runs)
+    assert e1.server_start_s == pytest.approx(32.0 + bc) and e1.server_basis == "recorded, same layout"
+    assert e2.server_start_s == pytest.approx(32.0 + bc)
+    assert e2.server_basis == "recorded, same layout, started one at a time (started together they take less)"
+    for i, s in enumerate((50.0, 56.0)):  # two servers started together: 50 s and 56 s each
+        rec(f"b{i}", s, 2)
+    e1, e2 = estimate_seconds(m1, runs_dir=runs), estimate_seconds(m2, runs_dir=runs)
+    assert e2.server_start_s == pytest.approx(statistics.median([25.0, 28.0]) + bc)
+    assert e2.server_basis == "recorded, same layout, started 2 at a time"
+    assert e1.server_start_s == pytest.approx(32.0 + bc)  # one at a time: only the servers started alone
+    assert "servers started 2 at a time (local executor)" in dry_run_text(m2, e2)
+    assert dry_run_json(m2, e2)["concurrent_server_starts"] == 2

@@ -45,8 +45,30 @@ EXECUTORS = ("local", "ray", "slurm")
 # one job, wherever it runs
 # --------------------------------------------------------------------------------------------
 
+def _job_env(job: dict) -> tuple[dict[str, str], dict, list[str]]:
+    """The environment of a job's vLLM processes (made where they run: :func:`vllm_env` with the
+    job's platform defaults and explicit settings), what provenance records of it, and the inherited
+    variables it removes."""
+    install = VllmInstall(Path(job["venv"]))
+    removed = [k for k in job.get("env_unset", ()) if k in os.environ]
+    env, used = vllm_env(extra=job.get("env_extra"), install=install, defaults=job.get("env_defaults"),
+                         unset=tuple(job.get("env_unset", ())))
+    return env, used, removed
+
+
+def job_server(job: dict, runs_dir: str | os.PathLike):
+    """The (not yet started) server of a group job, logging into ``runs_dir``
+    (:func:`specsim.runs.serve_bench.new_server`)."""
+    from specsim.runs.serve_bench import new_server
+
+    return new_server(job["server_cmd"], runs_dir=runs_dir, env=_job_env(job)[0],
+                      health_timeout_s=job.get("health_timeout_s", 600.0),
+                      stop_timeout_s=job.get("stop_timeout_s", 30.0))
+
+
 def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False,
-                clients: dict | None = None) -> dict:
+                clients: dict | None = None, server=None, server_error: RunError | None = None,
+                started_with: Iterable[str] = ()) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
@@ -59,13 +81,15 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     persistent``) so that one client process serves every server of the matrix.
     The environment of the vLLM processes is made here, where they run
     (:func:`specsim.runs.provenance.vllm_env` with the job's platform defaults and explicit settings).
+    ``server`` (a group job): its server, already started together with the servers of the groups
+    named in ``started_with`` (:func:`job_server`, :func:`specsim.runs.process.start_together`;
+    ``server_error`` why its start failed); every run records ``server_start``:
+    ``{"started_together": 1 + len(started_with), "with": [...]}``.
     """
     staging = Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     install = VllmInstall(Path(job["venv"]))
-    removed = [k for k in job.get("env_unset", ()) if k in os.environ]
-    env, used = vllm_env(extra=job.get("env_extra"), install=install, defaults=job.get("env_defaults"),
-                         unset=tuple(job.get("env_unset", ())))
+    env, used, removed = _job_env(job)
     prov = {**job["base_provenance"], "env": used}
     if removed:  # e.g. a Ray worker's OMP_NUM_THREADS=1
         prov["env_removed"] = {k: os.environ[k] for k in removed}
@@ -90,13 +114,15 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
         from specsim.runs.process import watch_servers
         from specsim.runs.serve_bench import _server_end
 
+        started_with = list(started_with)
+        prov["server_start"] = {"started_together": 1 + len(started_with), "with": started_with}
         with watch_servers() as started:
             try:
                 out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
                                                  base_provenance=prov, warmup=job.get("warmup"),
                                                  health_timeout_s=job.get("health_timeout_s", 600.0),
                                                  stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats,
-                                                 bench_client=bc)
+                                                 bench_client=bc, server=server, server_error=server_error)
             except KeyboardInterrupt as e:
                 if not stats and started and started[-1].stop_seconds is not None:
                     stats = _server_end(started[-1])  # interrupted while the server was starting
@@ -197,14 +223,29 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
 # --------------------------------------------------------------------------------------------
 
 class LocalExecutor:
-    """Runs each job in this process, one at a time (``wait`` returns them in submission order)."""
+    """Runs each job in this process, one at a time (``wait`` returns them in submission order).
+
+    Parameters
+    ----------
+    runs_dir : Path
+        Where staging directories (and the logs of servers started ahead) are made.
+    concurrent_server_starts : int
+        How many servers start at once (the matrix's ``concurrent_server_starts``; default 1): a group
+        job whose server is not running yet starts it together with the servers of the next group jobs
+        (up to this many in all; :func:`specsim.runs.process.start_together`), and its benches begin
+        only when all of them are healthy, so no start overlaps a benchmark; the servers started ahead
+        wait, idle, until their own jobs run.  Each run records ``server_start``.
+    """
 
     kind = "local"
 
-    def __init__(self, runs_dir: Path):
+    def __init__(self, runs_dir: Path, concurrent_server_starts: int = 1):
         self.runs_dir = Path(runs_dir)
+        self.concurrent_server_starts = int(concurrent_server_starts)
         self._done: list[tuple[Any, dict | BaseException]] = []
         self._clients: dict = {}
+        #: group name -> (server, start error, the groups it was started with): started ahead
+        self._ready: dict[str, tuple[Any, RunError | None, list[str]]] = {}
 
     def resources(self, job: dict) -> dict:
         return {}
@@ -212,11 +253,49 @@ class LocalExecutor:
     def cpus(self) -> int:
         return os.cpu_count() or 1
 
-    def submit(self, job: dict, tag: Any) -> None:
+    def _start_ahead(self, job: dict, upcoming: Iterable[dict], starting: list) -> None:
+        from specsim.runs.process import start_together
+
+        batch = [job]
+        for j in upcoming:
+            if len(batch) >= self.concurrent_server_starts or j.get("kind") != "group" or j["group"] in self._ready:
+                break
+            batch.append(j)
+        starting.extend((j["group"], job_server(j, self.runs_dir)) for j in batch)
+        errors = start_together([srv for _, srv in starting])
+        names = [name for name, _ in starting]
+        for (name, srv), err in zip(starting, errors):
+            self._ready[name] = (srv, err, [n for n in names if n != name])
+
+    def _stop_ready(self, keep: Iterable[str] = ()) -> None:
+        """Stop the servers started ahead whose groups are not in ``keep`` (their jobs will not come:
+        every cell of the group was kept or skipped) and remove their logs."""
+        for name in [n for n in self._ready if n not in set(keep)]:
+            srv = self._ready.pop(name)[0]
+            try:
+                srv.stop()
+            finally:
+                shutil.rmtree(srv.log_path.parent, ignore_errors=True)
+
+    def submit(self, job: dict, tag: Any, upcoming: Iterable[dict] = ()) -> None:
+        """Run ``job`` now.  ``upcoming``: the group jobs that will be submitted next, in order, whose
+        servers may start together with this one's (``{"kind": "group", "group": name,
+        "server_cmd": ..., ...}``: the server part of a job is enough); a group job is known by its
+        ``group`` name."""
+        upcoming = list(upcoming)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.runs_dir))
         queued = False
+        starting: list = []
+        kw: dict = {}
         try:
-            out = execute_job(job, staging, clients=self._clients, keep_interrupted=True)
+            if job.get("kind") == "group":
+                self._stop_ready(keep=[job["group"], *(j.get("group") for j in upcoming)])
+                if job["group"] not in self._ready and self.concurrent_server_starts > 1:
+                    self._start_ahead(job, upcoming, starting)
+                if job["group"] in self._ready:
+                    srv, err, others = self._ready.pop(job["group"])
+                    kw = {"server": srv, "server_error": err, "started_with": others}
+            out = execute_job(job, staging, clients=self._clients, keep_interrupted=True, **kw)
             out["staging"] = staging
             out["executor"] = {"kind": "local", "host": out["host"], "pid": out["pid"]}
             self._done.append((tag, out))
@@ -224,20 +303,41 @@ class LocalExecutor:
             if out.get("interrupted"):  # recorded (with the server's stop): now stop the matrix
                 raise out.get("interrupt") or KeyboardInterrupt()
         except KeyboardInterrupt as e:
-            if not queued:  # interrupted outside the job's own handling
-                self._done.append((tag, _interrupted(staging, e)))
+            self._drop_unclaimed(starting, kw.get("server"))
+            if not queued:  # interrupted outside the job's own handling (e.g. its server starting)
+                got = _interrupted(staging, e)
+                mine = next((srv for name, srv in starting if name == job["group"]), None)
+                if mine is not None and mine.stop_seconds is not None:
+                    from specsim.runs.serve_bench import _server_end
+
+                    got["server_end"] = _server_end(mine)
+                self._done.append((tag, got))
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
+            self._drop_unclaimed(starting, kw.get("server"))
             self._done.append((tag, exc))
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _drop_unclaimed(self, starting: list, claimed) -> None:
+        """Stop the servers of a start that did not finish (interrupted or failed) and remove their
+        logs; the server handed to the job (``claimed``) and those waiting for theirs are left alone."""
+        for name, srv in starting:
+            if name not in self._ready and srv is not claimed:
+                srv.stop()
+                shutil.rmtree(srv.log_path.parent, ignore_errors=True)
 
     def wait(self) -> list[tuple[Any, dict | BaseException]]:
         done, self._done = self._done, []
         return done
 
     def close(self) -> None:
-        if self._clients.get("bench") is not None:
-            self._clients.pop("bench").close()
+        """Stop the persistent bench client and any server started ahead whose job never ran (an
+        interrupted matrix)."""
+        try:
+            self._stop_ready()
+        finally:
+            if self._clients.get("bench") is not None:
+                self._clients.pop("bench").close()
 
 
 def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:
@@ -453,13 +553,15 @@ class SlurmExecutor:
 
 
 def make_executor(kind: str, runs_dir: Path, *, ray_address: str | None = None, platform: str = "cpu",
-                  ray_init: dict | None = None, slurm: dict | None = None):
+                  ray_init: dict | None = None, slurm: dict | None = None, concurrent_server_starts: int = 1):
     """``"local"``, ``"ray"`` or ``"slurm"`` (SpecsimValueError otherwise; MissingExtraError without
-    ray / submitit).  ``slurm``: keyword arguments of :class:`SlurmExecutor`."""
+    ray / submitit).  ``slurm``: keyword arguments of :class:`SlurmExecutor`.
+    ``concurrent_server_starts``: :class:`LocalExecutor`'s; a Ray task or Slurm job holds one server
+    on its own machine, so there it does not apply."""
     if kind == "local":
         if ray_address:
             raise SpecsimValueError("ray_address", "only with executor 'ray'", ray_address)
-        return LocalExecutor(runs_dir)
+        return LocalExecutor(runs_dir, concurrent_server_starts=concurrent_server_starts)
     if kind == "ray":
         return RayExecutor(runs_dir, address=ray_address, platform=platform, init_kwargs=ray_init)
     if kind == "slurm":

@@ -368,6 +368,7 @@ class Server:
         self.signals_sent: list[str] = []
         self._status: Path | None = None
         self._log = None
+        self._t0 = 0.0
 
     @property
     def url(self) -> str:
@@ -406,12 +407,19 @@ class Server:
         except (urllib.error.URLError, OSError):
             return False
 
-    def start(self) -> "Server":
+    def launch(self) -> "Server":
+        """Start the process group and return at once (:meth:`check_ready` then polls ``/health``).
+
+        Raises
+        ------
+        RunError
+            Already started, or the command cannot be executed.
+        """
         if self.proc is not None:
             raise RunError("server already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab", buffering=0)
-        t0 = time.monotonic()
+        self._t0 = time.monotonic()
         watching = getattr(_watch, "servers", None)
         if watching is not None:
             watching.append(self)
@@ -421,24 +429,46 @@ class Server:
         except OSError as e:
             self._log.close()
             raise RunError(f"cannot start server {self.cmd[0]!r}: {e}") from e
+        return self
+
+    def check_ready(self) -> bool:
+        """One poll of a launched server: True once ``GET /health`` answers 200 (``startup_seconds``
+        is then set), False while it is starting.
+
+        Raises
+        ------
+        RunError
+            The process exited before ``/health`` answered, or ``health_timeout_s`` passed since
+            :meth:`launch` (the message names the log and quotes its tail).  The group is not stopped
+            here: :meth:`start` and :func:`start_together` stop it.
+        """
+        if self.startup_seconds is not None:
+            return True
+        if self.proc is None:
+            raise RunError("server not launched")
+        if self.proc.poll() is not None:
+            st = _guard_status(self._status) or {}
+            raise RunError(
+                f"server exited with code {st.get('returncode', self.proc.returncode)} before /health answered "
+                f"(after {time.monotonic() - self._t0:.1f} s); log {self.log_path}:\n{_tail(self.log_path)}")
+        if self._healthy():
+            self.startup_seconds = time.monotonic() - self._t0
+            return True
+        if time.monotonic() - self._t0 > self.health_timeout_s:
+            raise RunError(
+                f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health; "
+                f"log {self.log_path}:\n{_tail(self.log_path)}")
+        return False
+
+    def start(self) -> "Server":
+        """:meth:`launch`, then poll until healthy (``startup_seconds``: launch to the first 200)."""
+        self.launch()
         try:
-            while True:
-                if self.proc.poll() is not None:
-                    st = _guard_status(self._status) or {}
-                    raise RunError(
-                        f"server exited with code {st.get('returncode', self.proc.returncode)} before /health answered "
-                        f"(after {time.monotonic() - t0:.1f} s); log {self.log_path}:\n{_tail(self.log_path)}")
-                if self._healthy():
-                    break
-                if time.monotonic() - t0 > self.health_timeout_s:
-                    raise RunError(
-                        f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health; "
-                        f"log {self.log_path}:\n{_tail(self.log_path)}")
+            while not self.check_ready():
                 time.sleep(self.poll_interval_s)
         except BaseException:
             self.stop()
             raise
-        self.startup_seconds = time.monotonic() - t0
         return self
 
     def stop(self) -> int | None:
@@ -470,6 +500,55 @@ class Server:
     def __exit__(self, *exc) -> bool:
         self.stop()
         return False
+
+
+def start_together(servers: Sequence[Server]) -> list[RunError | None]:
+    """Start several servers at once and return when every one is healthy or has failed.
+
+    Their start-ups overlap (on a CPU host most of a vLLM start is single-threaded imports, so two
+    starts on two cores take less wall time than one after the other), and nothing else runs until
+    all are done, so no start overlaps a benchmark.
+
+    Parameters
+    ----------
+    servers : sequence of Server
+        Not yet started.
+
+    Returns
+    -------
+    list
+        Per server, in order: None (healthy; ``startup_seconds`` is launch to healthy, under the
+        others' starts) or the RunError that ended its start (that server's group is stopped).
+
+    Raises
+    ------
+    KeyboardInterrupt
+        After stopping every server of ``servers`` (also the healthy ones).
+    """
+    errors: list[RunError | None] = [None] * len(servers)
+    try:
+        for i, srv in enumerate(servers):
+            try:
+                srv.launch()
+            except RunError as e:
+                errors[i] = e
+        waiting = [i for i in range(len(servers)) if errors[i] is None]
+        while waiting:
+            for i in list(waiting):
+                try:
+                    if servers[i].check_ready():
+                        waiting.remove(i)
+                except RunError as e:
+                    errors[i] = e
+                    waiting.remove(i)
+                    servers[i].stop()
+            if waiting:
+                time.sleep(min(servers[i].poll_interval_s for i in waiting))
+    except BaseException:
+        for srv in servers:
+            srv.stop()
+        raise
+    return errors
 
 
 def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[str, str] | None = None,

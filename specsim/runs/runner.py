@@ -561,7 +561,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     plan = plan_runs(sel, runs_dir, prefix, resume)  # a recorded id is refused here without resume
     build, build_why = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)
-    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init, slurm=slurm)
+    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init, slurm=slurm,
+                       concurrent_server_starts=m.concurrent_server_starts)
     results: list[RunResult] = []
     kept_ids: set[str] = set()
     bar = None
@@ -722,15 +723,22 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             warm = {"model": str(model_dir), "prompt": _first_prompt(prompts) if prompts else "Hello",
                     "max_tokens": 16, "temperature": 0.0}
             expected[0] = (expected[0][0], expected[0][1], expected[0][2] + est.server_start_s)
-            jb = {**job_base("group"), "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
+            jb = {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
                   "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus,
                   "bench_client": m.bench_client}
             return jb, expected
 
+        def server_part(g: ServeGroup) -> dict:
+            """What starting ``g``'s server takes (its job is made after the baseline has run)."""
+            return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
+
         rest = list(groups)
         if m.baseline and rest and rest[0].name == m.baseline:
             first = group_job(rest.pop(0))
-            _run_all(ex, [first] if first else [], import_out)
+            # the next group's server may start with the baseline's (concurrent_server_starts); if none of
+            # its cells runs after all, the executor stops that server when the next job comes
+            nxt = next((g for g in rest if any(plan[("cell", c.run_label)][1] is None for c in g.cells)), None)
+            _run_all(ex, [first] if first else [], import_out, upcoming=[server_part(nxt)] if nxt else [])
             for p in sorted(runs_dir.glob(f"{prefix}-{m.baseline}-*")):
                 if _recorded_status(p) == "ok":
                     c = next((c for g in m.groups if g.name == m.baseline for c in g.cells
@@ -784,15 +792,19 @@ def _est_of(expected, rid) -> float:
     return next((e for r, _, e in expected if r == rid), 0.0)
 
 
-def _run_all(ex, jobs: list[tuple[dict, list]], import_out) -> None:
-    """Submit every job, import each as it finishes (a failed job's cells are recorded as failed)."""
+def _run_all(ex, jobs: list[tuple[dict, list]], import_out, upcoming: Sequence[dict] = ()) -> None:
+    """Submit every job, import each as it finishes (a failed job's cells are recorded as failed).
+    ``upcoming``: the server parts of group jobs that come after these (the local executor may start
+    their servers with these jobs')."""
     if not jobs:
         return
     try:
-        for jb, expected in jobs:
+        for i, (jb, expected) in enumerate(jobs):
             if ex.kind != "local":
                 jb = {**jb, f"{ex.kind}_resources": ex.resources(jb)}
-            ex.submit(jb, expected)
+                ex.submit(jb, expected)
+            else:  # the next jobs' servers may start with this one's (concurrent_server_starts)
+                ex.submit(jb, expected, upcoming=[*(j for j, _ in jobs[i + 1:]), *upcoming])
             for tag, out in ex.wait() if ex.kind == "local" else ():
                 import_out(out, tag)
         while ex.kind != "local" and ex.pending():

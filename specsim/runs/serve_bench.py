@@ -217,11 +217,24 @@ def _server_end(srv: Server) -> dict:
             "stopped_at": utc_now()}
 
 
+def new_server(server_cmd: Sequence[str], *, runs_dir: str | os.PathLike, port: int | None = None,
+               env: dict[str, str] | None = None, health_timeout_s: float = 600.0,
+               stop_timeout_s: float = 30.0) -> Server:
+    """A :class:`~specsim.runs.process.Server` for ``server_cmd`` (``{port}`` replaced by ``port``,
+    default :func:`free_port`), not started, logging to ``server.log`` in a new ``.tmp-server-*``
+    directory of ``runs_dir`` (removed by :func:`serve_and_bench` when it stops the server)."""
+    port = port or free_port()
+    logdir = Path(tempfile.mkdtemp(prefix=".tmp-server-", dir=runs_dir))
+    return Server(_format_cmd(server_cmd, port=port), port=port, log_path=logdir / "server.log", env=env,
+                  health_timeout_s=health_timeout_s, stop_timeout_s=stop_timeout_s)
+
+
 def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, runs_dir: str | os.PathLike,
                     port: int | None = None, env: dict[str, str] | None = None, base_provenance: dict | None = None,
                     health_timeout_s: float = 600.0, bench_timeout_s: float | None = 3600.0,
                     stop_timeout_s: float = 30.0, warmup: dict | None = None, progress=None,
-                    server_stats: dict | None = None, bench_client: "str | BenchClient" = "process") -> list[RunResult]:
+                    server_stats: dict | None = None, bench_client: "str | BenchClient" = "process",
+                    server: "Server | None" = None, server_error: RunError | None = None) -> list[RunResult]:
     """Start one server, run each :class:`BenchPlan` against it (in order), always stop the server.
 
     Parameters
@@ -251,6 +264,12 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
         ``stop_signal`` (the signal that ended it, or None for a normal exit) and ``stopped_at``
         (UTC).
 
+    server : Server, optional
+        A server already started for ``server_cmd`` (:func:`new_server`, then
+        :func:`specsim.runs.process.start_together`): used instead of starting one, and stopped at
+        the end like one started here (its log directory is removed).  ``server_error``: why its
+        start failed (every plan is then recorded as failed with it).
+
     Returns
     -------
     list of RunResult
@@ -269,17 +288,18 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
     for p in plans:
         if (runs_dir / p.run_id).exists():
             raise RunError(f"run {p.run_id!r} is already recorded in {runs_dir}; recorded runs are never overwritten")
-    port = port or free_port()
     base_prov = dict(base_provenance or {})
-    logdir = Path(tempfile.mkdtemp(prefix=".tmp-server-", dir=runs_dir))
-    server_log = logdir / "server.log"
-    cmd = _format_cmd(server_cmd, port=port)
+    srv = server if server is not None else new_server(server_cmd, runs_dir=runs_dir, port=port, env=env,
+                                                       health_timeout_s=health_timeout_s,
+                                                       stop_timeout_s=stop_timeout_s)
+    logdir, server_log, cmd = srv.log_path.parent, srv.log_path, srv.cmd
     results: list[RunResult] = []
     try:
         try:
-            srv = Server(cmd, port=port, log_path=server_log, env=env, health_timeout_s=health_timeout_s,
-                         stop_timeout_s=stop_timeout_s)
-            srv.start()
+            if server_error is not None:
+                raise server_error
+            if server is None:
+                srv.start()
         except RunError as e:
             for p in plans:
                 results.append(_record_failed(p, runs_dir=runs_dir, error=e, server_log=server_log,

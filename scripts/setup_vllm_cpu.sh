@@ -40,16 +40,34 @@ step() { echo "[setup_vllm_cpu $(($(date +%s) - t0))s] $*"; }
 # Disk: the environment takes 3.6 GB (torch 0.75, vllm 0.52 and triton 1.0, which xgrammar 0.2.8
 # requires though vLLM's CPU platform does not use it) and the converted checkpoints 1.0 GB (measured
 # 2026-12-02).  A full disk fails pip halfway with "[Errno 28] No space left on device"; say so first.
-NEED_KB=$((5 * 1024 * 1024))
-free_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; }
-if [ ! -f "$STAMP" ] || [ ! -d models/smollm2-135m-trunc28 ]; then
-  mkdir -p "$(dirname "$VENV")"
-  have=$(free_kb "$(dirname "$VENV")")
-  if [ -n "$have" ] && [ "$have" -lt "$NEED_KB" ]; then
-    echo "setup_vllm_cpu: $((have / 1024)) MiB free on the disk of $(cd "$(dirname "$VENV")" && pwd); the vllm-cpu" \
-         "environment and the checkpoints need about 5 GiB (3.6 GB + 1.0 GB measured). Free space and re-run." >&2
+# free KiB on the disk that holds $1 (its nearest existing ancestor); empty if it cannot be told
+free_kb() {
+  "$PY" -c 'import os, shutil, sys
+p = os.path.abspath(sys.argv[1])
+while not os.path.exists(p):
+    p = os.path.dirname(p)
+print(shutil.disk_usage(p).free // 1024)' "$1" 2>/dev/null || true
+}
+need_check() {  # $1 dir, $2 KiB needed, $3 what
+  local have
+  have=$(free_kb "$1")
+  if [ -n "$have" ] && [ "$have" -lt "$2" ]; then
+    echo "setup_vllm_cpu: $((have / 1024)) MiB free on the disk of $1; needed there: about $(($2 / 1024 / 1024)) GiB for $3." \
+         "Free space and re-run." >&2
     exit 1
   fi
+}
+if [ ! -f "$STAMP" ] && [ ! -d models/smollm2-135m-trunc28 ]; then
+  if [ "$(free_kb "$VENV")" = "$(free_kb models)" ]; then  # one disk (the usual case): both parts on it
+    need_check "$VENV" $((5 * 1024 * 1024)) "the vllm-cpu environment (3.6 GB) and the checkpoints (1.0 GB)"
+  else
+    need_check "$VENV" $((4 * 1024 * 1024)) "the vllm-cpu environment (3.6 GB)"
+    need_check models $((1024 * 1024)) "the converted checkpoints (1.0 GB)"
+  fi
+elif [ ! -f "$STAMP" ]; then
+  need_check "$VENV" $((4 * 1024 * 1024)) "the vllm-cpu environment (3.6 GB)"
+elif [ ! -d models/smollm2-135m-trunc28 ]; then
+  need_check models $((1024 * 1024)) "the converted checkpoints (1.0 GB)"
 fi
 
 if [ ! -f "$STAMP" ]; then

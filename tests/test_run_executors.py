@@ -64,6 +64,9 @@ FAKE_VLLM = textwrap.dedent('''
                 self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
         try:
             srv = http.server.HTTPServer(("127.0.0.1", port), H)
+            if spec and str(json.loads(spec).get("num_speculative_tokens")) == os.environ.get("FAKE_DIE_N"):
+                import threading  # this server dies 0.5 s after it listens
+                threading.Thread(target=lambda: (time.sleep(0.5), os._exit(3)), daemon=True).start()
             with open(log, "a") as f:
                 f.write(json.dumps({"event": "listen", "pid": os.getpid(), "spec": spec, "t": time.time()}) + "\\n")
             srv.serve_forever()
@@ -551,8 +554,12 @@ def test_concurrent_server_starts_overlap_the_starts_and_never_a_bench(fake_env,
     assert serve[3] > max(listen[None], listen[2])
     for b in (e["t"] for e in ev if e["event"] == "bench"):  # no bench while any server was starting
         assert not any(serve[n] < b < listen[n] for n in serve), (b, serve, listen)
-    st = {k: _prov(runs / f"fake-C1-{k}")["server_start"] for k in ("baseline-c1", "ngram-n2-c1", "ngram-n3-t0.8-c2",
-                                                                      "ngram-n5-c1")}
+    provs = {k: _prov(runs / f"fake-C1-{k}") for k in ("baseline-c1", "ngram-n2-c1", "ngram-n3-t0.8-c2", "ngram-n5-c1")}
+    st = {k: dict(p["server_start"]) for k, p in provs.items()}
+    for a, b in (("baseline-c1", "ngram-n2-c1"), ("ngram-n3-t0.8-c2", "ngram-n5-c1")):  # launch to both healthy
+        whole = st[a].pop("batch_seconds")
+        assert whole == st[b].pop("batch_seconds")
+        assert max(provs[a]["server_startup_seconds"], provs[b]["server_startup_seconds"]) <= whole < 2 * 1.0 + 2
     assert st == {"baseline-c1": {"started_together": 2, "with": ["ngram-n2"]},
                   "ngram-n2-c1": {"started_together": 2, "with": ["baseline"]},
                   "ngram-n3-t0.8-c2": {"started_together": 2, "with": ["ngram-n5"]},
@@ -560,6 +567,21 @@ def test_concurrent_server_starts_overlap_the_starts_and_never_a_bench(fake_env,
     assert _prov(runs / "fake-C1-ngram-n3-c1")["checks"]["greedy_identical_to_baseline"]["all_identical"]
     assert not [x for x in runs.iterdir() if x.name.startswith(".")]  # no staging or server log left
     assert not _no_fake_processes()
+
+
+def test_a_server_that_dies_while_it_waits_for_its_turn_fails_its_cells(fake_env, monkeypatch):
+    monkeypatch.setenv("FAKE_DIE_N", "5")
+    monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.5")  # N = 3 benches while N = 5, started with it, dies
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], extra_serve=_FOUR, sidecar={"concurrent_server_starts": 2})
+    res = {r.run_id.removeprefix("fake-C4-"): r for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="C4", progress=False)}
+    assert {k: r.status for k, r in res.items() if k.startswith("ngram-n5")} == {"ngram-n5-c1": "failed",
+                                                                             "ngram-n5-t0.8-c2": "failed"}
+    err = _prov(runs / "fake-C4-ngram-n5-c1")["error"]
+    assert "server exited (code 3) while it waited for its turn after starting with ngram-n3" in err
+    assert all(r.status == "ok" for k, r in res.items() if not k.startswith("ngram-n5"))
+    assert not [x for x in runs.iterdir() if x.name.startswith(".")] and not _no_fake_processes()
 
 
 def test_concurrent_server_starts_is_checked_before_anything_starts(fake_env):
@@ -602,7 +624,8 @@ def test_ctrl_c_during_a_bench_stops_the_server_started_ahead(fake_env):
     assert recs["fake-C3-ngram-n3-c1"]["error"] == "interrupted (KeyboardInterrupt)"
     assert not any(k.startswith("fake-C3-ngram-n5") for k in recs)
     assert recs["fake-C3-ngram-n3-c1"]["server_end"]["stop_signals_sent"] == ["SIGINT"]
-    assert recs["fake-C3-ngram-n3-c1"]["server_start"] == {"started_together": 2, "with": ["ngram-n5"]}
+    assert {k: v for k, v in recs["fake-C3-ngram-n3-c1"]["server_start"].items() if k != "batch_seconds"} == \
+        {"started_together": 2, "with": ["ngram-n5"]}
     assert not psutil.pid_exists(ready[0]) or psutil.Process(ready[0]).status() == psutil.STATUS_ZOMBIE
 
 

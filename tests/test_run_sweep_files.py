@@ -507,4 +507,9 @@ def test_estimate_shares_the_start_of_servers_started_together(tmp_path):
     assert e2.server_basis == "recorded, same layout, started 2 at a time"
     assert e1.server_start_s == pytest.approx(32.0 + bc)  # one at a time: only the servers started alone
     assert "servers started 2 at a time (local executor)" in dry_run_text(m2, e2)
+    rec("c0", 50.0, 2)  # a batch of two that took 60 s from launch to both healthy: 30 s each
+    p = json.loads((runs / "c0" / "provenance.json").read_text())
+    p["server_start"]["batch_seconds"] = 60.0
+    (runs / "c0" / "provenance.json").write_text(json.dumps(p))
+    assert estimate_seconds(m2, runs_dir=runs).server_start_s == pytest.approx(28.0 + bc)  # median(25, 28, 30)
     assert dry_run_json(m2, e2)["concurrent_server_starts"] == 2

@@ -68,7 +68,7 @@ def job_server(job: dict, runs_dir: str | os.PathLike):
 
 def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False,
                 clients: dict | None = None, server=None, server_error: RunError | None = None,
-                started_with: Iterable[str] = ()) -> dict:
+                started_with: Iterable[str] = (), start_batch_seconds: float | None = None) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
@@ -83,8 +83,9 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     (:func:`specsim.runs.provenance.vllm_env` with the job's platform defaults and explicit settings).
     ``server`` (a group job): its server, already started together with the servers of the groups
     named in ``started_with`` (:func:`job_server`, :func:`specsim.runs.process.start_together`;
-    ``server_error`` why its start failed); every run records ``server_start``:
-    ``{"started_together": 1 + len(started_with), "with": [...]}``.
+    ``server_error`` why its start failed); every bench run of a group job records ``server_start``:
+    ``{"started_together": 1 + len(started_with), "with": [...]}``, plus ``batch_seconds`` (launch of
+    the batch to its last server healthy or failed: ``start_batch_seconds``) for a batch.
     """
     staging = Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
@@ -116,6 +117,8 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
 
         started_with = list(started_with)
         prov["server_start"] = {"started_together": 1 + len(started_with), "with": started_with}
+        if start_batch_seconds is not None:
+            prov["server_start"]["batch_seconds"] = start_batch_seconds
         with watch_servers() as started:
             try:
                 out["results"] = serve_and_bench(job["server_cmd"], plans, runs_dir=staging, env=env,
@@ -244,8 +247,9 @@ class LocalExecutor:
         self.concurrent_server_starts = int(concurrent_server_starts)
         self._done: list[tuple[Any, dict | BaseException]] = []
         self._clients: dict = {}
-        #: group name -> (server, start error, the groups it was started with): started ahead
-        self._ready: dict[str, tuple[Any, RunError | None, list[str]]] = {}
+        #: group name -> (server, start error, the groups it was started with, seconds from the launch
+        #: of the batch to its last server healthy or failed): started ahead
+        self._ready: dict[str, tuple[Any, RunError | None, list[str], float]] = {}
 
     def resources(self, job: dict) -> dict:
         return {}
@@ -261,40 +265,52 @@ class LocalExecutor:
             if len(batch) >= self.concurrent_server_starts or j.get("kind") != "group" or j["group"] in self._ready:
                 break
             batch.append(j)
-        starting.extend((j["group"], job_server(j, self.runs_dir)) for j in batch)
+        ports: set[int] = set()
+        for j in batch:  # free_port() is asked before any of them binds: keep the ports apart
+            for _ in range(20):
+                srv = job_server(j, self.runs_dir)
+                if srv.port not in ports:
+                    break
+                shutil.rmtree(srv.log_path.parent, ignore_errors=True)
+            ports.add(srv.port)
+            starting.append((j["group"], srv))
+        t0 = time.monotonic()
         errors = start_together([srv for _, srv in starting])
+        wall = time.monotonic() - t0
         names = [name for name, _ in starting]
         for (name, srv), err in zip(starting, errors):
-            self._ready[name] = (srv, err, [n for n in names if n != name])
+            self._ready[name] = (srv, err, [n for n in names if n != name], wall)
 
-    def _stop_ready(self, keep: Iterable[str] = ()) -> None:
+    def _stop_ready(self, keep: Iterable[str | None] = ()) -> None:
         """Stop the servers started ahead whose groups are not in ``keep`` (their jobs will not come:
         every cell of the group was kept or skipped) and remove their logs."""
-        for name in [n for n in self._ready if n not in set(keep)]:
-            srv = self._ready.pop(name)[0]
-            try:
-                srv.stop()
-            finally:
-                shutil.rmtree(srv.log_path.parent, ignore_errors=True)
+        keep = set(keep)
+        _stop_servers([self._ready.pop(n)[0] for n in [n for n in self._ready if n not in keep]])
 
     def submit(self, job: dict, tag: Any, upcoming: Iterable[dict] = ()) -> None:
         """Run ``job`` now.  ``upcoming``: the group jobs that will be submitted next, in order, whose
         servers may start together with this one's (``{"kind": "group", "group": name,
         "server_cmd": ..., ...}``: the server part of a job is enough); a group job is known by its
-        ``group`` name."""
+        ``group`` name.  A server started ahead for a group that is not this job's and not upcoming is
+        stopped first (so none waits beside an offline judge or a group it was not started for)."""
         upcoming = list(upcoming)
         staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=self.runs_dir))
         queued = False
         starting: list = []
         kw: dict = {}
         try:
+            self._stop_ready(keep=[job.get("group"), *(j.get("group") for j in upcoming)])
             if job.get("kind") == "group":
-                self._stop_ready(keep=[job["group"], *(j.get("group") for j in upcoming)])
                 if job["group"] not in self._ready and self.concurrent_server_starts > 1:
                     self._start_ahead(job, upcoming, starting)
                 if job["group"] in self._ready:
-                    srv, err, others = self._ready.pop(job["group"])
-                    kw = {"server": srv, "server_error": err, "started_with": others}
+                    srv, err, others, wall = self._ready.pop(job["group"])
+                    kw = {"server": srv, "server_error": err, "started_with": others, "start_batch_seconds": wall}
+                    if err is None and srv.proc is not None and srv.proc.poll() is not None:
+                        srv.stop()
+                        kw["server_error"] = RunError(
+                            f"server exited (code {srv.returncode}) while it waited for its turn after starting "
+                            f"with {', '.join(others) or 'no other'}; log {srv.log_path}")
             out = execute_job(job, staging, clients=self._clients, keep_interrupted=True, **kw)
             out["staging"] = staging
             out["executor"] = {"kind": "local", "host": out["host"], "pid": out["pid"]}
@@ -303,7 +319,7 @@ class LocalExecutor:
             if out.get("interrupted"):  # recorded (with the server's stop): now stop the matrix
                 raise out.get("interrupt") or KeyboardInterrupt()
         except KeyboardInterrupt as e:
-            self._drop_unclaimed(starting, kw.get("server"))
+            self._drop_unclaimed(starting)
             if not queued:  # interrupted outside the job's own handling (e.g. its server starting)
                 got = _interrupted(staging, e)
                 mine = next((srv for name, srv in starting if name == job["group"]), None)
@@ -314,17 +330,18 @@ class LocalExecutor:
                 self._done.append((tag, got))
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
-            self._drop_unclaimed(starting, kw.get("server"))
+            self._drop_unclaimed(starting)
             self._done.append((tag, exc))
             shutil.rmtree(staging, ignore_errors=True)
+        finally:  # the job failed before its server was taken over (serve_and_bench stops it)
+            claimed = kw.get("server")
+            if claimed is not None and claimed.stop_seconds is None:
+                _stop_servers([claimed])
 
-    def _drop_unclaimed(self, starting: list, claimed) -> None:
-        """Stop the servers of a start that did not finish (interrupted or failed) and remove their
-        logs; the server handed to the job (``claimed``) and those waiting for theirs are left alone."""
-        for name, srv in starting:
-            if name not in self._ready and srv is not claimed:
-                srv.stop()
-                shutil.rmtree(srv.log_path.parent, ignore_errors=True)
+    def _drop_unclaimed(self, starting: list) -> None:
+        """Stop the servers of this submit's batch that are not waiting for their jobs (the job's own,
+        and all of them when the start was interrupted) and remove their logs; a stop is idempotent."""
+        _stop_servers([srv for name, srv in starting if name not in self._ready])
 
     def wait(self) -> list[tuple[Any, dict | BaseException]]:
         done, self._done = self._done, []
@@ -338,6 +355,21 @@ class LocalExecutor:
         finally:
             if self._clients.get("bench") is not None:
                 self._clients.pop("bench").close()
+
+
+def _stop_servers(servers) -> None:
+    """Stop each server and remove its log directory, every one even if a stop is interrupted (a second
+    Ctrl-C); the first exception is raised after all were tried."""
+    first: BaseException | None = None
+    for srv in servers:
+        try:
+            srv.stop()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others are stopped
+            first = first or e
+        finally:
+            shutil.rmtree(srv.log_path.parent, ignore_errors=True)
+    if first is not None:
+        raise first
 
 
 def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:

@@ -1053,9 +1053,9 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     by prompts x output length ("similar"); else ``default_cell_s`` ("no record").  A server start
     takes the median ``server_startup_seconds`` of the recorded servers with the matrix's process
     layout (:func:`server_layout`; "recorded, same layout"), else of all ("recorded, other layout"),
-    each divided by the number of servers started with it (``server_start``; with
-    ``concurrent_server_starts`` k > 1, of the servers recorded started k at a time when there are
-    any, else of those started alone),
+    each as its share of a start together with other servers (:func:`_start_share`; with
+    ``concurrent_server_starts`` k, of the servers recorded started k at a time when there are any,
+    else of those started alone, else of all, the basis saying which),
     plus the warm-up (with the persistent client, its one start :data:`BENCH_CLIENT_START_S` shared by
     the servers); a health check / probe the median duration of its own recorded runs in this matrix
     ("same check"; those whose offline engine ran in the matrix's layout when there are any: one process
@@ -1074,9 +1074,9 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     pool = like or started
     k = m.concurrent_server_starts
     same_k = [r for r in pool if _started_together(r) == k]
-    use = same_k or [r for r in pool if _started_together(r) == 1] or pool
-    # servers started together share the wall time of their start
-    starts = [r["server_startup_seconds"] / _started_together(r) for r in use]
+    alone = [r for r in pool if _started_together(r) == 1]
+    use = same_k or alone or pool
+    starts = [_start_share(r) for r in use]
     cells = {}
     for c in m.cells():
         grp = next(g for g in m.groups if g.name == c.serve)
@@ -1113,9 +1113,21 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
         start += BENCH_CLIENT_START_S / len(m.groups)
     basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
-    if starts and k > 1:
-        basis += (f", started {k} at a time" if same_k else ", started one at a time (started together they take less)")
+    if starts and (k > 1 or not alone):
+        basis += (f", started {k} at a time" if same_k and k > 1 else
+                  ", started one at a time (started together they take less)" if use is alone else
+                  ", shares of starts together with other servers (one at a time takes longer)")
     return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis)
+
+
+def _start_share(r: Mapping) -> float:
+    """A recorded server's share of the wall time of its start: ``server_start.batch_seconds`` (launch
+    of its batch to the last server healthy) over the servers started together, or, for runs recorded
+    before ``batch_seconds``, its own ``server_startup_seconds`` over them (at most the batch's: an
+    underestimate when the pair's starts differ)."""
+    st = r.get("server_start")
+    whole = st.get("batch_seconds") if isinstance(st, Mapping) else None
+    return float(whole if whole else r["server_startup_seconds"]) / _started_together(r)
 
 
 def _started_together(r: Mapping) -> int:

@@ -543,14 +543,21 @@ def test_ratio_figure_labels_held_out_and_dashes_extrapolation(rep, ds_rep):
 
 
 def test_parameter_table_lists_every_term_with_its_source(rep):
+    """The table lists exactly the fit's terms; the shipped calibration (written by `make reproduce`)
+    is that fit as made on the host that wrote it.  Across hosts the fit is not bit-identical (OpenBLAS
+    picks its kernels by CPU): on 2026-12-02 a fresh fit on another host differed from the shipped
+    MI300X.json by at most 1.3e-6 relatively in every term above 1e-12 s, and by 3.6e-4 relatively
+    (3e-13 s absolutely) in the two terms fitted to their zero bound (fixed_s, spec_fixed_s)."""
     from specsim.calibration import load_calibration
-    from specsim.studies.reproduce import PRIOR_TERMS, parameter_table
+    from specsim.studies.reproduce import PRIOR_TERMS, calibration_record, parameter_table
 
     t = parameter_table(rep.params)
     assert list(t.index) == list(STACK_TERMS)
+    mine = calibration_record(rep.params)["terms"]
     cal = load_calibration("MI300X")
     for k in STACK_TERMS:
-        assert t.loc[k, "value"] == pytest.approx(cal["terms"][k], rel=1e-12)
+        assert t.loc[k, "value"] == pytest.approx(mine[k], rel=1e-12)
+        assert t.loc[k, "value"] == pytest.approx(cal["terms"][k], rel=1e-5, abs=1e-12)
         assert t.loc[k, "source"]
     for k in FIT_TERMS:
         assert "fitted" in t.loc[k, "source"] or "prior" in t.loc[k, "source"]

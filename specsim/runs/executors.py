@@ -358,18 +358,15 @@ class LocalExecutor:
 
 
 def _stop_servers(servers) -> None:
-    """Stop each server and remove its log directory, every one even if a stop is interrupted (a second
-    Ctrl-C); the first exception is raised after all were tried."""
-    first: BaseException | None = None
-    for srv in servers:
-        try:
-            srv.stop()
-        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others are stopped
-            first = first or e
-        finally:
+    """:func:`specsim.runs.process.stop_all`, then remove each server's log directory (also when a stop
+    was interrupted)."""
+    from specsim.runs.process import stop_all
+
+    try:
+        stop_all(servers)
+    finally:
+        for srv in servers:
             shutil.rmtree(srv.log_path.parent, ignore_errors=True)
-    if first is not None:
-        raise first
 
 
 def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:

@@ -545,10 +545,22 @@ def start_together(servers: Sequence[Server]) -> list[RunError | None]:
             if waiting:
                 time.sleep(min(servers[i].poll_interval_s for i in waiting))
     except BaseException:
-        for srv in servers:
-            srv.stop()
+        stop_all(servers)
         raise
     return errors
+
+
+def stop_all(servers: Sequence[Server]) -> None:
+    """:meth:`Server.stop` each server, every one even if a stop is interrupted (a second Ctrl-C);
+    the first exception is raised after all were tried."""
+    first: BaseException | None = None
+    for srv in servers:
+        try:
+            srv.stop()
+        except BaseException as e:  # noqa: BLE001 - re-raised below, after the others are stopped
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[str, str] | None = None,

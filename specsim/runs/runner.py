@@ -682,6 +682,11 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         # ---- 2. serve groups: the baseline's first (its outputs judge the others) ----------------
         baselines: dict[str, Path] = {}
 
+        def server_part(g: ServeGroup) -> dict:
+            """What starting ``g``'s server takes: the start of its job (a job is made only once the
+            baseline has run; the server part is enough to start the server ahead)."""
+            return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
+
         def group_job(g: ServeGroup) -> tuple[dict, list] | None:
             spec_cfg = g.speculative_config
             plans, expected = [], []
@@ -723,14 +728,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             warm = {"model": str(model_dir), "prompt": _first_prompt(prompts) if prompts else "Hello",
                     "max_tokens": 16, "temperature": 0.0}
             expected[0] = (expected[0][0], expected[0][1], expected[0][2] + est.server_start_s)
-            jb = {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
-                  "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus,
+            jb = {**server_part(g), "plans": plans, "warmup": warm, "baseline_outputs": outs, "gpus": g.gpus,
                   "bench_client": m.bench_client}
             return jb, expected
-
-        def server_part(g: ServeGroup) -> dict:
-            """What starting ``g``'s server takes (its job is made after the baseline has run)."""
-            return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
 
         rest = list(groups)
         if m.baseline and rest and rest[0].name == m.baseline:

@@ -26,7 +26,7 @@ judges of temperature > 0 speculative decoding, each with ``guards``: fnmatch pa
 cell, as vLLM's sweep runs it; ``persistent``: one client per server running vLLM's own benchmark
 ``main`` for each cell, without the ~9 s start of each process), ``concurrent_server_starts``
 (how many servers the local executor starts at once, 1 to 4, default 1: their start-ups overlap,
-their benches still run one server at a time after all of them are healthy; each run records
+their benches still run one server at a time after all of them are healthy; each bench run records
 ``server_start``), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
 them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM process) and
 ``platform`` (``auto``, ``cpu``, ``cuda``, ``rocm``: see :mod:`specsim.runs.platforms`).

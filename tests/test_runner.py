@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import _thread
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -206,6 +207,31 @@ def test_run_command_timeout_and_failure(tmp_path):
     with pytest.raises(RunError, match=r"exited with code 4[\s\S]*bad thing"):
         run_command([PY, "-c", "import sys; print('bad thing'); sys.exit(4)"], log_path=tmp_path / "d.log")
     assert run_command([PY, "-c", "pass"], log_path=tmp_path / "e.log") >= 0
+
+
+def test_steal_time_is_split_out_of_other_cpu(tmp_path, monkeypatch):
+    """/proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice (ticks).
+    busy = all but idle and iowait (steal included, guest already inside user); steal = field 8."""
+    from specsim.runs import process
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  2189 3 1519 15715 101 7 25 87 11 0\ncpu0 1 2 3 4 5 6 7 8 9 0\n")
+    busy, steal = process._system_cpu_seconds(str(stat))
+    tck = process._CLK_TCK
+    assert busy == pytest.approx((2189 + 3 + 1519 + 7 + 25 + 87) / tck)
+    assert steal == pytest.approx(87 / tck)
+    assert process._system_cpu_seconds(str(tmp_path / "missing")) is None
+    # a measured interval in which the host stole 0.8 CPU-s and other processes used 0.4 CPU-s
+    seq = iter([(100.0, 10.0), (101.2, 10.8)])
+    monkeypatch.setattr(process, "_system_cpu_seconds", lambda *a: next(seq))
+    with process.CpuAccount(None) as acct:
+        time.sleep(0.1)
+    r = acct.result
+    cap = r["wall_seconds"] * (os.cpu_count() or 1)
+    assert r["steal_cpu_seconds"] == pytest.approx(0.8)
+    assert r["other_cpu_seconds"] == pytest.approx(1.2 - r["runner_cpu_seconds"] - r["bench_cpu_seconds"], abs=1e-3)
+    assert r["steal_fraction"] == pytest.approx(0.8 / cap, rel=0.03)  # wall_seconds is rounded to 1 ms
+    assert r["steal_fraction"] <= r["other_fraction"]
 
 
 def test_a_guarded_job_s_own_cpu_is_not_counted_as_interference(tmp_path):

@@ -218,15 +218,21 @@ def _tail(path: Path, n_chars: int = 3000) -> str:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _system_busy_seconds() -> float | None:
-    """CPU seconds spent not idle by the whole machine since boot (``/proc/stat``; None elsewhere)."""
+def _system_cpu_seconds(stat_path: str = "/proc/stat") -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds of the whole machine since boot (``/proc/stat``; None elsewhere).
+
+    ``busy`` is every state but idle and iowait, steal included (user nice system irq softirq steal);
+    ``steal`` is the time the hypervisor ran something else while this VM wanted the CPU (field 8 of
+    the ``cpu`` line, ``man 5 proc``): contention from outside the machine, invisible to ``/proc/<pid>``.
+    """
     try:
-        f = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        f = Path(stat_path).read_text().splitlines()[0].split()[1:]
     except (OSError, IndexError):
         return None
     v = [int(x) for x in f]
     idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-    return (sum(v[:8]) - idle) / _CLK_TCK  # user nice system idle iowait irq softirq steal
+    steal = v[7] if len(v) > 7 else 0
+    return (sum(v[:8]) - idle) / _CLK_TCK, steal / _CLK_TCK
 
 
 def _group_cpu_seconds(pgid: int) -> float:
@@ -245,6 +251,10 @@ class CpuAccount:
 
     ``other = system busy - server group - waited-for children (the bench) - this process``, all
     in CPU seconds over the same wall interval; ``other_fraction`` divides by wall x logical CPUs.
+    System busy counts the hypervisor's steal time, so ``other`` holds it too (as in every run
+    recorded before the split); ``steal_cpu_seconds`` / ``steal_fraction`` give that part on its own
+    (CPU the VM wanted but the host gave to another guest), so ``other_fraction - steal_fraction`` is
+    what other processes inside this machine used.
     """
 
     def __init__(self, server_pgid: int | None, client_pgid: int | None = None):
@@ -256,7 +266,7 @@ class CpuAccount:
         import resource
 
         self._t = time.monotonic()
-        self._sys = _system_busy_seconds()
+        self._sys = _system_cpu_seconds()
         self._srv = _group_cpu_seconds(self.pgid) if self.pgid else 0.0
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         self._ch = ru.ru_utime + ru.ru_stime
@@ -269,7 +279,7 @@ class CpuAccount:
         import resource
 
         wall = time.monotonic() - self._t
-        sys_b = _system_busy_seconds()
+        sys_b = _system_cpu_seconds()
         srv = (_group_cpu_seconds(self.pgid) if self.pgid else 0.0) - self._srv
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         ch = ru.ru_utime + ru.ru_stime - self._ch
@@ -280,10 +290,14 @@ class CpuAccount:
         self.result = {"wall_seconds": round(wall, 3), "server_cpu_seconds": round(srv, 3),
                        "bench_cpu_seconds": round(ch, 3), "runner_cpu_seconds": round(me, 3)}
         if sys_b is not None and self._sys is not None:
-            busy = sys_b - self._sys
+            busy = sys_b[0] - self._sys[0]
+            steal = max(0.0, sys_b[1] - self._sys[1])
             other = max(0.0, busy - srv - ch - me)
+            cap = wall * (os.cpu_count() or 1)
             self.result.update(system_busy_cpu_seconds=round(busy, 3), other_cpu_seconds=round(other, 3),
-                               other_fraction=round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None)
+                               other_fraction=round(other / cap, 4) if wall > 0 else None,
+                               steal_cpu_seconds=round(steal, 3),
+                               steal_fraction=round(steal / cap, 4) if wall > 0 else None)
         return False
 
     def attribute(self, cpu_seconds: float | None) -> None:

@@ -109,6 +109,8 @@ def load_run(path: str | os.PathLike) -> dict:
     }
     acct = prov.get("cpu_accounting") or {}
     row["other_cpu_fraction"] = acct.get("other_fraction")
+    #: hypervisor steal, a part of other_cpu_fraction (recorded since 2026-12-02; NaN before)
+    row["steal_cpu_fraction"] = acct.get("steal_fraction")
     chk = ((prov.get("checks") or {}).get("greedy_identical_to_baseline"))
     if chk is None and (p / "checks.json").exists():
         chk = _read_json(p / "checks.json", "greedy check").get("greedy_identical_to_baseline")

@@ -880,6 +880,7 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
                "num_drafts": spec.get("num_drafts"),
                "greedy_identical": f"{chk['identical']}/{chk['compared']}" if chk else None,
                "other_cpu_fraction": (p.get("cpu_accounting") or {}).get("other_fraction"),
+               "steal_cpu_fraction": (p.get("cpu_accounting") or {}).get("steal_fraction"),
                "loadavg1_before": (p.get("loadavg_before") or [None])[0],
                "loadavg1_after": (p.get("loadavg_after") or [None])[0],
                "server_startup_seconds": p.get("server_startup_seconds"),

@@ -569,6 +569,26 @@ def test_concurrent_server_starts_overlap_the_starts_and_never_a_bench(fake_env,
     assert not _no_fake_processes()
 
 
+def test_the_baseline_starts_with_the_next_server_that_has_a_cell_to_run(fake_env, monkeypatch):
+    """A failed health check that guards every cell of the group after the baseline: the baseline's
+    server starts with the one after it (it started a server whose cells were all skipped, then
+    stopped it unused)."""
+    monkeypatch.setenv("FAKE_HEALTH", "fail")
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], extra_serve=_FOUR, sidecar={
+        "concurrent_server_starts": 2,
+        "health_checks": {"t-health": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 2},
+                                       "temperature": 0.8, "guards": ["ngram-n2/*"]}}})
+    res = {r.run_id.removeprefix("fake-C5-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="C5", progress=False)}
+    assert res["ngram-n2-c1"] == res["ngram-n2-t0.8-c2"] == "skipped"
+    assert not [e for e in _events(fake_env["log"]) if e["event"] == "serve" and _spec_n(e) == 2]
+    assert {k: v for k, v in _prov(runs / "fake-C5-baseline-c1")["server_start"].items() if k != "batch_seconds"} == \
+        {"started_together": 2, "with": ["ngram-n3"]}
+    assert all(res[k] == "ok" for k in ("baseline-c1", "ngram-n3-c1", "ngram-n5-c1"))
+    assert not _no_fake_processes()
+
+
 def test_a_server_that_dies_while_it_waits_for_its_turn_fails_its_cells(fake_env, monkeypatch):
     monkeypatch.setenv("FAKE_DIE_N", "5")
     monkeypatch.setenv("FAKE_BENCH_SLEEP", "0.5")  # N = 3 benches while N = 5, started with it, dies

@@ -687,6 +687,17 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             baseline has run; the server part is enough to start the server ahead)."""
             return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
 
+        def skip_of(c) -> tuple[str | None, str | None]:
+            """(reason, cause) to skip cell ``c`` behind a health check guarding it; (None, None) to run it."""
+            skip = cause = None
+            for hname in c.guarded_by:
+                hv = health.get(hname)
+                if hv is None:  # re-run on resume, behind the retried check (_keeps)
+                    skip, cause = f"health check {hname!r} {_MISSING_TEXT}", SKIP_CHECK_MISSING
+                elif not hv.get("passed"):
+                    skip, cause = f"health check {hv.get('run_id')} failed: {hv.get('reason')}", SKIP_CHECK_FAILED
+            return skip, cause
+
         def group_job(g: ServeGroup) -> tuple[dict, list] | None:
             spec_cfg = g.speculative_config
             plans, expected = [], []
@@ -706,13 +717,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         "prompts_file": _rel_prompts(prompts),
                         "cell": {"serve": g.name, "bench": c.bench, "serve_params": dict(g.params),
                                  "bench_params": dict(c.params)}}
-                skip = cause = None
-                for hname in c.guarded_by:
-                    hv = health.get(hname)
-                    if hv is None:  # re-run on resume, behind the retried check (_keeps)
-                        skip, cause = f"health check {hname!r} {_MISSING_TEXT}", SKIP_CHECK_MISSING
-                    elif not hv.get("passed"):
-                        skip, cause = f"health check {hv.get('run_id')} failed: {hv.get('reason')}", SKIP_CHECK_FAILED
+                skip, cause = skip_of(c)
                 if skip is not None:
                     tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind},
                                                        "skip_cause": cause}, skip=skip), est_s)
@@ -735,9 +740,10 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         rest = list(groups)
         if m.baseline and rest and rest[0].name == m.baseline:
             first = group_job(rest.pop(0))
-            # the next group's server may start with the baseline's (concurrent_server_starts); if none of
-            # its cells runs after all, the executor stops that server when the next job comes
-            nxt = next((g for g in rest if any(plan[("cell", c.run_label)][1] is None for c in g.cells)), None)
+            # the next group with a cell to run (not kept, not behind a failed health check) may start its
+            # server with the baseline's (concurrent_server_starts)
+            nxt = next((g for g in rest if any(plan[("cell", c.run_label)][1] is None and skip_of(c)[0] is None
+                                               for c in g.cells)), None)
             _run_all(ex, [first] if first else [], import_out, upcoming=[server_part(nxt)] if nxt else [])
             for p in sorted(runs_dir.glob(f"{prefix}-{m.baseline}-*")):
                 if _recorded_status(p) == "ok":

@@ -640,6 +640,52 @@ def test_noise_by_pair_splits_a_common_shift_from_the_scatter():
     assert V.noise_by_pair(pd.DataFrame(rows).iloc[:0]).empty
 
 
+def test_pairing_shift_compares_second_with_first_place_against_one_at_a_time_invocations():
+    """Servers a, b started together in stamp P (a benched first), c, d in another pair (d first): the
+    second-place cells (b, c) are 10 % slower than the one-at-a-time stamps U1, U2 would put them, the
+    first-place ones 5 % faster.  Each unpaired stamp is judged on the other (leave-one-out) with the
+    places P gives."""
+    ref = {"a": 100.0, "b": 50.0, "c": 80.0, "d": 40.0}
+    u2 = {"a": 1.0, "b": 1.04, "c": 1.0, "d": 0.98}  # U2 against U1
+    order = {"a": "10:00:00", "b": "10:01:00", "d": "10:02:00", "c": "10:03:00"}
+    partner = {"a": "b", "b": "a", "c": "d", "d": "c"}
+    rows = []
+    for g, v in ref.items():
+        common = {"serve_group": g, "concurrency": 1, "temperature": 0.0, "usable": True}
+        rows.append({**common, "stamp": "20261201T090000", "started": "2026-12-01T09:00:00Z", "output_tok_per_s": v,
+                     "started_together": None, "started_with": None, "steal_cpu_fraction": np.nan})
+        rows.append({**common, "stamp": "20261201T093000", "started": "2026-12-01T09:30:00Z", "output_tok_per_s": v * u2[g],
+                     "started_together": 1, "started_with": "", "steal_cpu_fraction": 0.0})
+        second = g in ("b", "c")
+        rows.append({**common, "stamp": "20261201T100000", "started": f"2026-12-01T{order[g]}Z",
+                     "output_tok_per_s": v * ((u2[g] + 1) / 2) * (0.90 if second else 1.05), "started_together": 2,
+                     "started_with": partner[g], "steal_cpu_fraction": 0.05 if second else 0.0})
+    got = V.pairing_shift(pd.DataFrame(rows)).set_index("stamp")
+    p = got.loc["20261201T100000"]
+    assert bool(p["paired"]) and p["cells_first"] == p["cells_second"] == 2 and p["reference_stamps"] == 2
+    assert p["throughput_ratio_first"] == pytest.approx(1.05) and p["throughput_ratio_second"] == pytest.approx(0.90)
+    assert p["second_over_first"] == pytest.approx(0.90 / 1.05)
+    assert p["steal_second"] == pytest.approx(0.05) and p["steal_first"] == 0.0
+    u = got.loc["20261201T093000"]  # against U1 alone; second place b, c: ratios 1.04, 1.0; first a, d: 1.0, 0.98
+    assert not bool(u["paired"]) and u["reference_stamps"] == 1
+    assert u["second_over_first"] == pytest.approx(np.median([1.04, 1.0]) / np.median([1.0, 0.98]))
+    assert np.isnan(got.loc["20261201T090000", "steal_first"])
+    assert V.pairing_shift(pd.DataFrame(rows)[lambda d: d["stamp"] != "20261201T100000"]).empty
+
+
+@recorded
+def test_load_run_reads_where_a_server_was_started_from_provenance():
+    run = RUNS / "cpu-validation-fast-20261202T102731-ngram-n1-c1"
+    prov = json.loads((run / "provenance.json").read_text())
+    row = R.load_run(run)
+    assert row["serve_group"] == prov["cell"]["serve"] == "ngram-n1"
+    assert row["started_together"] == prov["server_start"]["started_together"] == 2
+    assert row["started_with"] == ",".join(prov["server_start"]["with"]) == "baseline"
+    assert row["steal_cpu_fraction"] == prov["cpu_accounting"]["steal_fraction"]
+    old = R.load_run(RUNS / "cpu-validation-fast-20261201T143220-ngram-n1-c1")  # before server_start
+    assert old["started_together"] is None and old["started_with"] is None and old["serve_group"] == "ngram-n1"
+
+
 @recorded
 def test_validate_one_matrix_and_its_own_probe():
     runs = R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)
@@ -716,6 +762,10 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     assert len(cmp.summary["noise_by_pair"][V.FAST_MATRIX]) == k * (k - 1) // 2
     assert cmp.summary["noise_by_pair"][V.HEADLINE_MATRIX] == V.noise_by_pair(full.runs).to_dict("records")
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
+    want = V.pairing_shift(fast.runs)
+    assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference
+    pd.testing.assert_frame_equal(pd.DataFrame(cmp.summary["pairing_shift"][V.FAST_MATRIX]).astype(want.dtypes),
+                                  want, check_exact=False, rtol=1e-12)
     # each single invocation with its own probe is validated alone: what one make validate-cpu reports
     assert set(cmp.stamps["matrix"]) == {V.HEADLINE_MATRIX, V.FAST_MATRIX}
     row = cmp.stamps[cmp.stamps["matrix"] == V.FAST_MATRIX].iloc[-1]

@@ -74,7 +74,8 @@ def load_run(path: str | os.PathLike) -> dict:
         total_input_tokens, total_output_tokens, input_lens, output_lens, generation_tokens,
         num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos, mal,
         acceptance_rate, mean_draft_length, decode_steps, draft_step_fraction, q_eff, m_eff,
-        greedy_identical, identical, compared, baseline_run_id, other_cpu_fraction, path``.
+        greedy_identical, identical, compared, baseline_run_id, other_cpu_fraction, steal_cpu_fraction,
+        serve_group, started_together, started_with, path``.
         Throughputs in output tokens/s, times in seconds.  Spec counters come from the run's own
         ``/metrics`` delta (``specsim.vllm.diff_scrapes``); NaN / None where not collected
         (baselines).
@@ -107,6 +108,12 @@ def load_run(path: str | os.PathLike) -> dict:
         "status_reason": prov.get("invalid_reason") or prov.get("skip_reason") or prov.get("error"),
         "started": prov.get("started"), "path": str(p),
     }
+    #: the serve config (group) of the cell, and the servers started with its server
+    #: (``concurrent_server_starts``; None for runs recorded before ``server_start``: one at a time)
+    row["serve_group"] = (prov.get("cell") or {}).get("serve")
+    ss = prov.get("server_start") or {}
+    row["started_together"] = ss.get("started_together")
+    row["started_with"] = ",".join(ss.get("with") or []) if ss else None
     acct = prov.get("cpu_accounting") or {}
     row["other_cpu_fraction"] = acct.get("other_fraction")
     #: hypervisor steal, a part of other_cpu_fraction (recorded since 2026-12-02; NaN before)

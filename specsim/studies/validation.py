@@ -34,7 +34,7 @@ __all__ = [
     "run_scenario", "predict_run", "predict_contract", "SpecFit", "fit_spec_overheads",
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
     "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "throughput_noise",
-    "noise_by_pair", "interleaved_noise",
+    "noise_by_pair", "pairing_shift", "interleaved_noise",
     "LoopComparison", "compare_loops", "write_loop_comparison", "InvocationsValidation", "validate_invocations",
 ]
 
@@ -1207,6 +1207,86 @@ def noise_by_pair(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=cols)
 
 
+def pairing_shift(runs: pd.DataFrame) -> pd.DataFrame:
+    """Does a server's place in a pair of servers started together (``concurrent_server_starts``) move
+    its throughput?  Per invocation (stamp), the cells of the servers that benched first in their pair
+    against those that benched second, each relative to the invocations whose servers started one at a
+    time.
+
+    In an invocation with paired starts, a serve config (``serve_group``) is *second* when a server it
+    was started with (``started_with``) began benching before it (that server had benched and stopped),
+    else *first*; an invocation with one-at-a-time starts takes the places the paired invocations give
+    (a serve config whose place differs between them is left out), so its rows are the null: what the
+    same split gives with no pairing.  For every usable cell (``serve_group`` x concurrency x
+    temperature), ``r = tok/s / reference``, the reference being the median tok/s of that cell over the
+    one-at-a-time invocations (for one of them: over the others).  ``second_over_first`` is the median
+    ``r`` of the second-place cells over that of the first-place ones: 1 when the place does not matter,
+    below 1 when the second server of a pair is slower.  Reported to explain the noise; not a criterion.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        :func:`specsim.runs.records.load_runs` rows of one matrix (``stamp``, ``serve_group``,
+        ``concurrency``, ``temperature``, ``started`` (UTC ISO), ``started_together``, ``started_with``,
+        ``usable``, ``output_tok_per_s`` in tokens/s, ``steal_cpu_fraction``).
+
+    Returns
+    -------
+    DataFrame
+        One row per invocation with a reference: ``stamp``, ``paired`` (bool), ``cells_first``,
+        ``cells_second``, ``throughput_ratio_first``, ``throughput_ratio_second`` (median r),
+        ``second_over_first``, ``steal_first``, ``steal_second`` (median hypervisor steal fraction of
+        the machine's CPUs during those benches; NaN where not recorded), ``reference_stamps``.
+        Empty when no invocation started its servers in pairs.
+    """
+    cols = ["stamp", "paired", "cells_first", "cells_second", "throughput_ratio_first", "throughput_ratio_second",
+            "second_over_first", "steal_first", "steal_second", "reference_stamps"]
+    need = {"serve_group", "started_together", "started_with", "started"}
+    if not len(runs) or not need <= set(runs.columns):
+        return pd.DataFrame(columns=cols)
+    u = runs[runs["usable"].astype(bool) & runs["serve_group"].notna()].copy()
+    u["together"] = pd.to_numeric(u["started_together"], errors="coerce").fillna(1).astype(int)
+    by_stamp = u.groupby("stamp")["together"].max()
+    paired, alone = sorted(by_stamp.index[by_stamp > 1]), sorted(by_stamp.index[by_stamp == 1])
+    if not paired:
+        return pd.DataFrame(columns=cols)
+    places: dict[str, dict[str, str]] = {}
+    for st in paired:
+        d = u[u["stamp"] == st]
+        first_bench = d.groupby("serve_group")["started"].min()
+        with_ = d.groupby("serve_group")["started_with"].first()
+        places[st] = {g: ("second" if any(o in first_bench and first_bench[o] < t
+                                          for o in str(with_[g] or "").split(",") if o) else "first")
+                      for g, t in first_bench.items() if d.loc[d["serve_group"] == g, "together"].max() > 1}
+    common: dict[str, str] = {}
+    for g in {g for pl in places.values() for g in pl}:
+        seen = {pl[g] for pl in places.values() if g in pl}
+        if len(seen) == 1:
+            common[g] = seen.pop()
+    key = ["serve_group", "concurrency", "temperature"]
+    thr = u.groupby([*key, "stamp"])["output_tok_per_s"].mean().unstack("stamp")
+    steal = u.groupby([*key, "stamp"])["steal_cpu_fraction"].mean().unstack("stamp")
+    out = []
+    for st in sorted(paired + alone):
+        refs = [a for a in alone if a != st]
+        if not refs:
+            continue
+        ref = thr[refs].median(axis=1)
+        pl = places.get(st, common)
+        r = (thr[st] / ref).dropna()
+        pos = pd.Series([pl.get(k[0]) for k in r.index], index=r.index)
+        row = {"stamp": st, "paired": st in places, "reference_stamps": len(refs)}
+        for where in ("first", "second"):
+            sel = r[pos == where]
+            row[f"cells_{where}"] = int(len(sel))
+            row[f"throughput_ratio_{where}"] = float(sel.median()) if len(sel) else float("nan")
+            stl = pd.to_numeric(steal[st].reindex(sel.index), errors="coerce").dropna() if st in steal else pd.Series()
+            row[f"steal_{where}"] = float(stl.median()) if len(stl) else float("nan")
+        row["second_over_first"] = row["throughput_ratio_second"] / row["throughput_ratio_first"]
+        out.append(row)
+    return pd.DataFrame(out, columns=cols)
+
+
 @dataclass
 class LoopComparison:
     """Output of :func:`compare_loops`: does the faster validation loop keep the full loop's power?
@@ -1488,6 +1568,12 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                       "host_shift (median tok/s ratio - 1: the machine faster or slower as a whole) and scatter "
                       "(median |ratio / (1 + host_shift) - 1|); reported to explain the noise, not a criterion",
         **{name: noise_by_pair(res[name].runs).to_dict("records") for name in (full, fast)}}
+    summary["pairing_shift"] = {
+        "definition": "per invocation of the fast loop: median tok/s of the cells of the servers that benched "
+                      "second in their pair of servers started together, over that of the first, each relative "
+                      "to the one-at-a-time invocations (pairing_shift); invocations started one at a time "
+                      "give the null. Reported to explain the noise, not a criterion",
+        fast: pairing_shift(res[fast].runs).to_dict("records")}
     base = Path(runs_dir) if runs_dir is not None else project_data_path("runs")
     il = Path(interleaved_dir) if interleaved_dir is not None else base.parent / "runs-interleaved"
     if interleaved_dir is not None or il.is_dir():

@@ -1246,6 +1246,7 @@ def pairing_shift(runs: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     u = runs[runs["usable"].astype(bool) & runs["serve_group"].notna()].copy()
     u["together"] = pd.to_numeric(u["started_together"], errors="coerce").fillna(1).astype(int)
+    u["steal"] = pd.to_numeric(u["steal_cpu_fraction"], errors="coerce")
     by_stamp = u.groupby("stamp")["together"].max()
     paired, alone = sorted(by_stamp.index[by_stamp > 1]), sorted(by_stamp.index[by_stamp == 1])
     if not paired:
@@ -1255,9 +1256,10 @@ def pairing_shift(runs: pd.DataFrame) -> pd.DataFrame:
         d = u[u["stamp"] == st]
         first_bench = d.groupby("serve_group")["started"].min()
         with_ = d.groupby("serve_group")["started_with"].first()
+        together = d.groupby("serve_group")["together"].max()
         places[st] = {g: ("second" if any(o in first_bench and first_bench[o] < t
                                           for o in str(with_[g] or "").split(",") if o) else "first")
-                      for g, t in first_bench.items() if d.loc[d["serve_group"] == g, "together"].max() > 1}
+                      for g, t in first_bench.items() if together[g] > 1}
     common: dict[str, str] = {}
     for g in {g for pl in places.values() for g in pl}:
         seen = {pl[g] for pl in places.values() if g in pl}
@@ -1265,7 +1267,7 @@ def pairing_shift(runs: pd.DataFrame) -> pd.DataFrame:
             common[g] = seen.pop()
     key = ["serve_group", "concurrency", "temperature"]
     thr = u.groupby([*key, "stamp"])["output_tok_per_s"].mean().unstack("stamp")
-    steal = u.groupby([*key, "stamp"])["steal_cpu_fraction"].mean().unstack("stamp")
+    steal = u.groupby([*key, "stamp"])["steal"].mean().unstack("stamp")
     out = []
     for st in sorted(paired + alone):
         refs = [a for a in alone if a != st]
@@ -1280,7 +1282,7 @@ def pairing_shift(runs: pd.DataFrame) -> pd.DataFrame:
             sel = r[pos == where]
             row[f"cells_{where}"] = int(len(sel))
             row[f"throughput_ratio_{where}"] = float(sel.median()) if len(sel) else float("nan")
-            stl = pd.to_numeric(steal[st].reindex(sel.index), errors="coerce").dropna() if st in steal else pd.Series()
+            stl = steal[st].reindex(sel.index).dropna()
             row[f"steal_{where}"] = float(stl.median()) if len(stl) else float("nan")
         row["second_over_first"] = row["throughput_ratio_second"] / row["throughput_ratio_first"]
         out.append(row)

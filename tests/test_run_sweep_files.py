@@ -268,7 +268,10 @@ def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path
         together = lambda p: (p.get("server_start") or {}).get("started_together", 1)  # noqa: E731
         started = [p for p in ok if p.get("kind") == "bench_serve" and p.get("server_startup_seconds")]
         use = [p for p in started if together(p) == k] or [p for p in started if together(p) == 1]
-        starts = [p["server_startup_seconds"] / together(p) for p in use]
+        # a server's share of its batch's wall time (launch to the last server healthy); runs recorded
+        # before batch_seconds: its own start
+        starts = [((p.get("server_start") or {}).get("batch_seconds") or p["server_startup_seconds"]) / together(p)
+                  for p in use]
         est = estimate_seconds(m, runs_dir=runs)
         assert est.server_basis.startswith("recorded, same layout")
         assert est.server_start_s == pytest.approx(statistics.median(starts) + BENCH_CLIENT_START_S / len(m.groups))

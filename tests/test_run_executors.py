@@ -569,6 +569,32 @@ def test_concurrent_server_starts_overlap_the_starts_and_never_a_bench(fake_env,
     assert not _no_fake_processes()
 
 
+def test_a_server_started_ahead_has_its_environment_made_once(fake_env, monkeypatch):
+    """The environment a server started ahead runs with is the one its job's runs record: made once
+    per group job (by the executor, before the start), not again when the job runs."""
+    from specsim.runs import executors
+
+    made: list[str | None] = []
+    envs: dict = {}
+    real = executors._job_env
+
+    def counting(job):
+        made.append(job.get("group"))
+        envs[job.get("group")] = out = real(job)
+        return out
+
+    monkeypatch.setattr(executors, "_job_env", counting)
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], extra_serve=_FOUR, sidecar={"concurrent_server_starts": 2})
+    res = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="E1", progress=False)
+    assert {r.status for r in res} == {"ok"}
+    groups = [g for g in made if g is not None]
+    assert sorted(groups) == ["baseline", "ngram-n2", "ngram-n3", "ngram-n5"]  # once each
+    assert made.count(None) == 1  # the offline health check's job
+    for g in ("baseline", "ngram-n5"):  # what the runs record is what their server was made with
+        assert _prov(runs / f"fake-E1-{g}-c1")["env"] == envs[g][1]
+
+
 def test_the_baseline_starts_with_the_next_server_that_has_a_cell_to_run(fake_env, monkeypatch):
     """A failed health check that guards every cell of the group after the baseline: the baseline's
     server starts with the one after it (it started a server whose cells were all skipped, then

@@ -56,19 +56,21 @@ def _job_env(job: dict) -> tuple[dict[str, str], dict, list[str]]:
     return env, used, removed
 
 
-def job_server(job: dict, runs_dir: str | os.PathLike):
+def job_server(job: dict, runs_dir: str | os.PathLike, job_env: tuple | None = None):
     """The (not yet started) server of a group job, logging into ``runs_dir``
-    (:func:`specsim.runs.serve_bench.new_server`)."""
+    (:func:`specsim.runs.serve_bench.new_server`); ``job_env``: the job's :func:`_job_env`, where the
+    caller made it already (the same environment then reaches :func:`execute_job`)."""
     from specsim.runs.serve_bench import new_server
 
-    return new_server(job["server_cmd"], runs_dir=runs_dir, env=_job_env(job)[0],
+    return new_server(job["server_cmd"], runs_dir=runs_dir, env=(job_env or _job_env(job))[0],
                       health_timeout_s=job.get("health_timeout_s", 600.0),
                       stop_timeout_s=job.get("stop_timeout_s", 30.0))
 
 
 def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False,
                 clients: dict | None = None, server=None, server_error: RunError | None = None,
-                started_with: Iterable[str] = (), start_batch_seconds: float | None = None) -> dict:
+                started_with: Iterable[str] = (), start_batch_seconds: float | None = None,
+                job_env: tuple | None = None) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
@@ -86,11 +88,14 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     ``server_error`` why its start failed); every bench run of a group job records ``server_start``:
     ``{"started_together": 1 + len(started_with), "with": [...]}``, plus ``batch_seconds`` (launch of
     the batch to its last server healthy or failed: ``start_batch_seconds``) for a batch.
+    ``job_env``: the job's ``(env, used, removed)`` (:func:`_job_env`) its server was made with, so
+    that the server, the bench client and provenance share one environment, made once; made here
+    when not given.
     """
     staging = Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
     install = VllmInstall(Path(job["venv"]))
-    env, used, removed = _job_env(job)
+    env, used, removed = job_env or _job_env(job)
     prov = {**job["base_provenance"], "env": used}
     if removed:  # e.g. a Ray worker's OMP_NUM_THREADS=1
         prov["env_removed"] = {k: os.environ[k] for k in removed}
@@ -248,8 +253,8 @@ class LocalExecutor:
         self._done: list[tuple[Any, dict | BaseException]] = []
         self._clients: dict = {}
         #: group name -> (server, start error, the groups it was started with, seconds from the launch
-        #: of the batch to its last server healthy or failed): started ahead
-        self._ready: dict[str, tuple[Any, RunError | None, list[str], float]] = {}
+        #: of the batch to its last server healthy or failed, the job's :func:`_job_env`): started ahead
+        self._ready: dict[str, tuple[Any, RunError | None, list[str], float, tuple]] = {}
 
     def resources(self, job: dict) -> dict:
         return {}
@@ -266,9 +271,11 @@ class LocalExecutor:
                 break
             batch.append(j)
         ports: set[int] = set()
+        envs = {}
         for j in batch:  # free_port() is asked before any of them binds: keep the ports apart
+            envs[j["group"]] = je = _job_env(j)
             for _ in range(20):
-                srv = job_server(j, self.runs_dir)
+                srv = job_server(j, self.runs_dir, job_env=je)
                 if srv.port not in ports:
                     break
                 shutil.rmtree(srv.log_path.parent, ignore_errors=True)
@@ -279,7 +286,7 @@ class LocalExecutor:
         wall = time.monotonic() - t0
         names = [name for name, _ in starting]
         for (name, srv), err in zip(starting, errors):
-            self._ready[name] = (srv, err, [n for n in names if n != name], wall)
+            self._ready[name] = (srv, err, [n for n in names if n != name], wall, envs[name])
 
     def _stop_ready(self, keep: Iterable[str | None] = ()) -> None:
         """Stop the servers started ahead whose groups are not in ``keep`` (their jobs will not come:
@@ -304,8 +311,9 @@ class LocalExecutor:
                 if job["group"] not in self._ready and self.concurrent_server_starts > 1:
                     self._start_ahead(job, upcoming, starting)
                 if job["group"] in self._ready:
-                    srv, err, others, wall = self._ready.pop(job["group"])
-                    kw = {"server": srv, "server_error": err, "started_with": others, "start_batch_seconds": wall}
+                    srv, err, others, wall, je = self._ready.pop(job["group"])
+                    kw = {"server": srv, "server_error": err, "started_with": others, "start_batch_seconds": wall,
+                          "job_env": je}
                     if err is None and srv.proc is not None and srv.proc.poll() is not None:
                         srv.stop()
                         kw["server_error"] = RunError(

@@ -388,9 +388,9 @@ _VLLM_APPLY = textwrap.dedent('''
 
 @pytest.mark.vllm
 def test_records_give_the_commands_vllm_sweep_gives():
-    """Our reading of a record (replace-or-append, booleans, JSON objects) is vLLM 0.32's:
-    ``ParameterSweepItem.apply_to_cmd`` on the shipped files gives the same argument lists."""
-    from specsim.runs.runner import _apply_record
+    """Our reading of a record (replace-or-append, booleans, JSON objects), the one the runner builds
+    its commands with, is vLLM 0.32's: ``ParameterSweepItem.apply_to_cmd`` on the shipped files gives
+    the same argument lists."""
     from specsim.runs.sweep_files import read_param_file
 
     py = vllm_python()
@@ -401,7 +401,7 @@ def test_records_give_the_commands_vllm_sweep_gives():
                            text=True, timeout=300, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
         assert r.returncode == 0, r.stderr[-2000:]
         theirs = json.loads(r.stdout.strip().splitlines()[-1])
-        ours = {name: _apply_record(base, rec) for name, rec in read_param_file(m.root / f, f)}
+        ours = {name: apply_record(base, rec) for name, rec in read_param_file(m.root / f, f)}
         assert set(ours) == set(theirs) and len(ours) >= 2
         for name in ours:  # JSON objects: same object (key order aside)
             a, b = ours[name], theirs[name]

@@ -36,44 +36,15 @@ from specsim.runs.sweep_files import (
     BenchCell,
     ServeGroup,
     SweepMatrix,
+    apply_record,
     estimate_seconds,
     load_matrix,
 )
 from specsim.vllm.bench import read_bench_result
 
 # --------------------------------------------------------------------------------------------
-# commands of a cell (vLLM's sweep semantics for a parameter record)
+# commands of a cell: a parameter record applied as vLLM's sweep applies it (sweep_files.apply_record)
 # --------------------------------------------------------------------------------------------
-
-def _record_to_args(record: dict) -> list[tuple[str, list[str]]]:
-    """``[(option, tokens)]`` of a parameter record as ``vllm bench sweep`` turns it into arguments:
-    ``_`` spelt ``-``, ``true`` / ``false`` as ``--k`` / ``--no-k``, objects as JSON text."""
-    out = []
-    for k, v in record.items():
-        opt = k.replace("_", "-")
-        if isinstance(v, bool):
-            out.append((opt, [f"--{opt}" if v else f"--no-{opt}"]))
-        elif isinstance(v, (dict, list)):
-            out.append((opt, [f"--{opt}", json.dumps(v, sort_keys=True)]))
-        else:
-            out.append((opt, [f"--{opt}", str(v)]))
-    return out
-
-
-def _apply_record(cmd: list[str], record: dict) -> list[str]:
-    """``cmd`` with each option of ``record`` replacing the same option (or its ``--no-`` form) in
-    place, else appended -- what ``vllm bench sweep serve`` does with a serve or bench record."""
-    cmd = list(cmd)
-    for opt, toks in _record_to_args(record):
-        names = {f"--{opt}", f"--no-{opt}", f"--{opt.removeprefix('no-')}"}
-        idx = next((i for i, c in enumerate(cmd) if c in names or c.split("=", 1)[0] in names), None)
-        if idx is None:
-            cmd += toks
-            continue
-        has_value = "=" not in cmd[idx] and idx + 1 < len(cmd) and not cmd[idx + 1].startswith("--")
-        cmd[idx: idx + (2 if has_value else 1)] = toks
-    return cmd
-
 
 def _resolve_paths(cmd: Sequence[str], m: SweepMatrix) -> list[str]:
     out = []
@@ -92,13 +63,13 @@ def _serve_cmd(install: VllmInstall, m: SweepMatrix, g: ServeGroup, platform_arg
     params = dict(g.params)
     if g.speculative_config is not None:
         params["speculative_config"] = dict(g.speculative_config)  # local draft paths resolved
-    return _apply_record(base + list(platform_args), params)
+    return apply_record(base + list(platform_args), params)
 
 
 def _bench_cmd(install: VllmInstall, m: SweepMatrix, c: BenchCell) -> list[str]:
     cmd = [str(install.vllm), *_resolve_paths(m.bench_cmd, m)[1:], "--base-url", "{base_url}"]
-    cmd = _apply_record(cmd, dict(c.params))
-    cmd = _apply_record(cmd, {"seed": c.seed})
+    cmd = apply_record(cmd, dict(c.params))
+    cmd = apply_record(cmd, {"seed": c.seed})
     for opt, val in zip(_BENCH_ADDED[::2], _BENCH_ADDED[1::2]):
         if opt not in cmd:
             cmd += [opt, val]

@@ -516,3 +516,37 @@ def test_estimate_shares_the_start_of_servers_started_together(tmp_path):
     (runs / "c0" / "provenance.json").write_text(json.dumps(p))
     assert estimate_seconds(m2, runs_dir=runs).server_start_s == pytest.approx(28.0 + bc)  # median(25, 28, 30)
     assert dry_run_json(m2, e2)["concurrent_server_starts"] == 2
+
+
+def test_estimate_for_ray_or_slurm_starts_each_server_alone_with_its_own_client(tmp_path):
+    """Only the local executor pairs server starts and shares one bench client; a Ray task or Slurm job
+    holds one server, so its estimate takes servers started alone and a client start per server, and
+    the dry run says the estimate is machine time, not a cluster's wall time."""
+    runs = tmp_path / "runs"
+    m1 = load_matrix("smoke")
+    d = tmp_path / "m2"
+    shutil.copytree(m1.root, d)
+    sc = json.loads((d / "specsim.json").read_text())
+    (d / "specsim.json").write_text(json.dumps({**sc, "concurrent_server_starts": 2, "bench_client": "persistent"}))
+    m2 = load_matrix(d)
+    cmd = apply_record(m1.serve_cmd, m1.groups[0].params)
+    for rid, startup, together in (("a0", 30.0, 1), ("a1", 34.0, 1), ("b0", 50.0, 2), ("b1", 56.0, 2)):
+        (runs / rid).mkdir(parents=True)
+        (runs / rid / "provenance.json").write_text(json.dumps(
+            {"run_id": rid, "kind": "bench_serve", "status": "ok", "bench_seconds": 5.0,
+             "server_startup_seconds": startup, "commands": {"server": cmd}, "env": {},
+             "server_start": {"started_together": together, "with": []}}))
+    local = estimate_seconds(m2, runs_dir=runs)
+    assert local.server_start_s == pytest.approx(26.5 + BENCH_CLIENT_START_S / len(m2.groups))
+    for ex in ("ray", "slurm"):
+        e = estimate_seconds(m2, runs_dir=runs, executor=ex)
+        assert e.server_start_s == pytest.approx(32.0 + BENCH_CLIENT_START_S)  # median(30, 34) + its client
+        assert e.server_basis.endswith(f"{ex} executor: each server in its own task, started alone, "
+                                       "with its own bench client")
+        assert e.cells == local.cells
+        text = dry_run_text(m2, e, executor=ex)
+        assert f"applies to the local executor only: the {ex} executor" in text
+        assert f"of machine time with the {ex} executor" in text and "wall on one host" not in text
+        assert dry_run_json(m2, e, ex)["executor"] == ex
+    with pytest.raises(SpecsimValueError, match="executor"):
+        estimate_seconds(m2, runs_dir=runs, executor="k8s")

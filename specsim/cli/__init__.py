@@ -265,7 +265,7 @@ def _cmd_run_matrix(args) -> int:
         raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
     if args.dry_run:  # the same selection as the run: --only, --stamp / --resume
         text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume,
-                             runs_dir=Path(args.runs_dir) if args.runs_dir else None)
+                             runs_dir=Path(args.runs_dir) if args.runs_dir else None, executor=args.executor)
         print(json.dumps(data, indent=2, default=str) if args.json else text)
         return 0
     slurm: dict = {}

@@ -284,16 +284,19 @@ def sub_estimate(est, m: SweepMatrix):
 
 
 def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | None = None, stamp: str | None = None,
-            resume: bool = False, runs_dir: Path | None = None, models_dir: Path | None = None) -> tuple[str, dict]:
+            resume: bool = False, runs_dir: Path | None = None, models_dir: Path | None = None,
+            executor: str = "local") -> tuple[str, dict]:
     """What ``specsim run-matrix --dry-run`` shows: ``(text, data)`` for the cells ``only`` selects;
     with ``stamp`` and ``resume``, the runs already recorded under that stamp (kept) and those to run
     (the estimate covers these only).  ``runs_dir``: where the runs are recorded and the estimate's
-    recorded runs (default ``<data>/runs``).  Starts nothing.
+    recorded runs (default ``<data>/runs``); ``executor``: what the estimate is made for
+    (:func:`specsim.runs.sweep_files.estimate_seconds`).  Starts nothing.
 
     Raises
     ------
     SpecsimValueError
-        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``.
+        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``; an unknown
+        ``executor``.
     RunError
         Without ``resume``: a selected run is already recorded under ``stamp`` (as the run would).
     """
@@ -304,7 +307,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (--stamp STAMP)", resume)
     sel = select_matrix(m, only)
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
-    est = estimate_seconds(m, runs_dir=runs_dir)
+    est = estimate_seconds(m, runs_dir=runs_dir, executor=executor)
     kept: list[RunResult] = []
     todo, ids = sel, {}
     if stamp:
@@ -323,13 +326,13 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                     f"{todo.n_runs()} to run; the estimate below is of these only")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]
-    text = dry_run_text(todo, sub_est)
+    text = dry_run_text(todo, sub_est, executor=executor)
     if head:
         text = "\n".join(head) + "\n\n" + text
         if todo is not m:
             text += ("\n(the vllm bench sweep commands above run the whole matrix; --only / --resume select in "
                      "specsim only)") if m.vllm_sweep_commands() else ""
-    data = {**dry_run_json(todo, sub_est), "matrix": m.name, "only": list(only) if only else None,
+    data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
             "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands()}
     return text, data
@@ -561,7 +564,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 "weights_sha256": weights_sha256(g.speculative_config["model"])}
             for g in groups if g.speculative_config and g.speculative_config.get("model")
             and Path(g.speculative_config["model"]).is_dir() and Path(g.speculative_config["model"]) != m.model_path}
-        est = estimate_seconds(m, estimate_runs_dir)
+        est = estimate_seconds(m, estimate_runs_dir, executor=executor)
         todo = pending_matrix(sel, plan)  # the bar's total: what this invocation runs (not what it keeps)
         total_s = sub_estimate(est, todo).total_seconds(todo)
         n_total = sel.n_runs()

@@ -1040,8 +1040,17 @@ def _recorded_layout(r: Mapping) -> str:
 
 
 def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
-                     default_cell_s: float = 30.0, default_start_s: float = 30.0) -> Estimate:
+                     default_cell_s: float = 30.0, default_start_s: float = 30.0,
+                     executor: str = "local") -> Estimate:
     """Seconds each part of ``m`` should take, from the recorded runs' metadata (``provenance.json``).
+
+    ``executor`` (``"local"``, ``"ray"``, ``"slurm"``: :data:`specsim.runs.executors.EXECUTORS`): how the
+    matrix will run.  Only the local executor starts servers ``concurrent_server_starts`` at a time and
+    keeps one persistent bench client for the whole matrix; a Ray task or Slurm job holds one server,
+    started alone, with its own bench client, so for those a server start is estimated from servers
+    started one at a time (else all) and each pays the client's start :data:`BENCH_CLIENT_START_S`.
+    The estimate is then the machine time of the tasks one after another (what they cost), not the
+    wall time of a cluster running several at once.
 
     A recorded bench run counts as it would take with the matrix's ``bench_client``: its own
     ``bench_seconds`` when it was recorded with that client (``provenance["bench_client"]["kind"]``; a
@@ -1063,6 +1072,11 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
     Seconds of wall time on the recording host (not adjusted for another host).
     """
+    from specsim.runs.executors import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise SpecsimValueError("executor", "unknown executor", executor, list(EXECUTORS))
+    local = executor == "local"
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
     recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")]
     overhead = _CLIENT_OVERHEAD_S[m.bench_client]
@@ -1072,7 +1086,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     started = [r for r in bench if r.get("server_startup_seconds")]
     like = [r for r in started if _recorded_layout(r) == layout]
     pool = like or started
-    k = m.concurrent_server_starts
+    k = m.concurrent_server_starts if local else 1  # a task / job holds one server
     same_k = [r for r in pool if _started_together(r) == k]
     alone = [r for r in pool if _started_together(r) == 1]
     use = same_k or alone or pool
@@ -1111,12 +1125,14 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
     start = statistics.median(starts) if starts else default_start_s
     if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
-        start += BENCH_CLIENT_START_S / len(m.groups)
+        start += BENCH_CLIENT_START_S / (len(m.groups) if local else 1)  # ... or one per task
     basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
     if starts and (k > 1 or not alone):
         basis += (f", started {k} at a time" if same_k and k > 1 else
                   ", started one at a time (started together they take less)" if use is alone else
                   ", shares of starts together with other servers (one at a time takes longer)")
+    if not local:
+        basis += f"; {executor} executor: each server in its own task, started alone, with its own bench client"
     return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis)
 
 
@@ -1196,12 +1212,17 @@ def _judges(c: BenchCell) -> list[str]:
     return out + [f"skipped if {h} fails" for h in c.guarded_by]
 
 
-def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[str, int] | None = None) -> str:
-    """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate."""
+def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[str, int] | None = None,
+                 executor: str = "local") -> str:
+    """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate
+    (made for ``executor``: :func:`estimate_seconds`)."""
+    local = executor == "local"
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
              f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}"
-             + (f"; servers started {m.concurrent_server_starts} at a time (local executor)"
+             + ((f"; servers started {m.concurrent_server_starts} at a time (local executor)" if local else
+                 f"; concurrent_server_starts {m.concurrent_server_starts} applies to the local executor "
+                 f"only: the {executor} executor starts each server alone, in its own task")
                 if m.concurrent_server_starts > 1 else ""), "", "servers:"]
     for g in m.groups:
         cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
@@ -1223,7 +1244,10 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
                      f"({est.judge_basis.get(p.name, 'recorded')})")
     tot = est.total_seconds(m)
     gpu_s = _gpu_seconds(m, est)
-    lines += ["", f"estimate: {tot / 60:.1f} min wall on one host ({est.server_start_s:.0f} s per server start, "
+    where = ("wall on one host" if local else
+             f"of machine time with the {executor} executor, its tasks one after another (a cluster running "
+             f"several at once takes less wall time)")
+    lines += ["", f"estimate: {tot / 60:.1f} min {where} ({est.server_start_s:.0f} s per server start, "
               f"{est.server_basis}; from {est.n_recorded} recorded runs, as with the {m.bench_client} bench "
               f"client); {tot / 3600:.3f} device-hours on a CPU "
               f"host (the whole machine per server), {gpu_s / 3600:.3f} GPU-hours at the servers' GPU counts "
@@ -1234,7 +1258,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     return "\n".join(lines)
 
 
-def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
+def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict[str, Any]:
     """What ``specsim run-matrix --dry-run --json`` prints: the servers and cells of :func:`dry_run_text`
     as data.  Per server its GPU count, speculative config, whole command (the record applied as
     ``vllm bench sweep`` applies it, ``--speculative-config`` included: :func:`apply_record`) and
@@ -1257,6 +1281,7 @@ def dry_run_json(m: SweepMatrix, est: Estimate) -> dict[str, Any]:
             "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
             "bench_client": m.bench_client,
             "concurrent_server_starts": m.concurrent_server_starts,
+            "executor": executor,
             "estimate_seconds": tot,
             "server_start_seconds": est.server_start_s,
             "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},

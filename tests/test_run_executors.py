@@ -439,7 +439,7 @@ def test_progress_bar_ends_at_exactly_100_percent_also_on_resume(fake_env, monke
     from specsim.runs import runner
     from specsim.runs.sweep_files import Estimate
 
-    def fractional(m, runs_dir=None):  # estimates that do not add up to whole seconds
+    def fractional(m, runs_dir=None, executor="local"):  # estimates that do not add up to whole seconds
         return Estimate({c.run_label: (10.3, "test") for c in m.cells()}, 20.3, "test",
                         {h.name: 5.2 for h in m.health_checks}, {p.name: 1.1 for p in m.probes}, 0)
 

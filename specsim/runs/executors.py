@@ -27,7 +27,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from specsim.errors import MissingExtraError, RunError, SpecsimValueError
 from specsim.runs.offline import run_offline
@@ -230,6 +230,20 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
 # executors
 # --------------------------------------------------------------------------------------------
 
+class _StartedAhead(NamedTuple):
+    """A server the local executor started ahead of its group job."""
+
+    server: Any
+    #: why its start failed (None: healthy)
+    error: RunError | None
+    #: the groups whose servers started with it
+    started_with: list[str]
+    #: seconds from the launch of the batch to its last server healthy or failed
+    batch_seconds: float
+    #: the job's ``(env, used, removed)`` (:func:`_job_env`) the server was made with
+    job_env: tuple
+
+
 class LocalExecutor:
     """Runs each job in this process, one at a time (``wait`` returns them in submission order).
 
@@ -252,9 +266,8 @@ class LocalExecutor:
         self.concurrent_server_starts = int(concurrent_server_starts)
         self._done: list[tuple[Any, dict | BaseException]] = []
         self._clients: dict = {}
-        #: group name -> (server, start error, the groups it was started with, seconds from the launch
-        #: of the batch to its last server healthy or failed, the job's :func:`_job_env`): started ahead
-        self._ready: dict[str, tuple[Any, RunError | None, list[str], float, tuple]] = {}
+        #: group name -> its server started ahead, waiting for its job
+        self._ready: dict[str, _StartedAhead] = {}
 
     def resources(self, job: dict) -> dict:
         return {}
@@ -286,13 +299,13 @@ class LocalExecutor:
         wall = time.monotonic() - t0
         names = [name for name, _ in starting]
         for (name, srv), err in zip(starting, errors):
-            self._ready[name] = (srv, err, [n for n in names if n != name], wall, envs[name])
+            self._ready[name] = _StartedAhead(srv, err, [n for n in names if n != name], wall, envs[name])
 
     def _stop_ready(self, keep: Iterable[str | None] = ()) -> None:
         """Stop the servers started ahead whose groups are not in ``keep`` (their jobs will not come:
         every cell of the group was kept or skipped) and remove their logs."""
         keep = set(keep)
-        _stop_servers([self._ready.pop(n)[0] for n in [n for n in self._ready if n not in keep]])
+        _stop_servers([self._ready.pop(n).server for n in [n for n in self._ready if n not in keep]])
 
     def submit(self, job: dict, tag: Any, upcoming: Iterable[dict] = ()) -> None:
         """Run ``job`` now.  ``upcoming``: the group jobs that will be submitted next, in order, whose

@@ -59,6 +59,14 @@ class Hardware:
         Chip architecture in words.
     aliases : tuple[str, ...]
         Other names :func:`load_hardware` accepts.
+
+    Raises
+    ------
+    SpecsimValueError
+        On construction: an empty ``name``, a ``kind`` other than ``"gpu"`` / ``"cpu"``, a capacity,
+        bandwidth or peak FLOP/s that is not a finite number > 0, a ``peak_flops_per_s`` key outside
+        ``bf16, fp16, fp8, fp4, fp32``, or no peak at all (a GPU given by its specs gets the same checks
+        as a datasheet row).
     """
 
     name: str
@@ -71,6 +79,28 @@ class Hardware:
     kind: str = "gpu"
     architecture: str = ""
     aliases: tuple = ()
+
+    def __post_init__(self):
+        def positive(field_name, v):
+            ok = not isinstance(v, bool) and isinstance(v, (int, float, np.number)) and np.isfinite(v) and v > 0
+            if not ok:
+                raise SpecsimValueError(field_name, "must be a finite number > 0", v)
+
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise SpecsimValueError("name", "must be a non-empty string", self.name)
+        if self.kind not in ("gpu", "cpu"):
+            raise SpecsimValueError("kind", "must be 'gpu' or 'cpu'", self.kind, ("gpu", "cpu"))
+        positive("hbm_bytes", self.hbm_bytes)
+        positive("mem_bandwidth_bytes_per_s", self.mem_bandwidth_bytes_per_s)
+        if self.link_bandwidth_bytes_per_s is not None:
+            positive("link_bandwidth_bytes_per_s", self.link_bandwidth_bytes_per_s)
+        if not isinstance(self.peak_flops_per_s, dict) or not self.peak_flops_per_s:
+            raise SpecsimValueError("peak_flops_per_s", "must be a non-empty {dtype: FLOP/s} dict",
+                                    self.peak_flops_per_s, tuple(_PEAK_COLUMNS))
+        for k, v in self.peak_flops_per_s.items():
+            if k not in _PEAK_COLUMNS:
+                raise SpecsimValueError("peak_flops_per_s", "has a key that is not a peak dtype", k, tuple(_PEAK_COLUMNS))
+            positive(f"peak_flops_per_s[{k!r}]", v)
 
     def _resolve(self, precision: str) -> str | None:
         peaks = self.peak_flops_per_s

@@ -481,6 +481,10 @@ class Roofline:
                    + (0.0 if native[2] else head))
             deq = np.asarray(deq, dtype=float) / tp
         if tp > 1:
+            if hw.link_bandwidth_bytes_per_s is None:
+                raise SpecsimValueError("tp", f"hardware {hw.name!r} has no link bandwidth "
+                                        "(link_bandwidth_bytes_per_s is None), so it cannot run tensor parallel: "
+                                        "use tp=1 or give the hardware its link bandwidth", tp, (1,))
             calls = 2.0 * float(model.num_layers)
             msg = tokens * float(model.hidden_size) * _ACT_BYTES.get(precision, 2.0)
             wire = 2.0 * (tp - 1) / tp * msg / float(hw.link_bandwidth_bytes_per_s)

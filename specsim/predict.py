@@ -383,7 +383,8 @@ def resolve_inputs(
     assumptions: list[str] = []
     draft_name = None
     cfg = None
-    if temperature is not None and not (np.isfinite(temperature) and temperature >= 0):
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.number))
+                                    or not (np.isfinite(temperature) and temperature >= 0)):
         raise SpecsimValueError("temperature", "must be a finite number >= 0 (0 = greedy)", temperature)
     if speculative_config is not None:
 
@@ -1620,6 +1621,14 @@ def sweep(
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
+    for name, v in (("target", target), ("method", method), ("hardware", hardware), ("tp", tp),
+                    ("precision", precision), ("draft", draft)):
+        if not as_list(v):
+            raise SpecsimValueError(name, "must not be empty: give one value, or a list of at least one", v)
+    if not acc_items:
+        raise SpecsimValueError("acceptance", "must not be empty: give an Acceptance, a list of them, a "
+                                "{label: Acceptance} dict with at least one entry, or None (the shipped profile)",
+                                acceptance)
     if speculative_config is not None and len(ns) != 1:
         raise SpecsimValueError("num_speculative_tokens", "speculative_config fixes N (its num_speculative_tokens); "
                                 "sweep N without a speculative_config", list(ns))
@@ -1914,7 +1923,8 @@ def best_n(
         Candidate proposal lengths.
     flat_tolerance : float
         Relative tolerance defining the near-optimal set: the returned curve's ``near_best``
-        column flags every N within this fraction of the best ratio (flat optima are common).
+        column flags every N within this fraction of the best ratio (flat optima are common);
+        must lie in [0, 1].
 
     Returns
     -------
@@ -1923,9 +1933,17 @@ def best_n(
     curve : pandas.DataFrame
         The whole curve (``sweep`` columns + ``near_best``), so callers report the curve, not
         only the argmax.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``flat_tolerance`` outside [0, 1], ``num_speculative_tokens`` given (use ``n_values``), more
+        than one value on an axis other than N, and everything :func:`sweep` refuses.
     """
     if "num_speculative_tokens" in kwargs:
         raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
+    if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
+        raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)
     curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
     if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
         raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")

@@ -12,7 +12,7 @@ import pytest
 from specsim.acceptance import Acceptance
 from specsim.cli import main
 from specsim.errors import DataError, SpecsimValueError
-from specsim.predict import predict, sweep
+from specsim.predict import best_n, predict, sweep
 from specsim.vllm.detect import read_counts
 
 SAMPLES = Path(__file__).resolve().parent / "data" / "samples"
@@ -220,3 +220,71 @@ def test_synthetic_acceptance_needs_no_acceptance_flag(capsys):
                       "synthetic_acceptance_rates": [0.8, 0.6, 0.4]})
     assert main(["predict", "--target", "Qwen3-8B", "--speculative-config", cfg, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["mal"] == pytest.approx(2.8)
+
+
+# --- a new user's break test (2026-12-03): bad inputs that raised bare Python errors or were accepted ---
+@pytest.mark.parametrize("axis", ["acceptance", "target", "method", "hardware", "precision"])
+def test_sweep_refuses_an_empty_categorical_axis_naming_it(axis):
+    kw = {"target": "Qwen3-8B", "method": "eagle3", axis: {} if axis == "acceptance" else []}
+    with pytest.raises(SpecsimValueError) as e:
+        sweep(num_speculative_tokens=[3], **kw)
+    assert e.value.field == axis and "must not be empty" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["hot", True, [0.5]])
+def test_predict_refuses_a_temperature_that_is_not_a_number(bad):
+    with pytest.raises(SpecsimValueError) as e:
+        predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, temperature=bad)
+    assert e.value.field == "temperature"
+
+
+@pytest.mark.parametrize("bad", [-1, -0.01, 1.5, float("nan"), "0.02", True])
+def test_best_n_refuses_a_flat_tolerance_outside_0_1(bad):
+    with pytest.raises(SpecsimValueError) as e:
+        best_n("Qwen3-8B", "eagle3", n_values=[1, 2, 3], acceptance=0.7, flat_tolerance=bad)
+    assert e.value.field == "flat_tolerance" and "[0, 1]" in str(e.value)
+
+
+def _gpu(**over):
+    from specsim.hardware import Hardware
+
+    kw = dict(name="X", vendor="test", hbm_bytes=80e9, mem_bandwidth_bytes_per_s=3.35e12,
+              peak_flops_per_s={"bf16": 989e12}, link_bandwidth_bytes_per_s=450e9, source="test")
+    kw.update(over)
+    return Hardware(**kw)
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"mem_bandwidth_bytes_per_s": -1}, "mem_bandwidth_bytes_per_s"),
+    ({"mem_bandwidth_bytes_per_s": 0}, "mem_bandwidth_bytes_per_s"),
+    ({"mem_bandwidth_bytes_per_s": float("nan")}, "mem_bandwidth_bytes_per_s"),
+    ({"link_bandwidth_bytes_per_s": 0}, "link_bandwidth_bytes_per_s"),
+    ({"hbm_bytes": -5}, "hbm_bytes"),
+    ({"peak_flops_per_s": {"bf16": -1}}, "peak_flops_per_s['bf16']"),
+    ({"peak_flops_per_s": {"bf8": 1e15}}, "peak_flops_per_s"),
+    ({"peak_flops_per_s": {}}, "peak_flops_per_s"),
+    ({"kind": "tpu"}, "kind"),
+    ({"name": ""}, "name"),
+])
+def test_a_gpu_given_by_its_specs_is_checked_like_a_datasheet_row(over, field):
+    with pytest.raises(SpecsimValueError) as e:
+        _gpu(**over)
+    assert e.value.field == field
+
+
+def test_every_shipped_hardware_row_passes_the_checks():
+    import pandas as pd
+
+    from specsim.catalog import data_path
+    from specsim.hardware import load_hardware
+
+    names = pd.read_csv(data_path("hardware.csv"))["name"]
+    assert len(names) > 3 and all(load_hardware(n).mem_bandwidth_bytes_per_s > 0 for n in names)
+
+
+def test_tensor_parallel_on_hardware_without_a_link_is_refused_naming_tp():
+    hw = _gpu(link_bandwidth_bytes_per_s=None)
+    assert predict("Llama-3.1-8B-Instruct", "eagle3", 3, hardware=hw, tp=1, acceptance=0.7).throughput_ratio > 0
+    with pytest.raises(SpecsimValueError) as e:
+        predict("Llama-3.1-8B-Instruct", "eagle3", 3, hardware=hw, tp=2, acceptance=0.7)
+    assert e.value.field == "tp" and "link bandwidth" in str(e.value)

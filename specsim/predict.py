@@ -985,7 +985,7 @@ def predict(
         measured ``num_drafts / decode steps``: steps without a suffix match draft nothing).
     mean_proposal_tokens : float, optional
         Mean proposed tokens per drafted step (vLLM ``num_draft_tokens / num_drafts``; below N
-        for ``ngram``).  Default N.
+        for ``ngram``).  Default N; at most N (the proposal length used at ``concurrency``).
     baseline : MeasuredBaseline, dict or path, optional
         A measured NON-speculative baseline of this deployment: TPOT (``tpot_s``, seconds) or
         output tok/s (``output_tok_per_s``) at the concurrency and ISL/OSL predicted at, as a
@@ -1050,6 +1050,10 @@ def predict(
     _check_partial(drafted_fraction, mean_proposal_tokens)
     feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
     n_used = int(scheduled_n(r, concurrency))
+    if mean_proposal_tokens is not None and n_used > 0 and mean_proposal_tokens > n_used * (1 + 1e-9):
+        raise SpecsimValueError("mean_proposal_tokens", f"must be <= N = {n_used}, the proposal length used at "
+                                f"concurrency {concurrency} (vLLM's num_draft_tokens / num_drafts never exceeds it)",
+                                mean_proposal_tokens)
     n_src, n_notes = _n_source(r, concurrency, n_used)
     r, anchor, a_notes = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency, isl=isl,
                                    osl=osl, overhead=overhead)

@@ -288,3 +288,11 @@ def test_tensor_parallel_on_hardware_without_a_link_is_refused_naming_tp():
     with pytest.raises(SpecsimValueError) as e:
         predict("Llama-3.1-8B-Instruct", "eagle3", 3, hardware=hw, tp=2, acceptance=0.7)
     assert e.value.field == "tp" and "link bandwidth" in str(e.value)
+
+
+def test_predict_refuses_a_mean_proposal_above_n():
+    ok = predict("Qwen3-8B", "ngram", 3, acceptance=0.6, mean_proposal_tokens=3.0)
+    assert ok.throughput_ratio > 0
+    with pytest.raises(SpecsimValueError) as e:
+        predict("Qwen3-8B", "ngram", 3, acceptance=0.6, mean_proposal_tokens=10.0)
+    assert e.value.field == "mean_proposal_tokens" and "<= N = 3" in str(e.value)

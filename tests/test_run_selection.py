@@ -213,3 +213,22 @@ def test_git_provenance_keeps_the_status_columns_and_lists_dirty_paths(tmp_path)
     _git(tmp_path, "commit", "-qam", "d")
     g = _git_revision(tmp_path)
     assert g["dirty"] is False and g["dirty_files"] == [] and "dirty_paths" not in g
+
+
+# --- a new user's break test (2026-12-03): a bad --stamp was refused only when the run was recorded,
+# after its server had started and its bench had run ----------------------------------------------
+@pytest.mark.parametrize("stamp", ["bad stamp", "../../etc", "-x", "a/b", "x" * 65])
+def test_a_bad_stamp_is_refused_before_anything_starts(stamp, tmp_path, monkeypatch, capsys):
+    def no_start(*a, **k):
+        raise AssertionError("a server was started for a bad stamp")
+
+    monkeypatch.setattr(runner, "execute_job", no_start, raising=False)
+    with pytest.raises(SpecsimValueError) as e:
+        runner.dry_run("smoke", stamp=stamp, runs_dir=tmp_path)
+    assert e.value.field == "stamp"
+    with pytest.raises(SpecsimValueError) as e:
+        runner.run_matrix("smoke", runs_dir=tmp_path, stamp=stamp, progress=False)
+    assert e.value.field == "stamp"
+    assert list(tmp_path.iterdir()) == []
+    rc = main(["run-matrix", "--matrix", "smoke", "--dry-run", f"--stamp={stamp}", "--runs-dir", str(tmp_path)])
+    assert rc == 2 and "stamp" in capsys.readouterr().err

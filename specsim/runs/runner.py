@@ -13,6 +13,7 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -174,6 +175,16 @@ def _attempts(runs_dir: Path, rid: str) -> list[Path]:
     return out
 
 
+_STAMP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+def _check_stamp(stamp: str | None) -> None:
+    """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts."""
+    if stamp is not None and (not isinstance(stamp, str) or not _STAMP_RE.match(stamp)):
+        raise SpecsimValueError("stamp", "must match [A-Za-z0-9][A-Za-z0-9._-]* (at most 64 characters; "
+                                "the default is the UTC time, e.g. 20261203T054937)", stamp)
+
+
 def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, RunResult | None]:
     """(id to record under, an already recorded result to keep).  Without ``resume`` an existing id is
     an error (never overwritten); with it, a kept run (:func:`_keeps`) is skipped and a failed one is
@@ -305,6 +316,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     m = matrix if isinstance(matrix, SweepMatrix) else load_matrix(matrix, models_dir=models_dir)
     if resume and not stamp:
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (--stamp STAMP)", resume)
+    _check_stamp(stamp)
     sel = select_matrix(m, only)
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
     est = estimate_seconds(m, runs_dir=runs_dir, executor=executor)
@@ -524,6 +536,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         raise SpecsimValueError("executor", "unknown executor", executor, EXECUTORS)
     if resume and not stamp:
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (stamp=...)", resume)
+    _check_stamp(stamp)
     sel = select_matrix(m, only)  # an unknown name is refused before anything starts
     groups, checks, probes = list(sel.groups), list(sel.health_checks), list(sel.probes)
     install = install or VllmInstall.default()

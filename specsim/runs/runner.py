@@ -306,8 +306,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     Raises
     ------
     SpecsimValueError
-        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``; an unknown
-        ``executor``.
+        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``; a ``stamp``
+        that is not a run-id name; an unknown ``executor``.
     RunError
         Without ``resume``: a selected run is already recorded under ``stamp`` (as the run would).
     """
@@ -518,7 +518,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     SpecsimValueError
         A matrix file with an unknown key or value, an unknown executor / platform, a platform the
         installed vLLM build cannot run, a name in ``only`` the matrix does not have, ``resume``
-        without ``stamp`` -- all before anything starts.
+        without ``stamp``; a ``stamp`` that is not a run-id name ([A-Za-z0-9][A-Za-z0-9._-]*, at most 64
+        characters) -- all before anything starts.
     RunError
         The vLLM environment or a local checkpoint / prompt file is missing; a run id exists
         (without ``resume``; checked for every selected run before anything starts);

@@ -147,6 +147,9 @@ def _matrix_dir(tmp_path, sidecar=None, serve=None, bench=None) -> Path:
     ("sidecar", {"platform": "tpu"}, "platform", ["auto", "cpu", "cuda", "rocm"]),
     ("sidecar", {"baseline": "base"}, "baseline", ["baseline", "ngram-n3"]),
     ("sidecar", {"timeout_s": -1}, "timeout_s", None),
+    ("sidecar", {"timeout_s": True}, "timeout_s", None),  # JSON true: was taken as a 1 s timeout
+    ("sidecar", {"timeout_s": "600"}, "timeout_s", None),
+    ("sidecar", {"cells": {"ngram-n3/c4": {"timeout_s": True}}}, "cells['ngram-n3/c4'].timeout_s", None),
     ("sidecar", {"cells": {"ngram-n3/c4": {"timeout": 1}}}, "cells['ngram-n3/c4'].timeout", ["timeout_s", "seed"]),
     ("sidecar", {"cells": {"nothing/*": {"seed": 1}}}, "cells['nothing/*']", None),
     ("sidecar", {"bench_cmd": "vllm bench serve --model models/smollm2-135m-instruct --result-dir x"},

@@ -478,6 +478,8 @@ def _as_float(x, where) -> float:
 
 
 def _pos_number(x, where) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):  # JSON true would be 1 s, "600" a string
+        raise SpecsimValueError(where, "must be a number of seconds > 0 (a JSON number, not a string or boolean)", x)
     v = _as_float(x, where)
     if v <= 0:
         raise SpecsimValueError(where, "must be > 0 (seconds)", x)

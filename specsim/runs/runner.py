@@ -13,7 +13,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import re
 import shutil
 import sys
 import time
@@ -34,6 +33,7 @@ from specsim.runs.recorder import RunRecorder, RunResult, write_json
 from specsim.runs.serve_bench import BenchPlan, summarise_run
 from specsim.runs.sweep_files import (
     _BENCH_ADDED,
+    _NAME_RE,
     BenchCell,
     ServeGroup,
     SweepMatrix,
@@ -175,12 +175,10 @@ def _attempts(runs_dir: Path, rid: str) -> list[Path]:
     return out
 
 
-_STAMP_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-
-
 def _check_stamp(stamp: str | None) -> None:
-    """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts."""
-    if stamp is not None and (not isinstance(stamp, str) or not _STAMP_RE.match(stamp)):
+    """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts:
+    the rule of the matrix's own record names (``sweep_files._NAME_RE``), at most 64 characters."""
+    if stamp is not None and (not isinstance(stamp, str) or len(stamp) > 64 or not _NAME_RE.match(stamp)):
         raise SpecsimValueError("stamp", "must match [A-Za-z0-9][A-Za-z0-9._-]* (at most 64 characters; "
                                 "the default is the UTC time, e.g. 20261203T054937)", stamp)
 

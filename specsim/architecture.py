@@ -201,21 +201,65 @@ def _moe_flags(c: _Cfg, n_layers: int, n_experts: int) -> list[bool]:
     ]
 
 
+#: ``quantization_config.quant_method`` values :func:`_weight_dtypes` models (others are refused).
+SUPPORTED_QUANT_METHODS: tuple[str, ...] = ("fp8", "mxfp4", "awq (bits 4)", "gptq (bits 4)",
+                                            "compressed-tensors (weights float 8-bit or int 4-bit)")
+
+
+def _quant_refused(method: Any, why: str) -> SpecsimValueError:
+    return SpecsimValueError("quantization_config.quant_method", f"{why}; specsim has no bytes per weight for it (to model "
+                             "the checkpoint anyway, drop quantization_config from the config and pass precision=)", method,
+                             SUPPORTED_QUANT_METHODS)
+
+
+def _compressed_tensors_weights(qc: Mapping[str, Any]) -> str:
+    """The weight precision of a compressed-tensors checkpoint: every ``config_groups`` entry's
+    ``weights`` must agree on float 8-bit (-> "fp8") or int 4-bit (-> "int4", w4a16)."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, Mapping) or not groups:
+        raise _quant_refused("compressed-tensors", "config_groups is missing, so the weight bits are unknown")
+    kinds = set()
+    for name, g in groups.items():
+        w = g.get("weights") if isinstance(g, Mapping) else None
+        if not isinstance(w, Mapping):
+            raise _quant_refused("compressed-tensors", f"config_groups.{name}.weights is missing")
+        kinds.add((str(w.get("type", "")).lower(), w.get("num_bits")))
+    if kinds == {("float", 8)}:
+        return "fp8"
+    if kinds == {("int", 4)}:
+        return "int4"
+    desc = ", ".join(f"{t or '?'} {b}-bit" for t, b in sorted(kinds, key=str))
+    raise _quant_refused("compressed-tensors", f"weights {desc} are not modelled (only float 8-bit or int 4-bit, "
+                         "one kind for every config group)")
+
+
 def _weight_dtypes(cfg: Mapping[str, Any], assumptions: list[str]) -> tuple[str, str, str]:
-    """(weights, routed experts, embedding/lm_head) precision from torch_dtype + quantization_config."""
-    dt_raw = cfg.get("torch_dtype") or cfg.get("dtype")
+    """(weights, routed experts, embedding/lm_head) precision from torch_dtype + quantization_config.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``torch_dtype`` (or ``dtype``) not one of the torch dtype names listed; a
+        ``quantization_config`` that is not an object, or whose ``quant_method`` (with its bits) has
+        no modelled precision: field ``quantization_config.quant_method``, the supported ones listed
+        (:data:`SUPPORTED_QUANT_METHODS`).
+    """
+    dt_key = "torch_dtype" if cfg.get("torch_dtype") else "dtype"
+    dt_raw = cfg.get(dt_key)
     if dt_raw is None:
         base = "bf16"
         assumptions.append("weight dtype not in config: bf16 assumed")
     else:
         base = _TORCH_DTYPES.get(str(dt_raw).lower().replace("torch.", ""), None)
         if base is None:
-            base = "bf16"
-            assumptions.append(f"torch_dtype {dt_raw!r} not recognised: bf16 assumed")
+            raise SpecsimValueError(dt_key, "unknown weight dtype", dt_raw, sorted(_TORCH_DTYPES))
     qc = cfg.get("quantization_config")
-    if not isinstance(qc, Mapping):
+    if qc is None:
         return base, base, base
-    method = str(qc.get("quant_method", "")).lower()
+    if not isinstance(qc, Mapping):
+        raise SpecsimValueError("quantization_config", "must be an object with a quant_method", type(qc).__name__)
+    raw_method = qc.get("quant_method")
+    method = str(raw_method or "").lower().replace("_", "-")
     bits = qc.get("bits") or qc.get("num_bits")
     if method == "fp8":
         assumptions.append("quantization_config fp8: linear layers and experts fp8, embedding/lm_head stay "
@@ -224,10 +268,19 @@ def _weight_dtypes(cfg: Mapping[str, Any], assumptions: list[str]) -> tuple[str,
     if method == "mxfp4":
         assumptions.append("quantization_config mxfp4: routed experts mxfp4, other weights " + base)
         return base, "mxfp4", base
-    if method in ("awq", "gptq") and bits == 4:
-        return "int4", "int4", base
-    assumptions.append(f"quantization_config {method!r} not modelled: weights assumed {base}")
-    return base, base, base
+    if method in ("awq", "gptq"):
+        if bits == 4:
+            return "int4", "int4", base
+        raise _quant_refused(raw_method, f"{method} with bits={bits!r} is not modelled (only bits 4)")
+    if method == "compressed-tensors":
+        w = _compressed_tensors_weights(qc)
+        assumptions.append(f"quantization_config compressed-tensors: linear layers and experts {w} (config_groups "
+                           f"weights), embedding/lm_head stay {base}")
+        return w, w, base
+    if not method:
+        raise SpecsimValueError("quantization_config.quant_method", "is missing, so the weight precision is "
+                                "unknown", None, SUPPORTED_QUANT_METHODS)
+    raise _quant_refused(raw_method, "quantization method not modelled")
 
 
 # --------------------------------------------------------------------------------------------
@@ -361,8 +414,12 @@ class ModelSpec:
         SpecsimValueError
             Encoder-decoder / encoder-only config, a missing or non-integer required field
             (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``vocab_size``,
-            ``intermediate_size`` where dense MLPs exist, expert sizes and top-k for MoE...), or
-            inconsistent ``layer_types``.  The error names the field.
+            ``intermediate_size`` where dense MLPs exist, expert sizes and top-k for MoE...),
+            inconsistent ``layer_types``, an unknown ``torch_dtype`` / ``dtype`` (the allowed torch
+            dtype names listed), or a ``quantization_config`` whose ``quant_method`` (with its bits)
+            has no modelled precision (field ``quantization_config.quant_method``, the supported
+            ones listed: fp8, mxfp4, awq / gptq 4-bit, compressed-tensors float 8-bit or int 4-bit
+            weights).  The error names the field.
         DataError
             The file cannot be read or is not JSON.
         """

@@ -5,10 +5,12 @@ evaluated by :func:`specsim.engine.evaluate`.  The step model and its sources: `
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping
 
@@ -49,10 +51,22 @@ class Prediction:
         Speculative output tok/s divided by non-speculative output tok/s, same hardware.
     mal : float
         Mean acceptance length: tokens committed per verification step, bonus token included.
+    acceptance_rate : float
+        ``(mal - 1) / N`` with N the proposal length modelled (``num_speculative_tokens``):
+        accepted draft tokens per PROPOSED position, i.e. the mean of the N CUMULATIVE
+        (unconditional) per-position rates -- not the conditional per-position rate (alpha) of
+        ``Acceptance.conditional``.  It equals vLLM's ``spec_decode_acceptance_rate`` / 100 (accepted
+        / draft tokens, what ``specsim ingest`` and ``SpecDecodeCounts.acceptance_rate`` report) only
+        when every step drafts N tokens (``drafted_fraction=1``, no ``mean_proposal_tokens``).
     t_base_s, t_step_s : float
-        Baseline decode step; speculative step (= draft + verification + overhead).
+        Seconds per engine step.  Baseline decode step (target forward + host, ``t_host_s``);
+        speculative step ``t_step_s`` = ``t_draft_s + t_verify_s + t_overhead_s + t_host_s``.
     t_draft_s, t_verify_s, t_overhead_s, t_prefill_s : float
-        Step-time breakdown; prefill of one request (ISL tokens) is shared by both arms.
+        Step-time breakdown, seconds: draft passes, the target's verification forward (q = N + 1),
+        the speculative overhead (:class:`~specsim.engine.SpecOverhead`, source in
+        ``term_sources``); ``t_prefill_s`` is the target's prefill of one request (ISL tokens),
+        paid by both arms (the speculative arm also pays the drafter's pass over the prompt:
+        ``t_prefill_spec_s`` of :func:`sweep`).
     output_tok_per_s, baseline_output_tok_per_s : float
         Aggregate output throughput of all ``concurrency`` streams.
     tpot_s, baseline_tpot_s : float
@@ -1025,8 +1039,11 @@ def predict(
     Raises
     ------
     SpecsimValueError
-        Unknown model / hardware / method / precision, bad N or concurrency, bad speculative
-        config fields, temperature mismatch without an assumption; a baseline measured at another
+        Unknown model / hardware / method / precision, bad N or concurrency (``concurrency``,
+        ``isl``, ``osl`` >= 2**63 included: they would overflow numpy's int64), bad speculative
+        config fields, temperature mismatch without an assumption; ``drafter.precision`` when the
+        hardware has no peak FLOP/s for the precision the DRAFT runs at (bf16 for a drafter with
+        its own weights, whatever ``precision`` the target is given); a baseline measured at another
         concurrency (without ``baseline_concurrency``) or ISL / OSL, a baseline file of a
         speculative run, a measurement no k in [1e-6, 1e6] reaches; a measured latency table
         (``latency=``) that does not cover the context ISL + OSL/2 (:func:`check_table_context`:
@@ -1042,9 +1059,9 @@ def predict(
     r, ep_warn = with_expert_parallel(r, tp=tp) if expert_parallel else (r, ())
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
-    concurrency = int_field("concurrency", concurrency)
-    isl = int_field("isl", isl)
-    osl = int_field("osl", osl)
+    concurrency = _int64_field("concurrency", concurrency)
+    isl = _int64_field("isl", isl)
+    osl = _int64_field("osl", osl)
     check_table_context(r, isl=isl, osl=osl)
     overhead, ov_src, ov_warn = resolve_overhead(r, overhead, latency_given=latency is not None)
     _check_partial(drafted_fraction, mean_proposal_tokens)
@@ -1057,8 +1074,9 @@ def predict(
     n_src, n_notes = _n_source(r, concurrency, n_used)
     r, anchor, a_notes = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency, isl=isl,
                                    osl=osl, overhead=overhead)
-    out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
-                    mean_proposal_tokens=mean_proposal_tokens)
+    with _draft_precision_named(r):
+        out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
+                       mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     health = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in health_terms(out, concurrency, osl).items()}
     extrap = acceptance_extrapolated(r.acceptance, n_used) if n_used > 0 else False
@@ -1412,6 +1430,28 @@ def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: 
     return mb
 
 
+@contextlib.contextmanager
+def _draft_precision_named(r: Scenario):
+    """Re-raise a hardware's "no peak FLOP/s for this precision" refusal that concerns the DRAFT's
+    precision (``Drafter.draft_precision``: bf16 for a drafter with its own weights, whatever the
+    target's ``precision`` is) under the field ``drafter.precision``, instead of blaming the
+    ``precision`` the user asked for the target (which that hardware supports)."""
+    try:
+        yield
+    except SpecsimValueError as exc:
+        dp = getattr(r.drafter, "draft_precision", None)
+        dprec = dp(r.precision) if callable(dp) else None
+        if exc.field != "precision" or r.precision is None or dprec is None or exc.value != dprec \
+                or dprec == r.precision:
+            raise
+        name = getattr(r.drafter, "name", None) or getattr(r.drafter, "method", "draft")
+        raise SpecsimValueError(
+            "drafter.precision", f"the draft ({name}) runs its layers at {dprec} (a drafter with its own weights "
+            f"runs bf16 unless its precision is set; the target's precision={r.precision!r} does not apply to it), "
+            f"and {exc.rule}: give a drafter with a supported precision (drafter=get_drafter(...)"
+            ".with_params(precision=...)) or other hardware", dprec, exc.allowed) from exc
+
+
 def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
     if not (np.isfinite(drafted_fraction) and 0.0 < drafted_fraction <= 1.0):
         raise SpecsimValueError("drafted_fraction", "must lie in (0, 1]", drafted_fraction)
@@ -1583,17 +1623,31 @@ def sweep(
     -------
     pandas.DataFrame
         Columns: the grid axes (``target, method, hardware, tp, precision, acceptance,
-        num_speculative_tokens, concurrency, isl, osl``) and the outputs of :class:`Prediction`
-        (``throughput_ratio, mal, acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s,
-        t_overhead_s, t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s,
-        baseline_tpot_s, speedup_bound, latency_calibrated, acceptance_extrapolated``), the
+        num_speculative_tokens, concurrency, isl, osl``; ``acceptance`` is the profile's label --
+        the key of an ``acceptance`` dict, else ``Acceptance.label`` -- and None when the profile
+        has none) and the outputs of :class:`Prediction` (``throughput_ratio, mal,
+        acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s, t_overhead_s, t_host_s,
+        t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s, baseline_tpot_s,
+        speedup_bound, latency_calibrated, acceptance_extrapolated``, same units and meanings;
+        ``acceptance_rate`` is ``(mal - 1) / N``, the mean CUMULATIVE per-position rate, see
+        :class:`Prediction`), ``t_prefill_spec_s`` (seconds: the speculative arm's prefill of one
+        request, ``t_prefill_s`` plus the drafter's pass over the prompt where it has one;
+        ``specsim.engine.evaluate``), the
         health checks ``break_even_mal, verify_cost_in_baseline_steps,
         verification_cost_in_baseline_steps`` (:func:`health_terms`), ``target_time_scale`` (1
         unless anchored on a baseline) and ``kv_cache_fits``: False where the KV cache of
         concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
         preempt; :func:`predict` warns there).  ``df.attrs["warnings"]``: tuple of str, the
         warnings that hold for the whole sweep (the software-stack mismatch above, ``expert_parallel``
-        at ``tp=1``; empty when none).
+        at ``tp=1``, swept N beyond the positions a measured acceptance profile covers; empty when
+        none).  ``df.attrs["acceptance_extrapolated_n"]``: tuple of the swept N whose rows have
+        ``acceptance_extrapolated`` True (their acceptance comes from the profile's parametric fit).
+
+    Warns
+    -----
+    UserWarning
+        When some swept N lie beyond the measured acceptance positions (the message is also in
+        ``df.attrs["warnings"]``; :func:`extrapolation_warning`).
 
     Raises
     ------
@@ -1603,6 +1657,7 @@ def sweep(
         measured latency table -- an ISL / OSL whose context ISL + OSL/2 it does not cover is
         refused before any evaluation, :func:`check_table_context`); ``expert_parallel`` with a
         dense target or a latency model without an expert-parallel variant (a measured table);
+        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``);
         ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
         platform (or giving a version that is not ``MAJOR.MINOR[...]``).
     """
@@ -1618,10 +1673,10 @@ def sweep(
     if num_speculative_tokens is None:
         num_speculative_tokens = range(1, 16) if speculative_config is None else \
             [parse_speculative_config(speculative_config).num_speculative_tokens]
-    ns = int_array("num_speculative_tokens", np.atleast_1d(np.asarray(list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])))
-    cs = int_array("concurrency", np.atleast_1d(np.asarray(list(concurrency) if not np.isscalar(concurrency) else [concurrency])))
-    isls = int_array("isl", np.atleast_1d(np.asarray(list(isl) if not np.isscalar(isl) else [isl])))
-    osls = int_array("osl", np.atleast_1d(np.asarray(list(osl) if not np.isscalar(osl) else [osl])))
+    ns = _int64_array("num_speculative_tokens", list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])
+    cs = _int64_array("concurrency", list(concurrency) if not np.isscalar(concurrency) else [concurrency])
+    isls = _int64_array("isl", list(isl) if not np.isscalar(isl) else [isl])
+    osls = _int64_array("osl", list(osl) if not np.isscalar(osl) else [osl])
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
@@ -1635,7 +1690,7 @@ def sweep(
                                 acceptance)
     if speculative_config is not None and len(ns) != 1:
         raise SpecsimValueError("num_speculative_tokens", "speculative_config fixes N (its num_speculative_tokens); "
-                                "sweep N without a speculative_config", list(ns))
+                                "sweep N without a speculative_config", ns.tolist())
     # the numeric axes as orthogonal arrays: evaluate keeps every term in the shape of what it
     # depends on, and only the output columns are materialised (rows in meshgrid "ij" order)
     shape = (len(ns), len(cs), len(isls), len(osls))
@@ -1685,8 +1740,9 @@ def sweep(
         if b is not None:
             k, _ = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
             r = replace(r, target_time_scale=k)
-        out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
-                               mean_proposal_tokens=mean_proposal_tokens)
+        with _draft_precision_named(r):
+            out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
+                                   mean_proposal_tokens=mean_proposal_tokens)
         cols: dict[str, Any] = {
             "target": r.target.name, "method": r.method, "hardware": r.hardware_name, "tp": tp_i,
             "precision": precision_label(r.target, r.precision),
@@ -1703,6 +1759,8 @@ def sweep(
         ext = np.array([_extrapolated(shared_extrapolated, r.acceptance, int(k)) if k > 0 else False
                         for k in uniq.tolist()], dtype=bool)
         cols["acceptance_extrapolated"] = ext[inv.reshape(-1)].reshape(n_nat.shape)
+        if ext.any():
+            stack_warnings.setdefault(extrapolation_warning(r.acceptance, uniq[ext].tolist(), cols["acceptance"]))
         if r.speculative_config is not None:
             cols["num_speculative_tokens_source"] = ("schedule" if r.speculative_config.is_dynamic
                                                      else "speculative_config")
@@ -1712,7 +1770,62 @@ def sweep(
         combos.append(cols)
     df = _sweep_frame(combos, shape, fresh)
     df.attrs["warnings"] = tuple(stack_warnings)
+    ext_n = sorted({int(n) for n in df.loc[df["acceptance_extrapolated"], "num_speculative_tokens"]}) \
+        if "acceptance_extrapolated" in df else []
+    df.attrs["acceptance_extrapolated_n"] = tuple(ext_n)
+    for w in df.attrs["warnings"]:
+        if w.startswith(_EXTRAPOLATION_PREFIX):
+            warnings.warn(w, UserWarning, stacklevel=2)
     return df
+
+
+#: start of the warning :func:`sweep` / :func:`best_n` give for N beyond the measured acceptance
+_EXTRAPOLATION_PREFIX = "acceptance extrapolated"
+
+
+def extrapolation_warning(acceptance, ns, label=None) -> str:
+    """The warning of a sweep whose N values ``ns`` reach beyond the positions ``acceptance`` measured
+    (:func:`specsim.engine.acceptance_extrapolated`): their acceptance, hence their ratio, comes from the
+    profile's parametric fit, not from measurements."""
+    m = int(getattr(acceptance, "n_measured", 0) or 0)
+    ns = [int(n) for n in ns]
+    shown = ", ".join(map(str, ns)) if len(ns) <= 6 else f"{ns[0]}..{ns[-1]} ({len(ns)} values)"
+    prof = f" (profile {label})" if label else ""
+    return (f"{_EXTRAPOLATION_PREFIX} beyond the {m} measured position(s){prof} for N = {shown}: those rows "
+            "(acceptance_extrapolated=True) rest on the profile's parametric fit, not on measurements; measure "
+            "acceptance at these N (or sweep N <= " + str(m) + ") before relying on them")
+
+
+#: largest integer a grid axis / operating point may take: numpy's int64 (beyond it the arrays wrap)
+INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _int64_field(name: str, value) -> int:
+    """``int_field`` (an integer >= 1) that also refuses values an int64 cannot hold (>= 2**63), which
+    numpy would wrap to negative numbers or object arrays."""
+    v = int_field(name, value)
+    if v > INT64_MAX:
+        raise SpecsimValueError(name, "must be an integer in [1, 2**63 - 1] (larger values overflow numpy's "
+                                "int64)", v, [f"1..{INT64_MAX}"])
+    return v
+
+
+def _int64_array(name: str, values: list) -> np.ndarray:
+    """``int_array`` (integers >= 1) of a sweep axis, refusing values >= 2**63 by name first."""
+    for v in values:
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) > INT64_MAX:
+            raise SpecsimValueError(name, "must be integers in [1, 2**63 - 1] (larger values overflow numpy's "
+                                    "int64)", int(v), [f"1..{INT64_MAX}"])
+    try:
+        return int_array(name, np.atleast_1d(np.asarray(values)))
+    except SpecsimValueError as exc:  # the value as plain numbers, not an array repr
+        plain = np.atleast_1d(np.asarray(values, dtype=object)).tolist()
+        raise SpecsimValueError(exc.field, exc.rule, [_plain_number(v) for v in plain], exc.allowed) from None
+
+
+def _plain_number(v):
+    """A numpy scalar as the Python number it holds (messages read ``0.5``, not ``np.float64(0.5)``)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _extrapolated(shared: dict, acceptance, n: int) -> bool:
@@ -1936,7 +2049,16 @@ def best_n(
         The argmax N (smallest N on ties).
     curve : pandas.DataFrame
         The whole curve (``sweep`` columns + ``near_best``), so callers report the curve, not
-        only the argmax.
+        only the argmax.  ``curve.attrs``: the sweep's (``warnings``,
+        ``acceptance_extrapolated_n``) plus ``best_n_extrapolated`` (bool: the best N lies
+        beyond the measured acceptance positions; its warning is then appended to
+        ``warnings``).
+
+    Warns
+    -----
+    UserWarning
+        The sweep's extrapolation warning (:func:`sweep`) and, when the best N itself has
+        ``acceptance_extrapolated``, one naming it.
 
     Raises
     ------
@@ -1952,6 +2074,16 @@ def best_n(
     if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
         raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")
     best_ratio = curve["throughput_ratio"].max()
-    best = int(curve.loc[curve["throughput_ratio"].idxmax(), "num_speculative_tokens"])
+    i_best = curve["throughput_ratio"].idxmax()
+    best = int(curve.loc[i_best, "num_speculative_tokens"])
+    attrs = dict(curve.attrs)
     curve = curve.assign(near_best=curve["throughput_ratio"] >= best_ratio * (1 - flat_tolerance))
+    if bool(curve.loc[i_best, "acceptance_extrapolated"]):
+        w = (f"best N = {best} lies beyond the measured acceptance positions: its acceptance is extrapolated "
+             "(acceptance_extrapolated=True), so the choice rests on the profile's parametric fit; measure "
+             f"acceptance at N = {best} before deploying it")
+        attrs["warnings"] = tuple(attrs.get("warnings", ())) + (w,)
+        warnings.warn(w, UserWarning, stacklevel=2)
+    attrs["best_n_extrapolated"] = bool(curve.loc[i_best, "acceptance_extrapolated"])
+    curve.attrs = attrs
     return best, curve

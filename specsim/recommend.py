@@ -21,6 +21,7 @@ from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
 from specsim.predict import (
+    _int64_field,
     anchor_point,
     anchor_target_time,
     as_baseline,
@@ -34,6 +35,7 @@ from specsim.predict import (
     with_measured_table,
 )
 from specsim.published import published_methods, published_profile
+from specsim.vllm.config import SPECULATIVE_METHODS
 from specsim.vllm.schedule import speculative_config
 
 __all__ = [
@@ -332,7 +334,8 @@ class Recommendation:
         Warnings on the whole recommendation: the software-stack mismatch of ``vllm_version`` /
         ``platform`` (:func:`specsim.calibration.stack_mismatch`) and ``expert_parallel`` at
         ``tp=1`` (a no-op; :func:`specsim.predict.with_expert_parallel`), as ``Prediction.warnings``
-        carries them, each once; empty when none.  In :meth:`summary` and :meth:`to_dict`.
+        carries them, each once; and concurrencies given above ``max_concurrency`` (not
+        reported); empty when none.  In :meth:`summary` and :meth:`to_dict`.
     serve_command : str or None
         ``vllm serve ...`` line for the best method.
     """
@@ -868,7 +871,10 @@ def recommend(
         Concurrencies to report ``points`` at; bands cover every integer 1..``max_concurrency``.
     max_concurrency : int, optional
         Upper end of the range asked (default ``max(concurrency)``); also the ``--max-num-seqs``
-        of the serve command and the concurrency the memory check uses.
+        of the serve command and the concurrency the memory check uses.  Values of
+        ``concurrency`` above it are not reported: silently for the default list, with a warning
+        in ``Recommendation.warnings`` for a list given (``specsim recommend`` refuses
+        ``--max-concurrency`` below a ``--concurrency`` value instead).
     max_num_speculative_tokens : int, optional
         Largest N considered; default the positions measured in the acceptance profile
         (15 for a parametric profile), so recommendations stay inside the data.
@@ -936,7 +942,10 @@ def recommend(
     Raises
     ------
     SpecsimValueError
-        Bad concurrency / N / level / tolerance; unknown target, hardware, method; no acceptance
+        Bad concurrency / N / level / tolerance; a concurrency or ``max_concurrency`` >= 2**63;
+        unknown target, hardware; ``method`` (or ``method[i]`` of a list) not a vLLM
+        speculative method string (:data:`specsim.vllm.config.SPECULATIVE_METHODS`, listed) or an
+        empty list; no acceptance
         for a method named explicitly; temperature mismatch without an assumption;
         ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
         version or ``platform`` not naming a vLLM platform; a measured latency table that does not
@@ -954,8 +963,11 @@ def recommend(
         raise SpecsimValueError("concurrency", "must be an iterable of integers >= 1", concurrency) from None
     if not report_cs or report_cs[0] < 1:
         raise SpecsimValueError("concurrency", "must be a non-empty set of integers >= 1", concurrency)
+    for c in report_cs:
+        _int64_field("concurrency", c)
     default_cs = tuple(report_cs) == DEFAULT_CONCURRENCY
-    cmax = int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
+    cmax = _int64_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
+    above = [c for c in report_cs if c > cmax]
     report_cs = [c for c in report_cs if c <= cmax]
     if not (isinstance(level, (float, int)) and 0 < level < 1):
         raise SpecsimValueError("level", "must lie in (0, 1)", level)
@@ -979,6 +991,13 @@ def recommend(
                                         "acceptance=", tgt.name)
     else:
         methods = [method] if isinstance(method, str) else list(method)
+        if not methods:
+            raise SpecsimValueError("method", "must not be empty: give a vLLM method, a list of them, or None "
+                                    "(every method with a published acceptance)", method, SPECULATIVE_METHODS)
+        for i, m in enumerate(methods):
+            if not isinstance(m, str) or m not in SPECULATIVE_METHODS:
+                raise SpecsimValueError("method" if isinstance(method, str) else f"method[{i}]",
+                                        "unknown vLLM speculative method", m, SPECULATIVE_METHODS)
     if len(methods) > 1 and (draft is not None or drafter is not None):
         raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
 
@@ -993,6 +1012,10 @@ def recommend(
         anchor_pt = anchor_point(anchor_b, baseline_concurrency, c_b, isl, osl)
     stack_mismatch(None, vllm_version=vllm_version, platform=platform)  # refuses a bad version / platform now
     stack_warnings: dict[str, None] = {}
+    if above and not default_cs:  # the default list is cut at max_concurrency silently; a list given is not
+        stack_warnings[f"concurrency {above} above max_concurrency {cmax} (CLI: --max-concurrency) not reported: "
+                       f"the recommendation covers concurrencies 1..{cmax}; raise max_concurrency to include "
+                       "them"] = None
     latency, cal_rel = _unwrap_latency(latency)
     if step_time_rel_error is None:
         step_time_rel_error = cal_rel

@@ -130,7 +130,8 @@ def test_rows_123_124_sweep_empty_axis(field, kw):
 
 def test_rows_123_124_sweep_empty_axis_cli(capsys):
     argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", "-n", ","]
-    assert_exit_2_naming(argv, "num_speculative_tokens", capsys)
+    err = assert_exit_2_naming(argv, "--n[0]", capsys)  # empty elements are refused by the list parser now
+    assert "is empty" in err
 
 
 # --- #140: temperature > 0 without a profile temperature: a WARNING, not only an assumption ------------
@@ -296,3 +297,95 @@ def test_predict_refuses_a_mean_proposal_above_n():
     with pytest.raises(SpecsimValueError) as e:
         predict("Qwen3-8B", "ngram", 3, acceptance=0.6, mean_proposal_tokens=10.0)
     assert e.value.field == "mean_proposal_tokens" and "<= N = 3" in str(e.value)
+
+
+# --- best_n / sweep choosing N beyond the measured acceptance positions -------------------------------
+MEASURED3 = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+
+
+def test_sweep_warns_when_swept_n_beyond_measured_positions():
+    with pytest.warns(UserWarning, match="acceptance extrapolated beyond the 3 measured position"):
+        df = sweep("Qwen3-8B", "eagle3", [2, 3, 5, 8], hardware="MI300X", acceptance=MEASURED3)
+    assert df.attrs["acceptance_extrapolated_n"] == (5, 8)
+    assert any(w.startswith("acceptance extrapolated") and "N = 5, 8" in w for w in df.attrs["warnings"])
+
+
+def test_sweep_within_measured_positions_has_no_extrapolation_warning(recwarn):
+    df = sweep("Qwen3-8B", "eagle3", [1, 2, 3], hardware="MI300X", acceptance=MEASURED3)
+    assert df.attrs["acceptance_extrapolated_n"] == () and df.attrs["warnings"] == ()
+    assert not [w for w in recwarn if "extrapolated" in str(w.message)]
+
+
+def test_best_n_warns_when_the_best_n_is_extrapolated():
+    with pytest.warns(UserWarning) as rec:
+        best, curve = best_n("Qwen3-8B", "eagle3", hardware="MI300X", acceptance=MEASURED3)
+    assert best > 3 and bool(curve.loc[curve["num_speculative_tokens"] == best, "acceptance_extrapolated"].iloc[0])
+    assert curve.attrs["best_n_extrapolated"] is True
+    msg = f"best N = {best} lies beyond the measured acceptance positions"
+    assert any(msg in str(w.message) for w in rec) and any(msg in w for w in curve.attrs["warnings"])
+
+
+def test_best_n_within_measured_positions_not_flagged():
+    best, curve = best_n("Qwen3-8B", "eagle3", n_values=[1, 2, 3], hardware="MI300X", acceptance=MEASURED3)
+    assert best <= 3 and curve.attrs["best_n_extrapolated"] is False
+
+
+def test_cli_sweep_prints_the_extrapolation_warning_once(capsys):
+    rc, out, err = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "2,5",
+                        "--cumulative", "0.8,0.6,0.45"], capsys)
+    assert rc == 0 and err.count("acceptance extrapolated beyond the 3 measured position(s)") == 1
+
+
+# --- concurrency >= 2**63 (numpy int64 overflow) ---------------------------------------------------
+@pytest.mark.parametrize("c", [2**63, 2**64, 10**30])
+def test_predict_concurrency_beyond_int64_refused(c):
+    """Before: predict returned a number (2**63 wrapped around); sweep blamed 'batch' or said 'must be integers'."""
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", acceptance=0.7, concurrency=c)
+    assert ei.value.field == "concurrency" and "2**63 - 1" in str(ei.value)
+
+
+@pytest.mark.parametrize("c", [2**63, 2**64])
+def test_sweep_concurrency_beyond_int64_refused(c):
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], hardware="MI300X", acceptance=0.7, concurrency=[1, c])
+    assert ei.value.field == "concurrency" and "2**63 - 1" in str(ei.value)
+
+
+def test_cli_concurrency_beyond_int64_refused(capsys):
+    assert_exit_2_naming([*BASE, "-n", "3", "--acceptance", "0.7", "--concurrency", str(2**63)], "concurrency: ", capsys)
+
+
+# --- fp32 target on hardware whose only matrix dtype is fp32: the draft's bf16 named as such -----------
+def test_fp32_target_blames_the_draft_precision_not_precision():
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+    e = ei.value
+    assert e.field == "drafter.precision" and e.value == "bf16" and "precision='fp32'" in str(e)
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+    assert ei.value.field == "drafter.precision"
+    with pytest.raises(SpecsimValueError) as ei:  # a bf16 target there is still the target's precision
+        predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7)
+    assert ei.value.field == "precision"
+
+
+# --- specsim sweep -n / --concurrency with an empty element; numpy reprs in messages -------------------
+@pytest.mark.parametrize("flag, value, field", [("-n", "3,,4", "--n[1]"), ("-n", "3,4,", "--n[2]"),
+                                                ("--concurrency", "1,,8", "--concurrency[1]")])
+def test_cli_sweep_empty_list_element_refused(flag, value, field, capsys):
+    argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", flag, value]
+    if flag != "-n":
+        argv += ["-n", "3"]
+    err = assert_exit_2_naming(argv, field, capsys)
+    assert "is empty" in err
+
+
+def test_messages_show_plain_numbers_not_numpy_reprs(capsys):
+    err = assert_exit_2_naming(["sweep", "--target", "Qwen3-8B", "-n", "2,3", "--acceptance", "0.7",
+                                "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3, '
+                                '"model": "x"}'], "num_speculative_tokens", capsys)
+    assert "np.int64" not in err and "[2, 3]" in err
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], acceptance=0.7, isl=[np.float64(0.5)])
+    assert "np.float64" not in str(ei.value) and "array(" not in str(ei.value) and "[0.5]" in str(ei.value)

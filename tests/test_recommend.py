@@ -15,13 +15,18 @@ from scipy import stats
 
 from specsim.acceptance import Acceptance
 from specsim.catalog import data_path
-from specsim.errors import SpecsimValueError
 from specsim.engine import SpecOverhead
+from specsim.errors import SpecsimValueError
 from specsim.plots.tuning import make_tuning_figures
 from specsim.published import published_profile
 from specsim.recommend import marginal_cutoff, recommend
 from specsim.studies.tuning import tuning_study
-from specsim.vllm.schedule import SCHEDULE_FIELD, expand_schedule, speculative_config, validate_schedule
+from specsim.vllm.schedule import (
+    SCHEDULE_FIELD,
+    expand_schedule,
+    speculative_config,
+    validate_schedule,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -644,3 +649,64 @@ def test_intervals_use_the_leave_one_target_out_error_for_every_target():
         # constant acceptance has no interval: the width is the step-time error alone
         assert p.ratio_hi / p.ratio_lo > 1 + z * cal["rmse_rel"]
         assert "leave-one-target-out" in m.interval_note
+
+
+# --- unknown methods in a list, --max-concurrency below --concurrency --------------------------------
+_SMALL = dict(hardware="MI300X", tp=2, max_concurrency=8, concurrency=[1, 8])
+
+
+@pytest.mark.parametrize("method, field", [(["dflash", "bogus"], "method[1]"), ("bogus", "method"),
+                                           (["dflash", 3], "method[1]")])
+def test_recommend_unknown_method_refused(method, field):
+    """Before: a list's unknown method was only listed under ``excluded``; a single one was blamed on
+    ``acceptance``."""
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("gemma-4-26B-A4B-it", method, **_SMALL)
+    assert ei.value.field == field and "unknown vLLM speculative method" in str(ei.value)
+    assert "eagle3" in ei.value.allowed and "dflash" in ei.value.allowed
+
+
+def test_recommend_empty_method_list_refused():
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("gemma-4-26B-A4B-it", [], **_SMALL)
+    assert ei.value.field == "method"
+
+
+def test_recommend_max_concurrency_below_given_concurrency_warns():
+    """Before: the 64 was dropped from the report without a word."""
+    rec = recommend("gemma-4-26B-A4B-it", "dflash", hardware="MI300X", tp=2, max_concurrency=8, concurrency=[1, 8, 64])
+    w = [w for w in rec.warnings if "above max_concurrency 8" in w]
+    assert len(w) == 1 and "[64]" in w[0] and "--max-concurrency" in w[0]
+    assert "above max_concurrency" in rec.summary()
+
+
+def test_recommend_max_concurrency_cuts_the_default_list_quietly():
+    rec = recommend("gemma-4-26B-A4B-it", "dflash", hardware="MI300X", tp=2, max_concurrency=8)
+    assert rec.max_concurrency == 8 and not [w for w in rec.warnings if "above max_concurrency" in w]
+
+
+def test_recommend_concurrency_beyond_int64_refused():
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("gemma-4-26B-A4B-it", "dflash", hardware="MI300X", tp=2, concurrency=[1, 2**63])
+    assert ei.value.field == "concurrency"
+
+
+def test_cli_recommend_max_concurrency_below_concurrency_names_the_flag(capsys):
+    from specsim.cli import main
+
+    rc = main(["recommend", "--target", "gemma-4-26B-A4B-it", "--method", "dflash", "--tp", "2",
+               "--concurrency", "1,8,64", "--max-concurrency", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("specsim: error: --max-concurrency") and "[64]" in err
+
+
+def test_cli_recommend_unknown_method_and_empty_concurrency_element(capsys):
+    from specsim.cli import main
+
+    rc = main(["recommend", "--target", "gemma-4-26B-A4B-it", "--method", "dflash,bogus", "--tp", "2",
+               "--concurrency", "1,8", "--max-concurrency", "8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "method[1]" in err and "bogus" in err
+    rc = main(["recommend", "--target", "gemma-4-26B-A4B-it", "--method", "dflash", "--tp", "2", "--concurrency", "1,,8"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("specsim: error: --concurrency")

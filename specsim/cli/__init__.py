@@ -114,10 +114,25 @@ def _latency_table(path: str | None, tp: int):
 
 
 def _int_list(s: str, field: str = "list") -> list[int]:
-    try:
-        return [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise SpecsimValueError(field, "must be comma-separated integers, e.g. 1,3,5,7", s) from None
+    """Comma-separated integers (``"1,3,5"``) as a list.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``field`` when ``s`` is empty, ``field[i]`` when element i is empty (``"3,,4"``, a trailing
+        comma) or not an integer.
+    """
+    if not str(s).strip():
+        raise SpecsimValueError(field, "must be comma-separated integers, e.g. 1,3,5,7", s)
+    out = []
+    for i, x in enumerate(str(s).split(",")):
+        try:
+            out.append(int(x))
+        except ValueError:
+            why = "is empty" if not x.strip() else "is not an integer"
+            raise SpecsimValueError(f"{field}[{i}]", f"{why}: must be comma-separated integers, e.g. 1,3,5,7",
+                                    s) from None
+    return out
 
 
 def _cmd_sweep(args) -> int:
@@ -129,16 +144,20 @@ def _cmd_sweep(args) -> int:
         raise SpecsimValueError(flag, "a measured baseline anchors the concurrency it was measured at: give "
                                 "--concurrency with that one value (the library's sweep(baseline_concurrency=) "
                                 "extrapolates to others)", cs)
-    df = sweep(
-        resolve_target(args.target), args.method, num_speculative_tokens=_sweep_n(args), hardware=args.hardware.split(","),
-        tp=args.tp, precision=args.precision, concurrency=cs if isinstance(cs, list) else [cs], isl=isl, osl=osl,
-        acceptance=acc, draft=args.draft, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
-        vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
-        expert_parallel=args.expert_parallel,
-    )
+    with warnings.catch_warnings():  # sweep's UserWarnings are also in df.attrs["warnings"], printed below once
+        warnings.filterwarnings("ignore", message="acceptance extrapolated", category=UserWarning)
+        df = sweep(
+            resolve_target(args.target), args.method, num_speculative_tokens=_sweep_n(args),
+            hardware=args.hardware.split(","), tp=args.tp, precision=args.precision,
+            concurrency=cs if isinstance(cs, list) else [cs], isl=isl, osl=osl,
+            acceptance=acc, draft=args.draft, temperature=args.temperature,
+            temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
+            vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
+            expert_parallel=args.expert_parallel,
+        )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
-    for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch): stdout is the table
+    for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
+        # acceptance positions): stdout is the table
         print(f"specsim: WARNING: {w}", file=sys.stderr)
     if args.out:
         df.to_csv(args.out, index=False)

@@ -74,11 +74,28 @@ def recommend_cli(args, *, latency=None) -> int:
     latency : LatencyModel, optional
         The ``--latency-table`` as a :class:`specsim.latency.MeasuredLatency` (read by the
         ``specsim`` command, ``specsim.cli._latency_table``), or None.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``--concurrency`` not comma-separated integers (an empty element included);
+        ``--max-concurrency`` below a value of an explicitly given ``--concurrency``;
+        ``--baseline-concurrency`` missing, conflicting or without a baseline; and everything
+        :func:`specsim.recommend.recommend` refuses.
     """
+    parts = str(args.concurrency).split(",")
     try:
-        cs = [int(x) for x in str(args.concurrency).split(",") if x.strip()]
+        cs = [int(x) for x in parts]
     except ValueError:
-        raise SpecsimValueError("concurrency", "must be comma-separated integers", args.concurrency) from None
+        raise SpecsimValueError("--concurrency", "must be comma-separated integers >= 1, no empty element",
+                                args.concurrency) from None
+    given = str(args.concurrency) != ",".join(map(str, DEFAULT_CONCURRENCY))
+    if args.max_concurrency is not None and given and any(c > args.max_concurrency for c in cs):
+        above = sorted({c for c in cs if c > args.max_concurrency})
+        raise SpecsimValueError("--max-concurrency", f"is below the --concurrency values {above}: raise "
+                                "--max-concurrency or drop them from --concurrency (the default --concurrency "
+                                "list is cut at --max-concurrency; a list given is not)", args.max_concurrency,
+                                [f">= {above[-1]}"])
     b = baseline_from_args(args)
     b_conc = args.baseline_concurrency
     if b is not None:

@@ -79,7 +79,7 @@ def _refused(d: Path) -> SpecsimValueError:
     ("bench", {"temperature": "nan"}, "bench_params.json['c4'].temperature", ">= 0 and <= 2"),
     ("bench", {"custom_output_len": 0}, "bench_params.json['c4'].custom_output_len", ">= 1"),
     ("bench", {"custom-output-len": -1}, "bench_params.json['c4'].custom-output-len", ">= 1"),
-    ("bench", {"seed": -1}, "bench_params.json['c4'].seed", ">= 0"),
+    ("bench", {"seed": -1}, "bench_params.json['c4'].seed", ">= 0 and <= 4294967295"),
     ("bench", {"top_p": 0}, "bench_params.json['c4'].top_p", "> 0 and <= 1"),
     ("bench", {"request_rate": 0}, "bench_params.json['c4'].request_rate", "> 0"),
     ("bench", {"num_prompts": "--4"}, "bench_params.json['c4'].num_prompts", None),
@@ -90,7 +90,7 @@ def _refused(d: Path) -> SpecsimValueError:
     ("serve", {"max_num_seqs": 0}, "serve_params.json['ngram-n3'].max_num_seqs", ">= 1"),
     ("serve", {"gpu_memory_utilization": 1.5}, "serve_params.json['ngram-n3'].gpu_memory_utilization",
      "> 0 and <= 1"),
-    ("serve", {"seed": -3}, "serve_params.json['ngram-n3'].seed", ">= 0"),
+    ("serve", {"seed": -3}, "serve_params.json['ngram-n3'].seed", ">= 0 and <= 4294967295"),
     ("serve", {"distributed_timeout_seconds": 0}, "serve_params.json['ngram-n3'].distributed_timeout_seconds",
      "> 0"),
     ("serve", {"max_model_len": -2}, "serve_params.json['ngram-n3'].max_model_len", ">= -1"),
@@ -144,7 +144,7 @@ def test_a_bad_timeout_in_the_sidecar_cells_names_the_pattern(tmp_path):
 # ---- 2. the greedy-identity judge ---------------------------------------------------------------
 
 @pytest.mark.parametrize("extra,key", [
-    ({"model": "models/smollm2-135m-trunc28"}, "model"),
+    # another model is refused outright (tests/test_sweep_file_refusals.py): it is serve_cmd's positional
     ({"dtype": "bfloat16"}, "dtype"),
     ({"tensor_parallel_size": 2}, "tensor_parallel_size"),
     ({"quantization": "fp8"}, "quantization"),

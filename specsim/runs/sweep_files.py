@@ -36,9 +36,13 @@ Everything is checked by :func:`load_matrix` before any server starts: unknown k
 neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.runs.vllm_args`),
 values of the wrong kind, outside an option's choices or its range (``tensor_parallel_size >= 1``,
 ``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
-one option given twice (whole and by dotted field, or in two spellings), empty parameter files, a
-``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
-options the runner owns, local paths that do not exist.  A record's option replaces the same option
+one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
+parameter files, a ``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
+options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
+positional one, a bench ``model`` other than the served one, integers vLLM would not parse (``size``
+options as vLLM's ``human_readable_int``) or a ``max_model_len`` beyond the local model's config, seeds
+numpy cannot take, a speculative ``baseline``, record names unusable as run ids, ``link_vars`` that are not
+vLLM's ``--link-vars`` text, unbalanced quotes, local paths that do not exist.  A record's option replaces the same option
 of ``serve_cmd`` / ``bench_cmd`` as vLLM's sweep does (:func:`apply_record`); a serve record that
 changes what the target computes (another model, dtype, parallelism ...) gets no greedy-identity judge
 (``BenchCell.no_judge`` says why).
@@ -61,9 +65,13 @@ from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONS,
+    MAX_INT,
+    MAX_SEED,
     SERVE_OPTIONS,
+    SIZE_OR_AUTO,
     bounds_of,
     bounds_text,
+    human_readable_int,
     within,
 )
 from specsim.vllm.config import parse_speculative_config
@@ -71,7 +79,7 @@ from specsim.vllm.config import parse_speculative_config
 __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
            "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
            "dry_run_json", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
-           "serve_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
+           "serve_command", "bench_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
            "BENCH_CLIENT_START_S", "TARGET_NEUTRAL_SERVE_OPTIONS"]
 
 #: file name of the sidecar in a matrix directory
@@ -91,8 +99,16 @@ _PROBE_KEYS = ("kind", "context", "batches", "qs", "reps")
 _CELL_KEYS = ("timeout_s", "seed")
 #: ``platform`` values of a sidecar
 PLATFORMS = ("auto", "cpu", "cuda", "rocm")
-#: options the runner sets itself (it owns the address, the result files and the ready check)
-SERVE_OWNED = ("host", "port")
+#: options the runner sets itself (it owns the address, the result files and the ready check); the
+#: served model's name, a Unix socket instead of TCP, an API key and a URL prefix would break its
+#: connection to the server (its ready check, /metrics scrapes and the bench's requests)
+SERVE_OWNED = ("host", "port", "served-model-name", "uds", "api-key", "root-path")
+#: why a serve record / serve_cmd option may not name the model (vLLM 0.32's ``vllm serve`` moves a
+#: ``--model`` in front of the options, vllm/utils/argparse_utils.py, so with serve_cmd's positional model
+#: the command has two positional models and argparse refuses it)
+_SERVE_MODEL_RULE = ("the model is serve_cmd's positional argument ('vllm serve MODEL ...'); --model besides it "
+                     "makes `vllm serve` fail (two positional models); a matrix serves one model: give another "
+                     "model in another matrix")
 BENCH_OWNED = ("base-url", "host", "port", "save-result", "save-detailed", "result-dir", "result-filename",
                "ready-check-timeout-sec")
 #: options the runner adds to every bench command when the file does not give them
@@ -260,9 +276,28 @@ def _read_json(path: Path, what: str) -> Any:
     if not text.strip():
         raise SpecsimValueError(what, "the file is empty (it must hold a JSON object or list)", str(path))
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc})") from exc
+    except _DuplicateKey as exc:
+        raise SpecsimValueError(what, f"{path}: key {exc.key!r} is given twice in one JSON object (JSON readers "
+                                "keep the last one silently): give each key, and each record name, once",
+                                exc.key) from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str):
+        self.key = key
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: an object, refusing a key given twice."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
 
 
 def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
@@ -270,7 +305,9 @@ def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
 
     A record without ``_benchmark_name`` is named as vLLM names it (``k=v`` joined by ``-``), made
     safe for a run id.  Raises SpecsimValueError on a file that is not a list / object of objects,
-    or on duplicate names (vLLM refuses those too)."""
+    on duplicate names (vLLM refuses those too; a key given twice: :func:`_read_json`) or on a name
+    given (an object key or ``_benchmark_name``) that does not match ``[A-Za-z0-9][A-Za-z0-9._-]*``
+    (the run id and the record directory are made of it)."""
     data = _read_json(path, what)
     if isinstance(data, dict):
         recs = [{"_benchmark_name": k, **(v if isinstance(v, dict) else {"": v})} for k, v in data.items()]
@@ -291,7 +328,10 @@ def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
         name = r.pop("_benchmark_name", None)
         if name is None:
             name = "-".join(f"{k}={v}" for k, v in r.items()) or "default"
-        name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "default"
+            name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "default"
+        elif not isinstance(name, str) or not _NAME_RE.match(name):
+            raise SpecsimValueError(f"{what}[{name!r}]", "record names must match [A-Za-z0-9][A-Za-z0-9._-]* "
+                                    "(they become run ids and record directories; nothing is renamed)", name)
         out.append((name, r))
     names = [n for n, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -327,14 +367,21 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
             number = float(value)
         except (TypeError, ValueError):
             raise SpecsimValueError(where, f"--{opt} takes a number", value) from None
-    if kind == "size":
+    if kind == "size":  # vLLM 0.32's human_readable_int (_or_auto for --max-model-len)
+        auto = opt in SIZE_OR_AUTO
+        what = "an integer or a size such as '32k' (10**3) / '32K' (2**10)" + (" or 'auto'" if auto else "")
         if not isinstance(value, (int, str)):
-            raise SpecsimValueError(where, f"--{opt} takes an integer or a size such as '32k' / 'auto'", value)
-        if isinstance(value, int) or _INT_RE.match(value):  # '32k', 'auto' ...: vLLM parses those
-            number = int(value)
+            raise SpecsimValueError(where, f"--{opt} takes {what}", value)
+        try:
+            number = value if isinstance(value, int) else human_readable_int(value, auto=auto)
+        except ValueError as exc:
+            raise SpecsimValueError(where, f"--{opt} takes {what} ({exc})", value) from None
     bounds = bounds_of("serve" if table is SERVE_OPTIONS else "bench serve", opt)
     if bounds is not None and number is not None and not within(bounds[0], number):
         raise SpecsimValueError(where, f"--{opt} out of range ({bounds[1]})", value, [bounds_text(bounds[0])])
+    if kind in ("int", "size") and number is not None and abs(number) > MAX_INT:
+        raise SpecsimValueError(where, f"--{opt} out of range (vLLM passes it on as a 64-bit integer)", value,
+                                [f">= {-MAX_INT} and <= {MAX_INT}"])
     if kind == "json" and not isinstance(value, (dict, list, str)):
         raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
     if kind == "str" and isinstance(value, (dict, list)):
@@ -365,6 +412,8 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
         if opt not in table:
             raise SpecsimValueError(f"{where}.{key}", f"not an option of `{cmd}` in vLLM 0.32",
                                     key, _suggest(opt, table) or None)
+        if table is SERVE_OPTIONS and opt == "model":
+            raise SpecsimValueError(f"{where}.{key}", _SERVE_MODEL_RULE, key)
         if opt in owned:
             raise SpecsimValueError(f"{where}.{key}", f"--{opt} is set by specsim's runner", key)
         # one option given twice (``max_num_seqs`` and ``max-num-seqs``; whole and by field, in either
@@ -411,6 +460,10 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
         tok = cmd[i]
         if tok.startswith("--"):
             opt, eq, val = tok[2:].partition("=")
+            if table is SERVE_OPTIONS and _canon(opt) == "model":
+                raise SpecsimValueError(f"{where}: {tok}", _SERVE_MODEL_RULE, opt)
+            if _canon(opt.partition(".")[0]) in owned:  # any spelling: vLLM reads --api_key as --api-key
+                raise SpecsimValueError(f"{where}: {tok}", f"--{_canon(opt)} is set by specsim's runner", opt)
             if opt not in table:
                 raise SpecsimValueError(f"{where}: {tok}", f"not an option of `{where.split('.')[-1]}` in vLLM 0.32",
                                         opt, _suggest(opt, table) or None)
@@ -434,7 +487,11 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
 
 def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
     if isinstance(value, str):
-        cmd = shlex.split(value)
+        try:
+            cmd = shlex.split(value)
+        except ValueError as exc:  # an unbalanced quote
+            raise SpecsimValueError(field_name, f"is not a command line a shell can split ({exc}): check its "
+                                    "quotes", value) from None
     elif isinstance(value, list) and all(isinstance(x, str) for x in value):
         cmd = list(value)
     else:
@@ -492,6 +549,57 @@ def _int(x, where, minimum=None) -> int:
     if minimum is not None and x < minimum:
         raise SpecsimValueError(where, f"must be an integer >= {minimum}", x)
     return x
+
+
+def _seed(x, where) -> int:
+    """A seed: an integer numpy can take (vLLM 0.32 calls ``np.random.seed`` with it: 0 <= seed < 2**32)."""
+    v = _int(x, where, 0)
+    if v > MAX_SEED:
+        raise SpecsimValueError(where, "out of range: numpy (np.random.seed, called by vLLM 0.32 with the seed) "
+                                "takes 0 <= seed < 2**32", x, [f">= 0 and <= {MAX_SEED}"])
+    return v
+
+
+def _link_vars(value: Any, where: str) -> list[tuple[str, str]]:
+    """``[(serve_key, bench_key)]`` of a sweep's ``link_vars``: vLLM 0.32's ``--link-vars`` text
+    (``vllm/benchmarks/sweep/serve.py`` ``parse_link_vars``: ``"serve_key=bench_key,..."``)."""
+    shape = ("must be vLLM's --link-vars text: 'serve_key=bench_key' pairs joined by ',' (e.g. "
+             "'max_num_seqs=max_concurrency'), a string")
+    if value is None or value == "":
+        return []
+    if not isinstance(value, str):
+        raise SpecsimValueError(where, shape, value)
+    out = []
+    for item in value.split(","):
+        a, eq, b = item.partition("=")
+        if not eq or "=" in b or not a.strip() or not b.strip():
+            raise SpecsimValueError(where, f"{shape}; {item!r} is not one 'serve_key=bench_key' pair", value)
+        out.append((a.strip(), b.strip()))
+    return out
+
+
+def _model_max_len(model_path: Path | None) -> int | None:
+    """An upper bound of the ``--max-model-len`` vLLM 0.32 accepts for a local model, from its
+    ``config.json`` (``vllm/config/model.py`` ``_get_and_verify_max_len``: the length keys, scaled by RoPE,
+    or ``model_max_length``); generous (the largest length key times the largest RoPE factor), None when
+    the config gives none."""
+    if model_path is None:
+        return None
+    try:
+        cfg = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    keys = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
+            "max_seq_length", "seq_len", "model_max_length", "n_ctx")
+    nodes = [cfg] + [v for v in cfg.values() if isinstance(v, dict)]
+    lens = [n[k] for n in nodes for k in keys if isinstance(n.get(k), (int, float)) and not isinstance(n.get(k), bool)]
+    if not lens:
+        return None
+    factors = [1.0] + [float(r["factor"]) for n in nodes for r in (n.get("rope_scaling"), n.get("rope_parameters"))
+                       if isinstance(r, dict) and isinstance(r.get("factor"), (int, float))]
+    return int(max(lens) * max(factors))
 
 
 def _unknown(d: Mapping, allowed: Sequence[str], where: str) -> None:
@@ -619,7 +727,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     Raises
     ------
     SpecsimValueError
-        Any unknown key, option or value, naming the field and the allowed values; a missing file.
+        Any unknown key, option or value, naming the field and the allowed values (the module docstring
+        lists the checks); a missing file; a key given twice in a JSON object (naming file and key).
     DataError
         A file that is not JSON.
     """
@@ -642,7 +751,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     bench_client = sc.get("bench_client", "process")
     if bench_client not in BENCH_CLIENTS:
         raise SpecsimValueError("bench_client", "unknown bench client", bench_client, BENCH_CLIENTS)
-    seed = _int(sc.get("seed", 0), "seed", 0)
+    seed = _seed(sc.get("seed", 0), "seed")
     starts = _int(sc.get("concurrent_server_starts", 1), "concurrent_server_starts", 1)
     if starts > MAX_CONCURRENT_SERVER_STARTS:
         raise SpecsimValueError("concurrent_server_starts", f"must be an integer from 1 to {MAX_CONCURRENT_SERVER_STARTS}"
@@ -668,6 +777,15 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     model = serve_cmd[2]
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
+
+    def served(value: Any, where: str) -> str:
+        """A bench ``--model`` / ``--served-model-name``: the served model (the bench must talk to it), as
+        the runner passes it to the server (a local model as its resolved path)."""
+        p = _local_path(value, base, models_dir) if isinstance(value, str) else None
+        if value != model and (p is None or model_path is None or p.resolve() != model_path.resolve()):
+            raise SpecsimValueError(where, f"the bench must ask for the served model, serve_cmd's {model!r} "
+                                    f"(the server knows no other name)", value, [model])
+        return str(model_path) if model_path is not None else model
     bench_cmd: list[str] = []
     bench_base: dict[str, Any] = {}
     if sc.get("sweeps"):
@@ -675,6 +793,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError("bench_cmd", "is required when sweeps are given")
         bench_cmd = _split_cmd(sc["bench_cmd"], "bench_cmd", ("vllm", "bench", "serve"))
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
+        for opt in ("model", "served-model-name"):
+            if opt in bench_base:
+                served(bench_base[opt], f"bench_cmd --{opt}")
     prompts = need(bench_base["dataset-path"], "bench_cmd --dataset-path") if "dataset-path" in bench_base else None
     out_len_base = bench_base.get("custom-output-len") or bench_base.get("random-output-len")
 
@@ -682,6 +803,13 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     sweeps = sc.get("sweeps", [])
     if not isinstance(sweeps, list):
         raise SpecsimValueError("sweeps", "must be a list of {serve_params, bench_params, link_vars}", sweeps)
+    needs = [f"the sidecar's {k!r}" for k in ("baseline", "cells") if sc.get(k)] or (
+        [] if sc.get("probes") or sc.get("health_checks") else ["a matrix without probes or health checks"])
+    if not sweeps and needs:
+        raise SpecsimValueError("sweeps", f"is empty: {' and '.join(needs)} needs at least one sweep; a sweep is "
+                                '{"serve_params": "serve_params.json", "bench_params": "bench_params.json"} (file '
+                                "names in the matrix directory; optional \"link_vars\": \"serve_key=bench_key,...\")",
+                                sweeps, _SWEEP_KEYS)
     cells_cfg = sc.get("cells", {})
     if not isinstance(cells_cfg, dict):
         raise SpecsimValueError("cells", "must be an object {'<serve>/<bench>' pattern: {timeout_s, seed}}", cells_cfg)
@@ -690,7 +818,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError(f"cells[{pat!r}]", "must be an object", cfg, _CELL_KEYS)
         _unknown(cfg, _CELL_KEYS, f"cells[{pat!r}]")
         if "seed" in cfg:
-            _int(cfg["seed"], f"cells[{pat!r}].seed", 0)
+            _seed(cfg["seed"], f"cells[{pat!r}].seed")
         if "timeout_s" in cfg:
             _pos_number(cfg["timeout_s"], f"cells[{pat!r}].timeout_s")
     groups: dict[str, dict] = {}
@@ -714,12 +842,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                     "server of the sweep would start for no cell); give at least one: "
                                     '{"default": {}} is bench_cmd as it is', str(root / sw["bench_params"]))
         n_cells = 0
-        links = []
-        for item in filter(None, (sw.get("link_vars") or "").split(",")):
-            a, eq, b = item.partition("=")
-            if not eq:
-                raise SpecsimValueError(f"{where}.link_vars", "must be 'serve_key=bench_key,...'", sw["link_vars"])
-            links.append((a.strip(), b.strip()))
+        links = _link_vars(sw.get("link_vars"), f"{where}.link_vars")
         for sname, srec in serve_recs:
             sp = _check_record(f"{sw['serve_params']}[{sname!r}]", srec, SERVE_OPTIONS, SERVE_OWNED, "vllm serve")
             g = groups.get(sname)
@@ -731,8 +854,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             for bname, brec in bench_recs:
                 if not all(a in srec and b in brec and srec[a] == brec[b] for a, b in links):
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
-                bp = _check_record(f"{sw['bench_params']}[{bname!r}]", brec, BENCH_SERVE_OPTIONS, BENCH_OWNED,
-                                   "vllm bench serve")
+                bwhere = f"{sw['bench_params']}[{bname!r}]"
+                bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve")
+                for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
+                    dp = need(bp[k], f"{bwhere}.{k}")
+                    if dp is not None:  # resolved as bench_cmd's --dataset-path is (the runner applies params as given)
+                        bp[k] = str(dp)
+                for k in [k for k in bp if _canon(k) in ("model", "served-model-name")]:
+                    bp[k] = served(bp[k], f"{bwhere}.{k}")
                 if any(c["bench"] == bname for c in g["cells"]):
                     raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
                                             "in two sweeps", bname)
@@ -751,6 +880,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     baseline = sc.get("baseline")
     if baseline is not None and baseline not in groups:
         raise SpecsimValueError("baseline", "must name a serve record", baseline, sorted(groups))
+    if baseline is not None:
+        spec_given = [k for k in (*groups[baseline]["params"], *serve_base)
+                      if _canon(k) in ("speculative-config", "spec-method", "spec-model", "spec-tokens")]
+        if spec_given:
+            raise SpecsimValueError("baseline", f"is the greedy-identity reference: it must be the non-speculative "
+                                    f"server, but serve record {baseline!r} (or serve_cmd) gives {spec_given[0]}",
+                                    baseline, sorted(n for n, g in groups.items()
+                                                     if "speculative_config" not in g["params"]) or None)
     hcs, guards = [], {}
     hc_cfg = sc.get("health_checks", {})
     if not isinstance(hc_cfg, dict):
@@ -770,8 +907,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             cfg_model = cfg.get("model")
         _check_spec_config(f"{where}.speculative_config", {**cfg, "model": cfg_model} if cfg_model else cfg)
         temp = _as_float(h["temperature"], f"{where}.temperature")
-        if temp <= 0:
-            raise SpecsimValueError(f"{where}.temperature", "a health check runs at a temperature > 0", temp)
+        if not 0 < temp <= 2:
+            raise SpecsimValueError(f"{where}.temperature", "a health check runs at a temperature > 0 and <= 2 "
+                                    "(vLLM 0.32 SamplingParams)", temp, ["> 0 and <= 2"])
         spec = SpecConfig(f"{hname}-spec", cfg.get("method"), cfg.get("num_speculative_tokens"),
                           draft_model=cfg_model if cfg.get("method") == "draft_model" else None,
                           options=tuple(sorted((k, v) for k, v in cfg.items()
@@ -811,6 +949,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     # ---- groups and cells ------------------------------------------------------------------------
     out_groups = []
     run_labels: set[str] = set()
+    long_ok = any(str(e.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true")
+                  for e in (env, os.environ))
     for sname, g in groups.items():
         if not _NAME_RE.match(sname):
             raise SpecsimValueError(f"serve record {sname!r}", "names must match [A-Za-z0-9][A-Za-z0-9._-]*", sname)
@@ -825,8 +965,17 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             _check_spec_config(f"serve record {sname!r}: speculative_config", cfg)
         elif cfg is not None:
             raise SpecsimValueError(f"serve record {sname!r}: speculative_config", "must be an object", cfg)
-        if isinstance(sp.get("model"), str):
-            need(sp["model"], f"serve record {sname!r}: model")
+        mml_key = next((k for k in ("max_model_len", "max-model-len") if k in sp), None)
+        mml = sp[mml_key] if mml_key else serve_base.get("max-model-len")
+        limit = _model_max_len(model_path)
+        if mml is not None and limit is not None and not long_ok:
+            n = mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True)  # checked above
+            if n > limit:
+                raise SpecsimValueError(f"serve record {sname!r}: {mml_key}" if mml_key else "serve_cmd --max-model-len",
+                                        f"longer than the model allows "
+                                        f"({model}'s config.json gives at most {limit} tokens; vLLM 0.32 refuses a "
+                                        "longer one unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is in env)", mml,
+                                        [f"<= {limit}", "auto", -1])
         changes = (_target_changes(sp, groups[baseline]["params"], serve_base, model)
                    if baseline and sname != baseline else [])
         tp = int(sp.get("tensor_parallel_size", serve_base.get("tensor-parallel-size", 1)))
@@ -863,7 +1012,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 concurrency=None if conc is None else int(conc), num_prompts=None if nprompts is None else int(nprompts),
                 output_len=None if olen is None else int(olen),
                 timeout_s=_pos_number(over.get("timeout_s", timeout_s), f"cells[{key}].timeout_s"),
-                seed=_int(int(cell_seed), f"{key}: seed", 0),
+                seed=_seed(int(cell_seed), f"{key}: seed"),
                 baseline=baseline if judged else None, no_judge=no_judge,
                 guarded_by=tuple(h for h, pats in guards.items() if any(fnmatch.fnmatch(key, p) for p in pats))))
         out_groups.append(ServeGroup(sname, sp, _spec_of(sname, cfg), cfg, tuple(cells), gpus=tp * pp * dp))
@@ -1209,6 +1358,13 @@ def serve_command(m: SweepMatrix, g: ServeGroup) -> list[str]:
     return apply_record(m.serve_cmd, {k: v for k, v in g.params.items() if k != "speculative_config"})
 
 
+def bench_command(m: SweepMatrix, c: BenchCell) -> list[str]:
+    """The ``vllm bench serve`` command of a cell as the files give it (``bench_cmd`` with the cell's
+    record and seed applied as vLLM's sweep applies them: :func:`apply_record`; paths as written), without
+    the options the runner adds (:data:`BENCH_OWNED`: the server's address, the result files)."""
+    return apply_record(apply_record(m.bench_cmd, dict(c.params)), {"seed": c.seed})
+
+
 def _judges(c: BenchCell) -> list[str]:
     out = [f"greedy vs {c.baseline}"] if c.baseline else ([c.no_judge] if c.no_judge else [])
     return out + [f"skipped if {h} fails" for h in c.guarded_by]
@@ -1216,8 +1372,9 @@ def _judges(c: BenchCell) -> list[str]:
 
 def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[str, int] | None = None,
                  executor: str = "local") -> str:
-    """What ``specsim run-matrix --dry-run`` prints: the cells, the servers they need, the estimate
-    (made for ``executor``: :func:`estimate_seconds`)."""
+    """What ``specsim run-matrix --dry-run`` prints: the cells (each with its bench command:
+    :func:`bench_command`), the servers they need, the estimate (made for ``executor``:
+    :func:`estimate_seconds`)."""
     local = executor == "local"
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
@@ -1238,6 +1395,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
             lines.append(f"  {c.run_label:<38} {c.temperature:<4g} {c.concurrency!s:>5} {c.num_prompts!s:>8} "
                          f"{c.output_len!s:>4} {c.seed:>5} {c.timeout_s:>9g} {s:>6.1f}  {basis}"
                          + (f"; {', '.join(judges)}" if judges else ""))
+            lines.append(f"      bench: {shlex.join(bench_command(m, c))}")
     for h in m.health_checks:
         lines.append(f"  health check {h.name}: offline self-draft at T={h.temperature:g}, est "
                      f"{est.health_checks[h.name]:.0f} s ({est.judge_basis.get(h.name, 'recorded')}); guards {', '.join(m.health_guards.get(h.name, ())) or '-'}")

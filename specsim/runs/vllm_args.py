@@ -16,7 +16,8 @@ vLLM's checks elsewhere and specsim's rules, each with its source) let a paramet
 from __future__ import annotations
 
 __all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_BOUNDS", "SERVE_BOUNDS_EXTRA",
-           "BENCH_SERVE_BOUNDS", "bounds_of", "bounds_text", "within"]
+           "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
+           "human_readable_int"]
 
 #: the vLLM release these tables were read from
 VLLM_ARGS_VERSION = "0.32.0"
@@ -592,10 +593,20 @@ SERVE_BOUNDS: dict[str, tuple[dict[str, float], str]] = {
     'watermark': ({'ge': 0.0, 'lt': 1.0}, 'SchedulerConfig'),
 }
 
+#: the seeds vLLM 0.32 can use: ``np.random.seed`` (vllm/utils/torch_utils.py ``set_random_seed``,
+#: vllm/benchmarks/serve.py ``main``) takes 0 <= seed < 2**32
+MAX_SEED = 2**32 - 1
+_SEED = ({'ge': 0, 'le': MAX_SEED}, 'numpy (np.random.seed, called by vLLM 0.32 with the seed) takes 0 <= seed < 2**32')
+#: the largest integer option value: vLLM hands integer options to torch / C++ as int64
+MAX_INT = 2**63 - 1
+#: ``size`` options that also take ``auto`` / ``-1`` (``human_readable_int_or_auto`` in vLLM 0.32's
+#: vllm/engine/arg_utils.py); the other ``size`` options take ``human_readable_int`` values only
+SIZE_OR_AUTO = ("max-model-len",)
+
 #: bounds vLLM 0.32 enforces elsewhere (in code, or on a nested config) and specsim's own (seeds are
 #: non-negative integers; timeouts are positive): option -> (bounds, source)
 SERVE_BOUNDS_EXTRA: dict[str, tuple[dict[str, float], str]] = {
-    'seed': ({'ge': 0}, 'specsim: seeds are non-negative integers'),
+    'seed': _SEED,
     'spec-tokens': ({'gt': 0}, 'vLLM 0.32 SpeculativeConfig.num_speculative_tokens'),
     'distributed-timeout-seconds': ({'gt': 0}, 'specsim: timeouts are positive'),
     'cpu-distributed-timeout-seconds': ({'gt': 0}, 'specsim: timeouts are positive'),
@@ -643,7 +654,7 @@ BENCH_SERVE_BOUNDS: dict[str, tuple[dict[str, float], str]] = {
     'ramp-up-start-rps': ({'ge': 0}, 'vLLM 0.32 vllm/benchmarks/serve.py: ramp-up RPS must be non-negative'),
     'ramp-up-end-rps': ({'ge': 0}, 'vLLM 0.32 vllm/benchmarks/serve.py: ramp-up RPS must be non-negative'),
     'timed-trace-sec-multiplier': ({'gt': 0}, 'specsim: a time scale'),
-    'seed': ({'ge': 0}, 'specsim: seeds are non-negative integers'),
+    'seed': _SEED,
 }
 
 
@@ -665,10 +676,42 @@ def bounds_of(command: str, opt: str) -> tuple[dict[str, float], str] | None:
 def bounds_text(bounds: dict[str, float]) -> str:
     """``">= 1"``, ``"> 0 and <= 1"`` ... of a bounds dict."""
     ops = {"gt": ">", "ge": ">=", "lt": "<", "le": "<="}
-    return " and ".join(f"{ops[k]} {bounds[k]:g}" for k in ("gt", "ge", "lt", "le") if k in bounds)
+    def num(x: float) -> str:  # integers in full (2**32 - 1, not 4.29497e+09)
+        return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+    return " and ".join(f"{ops[k]} {num(bounds[k])}" for k in ("gt", "ge", "lt", "le") if k in bounds)
 
 
 def within(bounds: dict[str, float], x: float) -> bool:
     """Whether ``x`` satisfies ``bounds`` (NaN satisfies none)."""
     return all((("ge" not in bounds) or x >= bounds["ge"], ("gt" not in bounds) or x > bounds["gt"],
                 ("le" not in bounds) or x <= bounds["le"], ("lt" not in bounds) or x < bounds["lt"]))
+
+
+def human_readable_int(value: str, *, auto: bool = False) -> int:
+    """An integer as vLLM 0.32 parses a ``size`` option (``vllm/utils/argparse_utils.py``
+    ``human_readable_int``: ``"32k"`` 32000, ``"32K"`` 32768, ``"25.6k"``; ``human_readable_int_or_auto``
+    with ``auto``: also ``"auto"`` / ``"-1"`` -> -1).
+
+    Raises
+    ------
+    ValueError
+        A value vLLM would refuse (``"lots"``, ``"1.5K"``: no decimals with a binary suffix).
+    """
+    import re
+
+    v = value.strip()
+    if auto and (v == "-1" or v.lower() == "auto"):
+        return -1
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", v)
+    if m:
+        number, suffix = m.groups()
+        if suffix.islower():
+            return int(float(number) * {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}[suffix])
+        if "." in number:
+            raise ValueError(f"decimals are not allowed with binary suffixes like {suffix}")
+        return int(number) * {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[suffix]
+    try:
+        return int(v)  # as vLLM: a plain integer
+    except ValueError:
+        raise ValueError(f"not an integer nor a size such as '32k' / '32K': {value!r}") from None

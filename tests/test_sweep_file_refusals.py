@@ -1,0 +1,228 @@
+"""Matrix files with an unknown or unusable key or value get a clear error before any server starts
+(specsim.runs.sweep_files.load_matrix): each refusal is a SpecsimValueError naming the field (and the
+allowed values or shape), never a Python traceback nor a silent acceptance.
+
+Each case was found by a new-user review (a copy of the shipped smoke matrix with one thing changed).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from specsim.catalog import project_data_path
+from specsim.runs.sweep_files import (
+    bench_command,
+    dry_run_text,
+    estimate_seconds,
+    load_matrix,
+    matrix_names,
+)
+from specsim.runs.vllm_args import human_readable_int
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is no package: any import mode
+from test_run_sweep_files_review import _refused, _smoke  # noqa: E402  (a copy of the smoke matrix)
+
+SPEC = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+C4 = {"max_concurrency": 4, "num_prompts": 4, "temperature": 0}
+_SMOKE = json.loads(project_data_path("matrices", "smoke", "specsim.json").read_text())
+SERVE_CMD, BENCH_CMD = _SMOKE["serve_cmd"], _SMOKE["bench_cmd"]
+HC = {"speculative_config": {"method": "draft_model", "num_speculative_tokens": 3,
+                             "model": "models/smollm2-135m-instruct"}, "temperature": 0.8}
+
+
+def _serve(rec: dict) -> dict:
+    return {"serve": {"baseline": {}, "ngram-n3": {"speculative_config": SPEC, **rec}}}
+
+
+# ---- 1. a serve record's model ----------------------------------------------------------------------
+# vLLM 0.32's `vllm serve` moves `--model X` in front of the options (vllm/utils/argparse_utils.py), so
+# `vllm serve POSITIONAL ... --model X` has two positional models and argparse refuses it.
+
+@pytest.mark.parametrize("kw,field", [
+    (_serve({"model": "models/smollm2-135m-trunc28"}), "serve_params.json['ngram-n3'].model"),
+    (_serve({"model": "models/smollm2-135m-instruct"}), "serve_params.json['ngram-n3'].model"),
+    ({"sidecar": {"serve_cmd": SERVE_CMD + " --model models/smollm2-135m-trunc28"}},
+     "serve_cmd.vllm serve: --model"),
+])
+def test_a_model_besides_serve_cmds_positional_one_is_refused(tmp_path, kw, field):
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and "positional" in e.rule, str(e)
+
+
+# ---- 2. options that break the runner's connection to the server --------------------------------------
+
+@pytest.mark.parametrize("key", ["served_model_name", "served-model-name", "uds", "api_key", "api-key",
+                                 "root_path", "root-path"])
+def test_options_the_runner_owns_are_refused_in_serve_records(tmp_path, key):
+    e = _refused(_smoke(tmp_path, **_serve({key: "/x"})))
+    assert e.field == f"serve_params.json['ngram-n3'].{key}" and "set by specsim's runner" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("opt", ["--served-model-name foo", "--uds /tmp/x.sock", "--api-key s", "--api_key s",
+                                 "--root-path /v2", "--root_path=/v2"])
+def test_options_the_runner_owns_are_refused_in_serve_cmd(tmp_path, opt):
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} {opt}"}))
+    assert e.field.startswith("serve_cmd.vllm serve: --") and "set by specsim's runner" in e.rule, str(e)
+
+
+# ---- 3. link_vars: vLLM's --link-vars text ---------------------------------------------------------------
+
+@pytest.mark.parametrize("lv", [[["max_num_seqs", "max_concurrency"]], {"max_num_seqs": "max_concurrency"},
+                                {"a": 1}, 5, "a=b=c", "max_num_seqs", "max_num_seqs=max_concurrency,", "=x"])
+def test_link_vars_of_a_wrong_shape_are_refused_naming_the_shape(tmp_path, lv):
+    e = _refused(_smoke(tmp_path, sidecar={"sweeps": [{"serve_params": "serve_params.json",
+                                                        "bench_params": "bench_params.json", "link_vars": lv}]}))
+    assert e.field == "sweeps[0].link_vars" and "'serve_key=bench_key'" in e.rule, str(e)
+
+
+# ---- 4. an unbalanced quote ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("key,value", [("serve_cmd", "vllm serve 'models/smollm2-135m-instruct"),
+                                       ("bench_cmd", BENCH_CMD + ' --label "x')])
+def test_an_unbalanced_quote_is_refused_naming_the_command(tmp_path, key, value):
+    e = _refused(_smoke(tmp_path, sidecar={key: value}))
+    assert e.field == key and "quote" in e.rule, str(e)
+
+
+# ---- 5. duplicate names and keys: JSON would keep the last one silently -----------------------------------
+
+@pytest.mark.parametrize("name,text,key", [
+    ("serve_params.json", '{"baseline": {}, "baseline": {"max_num_seqs": 8}}', "baseline"),
+    ("serve_params.json", '{"baseline": {}, "ngram-n3": {"max_num_seqs": 8, "max_num_seqs": 4}}', "max_num_seqs"),
+    ("bench_params.json", '[{"_benchmark_name": "c4", "num_prompts": 4, "num_prompts": 8}]', "num_prompts"),
+    ("specsim.json", json.dumps(_SMOKE)[:-1] + ', "seed": 3}', "seed"),
+])
+def test_a_key_given_twice_is_refused_naming_file_and_key(tmp_path, name, text, key):
+    e = _refused(_smoke(tmp_path, raw={name: text}))
+    assert name in e.rule and e.value == key and "twice" in e.rule, str(e)
+
+
+# ---- 6. integer options: vLLM's parsing (human_readable_int) and its model's limit -------------------------
+
+@pytest.mark.parametrize("rec,field", [
+    ({"max_model_len": "lots"}, "serve_params.json['ngram-n3'].max_model_len"),
+    ({"max_model_len": "1.5K"}, "serve_params.json['ngram-n3'].max_model_len"),  # vLLM: no decimals with K
+    ({"max_num_batched_tokens": "auto"}, "serve_params.json['ngram-n3'].max_num_batched_tokens"),  # no auto
+    ({"max_num_seqs": 2**70}, "serve_params.json['ngram-n3'].max_num_seqs"),
+    ({"max_model_len": 10**9}, "serve record 'ngram-n3': max_model_len"),  # the model's config.json: 8192
+    ({"max_model_len": "1G"}, "serve record 'ngram-n3': max_model_len"),
+])
+def test_integer_options_must_be_integers_vllm_accepts(tmp_path, rec, field):
+    e = _refused(_smoke(tmp_path, **_serve(rec)))
+    assert e.field == field, str(e)
+
+
+@pytest.mark.parametrize("value", ["1k", "2K", "auto", -1, "4096", 8192])
+def test_sizes_vllm_accepts_are_accepted(tmp_path, value):
+    load_matrix(_smoke(tmp_path, **_serve({"max_model_len": value})))
+
+
+def test_human_readable_int_is_vllms():
+    assert [human_readable_int(v) for v in ("1k", "1K", "25.6k", "7", " 3 ")] == [1000, 1024, 25600, 7, 3]
+    assert human_readable_int("auto", auto=True) == -1
+    for bad in ("lots", "1.5K", "auto", ""):
+        with pytest.raises(ValueError):
+            human_readable_int(bad)
+
+
+# ---- 7. seeds numpy takes -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,field", [
+    ({"sidecar": {"seed": 2**70}}, "seed"),
+    ({"sidecar": {"cells": {"ngram-n3/c4": {"seed": 2**32}}}}, "cells['ngram-n3/c4'].seed"),
+    (_serve({"seed": 2**70}), "serve_params.json['ngram-n3'].seed"),
+    ({"bench": {"c4": {**C4, "seed": 2**32}}}, "bench_params.json['c4'].seed"),
+])
+def test_a_seed_numpy_cannot_take_is_refused_with_the_range(tmp_path, kw, field):
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and e.allowed == [">= 0 and <= 4294967295"], str(e)
+
+
+def test_the_largest_seed_numpy_takes_is_accepted(tmp_path):
+    m = load_matrix(_smoke(tmp_path, sidecar={"seed": 2**32 - 1}))
+    assert {c.seed for c in m.cells()} == {0}  # bench_cmd's --seed 0 wins over the sidecar's default
+    load_matrix(_smoke(tmp_path / "b", bench={"c4": {**C4, "seed": 2**32 - 1}}))
+
+
+# ---- 8. a bench dataset_path that does not exist -----------------------------------------------------------
+
+def test_a_missing_bench_dataset_path_is_refused(tmp_path):
+    e = _refused(_smoke(tmp_path, bench={"c4": {**C4, "dataset_path": "data/prompts/nope.jsonl"}}))
+    assert e.field == "bench_params.json['c4'].dataset_path" and "does not exist" in e.rule, str(e)
+
+
+def test_a_bench_dataset_path_is_resolved_like_bench_cmds(tmp_path):
+    m = load_matrix(_smoke(tmp_path, bench={"c4": {**C4, "dataset-path": "data/prompts/humaneval_custom.jsonl"}}))
+    assert {c.params["dataset_path"] for c in m.cells()} == {str(m.prompts)}
+
+
+# ---- 9. the bench must ask for the served model ---------------------------------------------------------------
+
+@pytest.mark.parametrize("kw,field", [
+    ({"bench": {"c4": {**C4, "model": "models/smollm2-135m-trunc28"}}}, "bench_params.json['c4'].model"),
+    ({"bench": {"c4": {**C4, "served_model_name": "foo"}}}, "bench_params.json['c4'].served_model_name"),
+    ({"sidecar": {"bench_cmd": BENCH_CMD.replace("--model models/smollm2-135m-instruct",
+                                                 "--model models/smollm2-135m-trunc28")}}, "bench_cmd --model"),
+])
+def test_a_bench_model_other_than_the_served_one_is_refused_naming_both(tmp_path, kw, field):
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and e.allowed == ["models/smollm2-135m-instruct"], str(e)
+
+
+def test_a_bench_record_naming_the_served_model_asks_for_it_as_served(tmp_path):
+    m = load_matrix(_smoke(tmp_path, bench={"c4": {**C4, "model": "./models/smollm2-135m-instruct"}}))
+    assert {c.params["model"] for c in m.cells()} == {str(m.model_path)}
+
+
+# ---- 10 .. 13 --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("temp", [3, 2.01, 0, -1])
+def test_a_health_check_temperature_outside_0_2_is_refused(tmp_path, temp):
+    e = _refused(_smoke(tmp_path, sidecar={"health_checks": {"hc": {**HC, "temperature": temp}}}))
+    assert e.field == "health_checks['hc'].temperature" and e.allowed == ["> 0 and <= 2"], str(e)
+
+
+def test_empty_sweeps_say_a_sweep_is_needed_and_what_it_looks_like(tmp_path):
+    e = _refused(_smoke(tmp_path, sidecar={"sweeps": []}))
+    assert e.field == "sweeps" and "at least one sweep" in e.rule and '"serve_params"' in e.rule, str(e)
+    assert load_matrix("verify-cost").probes  # a probes-only matrix needs no sweep
+
+
+@pytest.mark.parametrize("serve", [
+    {"baseline": {"speculative_config": SPEC}, "ngram-n3": {"speculative_config": SPEC}},
+    {"baseline": {"speculative_config.method": "ngram", "speculative_config.num_speculative_tokens": 2},
+     "ngram-n3": {"speculative_config": SPEC}},
+])
+def test_a_speculative_baseline_is_refused(tmp_path, serve):
+    e = _refused(_smoke(tmp_path, serve=serve))
+    assert e.field == "baseline" and "non-speculative" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"bench": {"c 1/../x": C4}}, "sweeps[0].bench_params['c 1/../x']"),
+    ({"bench": [{"_benchmark_name": "c4!", **C4}]}, "sweeps[0].bench_params['c4!']"),
+    ({"serve": {"baseline": {}, "../evil": {"speculative_config": SPEC}}}, "sweeps[0].serve_params['../evil']"),
+])
+def test_record_names_the_recorder_cannot_use_are_refused_not_renamed(tmp_path, kw, field):
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and "[A-Za-z0-9][A-Za-z0-9._-]*" in e.rule, str(e)
+
+
+# ---- 14. the dry run shows each cell's bench command -------------------------------------------------------------
+
+def test_dry_run_shows_each_cells_bench_command(tmp_path):
+    m = load_matrix(_smoke(tmp_path, bench={"c4": C4, "c1": {**C4, "max_concurrency": 1, "seed": 7}}))
+    text = dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
+    for c in m.cells():
+        cmd = bench_command(m, c)
+        assert cmd[:3] == ["vllm", "bench", "serve"] and cmd[cmd.index("--seed") + 1] == str(c.seed)
+        assert cmd[cmd.index("--max-concurrency") + 1] == str(c.concurrency)
+        assert f"bench: {' '.join(cmd)}" in text, c.run_label
+
+
+def test_shipped_matrices_still_load():
+    for name in matrix_names():
+        load_matrix(name)

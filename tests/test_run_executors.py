@@ -53,7 +53,11 @@ FAKE_VLLM = textwrap.dedent('''
             time.sleep(30.0 if slow else float(os.environ.get("FAKE_SERVE_DELAY", "0")))
         except KeyboardInterrupt:
             print("fake vllm serve: SIGINT while starting", flush=True)
+            time.sleep(float(os.environ.get("FAKE_STOP_DELAY", "0")))  # a slow shutdown
             sys.exit(0)
+        if os.environ.get("FAKE_SERVE_EXIT"):  # a server that fails before it listens
+            print("fake vllm serve: fatal: cannot load model", flush=True)
+            sys.exit(3)
         class H(http.server.BaseHTTPRequestHandler):
             def log_message(self, *a):
                 pass
@@ -285,7 +289,7 @@ def test_ray_records_what_local_records(fake_env, ray_cluster):
 def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_cluster):
     m = _matrix(fake_env["tmp"], extra_serve={"doomed": {"speculative_config": {
         "method": "ngram", "num_speculative_tokens": 1, "prompt_lookup_max": 4, "prompt_lookup_min": 1},
-        "served_model_name": "kill-my-worker"}})
+        "otlp_traces_endpoint": "kill-my-worker"}})
     # the fake server SIGKILLs its Ray worker when its command line carries the marker
     runs = fake_env["tmp"] / "runs"
     t0 = time.monotonic()
@@ -483,7 +487,7 @@ def _stopped_cleanly(tmp: Path, proc, rc: int, sig: str) -> tuple[str, dict[str,
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == rc, (out, err)
     assert "Traceback" not in err, err
-    line = [x for x in err.splitlines() if "interrupted" in x]
+    line = [x for x in err.splitlines() if "interrupted" in x and "again: still stopping" not in x]
     assert line == [f"specsim: interrupted ({sig}): {line[0].split(': ', 2)[2].split(' runs')[0]} runs recorded, the "
                     f"interrupted cell recorded as failed; resume with --stamp {proc.args[-1]} --resume"], err
     runs = tmp / "runs"
@@ -524,9 +528,50 @@ def test_ctrl_c_while_the_server_starts_records_the_cell_with_its_server_end(fak
     cell = recs["fake-T2-baseline-c1"]
     # it read "RunError: RunError: the job ended without recording this run", with server_end None
     assert cell["status"] == "failed" and cell["error"] == \
-        "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
+        "interrupted (SIGINT) while this run's server was starting or before its bench began"
     assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stopped_at"].endswith("Z")
-    assert recs["fake-T2-baseline-t0.8-c2"]["error"] == "interrupted (KeyboardInterrupt) before this run started"
+    assert recs["fake-T2-baseline-t0.8-c2"]["error"] == "interrupted (SIGINT) before this run started"
+    # the server log of the interrupted start is kept with its record
+    assert "fake vllm serve: SIGINT while starting" in (tmp / "runs" / "fake-T2-baseline-c1" / "server.log").read_text()
+
+
+def test_repeated_ctrl_c_while_the_server_starts_keeps_how_it_stopped_and_its_log(fake_env):
+    """Several quick Ctrl-Cs during a server start (nu1 review): server_end had no returncode (the stop
+    was cut short) and the interrupted start's server.log was deleted."""
+    tmp = fake_env["tmp"]
+    proc = _cli(fake_env, tmp, "T3", FAKE_SERVE_DELAY="30", FAKE_STOP_DELAY="2")
+    _wait_for(lambda: any(e["event"] == "serve" for e in _events(fake_env["log"])))
+    time.sleep(0.5)
+    for _ in range(4):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")
+    cell = recs["fake-T3-baseline-c1"]
+    assert cell["error"] == "interrupted (SIGINT) while this run's server was starting or before its bench began"
+    end = cell["server_end"]
+    assert end["stop_signals_sent"] == ["SIGINT"] and end["returncode"] == 0 and end["stop_seconds"] >= 1.5, end
+    assert "SIGINT while starting" in (tmp / "runs" / "fake-T3-baseline-c1" / "server.log").read_text()
+
+
+def test_errors_name_the_recorded_paths_not_the_deleted_staging_ones(fake_env, monkeypatch):
+    """Runs are staged, then renamed into the runs directory: a recorded error (and the result's)
+    named ``<runs>/.staging-*/...`` paths that no longer exist."""
+    tmp = fake_env["tmp"]
+    monkeypatch.setenv("FAKE_BENCH_FAIL", "1")
+    res = {r.run_id: r for r in run_matrix(_matrix(tmp), runs_dir=tmp / "runs", install=fake_env["install"],
+                                           stamp="P1", progress=False, only=["baseline"])}
+    r = res["fake-P1-baseline-c1"]
+    assert r.status == "failed" and f"{tmp / 'runs' / 'fake-P1-baseline-c1'}/bench.log" in r.error, r.error
+    assert ".staging-" not in r.error and ".tmp-" not in r.error
+    assert _prov(tmp / "runs" / "fake-P1-baseline-c1")["error"] == r.error
+    monkeypatch.delenv("FAKE_BENCH_FAIL")
+    monkeypatch.setenv("FAKE_SERVE_EXIT", "1")
+    res = run_matrix(_matrix(tmp), runs_dir=tmp / "runs", install=fake_env["install"], stamp="P2", progress=False,
+                     only=["baseline"])
+    r = next(r for r in res if r.run_id == "fake-P2-baseline-c1")
+    assert r.status == "failed" and f"log {tmp / 'runs' / 'fake-P2-baseline-c1'}/server.log" in r.error, r.error
+    assert ".staging-" not in r.error and (tmp / "runs" / "fake-P2-baseline-c1" / "server.log").exists()
+    assert _prov(tmp / "runs" / "fake-P2-baseline-c1")["error"] == r.error
 
 
 # ---- concurrent_server_starts: servers start together, benches never overlap a start ---------------
@@ -649,8 +694,9 @@ def test_ctrl_c_while_servers_start_together_stops_both(fake_env):
     proc.send_signal(signal.SIGINT)
     err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")
     cell = recs["fake-C2-ngram-n3-c1"]
-    assert cell["error"] == "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
+    assert cell["error"] == "interrupted (SIGINT) while this run's server was starting or before its bench began"
     assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["stop_signal"] is None
+    assert "fake vllm serve" in (tmp / "runs" / "fake-C2-ngram-n3-c1" / "server.log").read_text()  # kept
     assert not any(k.startswith("fake-C2-ngram-n5") for k in recs)  # not reached: a resume runs it
     assert recs["fake-C2-ngram-n2-c1"]["status"] == "ok"
     n3_serve = next(x["t"] for x in _events(fake_env["log"]) if x["event"] == "serve" and _spec_n(x) == 3)
@@ -667,7 +713,7 @@ def test_ctrl_c_during_a_bench_stops_the_server_started_ahead(fake_env):
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
     err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")  # no process, no server log directory left
-    assert recs["fake-C3-ngram-n3-c1"]["error"] == "interrupted (KeyboardInterrupt)"
+    assert recs["fake-C3-ngram-n3-c1"]["error"] == "interrupted (SIGINT)"
     assert not any(k.startswith("fake-C3-ngram-n5") for k in recs)
     assert recs["fake-C3-ngram-n3-c1"]["server_end"]["stop_signals_sent"] == ["SIGINT"]
     assert {k: v for k, v in recs["fake-C3-ngram-n3-c1"]["server_start"].items() if k != "batch_seconds"} == \

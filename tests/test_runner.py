@@ -520,3 +520,84 @@ def test_children_stop_on_sigint_even_when_the_parent_ignores_and_blocks_it():
     out = json.loads(res.stdout)
     assert out["reset"][0] == -signal.SIGINT and out["reset"][1] < 3.0
     assert out["inherited"][0] == -signal.SIGKILL  # the defect the reset removes
+
+
+def test_matrix_table_flags_a_speedup_measured_under_contention(tmp_path):
+    """summary.csv's speedup_vs_baseline carried no caveat when other processes took most of the CPU
+    (other_fraction 0.8): ``speedup_unreliable`` (appended) says so above the stated threshold."""
+    from specsim.runs.runner import SPEEDUP_CONTENDED_FRACTION, matrix_table
+
+    assert SPEEDUP_CONTENDED_FRACTION == 0.10
+
+    def rec(rid, method, tput, other):
+        d = tmp_path / rid
+        d.mkdir()
+        prov = {"kind": "bench_serve", "label": rid.split("-", 1)[1], "method": method, "status": "ok",
+                "temperature": 0.0, "concurrency": 4, "summary": {"output_throughput_tokens_per_s": tput}}
+        if other is not None:
+            prov["cpu_accounting"] = {"other_fraction": other}
+        (d / "provenance.json").write_text(json.dumps(prov))
+    rec("m-baseline", None, 50.0, 0.02)
+    rec("m-ngram", "ngram", 75.0, 0.8)
+    rec("m-draft", "draft_model", 60.0, 0.05)
+    rec("m-eagle", "eagle", 55.0, None)
+    df = matrix_table(tmp_path, "m")
+    assert list(df.columns[:-1]) == [c for c in df.columns if c != "speedup_unreliable"]
+    assert df.columns[-1] == "speedup_unreliable"
+    df = df.set_index("label")
+    assert df.loc["ngram", "speedup_vs_baseline"] == pytest.approx(1.5)  # unchanged, but flagged
+    assert df.loc["ngram", "speedup_unreliable"] is True
+    assert df.loc["draft", "speedup_unreliable"] is False and df.loc["baseline", "speedup_unreliable"] is False
+    assert df.loc["eagle", "speedup_unreliable"] is None  # not recorded: unknown
+    # a contended baseline makes every ratio against it unreliable
+    (tmp_path / "m-baseline" / "provenance.json").write_text(json.dumps(
+        {**json.loads((tmp_path / "m-baseline" / "provenance.json").read_text()),
+         "cpu_accounting": {"other_fraction": 0.5}}))
+    assert matrix_table(tmp_path, "m").set_index("label").loc["draft", "speedup_unreliable"] is True
+
+
+def test_repeated_ctrl_c_while_the_server_starts_still_stops_it_and_keeps_its_log(fakes):
+    """Several quick Ctrl-Cs during a server start: the second one cut the stop short (no returncode,
+    the SIGKILL never sent: how the server ended was lost) and the run in flight was not recorded, its
+    server.log deleted with the server's log directory.  Now further SIGINTs are deferred while the
+    tree is stopped and recorded, then the KeyboardInterrupt propagates."""
+    import signal
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    timers = [threading.Timer(t, _thread.interrupt_main) for t in (1.5, 2.0, 2.5, 3.0)]
+    stats: dict = {}
+    for t in timers:
+        t.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            # "never" never answers /health; its child ignores SIGINT: the stop takes the 2.5 s grace
+            serve_and_bench(_server_cmd(fakes, "never"), [BenchPlan("k", _bench_cmd(fakes, "ok")),
+                                                          BenchPlan("k2", _bench_cmd(fakes, "ok"))],
+                            runs_dir=fakes["runs"], stop_timeout_s=2.5, server_stats=stats)
+        assert time.monotonic() - t0 > 3.5  # the stop ran its course
+    finally:
+        for t in timers:
+            t.cancel()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    for name in ("server", "child"):
+        assert _wait_gone(_pid(fakes, name)), name
+    assert stats["stop_signals_sent"] == ["SIGINT", "SIGKILL"] and stats["returncode"] is not None
+    prov = _provenance(fakes["runs"] / "k")
+    assert prov["status"] == "failed" and prov["error"] == \
+        "interrupted (KeyboardInterrupt) while this run's server was starting or before its bench began"
+    assert "fake server starting never" in (fakes["runs"] / "k" / "server.log").read_text()
+    assert sorted(p.name for p in fakes["runs"].iterdir()) == ["k"]  # k2 never began; no .tmp-* left
+
+
+def test_deferred_interrupts_redelivers_a_ctrl_c_that_came_during_a_clean_stop():
+    from specsim.runs.process import deferred_interrupts
+
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupts() as d:
+            _thread.interrupt_main()
+            time.sleep(0.2)  # not raised here
+            assert d.got == ["SIGINT"]
+    with deferred_interrupts() as d:  # nothing came: nothing raised
+        pass
+    assert d.got == []

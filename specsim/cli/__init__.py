@@ -273,33 +273,49 @@ def _cmd_ingest(args) -> int:
 def _cmd_run_matrix(args) -> int:
     from specsim.runs.runner import (
         MatrixInterrupted,
+        check_runs_dir,
         dry_run,
+        selectable_names,
         stop_signals_as_interrupt,
     )
     from specsim.runs.sweep_files import load_matrix
 
     m = load_matrix(args.matrix, models_dir=Path(args.models_dir) if args.models_dir else None)
-    only = [o for o in args.only.split(",") if o.strip()] if args.only else None
+    only = None
+    if args.only is not None:  # --only "" / --only , select nothing: refused, not "the whole matrix"
+        only = [o.strip() for o in args.only.split(",") if o.strip()]
+        if not only:
+            raise SpecsimValueError("--only", f"selects nothing (no name in {args.only!r}); name at least one "
+                                    f"serve record, run label (<serve>-<bench>), health check or probe of matrix "
+                                    f"{m.name}, or leave --only out to run all of it; nothing was started",
+                                    args.only, selectable_names(m))
     if args.resume and not args.stamp:
         raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
-    if args.dry_run:  # the same selection as the run: --only, --stamp / --resume
-        text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume,
-                             runs_dir=Path(args.runs_dir) if args.runs_dir else None, executor=args.executor)
+    if args.slurm_param and args.executor != "slurm":  # it would be ignored
+        raise SpecsimValueError("--slurm-param", f"applies to --executor slurm only (not {args.executor})",
+                                args.slurm_param, ["--executor slurm"])
+    slurm: dict = {}
+    for kv in args.slurm_param:  # checked for a dry run too
+        k, eq, v = kv.partition("=")
+        if not eq or not k.strip():
+            raise SpecsimValueError("--slurm-param", "must be KEY=VALUE (e.g. slurm_partition=gpu)", kv)
+        slurm[k] = int(v) if v.isdigit() else v
+    runs_dir = Path(args.runs_dir) if args.runs_dir else None
+    check_runs_dir(runs_dir, "--runs-dir")
+    if args.dry_run:  # the same selection and checks as the run: --only, --stamp / --resume, --platform
+        text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume, runs_dir=runs_dir,
+                             executor=args.executor, platform=args.platform)
         print(json.dumps(data, indent=2, default=str) if args.json else text)
         return 0
-    slurm: dict = {}
-    for kv in args.slurm_param:
-        k, eq, v = kv.partition("=")
-        if not eq or not k:
-            raise SpecsimValueError("--slurm-param", "must be KEY=VALUE", kv)
-        slurm[k] = int(v) if v.isdigit() else v
     slurm_kw: dict | None = None
     if args.executor == "slurm":  # cluster=local / debug: submitit's local cluster, on purpose
         cluster = slurm.pop("cluster", None)
         slurm_kw = {"slurm_parameters": slurm, **({"cluster": str(cluster)} if cluster is not None else {})}
     try:
-        with stop_signals_as_interrupt(("SIGTERM",)):  # timeout / scancel stop it as Ctrl-C does
-            results = run_matrix(m, runs_dir=Path(args.runs_dir) if args.runs_dir else None, stamp=args.stamp,
+        # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
+        # a repeated one does not cut the stop and its records short
+        with stop_signals_as_interrupt(("SIGTERM", "SIGINT")):
+            results = run_matrix(m, runs_dir=runs_dir, stamp=args.stamp,
                                  resume=args.resume, executor=args.executor, ray_address=args.ray_address,
                                  platform=args.platform, only=only, slurm=slurm_kw)
     except MatrixInterrupted as e:

@@ -187,12 +187,29 @@ def pack_runs(results: Iterable[RunResult]) -> dict[str, dict[str, bytes]]:
     return packed
 
 
+#: a path under a job's staging directory (local ``<runs>/.staging-*``, a remote ``specsim-job-*``)
+_STAGED = r"[^\s'\"]*/(?:\.staging-|specsim-job-)[A-Za-z0-9_]+/"
+
+
+def final_paths(text: str, run_id: str, final: Path, *, server_log_kept: bool) -> str:
+    """``text`` (a recorded error) with the paths of the staging directory it was recorded in (deleted
+    after the import) replaced by the run's final path: its run directory, and the server log of the
+    job (``.tmp-server-*/server.log``) by the run's own copy ``<final>/server.log`` when it was kept."""
+    import re
+
+    if server_log_kept:
+        text = re.sub(_STAGED + r"\.tmp-server-[A-Za-z0-9_]+/server\.log", lambda _m: str(final / "server.log"), text)
+    return re.sub(_STAGED + r"(?:\.tmp-)?" + re.escape(run_id) + r"(?:-[A-Za-z0-9_]{8})?(?=$|[/\s:;,)'\"])",
+                  lambda _m: str(final), text)
+
+
 def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.PathLike,
                provenance_update: dict | None = None) -> Path:
     """Write one run into ``runs_dir/run_id`` atomically (temp directory + rename), never over a run.
 
     ``files``: ``{relative path: bytes}`` or a recorded run directory (moved).  ``provenance_update``
-    is merged into its ``provenance.json`` before the rename.
+    is merged into its ``provenance.json`` before the rename, and its ``error`` names the run's final
+    paths, not the staging ones (:func:`final_paths`).
 
     Raises
     ------
@@ -216,9 +233,11 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(data)
     pf = tmp / "provenance.json"
-    if provenance_update and pf.exists():
+    if pf.exists():
         prov = json.loads(pf.read_text())
-        prov.update(provenance_update)
+        prov.update(provenance_update or {})
+        if isinstance(prov.get("error"), str):
+            prov["error"] = final_paths(prov["error"], run_id, final, server_log_kept=(tmp / "server.log").exists())
         pf.write_text(json.dumps(prov, indent=2, default=_json_default) + "\n")
     if final.exists():
         raise RunError(f"run {run_id!r} appeared at {final} meanwhile; this run is left in {tmp}")
@@ -340,15 +359,24 @@ class LocalExecutor:
             if out.get("interrupted"):  # recorded (with the server's stop): now stop the matrix
                 raise out.get("interrupt") or KeyboardInterrupt()
         except KeyboardInterrupt as e:
-            self._drop_unclaimed(starting)
-            if not queued:  # interrupted outside the job's own handling (e.g. its server starting)
-                got = _interrupted(staging, e)
-                mine = next((srv for name, srv in starting if name == job["group"]), None)
-                if mine is not None and mine.stop_seconds is not None:
-                    from specsim.runs.serve_bench import _server_end
+            from specsim.runs.process import deferred_interrupts
 
-                    got["server_end"] = _server_end(mine)
-                self._done.append((tag, got))
+            with deferred_interrupts():  # stopping and recording are not cut short by a further Ctrl-C
+                mine = next((srv for name, srv in starting if name == job.get("group")), None)
+                if not queued and mine is not None:  # its log, kept with the record of the interrupted start
+                    mine.stop()
+                    with contextlib.suppress(OSError):
+                        shutil.copyfile(mine.log_path, staging / ".server.log")
+                self._drop_unclaimed(starting)
+                if not queued:  # interrupted outside the job's own handling (e.g. its server starting)
+                    got = _interrupted(staging, e)
+                    if mine is not None and mine.stop_seconds is not None:
+                        from specsim.runs.serve_bench import _server_end
+
+                        got["server_end"] = _server_end(mine)
+                    if (staging / ".server.log").exists():
+                        got["server_log"] = staging / ".server.log"
+                    self._done.append((tag, got))
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
             self._drop_unclaimed(starting)

@@ -314,6 +314,47 @@ class CpuAccount:
             r["other_fraction"] = round(other / (wall * (os.cpu_count() or 1)), 4) if wall > 0 else None
 
 
+class deferred_interrupts:
+    """While the block runs (in the main thread), SIGINT -- and SIGTERM where a Python handler is
+    installed for it (:func:`specsim.runs.runner.stop_signals_as_interrupt`) -- are noted instead of
+    raised, so that stopping a process tree and recording how it ended is not cut short by a second
+    Ctrl-C.  On exit the handlers are restored and a noted signal is delivered to its handler again
+    (a KeyboardInterrupt, usually), unless a KeyboardInterrupt already leaves the block (the stop it
+    asked for is under way).  ``.got``: the names of the signals noted.  Outside the main thread (or
+    nested in another): nothing is installed."""
+
+    _active = threading.local()
+
+    def __init__(self):
+        self.got: list[str] = []
+        self._saved: dict = {}
+
+    def _note(self, signum, _frame) -> None:
+        self.got.append(signal.Signals(signum).name)
+
+    def __enter__(self) -> "deferred_interrupts":
+        if threading.current_thread() is not threading.main_thread() or getattr(self._active, "on", False):
+            return self
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            cur = signal.getsignal(sig)
+            if callable(cur):
+                with contextlib.suppress(ValueError, OSError):
+                    self._saved[sig] = signal.signal(sig, self._note)
+        self._active.on = bool(self._saved)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self._saved:
+            return False
+        for sig, h in self._saved.items():
+            signal.signal(sig, h)
+        self._active.on = False
+        if self.got and not (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
+            sig = getattr(signal, self.got[0])
+            self._saved[sig](sig, None)  # raises (KeyboardInterrupt) where the handler does
+        return False
+
+
 _watch = threading.local()
 
 
@@ -489,6 +530,10 @@ class Server:
         """Stop the process group (idempotent); returns the exit code of the server process."""
         if self.proc is None:
             return None
+        with deferred_interrupts():  # a second Ctrl-C must not cut the stop (and its record) short
+            return self._stop()
+
+    def _stop(self) -> int | None:
         t0 = time.monotonic()
         try:
             if self.proc.poll() is None:
@@ -616,9 +661,10 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
             raise RunError(f"{Path(str(cmd[0])).name} timed out after {timeout_s:g} s; log {log_path}:\n"
                            f"{_tail(log_path)}") from None
         except BaseException:
-            _kill_group(proc, stop_timeout_s)
-            _close_pipe(proc)
-            _guard_status(status)
+            with deferred_interrupts():  # a second Ctrl-C does not leave the group running
+                _kill_group(proc, stop_timeout_s)
+                _close_pipe(proc)
+                _guard_status(status)
             raise
         # the leader is done; make sure nothing it started lingers in the group
         if _group_members(proc.pid):
@@ -726,7 +772,12 @@ class BenchClient:
         return float(rep["seconds"])
 
     def close(self) -> None:
-        """Stop the worker (asks it to stop, then the group's SIGINT / SIGKILL); idempotent."""
+        """Stop the worker (asks it to stop, then the group's SIGINT / SIGKILL); idempotent; not cut
+        short by a second Ctrl-C (:class:`deferred_interrupts`)."""
+        with deferred_interrupts():
+            self._close()
+
+    def _close(self) -> None:
         if self.proc is not None:
             if self.dir is not None:
                 with contextlib.suppress(OSError):

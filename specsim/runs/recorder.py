@@ -104,6 +104,12 @@ class RunRecorder:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        from specsim.runs.process import deferred_interrupts
+
+        with deferred_interrupts():  # a second Ctrl-C does not leave a half-written .tmp-* behind
+            return self._exit(exc_type, exc, tb)
+
+    def _exit(self, exc_type, exc, tb) -> bool:
         assert self.path is not None
         prov = self.provenance
         if exc_type is None and self._failed:
@@ -123,6 +129,9 @@ class RunRecorder:
         if self._skipped and self.status == "skipped":
             prov["skip_reason"] = self._skipped
             self.error = self._skipped
+        if self.error and not self.final_path.exists():
+            # a message naming a file of this run names it where it will be (the temp directory is renamed)
+            self.error = self.error.replace(str(self.path), str(self.final_path))
         if self.error:
             prov["error"] = self.error
         prov["ended"] = utc_now()

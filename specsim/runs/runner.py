@@ -28,8 +28,10 @@ from specsim.runs.platforms import (
     platform_settings,
     vllm_build,
 )
+from specsim.runs.process import deferred_interrupts
 from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
+from specsim.runs.records import CONTENDED_FRACTION
 from specsim.runs.serve_bench import BenchPlan, summarise_run
 from specsim.runs.sweep_files import (
     _BENCH_ADDED,
@@ -212,14 +214,20 @@ def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
     Raises
     ------
     SpecsimValueError
-        A name in ``only`` that is none of these (with the nearest names).
+        A name in ``only`` that is none of these (with the nearest names); an ``only`` whose names are
+        all empty (``[""]``, ``--only ""``, ``--only ,``): it selects nothing, and running the whole
+        matrix instead would be a surprise.
     """
     if not only:
         return m
-    only = [o.strip() for o in only if o.strip()]
-    kinds = {"serve record": [g.name for g in m.groups], "run label": [c.run_label for c in m.cells()],
-             "health check": [h.name for h in m.health_checks], "probe": [p.name for p in m.probes]}
-    names = [n for ns in kinds.values() for n in ns]
+    given = list(only)
+    only = [o.strip() for o in given if o.strip()]
+    names = selectable_names(m)
+    if not only:
+        raise SpecsimValueError(
+            "only", f"selects nothing (only empty names); name at least one serve record, run label "
+            f"(<serve>-<bench>), health check or probe of matrix {m.name}, or leave it out to run all of it; "
+            "nothing was started", given, names)
     unknown = [o for o in only if o not in names]
     if unknown:
         import difflib
@@ -258,6 +266,28 @@ def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
                                health_guards={k: v for k, v in m.health_guards.items() if k in {h.name for h in checks}})
 
 
+def selectable_names(m: SweepMatrix) -> list[str]:
+    """What ``only`` (``--only``) may name in ``m``: its serve records, run labels, health checks and
+    probes, in that order."""
+    return [*(g.name for g in m.groups), *(c.run_label for c in m.cells()), *(h.name for h in m.health_checks),
+            *(p.name for p in m.probes)]
+
+
+def check_runs_dir(runs_dir: Path | None, field: str = "runs_dir") -> None:
+    """Refuse a ``runs_dir`` that is not a directory and cannot be made one (it, or its nearest
+    existing parent, is a file), before anything starts."""
+    if runs_dir is None:
+        return
+    p = Path(runs_dir)
+    cur = p
+    while not cur.exists() and cur != cur.parent:
+        cur = cur.parent
+    if cur.exists() and not cur.is_dir():
+        what = "is a file, not a directory" if cur == p else f"cannot be made: {cur} is a file, not a directory"
+        raise SpecsimValueError(field, f"{p} {what}; give the directory the runs are recorded in (it is made "
+                                "if missing)", str(p))
+
+
 def plan_runs(m: SweepMatrix, runs_dir: Path, prefix: str, resume: bool) -> dict[tuple[str, str], tuple[str | None, RunResult | None]]:
     """``{(kind, name): (run id to record under or None, kept RunResult or None)}`` for every cell
     (``("cell", run_label)``), health check (``("check", name)``) and probe (``("probe", name)``) of
@@ -294,18 +324,23 @@ def sub_estimate(est, m: SweepMatrix):
 
 def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | None = None, stamp: str | None = None,
             resume: bool = False, runs_dir: Path | None = None, models_dir: Path | None = None,
-            executor: str = "local") -> tuple[str, dict]:
+            executor: str = "local", platform: str | None = None,
+            install: VllmInstall | None = None) -> tuple[str, dict]:
     """What ``specsim run-matrix --dry-run`` shows: ``(text, data)`` for the cells ``only`` selects;
     with ``stamp`` and ``resume``, the runs already recorded under that stamp (kept) and those to run
     (the estimate covers these only).  ``runs_dir``: where the runs are recorded and the estimate's
     recorded runs (default ``<data>/runs``); ``executor``: what the estimate is made for
-    (:func:`specsim.runs.sweep_files.estimate_seconds`).  Starts nothing.
+    (:func:`specsim.runs.sweep_files.estimate_seconds`).  ``platform`` (overriding the matrix's) and
+    ``install`` (default ``<repo>/.venv-vllm``): checked as the run checks them -- a platform the
+    installed vLLM build cannot run is refused (:func:`specsim.runs.platforms.detect_platform`; with no
+    vLLM environment the build is unknown and only the platform name is checked).  Starts nothing.
 
     Raises
     ------
     SpecsimValueError
-        An unknown name in ``only`` (:func:`select_matrix`); ``resume`` without ``stamp``; a ``stamp``
-        that is not a run-id name; an unknown ``executor``.
+        An unknown name in ``only`` or one that selects nothing (:func:`select_matrix`); ``resume``
+        without ``stamp``; a ``stamp`` that is not a run-id name; an unknown ``executor``; a
+        ``runs_dir`` that is a file; a ``platform`` unknown or that the installed vLLM cannot run.
     RunError
         Without ``resume``: a selected run is already recorded under ``stamp`` (as the run would).
     """
@@ -316,6 +351,9 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (--stamp STAMP)", resume)
     _check_stamp(stamp)
     sel = select_matrix(m, only)
+    check_runs_dir(runs_dir)
+    build, build_why = vllm_build(install or VllmInstall.default())
+    plat, _plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
     est = estimate_seconds(m, runs_dir=runs_dir, executor=executor)
     kept: list[RunResult] = []
@@ -344,15 +382,18 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                      "specsim only)") if m.vllm_sweep_commands() else ""
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
-            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands()}
+            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat}
     return text, data
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,
-                  error: BaseException | str | None = None) -> RunResult:
+                  error: BaseException | str | None = None, files: dict[str, bytes] | None = None) -> RunResult:
     """Record a cell that did not run: skipped (a judge failed) or failed (its job was lost or
-    interrupted; ``error`` is the exception or the reason)."""
+    interrupted; ``error`` is the exception or the reason).  ``files``: written into the record
+    (the server log of a start that was interrupted)."""
     with RunRecorder(run_id, runs_dir, prov) as rec:
+        for name, data in (files or {}).items():
+            (rec.path / name).write_bytes(data)
         if skip is not None:
             rec.mark_skipped(skip)
         if error is not None:
@@ -405,7 +446,9 @@ def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
     :class:`StopSignal` there -- a KeyboardInterrupt -- so that a matrix stopped by ``timeout`` or
     ``scancel`` records its running cell as failed, stops its servers, writes its manifest and
     removes its staging directory, as on Ctrl-C.  Later ones are ignored while that cleanup runs
-    (SIGKILL still ends the process).  Outside the main thread: nothing is installed."""
+    (SIGKILL still ends the process).  With ``"SIGINT"`` among ``signals`` (the CLI), Ctrl-C is one of
+    them: the interrupted cell is recorded ``"interrupted (SIGINT)"`` and a second Ctrl-C does not cut
+    the stop of its server and its records short.  Outside the main thread: nothing is installed."""
     import signal as _signal
     import threading
 
@@ -537,6 +580,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (stamp=...)", resume)
     _check_stamp(stamp)
     sel = select_matrix(m, only)  # an unknown name is refused before anything starts
+    check_runs_dir(runs_dir)
     groups, checks, probes = list(sel.groups), list(sel.health_checks), list(sel.probes)
     install = install or VllmInstall.default()
     install.check()
@@ -601,6 +645,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         def import_out(out: dict | BaseException, expected: list[tuple[str, dict, float]]) -> None:
             """Import a finished job's runs; record the cells it did not record as failed."""
             got = set()
+            slog: bytes | None = None
             server_end = out.get("server_end") if isinstance(out, dict) else None
             if isinstance(out, dict):
                 upd = {"executor": out.get("executor"), "server_end": out.get("server_end")}
@@ -609,13 +654,18 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         rid = info["run_id"]
                         path = import_run(rid, out["runs"][rid], runs_dir, upd)
                         got.add(rid)
-                        tick(RunResult(rid, path, info["status"], info["error"], info.get("summary") or {}),
-                             _est_of(expected, rid))
+                        tick(RunResult(rid, path, info["status"], _recorded_prov(path).get("error", info["error"]),
+                                       info.get("summary") or {}), _est_of(expected, rid))
                 else:
                     for r in out["results"]:
                         path = import_run(r.run_id, Path(r.path), runs_dir, upd)
                         got.add(r.run_id)
-                        tick(dataclasses.replace(r, path=path), _est_of(expected, r.run_id))
+                        # the error as imported: naming the run's final paths, not the staging ones
+                        tick(dataclasses.replace(r, path=path, error=_recorded_prov(path).get("error", r.error)),
+                             _est_of(expected, r.run_id))
+                    if out.get("server_log") is not None:  # the log of a server interrupted while starting
+                        with contextlib.suppress(OSError):
+                            slog = Path(out["server_log"]).read_bytes()
                     with contextlib.suppress(OSError):
                         shutil.rmtree(out["staging"])
             missing = [(rid, prov, est_s) for rid, prov, est_s in expected
@@ -635,8 +685,10 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 else:
                     err = "the job ended without recording this run"
                 extra = {"server_end": server_end} if server_end else {}
+                first = i == 0 and in_flight and isinstance(out, dict) and out.get("interrupted")
                 tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}, **extra},
-                                   error=err), est_s)
+                                   error=err, files={"server.log": slog} if first and slog is not None else None),
+                     est_s)
 
         # ---- 1. health checks (offline judges) ------------------------------------------------
         health: dict[str, dict | None] = {}
@@ -758,20 +810,21 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                                 "SIGINT" if _interrupt_name(e) == "KeyboardInterrupt" else _interrupt_name(e),
                                 runs_dir) from e
     finally:
-        if bar is not None:
-            if finished:  # estimates are estimates: a finished matrix ends at exactly 100 %
-                _advance(bar, bar.total - bar.n)
-            bar.close()
-        try:
-            ex.close()
-        finally:
-            if results:
-                mid, k = f"{prefix}-manifest", 1
-                while (runs_dir / mid).exists():  # a resumed invocation adds its own manifest
-                    k += 1
-                    mid = f"{prefix}-manifest-{k}"
-                _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
-                                                          "executor": {"kind": executor}})
+        with deferred_interrupts():  # stopping what is left and the manifest: not cut short by a Ctrl-C
+            if bar is not None:
+                if finished:  # estimates are estimates: a finished matrix ends at exactly 100 %
+                    _advance(bar, bar.total - bar.n)
+                bar.close()
+            try:
+                ex.close()
+            finally:
+                if results:
+                    mid, k = f"{prefix}-manifest", 1
+                    while (runs_dir / mid).exists():  # a resumed invocation adds its own manifest
+                        k += 1
+                        mid = f"{prefix}-manifest-{k}"
+                    _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
+                                                              "executor": {"kind": executor}})
     return results
 
 
@@ -803,8 +856,9 @@ def _run_all(ex, jobs: list[tuple[dict, list]], import_out, upcoming: Sequence[d
             for tag, out in ex.wait():
                 import_out(out, tag)
     except BaseException:
-        for tag, out in (ex.wait() if ex.kind == "local" else ()):
-            import_out(out, tag)
+        with deferred_interrupts():  # recording the interrupted job: not cut short by a further Ctrl-C
+            for tag, out in (ex.wait() if ex.kind == "local" else ()):
+                import_out(out, tag)
         if ex.kind != "local":
             ex.cancel_all(force=False)
             end = time.monotonic() + 180
@@ -822,6 +876,11 @@ def _rel_prompts(prompts: Path | None) -> str | None:
         if prompts.is_relative_to(root):
             return str(prompts.relative_to(root))
     return str(prompts)
+
+#: ``other_cpu_fraction`` (of a run or of its baseline) above which :func:`matrix_table` flags
+#: ``speedup_vs_baseline`` as unreliable (``speedup_unreliable``): the readers' ``contended`` threshold
+SPEEDUP_CONTENDED_FRACTION = CONTENDED_FRACTION
+
 
 def matrix_table(runs_dir: str | os.PathLike, prefix: str):
     """One row per recorded bench run whose id starts with ``prefix`` (a matrix invocation).
@@ -843,7 +902,17 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
         the same concurrency and temperature; tokens are identical under greedy decoding so this
         is the time ratio), ``greedy_identical`` ("k/n" vs the baseline), ``other_cpu_fraction``
         (CPU used by other processes / capacity during the bench), ``loadavg1_before``,
-        ``loadavg1_after``, ``server_startup_seconds``, ``error``.
+        ``loadavg1_after``, ``server_startup_seconds``, ``error``; then ``speedup_unreliable``
+        (appended; the columns before it are unchanged): True where ``speedup_vs_baseline`` is given
+        but this run's or its baseline's ``other_cpu_fraction`` exceeds
+        :data:`SPEEDUP_CONTENDED_FRACTION` (0.10), None where either fraction was not recorded.
+
+    The threshold is :data:`specsim.runs.records.CONTENDED_FRACTION`, the share above which the
+    readers flag a run ``contended``: the speedups a matrix compares are of the order of 10-50 %,
+    and on the CPU platform a server's threads are bound to every core, so other processes taking
+    more than a tenth of the machine's CPU time during a bench slow it by as much as the effect
+    being measured (and by different amounts for the run and its baseline, which are benched at
+    different times) -- the ratio then says more about the interference than about the method.
     """
     import pandas as pd
 
@@ -894,6 +963,18 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
             return None
         return r["output_throughput_tokens_per_s"] / base.loc[key, "output_throughput_tokens_per_s"]
     df["speedup_vs_baseline"] = df.apply(speedup, axis=1)
+    base_other = base["other_cpu_fraction"] if "other_cpu_fraction" in base else None
+
+    def unreliable(r):
+        if pd.isna(r["speedup_vs_baseline"]):
+            return None
+        key = (r["temperature"], r["concurrency"])
+        fr = [r["other_cpu_fraction"], base_other.loc[key] if base_other is not None else None]
+        fr = [x.iloc[0] if isinstance(x, pd.Series) else x for x in fr]
+        if any(x is not None and not pd.isna(x) and float(x) > SPEEDUP_CONTENDED_FRACTION for x in fr):
+            return True
+        return None if any(x is None or pd.isna(x) for x in fr) else False
+    df["speedup_unreliable"] = df.apply(unreliable, axis=1).astype(object)
     return df
 
 

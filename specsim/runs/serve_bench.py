@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from specsim.errors import DataError, NotCollectedError, RunError, SpecsimValueError
-from specsim.runs.process import BenchClient, CpuAccount, Server, free_port, run_command
+from specsim.runs.process import (
+    BenchClient,
+    CpuAccount,
+    Server,
+    deferred_interrupts,
+    free_port,
+    run_command,
+)
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
 from specsim.vllm.bench import read_bench_result
 from specsim.vllm.prometheus import diff_scrapes
@@ -202,6 +209,27 @@ def _record_failed(plan: BenchPlan, *, runs_dir: Path, error: BaseException, ser
     return RunResult(plan.run_id, rec.final_path, "failed", rec.error)
 
 
+def interrupt_text(e: BaseException | None) -> str:
+    """``"interrupted (<signal>)"`` of a KeyboardInterrupt: the signal a :class:`StopSignal
+    <specsim.runs.runner.StopSignal>` names (``SIGINT``, ``SIGTERM``), else ``KeyboardInterrupt`` (one
+    raised without a stop signal handler: Python's own Ctrl-C handler, ``ray.cancel``, a notebook)."""
+    return f"interrupted ({getattr(e, 'signal', None) or 'KeyboardInterrupt'})"
+
+
+def _record_interrupted(plan: BenchPlan, *, runs_dir: Path, reason: str, server_log: Path | None,
+                        base_prov: dict, server_cmd: Sequence[str]) -> RunResult:
+    """Record the plan in flight when an interrupt came before its bench began (the server starting,
+    the warm-up) as failed with ``reason``, keeping the server log so far."""
+    prov = {**base_prov, **plan.provenance}
+    prov["commands"] = {**prov.get("commands", {}), "server": list(server_cmd)}
+    with RunRecorder(plan.run_id, runs_dir, prov) as rec:
+        if server_log is not None and server_log.exists():
+            with contextlib.suppress(OSError):
+                shutil.copyfile(server_log, rec.path / "server.log")
+        rec.mark_failed(reason)
+    return RunResult(plan.run_id, rec.final_path, "failed", rec.error)
+
+
 def _server_end(srv: Server) -> dict:
     import signal as _signal
 
@@ -279,7 +307,10 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
     Raises
     ------
     KeyboardInterrupt
-        Propagated after the current run is recorded as failed and the server group is stopped.
+        Propagated after the server group is stopped and the current run is recorded as failed --
+        also one interrupted before its bench began (the server starting, the warm-up), with the
+        server log so far; further Ctrl-Cs while this is done are deferred
+        (:class:`~specsim.runs.process.deferred_interrupts`).
     """
     if not isinstance(bench_client, BenchClient) and bench_client not in ("process", "persistent"):
         raise SpecsimValueError("bench_client", "unknown bench client", bench_client, ["process", "persistent"])
@@ -294,6 +325,7 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
                                                        stop_timeout_s=stop_timeout_s)
     logdir, server_log, cmd = srv.log_path.parent, srv.log_path, srv.cmd
     results: list[RunResult] = []
+    ended: dict = {}  # how the server ended (server_stats)
     try:
         try:
             if server_error is not None:
@@ -336,8 +368,23 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
             if own:
                 client.close()
             srv.stop()
-            if server_stats is not None:
-                server_stats.update(_server_end(srv))
+            ended.update(_server_end(srv))
         return results
+    except KeyboardInterrupt as e:
+        # the interrupt came while the server started, during the warm-up or between two benches: stop
+        # the server, then record the plan in flight (a bench in flight recorded itself) with the
+        # server's log -- none of it cut short by a further Ctrl-C
+        with deferred_interrupts():
+            srv.stop()
+            if not ended:
+                ended.update(_server_end(srv))
+            k = len(results)
+            if k < len(plans) and not (runs_dir / plans[k].run_id).exists():
+                results.append(_record_interrupted(
+                    plans[k], runs_dir=runs_dir, server_log=server_log, base_prov=base_prov, server_cmd=cmd,
+                    reason=f"{interrupt_text(e)} while this run's server was starting or before its bench began"))
+        raise
     finally:
+        if server_stats is not None and ended:
+            server_stats.update(ended)
         shutil.rmtree(logdir, ignore_errors=True)

@@ -203,12 +203,14 @@ def _moe_flags(c: _Cfg, n_layers: int, n_experts: int) -> list[bool]:
 
 #: ``quantization_config.quant_method`` values :func:`_weight_dtypes` models (others are refused).
 SUPPORTED_QUANT_METHODS: tuple[str, ...] = ("fp8", "mxfp4", "awq (bits 4)", "gptq (bits 4)",
-                                            "compressed-tensors (weights float 8-bit or int 4-bit)")
+                                            "compressed-tensors (weights float 8-bit or int 4-bit)",
+                                            "modelopt (quant_algo FP8*)")
 
 
 def _quant_refused(method: Any, why: str) -> SpecsimValueError:
-    return SpecsimValueError("quantization_config.quant_method", f"{why}; specsim has no bytes per weight for it (to model "
-                             "the checkpoint anyway, drop quantization_config from the config and pass precision=)", method,
+    return SpecsimValueError("quantization_config.quant_method", f"{why}; specsim has no bytes per weight for it, and "
+                             "the config is read before any precision= applies (to model the checkpoint anyway, give a "
+                             "copy of config.json without quantization_config and pass precision=)", method,
                              SUPPORTED_QUANT_METHODS)
 
 
@@ -272,6 +274,17 @@ def _weight_dtypes(cfg: Mapping[str, Any], assumptions: list[str]) -> tuple[str,
         if bits == 4:
             return "int4", "int4", base
         raise _quant_refused(raw_method, f"{method} with bits={bits!r} is not modelled (only bits 4)")
+    if method.startswith("modelopt"):  # NVIDIA ModelOpt: {"quant_method": "modelopt", "quant_algo": ...} or
+        # {"quantization": {"quant_algo": ...}} (vLLM 0.32 model_executor/layers/quantization/modelopt.py
+        # ``_extract_modelopt_quant_algo``); FP8, FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO ... store fp8 weights
+        inner = qc.get("quantization") if isinstance(qc.get("quantization"), Mapping) else qc
+        algo = str(inner.get("quant_algo") or "").upper()
+        if algo.startswith("FP8"):
+            assumptions.append(f"quantization_config modelopt {algo}: linear layers and experts fp8, "
+                               f"embedding/lm_head stay {base}")
+            return "fp8", "fp8", base
+        raise _quant_refused(raw_method, f"modelopt quant_algo {algo or None!r} is not modelled (only FP8*; "
+                             "NVFP4's 16-element blocks with fp8 scales have no precision of their own here)")
     if method == "compressed-tensors":
         w = _compressed_tensors_weights(qc)
         assumptions.append(f"quantization_config compressed-tensors: linear layers and experts {w} (config_groups "
@@ -419,7 +432,7 @@ class ModelSpec:
             dtype names listed), or a ``quantization_config`` whose ``quant_method`` (with its bits)
             has no modelled precision (field ``quantization_config.quant_method``, the supported
             ones listed: fp8, mxfp4, awq / gptq 4-bit, compressed-tensors float 8-bit or int 4-bit
-            weights).  The error names the field.
+            weights, modelopt FP8).  The error names the field.
         DataError
             The file cannot be read or is not JSON.
         """

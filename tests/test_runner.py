@@ -601,3 +601,49 @@ def test_deferred_interrupts_redelivers_a_ctrl_c_that_came_during_a_clean_stop()
     with deferred_interrupts() as d:  # nothing came: nothing raised
         pass
     assert d.got == []
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Stands for MatrixInterrupted: the exception a clean-up must let leave, not replace."""
+
+
+def test_deferred_interrupts_in_a_cleanup_does_not_replace_the_interrupt_on_its_way_out():
+    """A second Ctrl-C during a ``finally:`` / ``except KeyboardInterrupt:`` clean-up is noted, and the
+    exception already leaving (MatrixInterrupted, with the results and the resume hint) is kept."""
+    from specsim.runs.process import deferred_interrupts
+
+    def run():
+        try:
+            raise _Interrupted("first Ctrl-C")
+        finally:
+            with deferred_interrupts() as d:
+                _thread.interrupt_main()
+                time.sleep(0.2)
+            assert d.got == ["SIGINT"]
+
+    with pytest.raises(_Interrupted):
+        run()
+
+
+def test_deferred_interrupts_leaves_the_handlers_as_it_found_them():
+    import signal
+
+    from specsim.runs.process import deferred_interrupts
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for _ in range(3):
+        with pytest.raises(KeyboardInterrupt):
+            with deferred_interrupts():
+                _thread.interrupt_main()
+                time.sleep(0.05)
+        assert {s: signal.getsignal(s) for s in before} == before
+    with deferred_interrupts(redeliver=False) as d:  # only noted
+        _thread.interrupt_main()
+        time.sleep(0.05)
+    assert d.got == ["SIGINT"] and {s: signal.getsignal(s) for s in before} == before
+    with deferred_interrupts() as outer:  # still deferring after all of the above (not stuck "active")
+        with deferred_interrupts() as inner:  # nested: the outer one notes
+            _thread.interrupt_main()
+            time.sleep(0.05)
+        assert inner.got == [] and outer.got == ["SIGINT"]
+        outer.got.clear()

@@ -115,6 +115,28 @@ def test_integer_options_must_be_integers_vllm_accepts(tmp_path, rec, field):
     assert e.field == field, str(e)
 
 
+def test_hf_overrides_lift_the_config_json_length_check(tmp_path):
+    """vLLM reads the length from the config after hf_overrides: config.json's 8192 is then no limit."""
+    load_matrix(_smoke(tmp_path, **_serve({"max_model_len": 32768,
+                                           "hf_overrides": {"max_position_embeddings": 32768}})))
+
+
+def test_a_per_layer_type_rope_factor_counts_in_the_length_limit():
+    from specsim.runs.sweep_files import _model_max_len
+
+    def limit(tmp, cfg):
+        tmp.mkdir()
+        (tmp / "config.json").write_text(json.dumps(cfg))
+        return _model_max_len(tmp)
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        base = {"max_position_embeddings": 8192}
+        assert limit(Path(d) / "a", base) == 8192
+        assert limit(Path(d) / "b", {**base, "rope_parameters": {"full_attention": {"rope_type": "yarn", "factor": 4.0},
+                                                                  "sliding_attention": {"rope_type": "default"}}}) == 32768
+
+
 @pytest.mark.parametrize("value", ["1k", "2K", "auto", -1, "4096", 8192])
 def test_sizes_vllm_accepts_are_accepted(tmp_path, value):
     load_matrix(_smoke(tmp_path, **_serve({"max_model_len": value})))
@@ -170,6 +192,13 @@ def test_a_bench_dataset_path_is_resolved_like_bench_cmds(tmp_path):
 def test_a_bench_model_other_than_the_served_one_is_refused_naming_both(tmp_path, kw, field):
     e = _refused(_smoke(tmp_path, **kw))
     assert e.field == field and e.allowed == ["models/smollm2-135m-instruct"], str(e)
+
+
+def test_a_bench_model_is_only_the_tokenizer_when_served_model_name_names_the_served_one(tmp_path):
+    """vLLM 0.32 vllm/benchmarks/serve.py sends --served-model-name when given; --model then only picks
+    the tokenizer, so it may name another (e.g. the hub id of the same weights)."""
+    load_matrix(_smoke(tmp_path, bench={"c4": {**C4, "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                                               "served_model_name": "models/smollm2-135m-instruct"}}))
 
 
 def test_a_bench_record_naming_the_served_model_asks_for_it_as_served(tmp_path):

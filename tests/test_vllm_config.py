@@ -505,6 +505,9 @@ def _ct(weights: dict, **more) -> dict:
     ({"quant_method": "mxfp4"}, ("bf16", "mxfp4", "bf16")),
     (_ct({"num_bits": 8, "type": "float"}), ("fp8", "fp8", "bf16")),
     (_ct({"num_bits": 4, "type": "int", "group_size": 128}), ("int4", "int4", "bf16")),
+    # NVIDIA ModelOpt, both layouts vLLM 0.32 reads (modelopt.py _extract_modelopt_quant_algo)
+    ({"quant_method": "modelopt", "quant_algo": "FP8"}, ("fp8", "fp8", "bf16")),
+    ({"quant_method": "modelopt", "quantization": {"quant_algo": "fp8_pb_wo"}}, ("fp8", "fp8", "bf16")),
 ])
 def test_hf_quantization_config_mapped(qc, want):
     from specsim.architecture import ModelSpec
@@ -522,6 +525,7 @@ def test_hf_quantization_config_mapped(qc, want):
     (_ct({"num_bits": 4, "type": "float"}), "float 4-bit"),
     ({"quant_method": "compressed-tensors"}, "config_groups"),
     ({"bits": 4}, "missing"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "NVFP4"),
 ])
 def test_hf_quantization_config_unmodelled_refused(qc, what):
     """Before: every one of these was modelled as bf16 weights, silently (an assumption line only)."""

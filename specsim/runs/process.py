@@ -315,41 +315,88 @@ class CpuAccount:
 
 
 class deferred_interrupts:
-    """While the block runs (in the main thread), SIGINT -- and SIGTERM where a Python handler is
-    installed for it (:func:`specsim.runs.runner.stop_signals_as_interrupt`) -- are noted instead of
-    raised, so that stopping a process tree and recording how it ended is not cut short by a second
-    Ctrl-C.  On exit the handlers are restored and a noted signal is delivered to its handler again
-    (a KeyboardInterrupt, usually), unless a KeyboardInterrupt already leaves the block (the stop it
-    asked for is under way).  ``.got``: the names of the signals noted.  Outside the main thread (or
-    nested in another): nothing is installed."""
+    """While the block runs (in the main thread), SIGINT and SIGTERM -- each where a Python handler is
+    installed for it (Python's own Ctrl-C handler, :func:`specsim.runs.runner.stop_signals_as_interrupt`,
+    a Ray worker's SIGTERM handler) -- are noted instead of handled, so that stopping a process tree and
+    recording how it ended is not cut short by a second Ctrl-C.
+
+    On exit the handlers are restored and the first noted signal is handed to its handler (a
+    KeyboardInterrupt, usually) -- unless a KeyboardInterrupt already leaves the block or was already
+    propagating when the block was entered (a ``finally:`` / ``except KeyboardInterrupt:`` clean-up: the
+    stop it asked for is under way, and a second one must not replace the exception on its way out,
+    e.g. :class:`~specsim.runs.runner.MatrixInterrupted`), or ``redeliver`` is False.  The handlers are
+    swapped with both signals blocked (``signal.pthread_sigmask``), SIGINT's last on the way out, so a
+    signal during the swap cannot leave a handler of this object installed.
+
+    Parameters
+    ----------
+    redeliver : bool
+        Hand a noted signal to its handler on exit (default); False: only note it (``.got``), for a
+        clean-up after which nothing is left to stop.
+
+    Attributes
+    ----------
+    got : list of str
+        The names of the signals noted (``"SIGINT"``, ``"SIGTERM"``).
+
+    Outside the main thread, or nested in another (the outer one notes): nothing is installed.
+    """
 
     _active = threading.local()
+    _SIGNALS = (signal.SIGTERM, signal.SIGINT)  # restored in this order: SIGINT's last
 
-    def __init__(self):
+    def __init__(self, redeliver: bool = True):
         self.got: list[str] = []
         self._saved: dict = {}
+        self._redeliver = redeliver
+        self._interrupting = False
 
     def _note(self, signum, _frame) -> None:
         self.got.append(signal.Signals(signum).name)
 
+    @classmethod
+    def _block(cls):
+        try:
+            return signal.pthread_sigmask(signal.SIG_BLOCK, set(cls._SIGNALS))
+        except (AttributeError, OSError, ValueError):  # pragma: no cover - no pthread_sigmask (Windows)
+            return None
+
+    @staticmethod
+    def _unblock(old) -> None:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
     def __enter__(self) -> "deferred_interrupts":
+        self._interrupting = isinstance(sys.exc_info()[1], KeyboardInterrupt)
         if threading.current_thread() is not threading.main_thread() or getattr(self._active, "on", False):
             return self
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            cur = signal.getsignal(sig)
-            if callable(cur):
-                with contextlib.suppress(ValueError, OSError):
-                    self._saved[sig] = signal.signal(sig, self._note)
-        self._active.on = bool(self._saved)
+        old = self._block()
+        try:
+            for sig in self._SIGNALS:
+                if callable(signal.getsignal(sig)):
+                    with contextlib.suppress(ValueError, OSError):
+                        self._saved[sig] = signal.signal(sig, self._note)
+            self._active.on = bool(self._saved)
+        finally:
+            self._unblock(old)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self._saved:
             return False
-        for sig, h in self._saved.items():
-            signal.signal(sig, h)
-        self._active.on = False
-        if self.got and not (exc_type is not None and issubclass(exc_type, KeyboardInterrupt)):
+        old = self._block()
+        try:
+            for sig in self._SIGNALS:
+                if sig == signal.SIGINT:
+                    self._active.on = False
+                if sig in self._saved:
+                    with contextlib.suppress(ValueError, OSError):
+                        signal.signal(sig, self._saved[sig])
+        finally:
+            self._active.on = False
+            self._unblock(old)
+        leaving = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        if self.got and self._redeliver and not leaving and not self._interrupting:
             sig = getattr(signal, self.got[0])
             self._saved[sig](sig, None)  # raises (KeyboardInterrupt) where the handler does
         return False

@@ -415,9 +415,9 @@ def _error_text(e: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 
 class StopSignal(KeyboardInterrupt):
-    """A stop signal other than SIGINT (SIGTERM: ``timeout``, ``scancel``, ``kill``) delivered as a
-    KeyboardInterrupt in the main thread (:func:`stop_signals_as_interrupt`), so that it stops a
-    matrix the way Ctrl-C does.  ``signal``: its name."""
+    """A stop signal (SIGTERM: ``timeout``, ``scancel``, ``kill``; SIGINT where the CLI routes Ctrl-C
+    through :func:`stop_signals_as_interrupt` too) delivered as a KeyboardInterrupt in the main thread,
+    so that it stops a matrix the way Ctrl-C does and the record names it.  ``signal``: its name."""
 
     def __init__(self, signame: str):
         super().__init__(signame)
@@ -810,7 +810,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                                 "SIGINT" if _interrupt_name(e) == "KeyboardInterrupt" else _interrupt_name(e),
                                 runs_dir) from e
     finally:
-        with deferred_interrupts():  # stopping what is left and the manifest: not cut short by a Ctrl-C
+        # stopping what is left and the manifest: not cut short by a Ctrl-C; one that comes after the
+        # last run finished is only noted (every run is recorded: there is nothing left to stop)
+        with deferred_interrupts(redeliver=not finished) as late:
             if bar is not None:
                 if finished:  # estimates are estimates: a finished matrix ends at exactly 100 %
                     _advance(bar, bar.total - bar.n)
@@ -825,6 +827,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         mid = f"{prefix}-manifest-{k}"
                     _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
                                                               "executor": {"kind": executor}})
+        if finished and late.got:
+            print(f"specsim: {late.got[0]} after the matrix had finished: every run is recorded, nothing was "
+                  "cut short", file=sys.stderr)
     return results
 
 
@@ -905,7 +910,8 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
         ``loadavg1_after``, ``server_startup_seconds``, ``error``; then ``speedup_unreliable``
         (appended; the columns before it are unchanged): True where ``speedup_vs_baseline`` is given
         but this run's or its baseline's ``other_cpu_fraction`` exceeds
-        :data:`SPEEDUP_CONTENDED_FRACTION` (0.10), None where either fraction was not recorded.
+        :data:`SPEEDUP_CONTENDED_FRACTION` (0.10); else None where either fraction was not recorded
+        (or no speedup is given), False otherwise.
 
     The threshold is :data:`specsim.runs.records.CONTENDED_FRACTION`, the share above which the
     readers flag a run ``contended``: the speedups a matrix compares are of the order of 10-50 %,

@@ -330,8 +330,10 @@ def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
             name = "-".join(f"{k}={v}" for k, v in r.items()) or "default"
             name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "default"
         elif not isinstance(name, str) or not _NAME_RE.match(name):
+            safe = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_.-") or "default"
             raise SpecsimValueError(f"{what}[{name!r}]", "record names must match [A-Za-z0-9][A-Za-z0-9._-]* "
-                                    "(they become run ids and record directories; nothing is renamed)", name)
+                                    f"(they become run ids and record directories; nothing is renamed: e.g. "
+                                    f"{safe!r}; vLLM's own sweep takes any name)", name)
         out.append((name, r))
     names = [n for n, _ in out]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -597,8 +599,10 @@ def _model_max_len(model_path: Path | None) -> int | None:
     lens = [n[k] for n in nodes for k in keys if isinstance(n.get(k), (int, float)) and not isinstance(n.get(k), bool)]
     if not lens:
         return None
-    factors = [1.0] + [float(r["factor"]) for n in nodes for r in (n.get("rope_scaling"), n.get("rope_parameters"))
-                       if isinstance(r, dict) and isinstance(r.get("factor"), (int, float))]
+    ropes = [r for n in nodes for r in (n.get("rope_scaling"), n.get("rope_parameters")) if isinstance(r, dict)]
+    ropes += [v for r in ropes for v in r.values() if isinstance(v, dict)]  # per layer type: {"full_attention": {...}}
+    factors = [1.0] + [float(r["factor"]) for r in ropes
+                       if isinstance(r.get("factor"), (int, float)) and not isinstance(r.get("factor"), bool)]
     return int(max(lens) * max(factors))
 
 
@@ -793,9 +797,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError("bench_cmd", "is required when sweeps are given")
         bench_cmd = _split_cmd(sc["bench_cmd"], "bench_cmd", ("vllm", "bench", "serve"))
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
-        for opt in ("model", "served-model-name"):
-            if opt in bench_base:
-                served(bench_base[opt], f"bench_cmd --{opt}")
+        # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
+        # --model; --model then only names the tokenizer): checked here when no bench record can change it
+        # (no record may give its own: checked per cell below)
     prompts = need(bench_base["dataset-path"], "bench_cmd --dataset-path") if "dataset-path" in bench_base else None
     out_len_base = bench_base.get("custom-output-len") or bench_base.get("random-output-len")
 
@@ -860,8 +864,17 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     dp = need(bp[k], f"{bwhere}.{k}")
                     if dp is not None:  # resolved as bench_cmd's --dataset-path is (the runner applies params as given)
                         bp[k] = str(dp)
-                for k in [k for k in bp if _canon(k) in ("model", "served-model-name")]:
+                # the model name the bench sends must be the served one: --served-model-name when given
+                # (then --model only names the tokenizer), else --model (vllm/benchmarks/serve.py)
+                smn = [k for k in bp if _canon(k) == "served-model-name"]
+                sends = smn or ([] if "served-model-name" in bench_base else [k for k in bp if _canon(k) == "model"])
+                for k in sends:
                     bp[k] = served(bp[k], f"{bwhere}.{k}")
+                if not smn:
+                    for opt in ("served-model-name",) if "served-model-name" in bench_base else (
+                            () if any(_canon(k) == "model" for k in bp) else ("model",)):
+                        if opt in bench_base:
+                            served(bench_base[opt], f"bench_cmd --{opt}")
                 if any(c["bench"] == bname for c in g["cells"]):
                     raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
                                             "in two sweeps", bname)
@@ -967,7 +980,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError(f"serve record {sname!r}: speculative_config", "must be an object", cfg)
         mml_key = next((k for k in ("max_model_len", "max-model-len") if k in sp), None)
         mml = sp[mml_key] if mml_key else serve_base.get("max-model-len")
-        limit = _model_max_len(model_path)
+        # hf_overrides can raise the model's length (max_position_embeddings, rope scaling): then vLLM's
+        # limit is not config.json's, and nothing is checked here
+        overridden = any(_canon(str(k)).partition(".")[0] == "hf-overrides" for k in (*sp, *serve_base))
+        limit = None if overridden else _model_max_len(model_path)
         if mml is not None and limit is not None and not long_ok:
             n = mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True)  # checked above
             if n > limit:
@@ -1360,7 +1376,8 @@ def serve_command(m: SweepMatrix, g: ServeGroup) -> list[str]:
 
 def bench_command(m: SweepMatrix, c: BenchCell) -> list[str]:
     """The ``vllm bench serve`` command of a cell as the files give it (``bench_cmd`` with the cell's
-    record and seed applied as vLLM's sweep applies them: :func:`apply_record`; paths as written), without
+    record and seed applied as vLLM's sweep applies them: :func:`apply_record`; bench_cmd's paths as written, a
+    record's ``dataset_path`` / ``model`` / ``served_model_name`` as :func:`load_matrix` resolved them), without
     the options the runner adds (:data:`BENCH_OWNED`: the server's address, the result files)."""
     return apply_record(apply_record(m.bench_cmd, dict(c.params)), {"seed": c.seed})
 

@@ -6,14 +6,31 @@ import numpy as np
 
 from specsim.errors import SpecsimValueError
 
+#: the largest integer a field or grid axis may take: numpy's int64 (beyond it arrays wrap around or
+#: become object arrays)
+INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _int64_rule(minimum: int, plural: bool = False) -> str:
+    return (f"must be {'integers' if plural else 'an integer'} in [{minimum}, 2**63 - 1] (larger values overflow "
+            "numpy's int64)")
+
 
 def int_field(name: str, value, minimum: int = 1) -> int:
+    """``value`` as an int, refused unless it is an integer in [``minimum``, 2**63 - 1] (bool refused)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise SpecsimValueError(name, f"must be an integer >= {minimum}", value)
+    if int(value) > INT64_MAX:
+        raise SpecsimValueError(name, _int64_rule(minimum), int(value), [f"{minimum}..{INT64_MAX}"])
     return int(value)
 
 
 def int_array(name: str, value, minimum: int = 1) -> np.ndarray:
+    """``value`` (scalar or sequence) as an int64 array of integers in [``minimum``, 2**63 - 1]
+    (integral floats accepted)."""
+    for v in np.ravel(np.asarray(value, dtype=object)):
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) > INT64_MAX:
+            raise SpecsimValueError(name, _int64_rule(minimum, plural=True), int(v), [f"{minimum}..{INT64_MAX}"])
     arr = np.asarray(value)
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):

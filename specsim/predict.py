@@ -113,7 +113,10 @@ class Prediction:
         With ``baseline=``: the anchoring record -- ``metric`` (``"tpot_s"`` or
         ``"output_tok_per_s"``), ``measured``, ``predicted_unanchored``, ``predicted_anchored``
         (equal to ``measured`` by construction, up to the root finder's tolerance), the measured
-        point (``concurrency``, ``isl``, ``osl``), ``target_time_scale`` and ``source``.
+        point (``concurrency``, ``isl``, ``osl``), ``target_time_scale``, ``host_time_scale`` (the
+        factor on the host-side seconds, 1 unless the measurement is faster than the calibration's
+        host terms allow), ``scaled`` (one of :data:`ANCHOR_SCOPES`: what the anchor scaled) and
+        ``source``.
     term_sources : dict of str to str
         Where each term of the step model came from (keys ``target_step``, ``verification``,
         ``target_prefill``, ``draft``, ``speculative_overhead``, ``acceptance``): a measurement
@@ -204,8 +207,8 @@ class Prediction:
         if self.baseline_anchor is not None:
             a = self.baseline_anchor
             lines.append(f"  anchored on         measured baseline {_fmt_metric(a['metric'], a['measured'])} at "
-                         f"concurrency {a['concurrency']} ISL/OSL={a['isl']}/{a['osl']} ({a['source']}): target "
-                         f"forwards x {self.target_time_scale:.4g} (unanchored "
+                         f"concurrency {a['concurrency']} ISL/OSL={a['isl']}/{a['osl']} ({a['source']}): "
+                         f"{anchor_scope_text(a)} (unanchored "
                          f"{_fmt_metric(a['metric'], a['predicted_unanchored'])})")
         for term, src in self.term_sources.items():
             lines.append(f"  term {term:<20} {src}")
@@ -721,69 +724,123 @@ def anchor_point(b: MeasuredBaseline, baseline_concurrency, concurrency, isl, os
     return tuple(out)
 
 
-def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int, int, int],
-                       overhead: SpecOverhead) -> tuple[float, dict[str, Any]]:
-    """Solve k > 0 such that the predicted baseline at the measured point equals the measurement.
-
-    Evaluates :func:`specsim.engine.evaluate` with ``Scenario.target_time_scale = k`` (every target
-    forward x k: baseline step, verification, target prefill) and finds the root of
-    ``log(predicted(k) / measured)`` with :func:`scipy.optimize.brentq` (TPOT rises and tok/s falls
-    monotonically with k), starting from the k that is exact when every baseline term is a target
-    forward (``measured / predicted(1)`` for TPOT); a start that already matches is returned as is,
-    so a measurement equal to the unanchored prediction gives k = 1 exactly.
-
-    Returns
-    -------
-    k : float
-    record : dict
-        ``Prediction.baseline_anchor`` (metric, measured, predicted_unanchored,
-        predicted_anchored, concurrency, isl, osl, target_time_scale, source).
-
-    Raises
-    ------
-    SpecsimValueError
-        No k in [1e-6, 1e6] matches (``baseline.<metric>``): the measurement is outside what
-        scaling the target's forwards can reach (e.g. below the unscaled host-side terms).
-    """
+def _solve_log_scale(g, guess: float) -> float | None:
+    """Root of ``g`` (monotone in ``log k``) within ``|log k| <= log 1e6`` by bracketing outward
+    from ``guess`` and :func:`scipy.optimize.brentq`; None when no root is there."""
     from scipy.optimize import brentq
 
-    metric, measured = b.anchor_metric
-    key = "baseline_tpot_s" if metric == "tpot_s" else "baseline_output_tok_per_s"
-    c_b, i_b, o_b = point
-
-    def predicted(k: float) -> float:
-        out = evaluate(replace(r, target_time_scale=float(k)), 1, c_b, i_b, o_b, tp, overhead)
-        return float(np.asarray(out[key]).reshape(-1)[0])
-
-    def g(log_k: float) -> float:
-        return math.log(predicted(math.exp(log_k)) / measured)
-
-    p1 = predicted(1.0)
-    guess = math.log(measured / p1) if metric == "tpot_s" else math.log(p1 / measured)  # exact if all terms scale
     lim = math.log(1e6)
     guess = min(max(guess, -lim + 0.5), lim - 0.5)
     if g(guess) == 0.0:  # e.g. the measurement IS the unanchored prediction: k = 1 exactly
-        k = math.exp(guess)
-        return k, {"metric": metric, "measured": measured, "predicted_unanchored": p1,
-                   "predicted_anchored": predicted(k), "concurrency": c_b, "isl": i_b, "osl": o_b,
-                   "target_time_scale": k, "source": b.source}
+        return guess
     lo, hi = guess - 0.5, guess + 0.5
     g_lo, g_hi = g(lo), g(hi)
     while g_lo * g_hi > 0 and (lo > -lim or hi < lim):
         lo, hi = max(-lim, lo - 2.0), min(lim, hi + 2.0)
         g_lo, g_hi = g(lo), g(hi)
     if g_lo * g_hi > 0:
-        raise SpecsimValueError(f"baseline.{metric}", f"no factor on the target's forwards in [1e-6, 1e6] makes the "
-                                f"predicted baseline ({_fmt_metric(metric, p1)} unanchored) equal the measured "
-                                f"{_fmt_metric(metric, measured)} at concurrency {c_b}, ISL/OSL {i_b}/{o_b}", measured)
+        return None
     if g_lo == 0.0:
-        k = math.exp(lo)
-    elif g_hi == 0.0:
-        k = math.exp(hi)
-    else:
-        k = math.exp(brentq(g, lo, hi, xtol=1e-14, rtol=1e-14, maxiter=200))
-    return k, {"metric": metric, "measured": measured, "predicted_unanchored": p1, "predicted_anchored": predicted(k),
-               "concurrency": c_b, "isl": i_b, "osl": o_b, "target_time_scale": k, "source": b.source}
+        return lo
+    if g_hi == 0.0:
+        return hi
+    return brentq(g, lo, hi, xtol=1e-14, rtol=1e-14, maxiter=200)
+
+
+def scaled_host_overhead(overhead: SpecOverhead, scale: float) -> SpecOverhead:
+    """``overhead`` with its host-side seconds (``host_step_s``, ``host_per_seq_s``: paid by both
+    arms) multiplied by ``scale``; the speculative terms unchanged.  ``scale`` is a baseline
+    anchor's ``host_time_scale`` (:func:`anchor_target_time`)."""
+    if scale == 1.0:
+        return overhead
+    return replace(overhead, host_step_s=overhead.host_step_s * scale, host_per_seq_s=overhead.host_per_seq_s * scale)
+
+
+#: how far a baseline anchor went (``baseline_anchor["scaled"]``), in the order tried
+ANCHOR_SCOPES = ("target forwards", "host terms", "target forwards, host terms dropped")
+
+
+def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int, int, int],
+                       overhead: SpecOverhead) -> tuple[float, dict[str, Any]]:
+    """Solve the anchor that makes the predicted baseline at the measured point equal the measurement.
+
+    A measured baseline anchors the absolute step time (DESIGN §10).  One measurement fixes one
+    factor, so the factors are tried in this order:
+
+    1. ``"target forwards"``: k > 0 on every target forward (``Scenario.target_time_scale``:
+       baseline step, verification, target prefill), host and speculative terms as given;
+    2. ``"host terms"``: the target forwards kept as calibrated (k = 1) and the host-side seconds of
+       both arms (``host_step_s``, ``host_per_seq_s``; :func:`scaled_host_overhead`) scaled by
+       ``host_time_scale`` in [1e-6, 1).  Tried only when the measurement is FASTER than the
+       unanchored prediction and (1) has no solution (the host seconds alone exceed the
+       measurement, e.g. a host term fitted at one concurrency only) or needs an implausible
+       k < ``ANCHOR_PLAUSIBLE[0]``; used when it has a solution;
+    3. ``"target forwards, host terms dropped"``: faster than the calibrated target forwards
+       alone: host-side seconds x 1e-9 and k solved as in (1).
+
+    Each solve evaluates :func:`specsim.engine.evaluate` and finds the root of
+    ``log(predicted / measured)`` in the log of the factor with :func:`scipy.optimize.brentq`
+    (TPOT rises and tok/s falls monotonically with either factor), bracketing outward from a start:
+    for k the factor that is exact when every baseline term scales (a start that already matches
+    is returned as is, so a measurement equal to the unanchored prediction gives k = 1 exactly),
+    for the host scale log s = -1.  Draft passes and the speculative terms (``fixed_s``,
+    ``per_token_s``, ``per_seq_layer_s``: a baseline does not run them) are never scaled.
+
+    Returns
+    -------
+    k : float
+        The factor on the target's forwards (1 in case 2).
+    record : dict
+        ``Prediction.baseline_anchor``: metric, measured, predicted_unanchored, predicted_anchored,
+        concurrency, isl, osl, target_time_scale, ``host_time_scale`` (1 in case 1; apply it with
+        :func:`scaled_host_overhead`), ``scaled`` (one of :data:`ANCHOR_SCOPES`) and source.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``baseline.<metric>``: no factor in [1e-6, 1e6] matches -- the measurement is faster than
+        the target's forwards at k = 1e-6 without host time, or slower than k = 1e6 allows.
+    """
+    metric, measured = b.anchor_metric
+    key = "baseline_tpot_s" if metric == "tpot_s" else "baseline_output_tok_per_s"
+    c_b, i_b, o_b = point
+
+    def predicted(k: float, host: float = 1.0) -> float:
+        out = evaluate(replace(r, target_time_scale=float(k)), 1, c_b, i_b, o_b, tp, scaled_host_overhead(overhead, host))
+        return float(np.asarray(out[key]).reshape(-1)[0])
+
+    def start(p: float) -> float:  # exact if every term scales
+        return math.log(measured / p) if metric == "tpot_s" else math.log(p / measured)
+
+    def record(k: float, host: float, scaled: str) -> dict[str, Any]:
+        return {"metric": metric, "measured": measured, "predicted_unanchored": p1,
+                "predicted_anchored": predicted(k, host), "concurrency": c_b, "isl": i_b, "osl": o_b,
+                "target_time_scale": k, "host_time_scale": host, "scaled": scaled, "source": b.source}
+
+    p1 = predicted(1.0)
+    log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk)) / measured), start(p1))
+    host_s = float(np.asarray(overhead.host_seconds(c_b)).reshape(-1)[0])
+    faster = (measured < p1) if metric == "tpot_s" else (measured > p1)
+    if log_k is not None and not (faster and host_s > 0 and math.exp(log_k) < ANCHOR_PLAUSIBLE[0]):
+        return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
+    if faster and host_s > 0:
+        def g_host(ls: float) -> float:  # flat above s = 1: the host terms are only ever scaled down
+            return math.log(predicted(1.0, math.exp(min(ls, 0.0))) / measured)
+        log_s = _solve_log_scale(g_host, -1.0)
+        if log_s is not None and log_s < 0.0:
+            return 1.0, record(1.0, math.exp(log_s), ANCHOR_SCOPES[1])
+        if log_k is not None:  # the host terms cannot explain it: k on the forwards (warned as implausible)
+            return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
+        no_host = 1e-9
+        log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk), no_host) / measured),
+                                 start(predicted(1.0, no_host)))
+        if log_k is not None:
+            return math.exp(log_k), record(math.exp(log_k), no_host, ANCHOR_SCOPES[2])
+    how = ("is faster than the target's forwards allow even at x 1e-6 and without host time" if faster else
+           "is slower than the target's forwards allow even at x 1e6")
+    raise SpecsimValueError(f"baseline.{metric}", f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
+                            f"ISL/OSL {i_b}/{o_b} {how} (predicted baseline {_fmt_metric(metric, p1)} unanchored): "
+                            "check that it is a baseline of this target, TP, precision and hardware", measured)
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:
@@ -883,6 +940,8 @@ def term_sources(r: Scenario, *, latency_given: bool, overhead_source: str, anch
         meas = (f"anchored on the measured baseline ({_fmt_metric(anchor['metric'], anchor['measured'])} at "
                 f"concurrency {anchor['concurrency']}, ISL/OSL {anchor['isl']}/{anchor['osl']}; {anchor['source']})")
         target = f"{meas}: {lat} x {k:.4g}"
+        if float(anchor.get("host_time_scale", 1.0)) != 1.0:
+            target += f"; host-side seconds x {float(anchor['host_time_scale']):.4g} ({anchor['scaled']})"
         verify = f"{lat} at q = N + 1, x {k:.4g} (anchored on the measured baseline)"
         prefill = f"{lat}, x {k:.4g} (anchored on the measured baseline)"
     else:
@@ -1009,7 +1068,10 @@ def predict(
         predicted baseline equals the measurement, and every target forward is multiplied by k
         (``Scenario.target_time_scale``); the model's structure still gives how the step changes
         with q = N + 1, draft passes and concurrency.  The baseline is then exact by construction;
-        draft passes and overheads are not scaled.  ``Prediction.target_time_scale``,
+        draft passes and speculative overheads are not scaled.  Only when the measurement is faster
+        than the calibration's host-side seconds alone allow (e.g. MI300X.json's host term, fitted at
+        one concurrency) are the host terms scaled down instead, with a warning
+        (:func:`anchor_target_time`, cases 2 and 3).  ``Prediction.target_time_scale``,
         ``baseline_anchor`` and ``term_sources`` record it.
     baseline_concurrency : int, optional
         The concurrency the baseline was measured at, when it differs from ``concurrency``: the
@@ -1072,8 +1134,12 @@ def predict(
                                 f"concurrency {concurrency} (vLLM's num_draft_tokens / num_drafts never exceeds it)",
                                 mean_proposal_tokens)
     n_src, n_notes = _n_source(r, concurrency, n_used)
-    r, anchor, a_notes = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency, isl=isl,
-                                   osl=osl, overhead=overhead)
+    r, anchor, a_notes, overhead = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency,
+                                             isl=isl, osl=osl, overhead=overhead)
+    if anchor is not None and anchor["host_time_scale"] != 1.0:
+        ov_src += (f"; host_step_s and host_per_seq_s then x {anchor['host_time_scale']:.4g} by the baseline anchor "
+                   f"(used: host_step_s {overhead.host_step_s * 1e6:.4g} us, host_per_seq_s "
+                   f"{overhead.host_per_seq_s * 1e6:.4g} us)")
     with _draft_precision_named(r):
         out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                        mean_proposal_tokens=mean_proposal_tokens)
@@ -1110,6 +1176,7 @@ def predict(
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
+        + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
         + plausibility_warnings(vals, anchor),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
@@ -1127,25 +1194,36 @@ def predict(
 
 
 def _anchored(r: Scenario, baseline, baseline_concurrency, *, tp, concurrency, isl, osl, overhead
-              ) -> tuple[Scenario, dict | None, tuple[str, ...]]:
+              ) -> tuple[Scenario, dict | None, tuple[str, ...], SpecOverhead]:
     """``r`` with ``target_time_scale`` solved on ``baseline`` (unchanged without one), the anchor
-    record and the assumptions it adds."""
+    record, the assumptions it adds and the overhead with the anchor's host scale applied."""
     b = as_baseline(baseline)
     if b is None:
         if baseline_concurrency is not None:
             raise SpecsimValueError("baseline_concurrency", "applies only with baseline=", baseline_concurrency)
-        return r, None, ()
+        return r, None, (), overhead
     point = anchor_point(b, baseline_concurrency, concurrency, isl, osl)
     k, rec = anchor_target_time(r, b, tp=tp, point=point, overhead=overhead)
     notes = (f"target step time anchored on the measured baseline ({_fmt_metric(rec['metric'], rec['measured'])} "
-             f"at concurrency {point[0]}, ISL/OSL {point[1]}/{point[2]}; {b.source}): every target forward "
-             f"(baseline step, verification, target prefill) x {k:.4g}, so the predicted baseline equals the "
-             "measurement; draft passes and speculative overhead are not scaled",)
+             f"at concurrency {point[0]}, ISL/OSL {point[1]}/{point[2]}; {b.source}): {anchor_scope_text(rec)}, so the "
+             "predicted baseline equals the measurement; draft passes and speculative overhead are not scaled",)
     cs = np.unique(np.asarray(concurrency)).tolist()
     if cs != [point[0]]:
+        what = "step time" if rec["scaled"] == ANCHOR_SCOPES[0] else "step time (host_per_seq_s included)"
         notes += (f"anchor solved at concurrency {point[0]} and applied at {cs if len(cs) > 1 else cs[0]}: assumes "
-                  "the model's concurrency dependence of the target's step time",)
-    return replace(r, target_time_scale=k), rec, notes
+                  f"the model's concurrency dependence of the target's {what}",)
+    return replace(r, target_time_scale=k), rec, notes, scaled_host_overhead(overhead, rec["host_time_scale"])
+
+
+def anchor_scope_text(rec: Mapping[str, Any]) -> str:
+    """What a baseline anchor scaled (``rec`` = ``Prediction.baseline_anchor``), in words."""
+    k, s = float(rec["target_time_scale"]), float(rec.get("host_time_scale", 1.0))
+    scaled = rec.get("scaled", ANCHOR_SCOPES[0])
+    if scaled == ANCHOR_SCOPES[1]:
+        return f"the host-side seconds (host_step_s, host_per_seq_s) x {s:.4g}, the target forwards as calibrated"
+    if scaled == ANCHOR_SCOPES[2]:
+        return f"every target forward x {k:.4g}, the host-side seconds dropped (x {s:.3g})"
+    return f"every target forward (baseline step, verification, target prefill) x {k:.4g}"
 
 
 def scheduled_n(r: Scenario, concurrency):
@@ -1335,6 +1413,19 @@ def check_table_context(r: Scenario, *, isl, osl) -> None:
 ANCHOR_PLAUSIBLE = (1.0 / 3.0, 3.0)
 
 
+def anchor_scope_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warning a baseline anchor that had to scale the host-side terms carries (empty for an
+    anchor on the target's forwards alone); ``anchor`` = ``Prediction.baseline_anchor``."""
+    if anchor.get("scaled", ANCHOR_SCOPES[0]) == ANCHOR_SCOPES[0]:
+        return ()
+    return (f"the measured baseline ({_fmt_metric(anchor['metric'], anchor['measured'])} at concurrency "
+            f"{anchor['concurrency']}; unanchored {_fmt_metric(anchor['metric'], anchor['predicted_unanchored'])}) "
+            "is faster than the host-side seconds used allow (host_step_s + host_per_seq_s x C, from the stack "
+            f"calibration or overhead=): anchored by scaling {anchor_scope_text(anchor)}. Those host terms do not "
+            "describe your stack; measure them (e.g. baselines at two concurrencies) and pass "
+            "overhead=SpecOverhead(host_step_s=..., host_per_seq_s=...) for a firmer prediction",)
+
+
 def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tuple[str, ...]:
     """Warnings on numbers a reader should not take at face value: an anchor factor far from 1, and a
     speculative overhead larger than draft + verification together (per-sequence stack terms fitted
@@ -1345,13 +1436,43 @@ def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tup
         if not ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
             out.append(f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
                        f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
-                       "precision and hardware; host and speculative overheads are not scaled by the anchor")
+                       "precision and hardware; the speculative overheads are not scaled by the anchor")
+        out.extend(anchor_scope_warning(anchor))
     ov, work = vals.get("t_overhead_s", 0.0), vals.get("t_verify_s", 0.0) + vals.get("t_draft_s", 0.0)
     if ov > work > 0:
         out.append(f"the speculative overhead ({ov * 1e3:.3g} ms per step) exceeds draft + verification "
                    f"({work * 1e3:.3g} ms): the calibration's per-sequence speculative terms were fitted at one "
                    "load and dominate here -- an extrapolation; measure a run at this concurrency")
     return tuple(out)
+
+
+def allreduce_prior_warning(latency, tp: int) -> tuple[str, ...]:
+    """The warning of a TP > 1 prediction whose all-reduce latency was never fitted.
+
+    The shipped calibration's ``allreduce_latency_s`` (seconds per all-reduce call, charged
+    ``2 x layers`` times per forward at TP > 1, :mod:`specsim.latency`) is a prior wherever the fit
+    saw no TP > 1 run: its ``term_sources`` entry starts with "prior" -- on the hardware itself, or
+    on the hardware a transferred calibration came from (``transferred_from``).  Empty for TP = 1,
+    for a latency model without a shipped calibration, and for a fitted term.
+    """
+    rec = getattr(latency, "calibration", None)
+    if tp <= 1 or rec is None or measured_table(latency) is not None:  # a measured table includes the all-reduce
+        return ()
+    src = str((getattr(rec, "term_sources", {}) or {}).get("allreduce_latency_s", ""))
+    origin = getattr(rec, "transferred_from", None)
+    if origin and not src.startswith("prior"):
+        from specsim.calibration import load_calibration
+
+        cal = load_calibration(origin)
+        src = str(((cal or {}).get("term_sources") or {}).get("allreduce_latency_s", src))
+    if not src.startswith("prior"):
+        return ()
+    v = float((getattr(rec, "terms", {}) or {}).get("allreduce_latency_s", 0.0))
+    where = os.path.basename(str(getattr(rec, "file", ""))) + (f", transferred from {origin}" if origin else "")
+    return (f"TP={tp}: the all-reduce latency per call ({v * 1e6:.3g} us, {where}) is a prior, never fitted on a "
+            f"TP > 1 run, so the TP={tp} step time charges the all-reduce "
+            + ("wire time only" if v == 0.0 else "wire time plus that prior")
+            + f"; anchor on a measured TP={tp} baseline (baseline=) for a firmer number",)
 
 
 def _stack_warning(latency, vllm_version: str | None, platform: str | None) -> tuple[str, ...]:
@@ -1635,7 +1756,9 @@ def sweep(
         ``specsim.engine.evaluate``), the
         health checks ``break_even_mal, verify_cost_in_baseline_steps,
         verification_cost_in_baseline_steps`` (:func:`health_terms`), ``target_time_scale`` (1
-        unless anchored on a baseline) and ``kv_cache_fits``: False where the KV cache of
+        unless anchored on a baseline), ``host_time_scale`` (the anchor's factor on the host-side
+        seconds: 1 unless the baseline is faster than the calibration's host terms allow, then
+        warned) and ``kv_cache_fits``: False where the KV cache of
         concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
         preempt; :func:`predict` warns there).  ``df.attrs["warnings"]``: tuple of str, the
         warnings that hold for the whole sweep (the software-stack mismatch above, ``expert_parallel``
@@ -1730,6 +1853,8 @@ def sweep(
         if vllm_version or platform:
             stack_warnings.update(dict.fromkeys(_stack_warning(r.latency, vllm_version, platform)))
         stack_warnings.update(dict.fromkeys(ep_warn))
+        if b is None:
+            stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
         _check_partial(drafted_fraction, mean_proposal_tokens)
         kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
         okey = (id(r.latency), id(r.target), r.hardware_name)
@@ -1739,8 +1864,10 @@ def sweep(
         ov = shared_overheads[okey][1]
         n_used = scheduled_n(r, cs).reshape(C.shape) if r.speculative_config is not None else N
         if b is not None:
-            k, _ = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
+            k, anchor_rec = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
             r = replace(r, target_time_scale=k)
+            ov = scaled_host_overhead(ov, anchor_rec["host_time_scale"])
+            stack_warnings.update(dict.fromkeys(anchor_scope_warning(anchor_rec)))
         with _draft_precision_named(r):
             out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
                                    mean_proposal_tokens=mean_proposal_tokens)
@@ -1755,6 +1882,7 @@ def sweep(
         # results computed here (not arrays a user's latency model or drafter may hold)
         fresh.append(set(health) | {"kv_cache_fits"} | (set(out) if _uses_plan(r) else set()))
         cols["target_time_scale"] = float(r.target_time_scale)
+        cols["host_time_scale"] = float(anchor_rec["host_time_scale"]) if b is not None else 1.0
         n_nat = np.asarray(n_used)
         uniq, inv = np.unique(n_nat, return_inverse=True)
         ext = np.array([_extrapolated(shared_extrapolated, r.acceptance, int(k)) if k > 0 else False

@@ -21,7 +21,10 @@ from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
 from specsim.predict import (
+    allreduce_prior_warning,
     anchor_point,
+    anchor_scope_text,
+    anchor_scope_warning,
     anchor_target_time,
     as_baseline,
     check_feasibility,
@@ -29,6 +32,7 @@ from specsim.predict import (
     measured_table,
     precision_label,
     resolve_inputs,
+    scaled_host_overhead,
     table_name,
     with_expert_parallel,
     with_measured_table,
@@ -1062,15 +1066,19 @@ def recommend(
             excluded.append((r.method, f"refused (as vLLM would refuse it): {e}"))
             continue
         ov = overhead if overhead is not None else default_overhead(r.latency)
+        if anchor_b is None:
+            stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp)))
         anchor_note = None
         if anchor_b is not None:
-            k, _ = anchor_target_time(r, anchor_b, tp=tp, point=anchor_pt, overhead=ov)
+            k, anchor_rec = anchor_target_time(r, anchor_b, tp=tp, point=anchor_pt, overhead=ov)
             r = replace(r, target_time_scale=k)
+            ov = scaled_host_overhead(ov, anchor_rec["host_time_scale"])
+            stack_warnings.update(dict.fromkeys(anchor_scope_warning(anchor_rec)))
             anchor_note = (f"target step time anchored on the measured baseline ({anchor_b.source}, "
                            f"{anchor_b.anchor_metric[0]} = {anchor_b.anchor_metric[1]:.6g} at concurrency "
-                           f"{anchor_pt[0]}, ISL/OSL {anchor_pt[1]}/{anchor_pt[2]}): target forwards x {k:.4g} at "
-                           "every concurrency; draft passes and overhead not scaled; the step-time interval keeps "
-                           "the calibration's width")
+                           f"{anchor_pt[0]}, ISL/OSL {anchor_pt[1]}/{anchor_pt[2]}): {anchor_scope_text(anchor_rec)} "
+                           "at every concurrency; draft passes and speculative overhead not scaled; the step-time "
+                           "interval keeps the calibration's width")
         rel, rel_src = _rel_error(r.latency, step_time_rel_error)
         meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
         n_max = max_num_speculative_tokens if max_num_speculative_tokens is not None else (meas or 15)

@@ -436,3 +436,120 @@ def test_readme_baseline_command_runs(capsys, monkeypatch):
     assert d["baseline_output_tok_per_s"] == pytest.approx(json.loads(BENCH_BASE.read_text())["output_throughput"],
                                                            rel=1e-10)
     assert d["break_even_mal"] > 1 and d["term_sources"]["acceptance"].startswith("measured")
+
+
+# --------------------------------------------------------------------------------------------
+# a measured baseline faster than the calibration's host terms allow (e.g. MI300X.json's host term,
+# fitted at one concurrency): the host-side seconds are scaled instead of refusing
+
+
+H_FIX = 0.02  # host seconds per step of both arms, larger than the target forward T
+
+
+def _host(*, n=3, alpha=0.7, **kw):
+    return predict("Qwen3-8B", None, n, hardware="MI300X", concurrency=4, isl=512, osl=100,
+                   acceptance=Acceptance.constant(alpha, temperature=0.0), drafter=FractionDrafter(0.1, T),
+                   latency=ConstLatency(T, 0.0), overhead=SpecOverhead(fixed_s=O_FIX, host_step_s=H_FIX), **kw)
+
+
+def test_anchor_scales_the_host_terms_when_they_alone_exceed_the_measurement():
+    n, alpha = 3, 0.7
+    mal = 1 + alpha + alpha**2 + alpha**3
+    p0 = _host()
+    assert p0.baseline_tpot_s == pytest.approx(T + H_FIX, rel=1e-12)  # no prefill: TPOT = forward + host
+    # T < measured < H: no factor on the forwards alone reaches it; host x s with s = (m - T) / H, k = 1
+    m = 0.015
+    p = _host(baseline={"tpot_s": m})
+    s = (m - T) / H_FIX
+    a = p.baseline_anchor
+    assert a["scaled"] == "host terms" and p.target_time_scale == 1.0
+    assert a["host_time_scale"] == pytest.approx(s, rel=1e-10)
+    assert p.baseline_tpot_s == pytest.approx(m, rel=1e-10) and p.t_base_s == pytest.approx(m, rel=1e-10)
+    # both arms pay the scaled host time; draft and the speculative fixed overhead are not scaled
+    t_step = n * 0.1 * T + T + O_FIX + H_FIX * s
+    assert p.t_step_s == pytest.approx(t_step, rel=1e-10)
+    assert p.throughput_ratio == pytest.approx(mal * m / t_step, rel=1e-10)
+    assert p.t_draft_s == pytest.approx(p0.t_draft_s, rel=1e-12) and p.t_overhead_s == pytest.approx(p0.t_overhead_s)
+    # said in the warnings, the assumptions, the provenance and the summary
+    assert any("faster than the host-side seconds used allow" in w for w in p.warnings)
+    assert any("host-side seconds (host_step_s, host_per_seq_s) x" in x for x in p.assumptions)
+    assert "host-side seconds x" in p.term_sources["target_step"] and "host-side seconds" in p.summary()
+    # an anchor on the forwards alone carries no such warning and keeps the host terms
+    q = _host(baseline={"tpot_s": 2 * (T + H_FIX)})
+    assert q.baseline_anchor["scaled"] == "target forwards" and q.baseline_anchor["host_time_scale"] == 1.0
+    assert q.target_time_scale == pytest.approx((2 * (T + H_FIX) - H_FIX) / T, rel=1e-10)
+    assert not any("host-side seconds used allow" in w for w in q.warnings)
+
+
+def test_anchor_drops_the_host_terms_when_the_forwards_alone_are_slower():
+    m = 0.004  # below T: even without host time the forwards must be scaled, k = m / T
+    p = _host(baseline={"tpot_s": m})
+    a = p.baseline_anchor
+    assert a["scaled"] == "target forwards, host terms dropped" and a["host_time_scale"] < 1e-6
+    assert p.target_time_scale == pytest.approx(m / T, rel=1e-6)
+    assert p.baseline_tpot_s == pytest.approx(m, rel=1e-10)
+    assert any("host-side seconds dropped" in w for w in p.warnings)
+
+
+def test_fast_baseline_on_mi300x_is_anchored_not_refused():
+    # MI300X.json's host term (fitted at concurrency 64 only) alone is ~16.6 ms per step; a measured
+    # 150 tok/s at concurrency 1 (6.7 ms per token) used to be refused
+    kw = dict(hardware="MI300X", concurrency=1, acceptance=Acceptance.constant(0.7, temperature=0.0))
+    p0 = predict("Llama-3.1-8B-Instruct", "eagle3", 3, **kw)
+    assert p0.t_host_s > 1.0 / 150.0  # the premise: the host term alone is slower than the measurement
+    p = predict("Llama-3.1-8B-Instruct", "eagle3", 3, baseline={"output_tok_per_s": 150.0}, **kw)
+    assert p.baseline_output_tok_per_s == pytest.approx(150.0, rel=1e-10)
+    assert p.baseline_anchor["scaled"] == "host terms" and 0 < p.baseline_anchor["host_time_scale"] < 1
+    assert p.t_host_s == pytest.approx(p0.t_host_s * p.baseline_anchor["host_time_scale"], rel=1e-10)
+    assert p.t_verify_s == pytest.approx(p0.t_verify_s, rel=1e-12)  # target forwards as calibrated
+    # sweep and recommend anchor the same way and warn once
+    df = sweep("Llama-3.1-8B-Instruct", "eagle3", num_speculative_tokens=[1, 3], concurrency=[1],
+               baseline={"output_tok_per_s": 150.0}, **{k: v for k, v in kw.items() if k != "concurrency"})
+    row = df[df["num_speculative_tokens"] == 3].iloc[0]
+    assert row["throughput_ratio"] == pytest.approx(p.throughput_ratio, rel=1e-10)
+    assert np.allclose(df["host_time_scale"], p.baseline_anchor["host_time_scale"], rtol=1e-12)
+    assert any("host-side seconds used allow" in w for w in df.attrs["warnings"])
+    from specsim.recommend import recommend
+
+    q0 = predict("Qwen3-8B", "eagle3", 3, **kw)  # a target with published acceptance
+    fast = 0.8 * q0.t_host_s  # a TPOT faster than the host term alone allows
+    rec = recommend("Qwen3-8B", "eagle3", hardware="MI300X", concurrency=[1, 4],
+                    baseline=MeasuredBaseline(tpot_s=fast, concurrency=1))
+    pt1 = next(x for x in rec.methods[0].points if x.concurrency == 1)
+    assert pt1.baseline_tpot_s == pytest.approx(fast, rel=1e-10)
+    assert any("host-side seconds used allow" in w for w in rec.warnings)
+    assert "host-side seconds" in rec.methods[0].assumptions[0]
+
+
+def test_host_scaled_anchor_is_shown_everywhere_it_is_used(capsys):
+    p = _host(baseline={"tpot_s": 0.015})
+    s = p.baseline_anchor["host_time_scale"]
+    src = p.term_sources["speculative_overhead"]  # names the host values actually used
+    assert "by the baseline anchor" in src and f"host_step_s {H_FIX * s * 1e6:.4g} us" in src
+    assert p.overhead_terms["host_step_s"] == pytest.approx(H_FIX * s, rel=1e-12)
+    rc = main(["sweep", "--target", "Llama-3.1-8B-Instruct", "--method", "eagle3", "-n", "1,3", "--hardware", "MI300X",
+               "--concurrency", "1", "--acceptance", "0.7", "--baseline-tok-per-s", "150"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "target forwards x 1, host-side seconds x" in err
+
+
+def test_anchor_prefers_the_host_terms_to_an_implausible_factor_on_the_forwards():
+    # just slower than the MI300X host term alone: the forwards alone would need k ~ 0.01 (a 8B decode
+    # step 100x faster than its bandwidth roofline); scaling the host terms keeps them as calibrated
+    kw = dict(hardware="MI300X", concurrency=1, isl=1024, osl=1024, acceptance=Acceptance.constant(0.7, temperature=0.0))
+    p0 = predict("Llama-3.1-8B-Instruct", "eagle3", 3, **kw)
+    m = p0.t_host_s * 1.01 + p0.t_prefill_s / 1024  # a TPOT a little above the host floor
+    p = predict("Llama-3.1-8B-Instruct", "eagle3", 3, baseline={"tpot_s": m}, **kw)
+    assert p.baseline_anchor["scaled"] == "host terms" and p.target_time_scale == 1.0
+    assert p.baseline_tpot_s == pytest.approx(m, rel=1e-10)
+    # a plausible factor is still taken on the forwards, host terms kept
+    q = predict("Llama-3.1-8B-Instruct", "eagle3", 3, baseline={"tpot_s": p0.baseline_tpot_s * 0.9}, **kw)
+    assert q.baseline_anchor["scaled"] == "target forwards" and q.baseline_anchor["host_time_scale"] == 1.0
+    assert 1 / 3 < q.target_time_scale < 1
+
+
+def test_unreachable_measurements_say_which_way():
+    for tpot, words in ((1e-12, "faster than the target's forwards allow"), (1e6, "slower than")):
+        with pytest.raises(SpecsimValueError) as ei:
+            predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, baseline={"tpot_s": tpot})
+        assert ei.value.field == "baseline.tpot_s" and words in str(ei.value)

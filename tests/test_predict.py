@@ -724,3 +724,53 @@ def test_acceptance_source_says_counts_or_given_rates():
     counted = predict("Qwen3-8B", "eagle3", 3, acceptance=Acceptance.from_counts(100, [80, 60, 45]), **kw)
     assert counted.term_sources["acceptance"].startswith("measured (")
     assert predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, **kw).term_sources["acceptance"].startswith("assumed")
+
+
+# --------------------------------------------------------------------------------------------
+# TP > 1 where the calibration never saw an all-reduce
+
+
+@pytest.mark.parametrize("hw, prior_us", [("B200", 0.0), ("H200", 0.0), ("MI355X", 8.0), ("MI350X", None)])
+def test_tp_above_one_on_an_unfitted_allreduce_latency_warns(hw, prior_us):
+    from specsim.calibration import load_calibration
+    from specsim.hardware import load_hardware
+
+    kw = dict(hardware=hw, acceptance=0.7, concurrency=8)
+    cal = load_calibration(load_hardware(hw).name)
+    origin = load_calibration(cal["transferred_from"]) if cal.get("transferred_from") else cal
+    assert origin["term_sources"]["allreduce_latency_s"].startswith("prior")  # the premise, from the shipped file
+    if prior_us is not None:
+        assert cal["terms"]["allreduce_latency_s"] * 1e6 == pytest.approx(prior_us)
+    p8 = predict("Llama-3.3-70B-Instruct", "eagle3", 3, tp=8, **kw)
+    w = [x for x in p8.warnings if "all-reduce latency per call" in x]
+    assert len(w) == 1 and "TP=8" in w[0] and "never fitted on a TP > 1 run" in w[0]
+    assert ("wire time only" in w[0]) == (cal["terms"]["allreduce_latency_s"] == 0.0)
+    assert not any("all-reduce latency" in x for x in predict("Qwen3-8B", "eagle3", 3, tp=1, **kw).warnings)
+    df = sweep("Llama-3.3-70B-Instruct", "eagle3", num_speculative_tokens=[3], tp=[4, 8], **kw)
+    assert sum("all-reduce latency per call" in x for x in df.attrs["warnings"]) == 2  # one per TP
+
+
+def test_tp_above_one_on_a_fitted_allreduce_latency_does_not_warn():
+    from specsim.calibration import load_calibration
+
+    assert load_calibration("MI300X")["term_sources"]["allreduce_latency_s"].startswith("fitted")
+    for hw in ("MI300X", "MI325X"):  # fitted, and transferred from the fitted one
+        p = predict("Llama-3.3-70B-Instruct", "eagle3", 3, hardware=hw, tp=8, acceptance=0.7, concurrency=8)
+        assert not any("all-reduce latency" in x for x in p.warnings), hw
+
+
+def test_tp_above_one_with_a_measured_table_does_not_warn_about_the_allreduce_prior():
+    # the measured table's steps already include the all-reduce
+    import pandas as pd
+
+    from specsim.architecture import load_model
+    from specsim.hardware import load_hardware
+    from specsim.latency import MeasuredLatency, Roofline
+
+    tgt = load_model("Llama-3.3-70B-Instruct")
+    B, Q, C = np.meshgrid([1, 8, 32], [1, 4], [1024, 2048], indexing="ij")
+    t = Roofline(load_hardware("B200")).forward_time(tgt, tp=8, batch=B.ravel(), q=Q.ravel(), context=C.ravel())
+    tab = pd.DataFrame({"batch": B.ravel(), "q": Q.ravel(), "context": C.ravel(), "seconds": t})
+    p = predict("Llama-3.3-70B-Instruct", "eagle3", 3, hardware="B200", tp=8, acceptance=0.7, concurrency=8,
+                latency=MeasuredLatency(tab, model_name=tgt.name, tp=8))
+    assert not any("all-reduce latency" in w for w in p.warnings)

@@ -169,8 +169,9 @@ def _cmd_sweep(args) -> int:
                 "output_tok_per_s"]
         print(df[cols].to_string(index=False))
     if b is not None:
-        k = float(df["target_time_scale"].iloc[0])
-        print(f"specsim: target forwards anchored on the measured baseline ({b.source}): x {k:.4g}", file=sys.stderr)
+        k, h = float(df["target_time_scale"].iloc[0]), float(df["host_time_scale"].iloc[0])
+        what = f"target forwards x {k:.4g}" + ("" if h == 1.0 else f", host-side seconds x {h:.4g}")
+        print(f"specsim: anchored on the measured baseline ({b.source}): {what}", file=sys.stderr)
     return 0
 
 

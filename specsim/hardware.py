@@ -5,10 +5,14 @@ Details, derivations and sources: ``docs/modules/specsim.hardware.md``.
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -82,7 +86,10 @@ class Hardware:
 
     def __post_init__(self):
         def positive(field_name, v):
-            ok = not isinstance(v, bool) and isinstance(v, (int, float, np.number)) and np.isfinite(v) and v > 0
+            try:
+                ok = not isinstance(v, bool) and isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0
+            except OverflowError:  # an int beyond float range
+                ok = False
             if not ok:
                 raise SpecsimValueError(field_name, "must be a finite number > 0", v)
 
@@ -225,7 +232,8 @@ def load_hardware(name: str) -> Hardware:
     ----------
     name : str
         e.g. ``"MI300X"``, ``"mi355x"``, ``"H100"``, ``"H100 SXM"``, ``"h200"``, ``"cpu-2core-avx2"``.
-        A :class:`Hardware` instance is returned unchanged.
+        A :class:`Hardware` instance is returned unchanged; a path ending in ``.json`` (or any
+        ``os.PathLike``) is read with :func:`hardware_from_file` (a part the catalog does not ship).
 
     Returns
     -------
@@ -234,15 +242,119 @@ def load_hardware(name: str) -> Hardware:
     Raises
     ------
     SpecsimValueError
-        Unknown name; the message lists the canonical names.
+        Unknown name; the message lists the canonical names.  A spec file's errors: see
+        :func:`hardware_from_file`.
     """
     if isinstance(name, Hardware):
         return name
+    if isinstance(name, os.PathLike) or (isinstance(name, str) and name.strip().lower().endswith(".json")):
+        return hardware_from_file(name)
     index, names = _index(str(data_path("hardware.csv")))
     hw = index.get(_norm(name))
+    if hw is None and isinstance(name, str) and name in _FROM_FILES:  # read from a spec file in this process
+        return _FROM_FILES[name]
     if hw is None:
-        raise SpecsimValueError("hardware", "unknown hardware name", name, names)
+        hint = ""
+        if isinstance(name, str) and (os.sep in name or os.path.exists(os.path.expanduser(name))):
+            hint = ": a hardware spec file must be a JSON file whose name ends in .json"
+        raise SpecsimValueError("hardware", "unknown hardware name" + hint, name, names)
     return hw
+
+
+#: spec files read in this process, by name (the last one read wins)
+_FROM_FILES: dict[str, "Hardware"] = {}
+#: keys of a hardware spec file (:func:`hardware_from_file`): the columns of specsim/data/hardware.csv
+SPEC_FILE_KEYS = tuple(c for c in _REQUIRED_COLUMNS if c != "aliases") + ("compute_units", "clock_hz", "power_w", "notes")
+_SPEC_FILE_REQUIRED = ("name", "vendor", "hbm_bytes", "mem_bandwidth_bytes_per_s", "source")
+
+
+def hardware_from_file(path) -> Hardware:
+    """An accelerator the catalog does not ship, from a JSON spec file.
+
+    The file is one JSON object with the columns of ``specsim/data/hardware.csv`` as keys, units in
+    the names: ``name``, ``vendor``, ``hbm_bytes`` (bytes), ``mem_bandwidth_bytes_per_s``, at least one
+    dense ``peak_{bf16,fp16,fp8,fp4,fp32}_flops_per_s`` (FLOP/s, no sparsity), ``source`` (the
+    datasheet the numbers come from) and optionally ``link_bandwidth_bytes_per_s`` (per-GPU
+    all-reduce link bandwidth, bytes/s; needed for TP > 1), ``kind`` (``"gpu"``, default, or
+    ``"cpu"``), ``architecture``, ``compute_units``, ``clock_hz``, ``power_w``, ``notes``.  No
+    calibration ships for such a part: predictions use datasheet priors and say so.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file.
+
+    Returns
+    -------
+    Hardware
+
+    Raises
+    ------
+    SpecsimValueError
+        ``hardware`` when the file cannot be read, is not a JSON object, has unknown keys (the
+        message lists :data:`SPEC_FILE_KEYS`), misses a required key or a peak, or names an
+        accelerator the catalog ships (compared on letters and digits, as the calibration lookup
+        compares names: use the shipped name); the key's name for a bad value (``name`` /
+        ``vendor`` / ``source`` not a non-empty string, ``hbm_bytes`` not a whole number in
+        (0, 2**63), a bandwidth or peak not a finite number > 0, ``kind`` not gpu / cpu, ...).
+
+    Notes
+    -----
+    The part is remembered by name for this process (the last file read wins), so a later
+    ``load_hardware(name)`` -- e.g. the fallback of a measured latency table -- finds it.
+    """
+    p = Path(path).expanduser()
+    try:
+        d = json.loads(p.read_text(encoding="utf-8-sig"))
+    except OSError as e:
+        raise SpecsimValueError("hardware", f"cannot read the hardware spec file ({e.strerror or e})", str(p)) from e
+    except json.JSONDecodeError as e:
+        raise SpecsimValueError("hardware", f"{p}: not valid JSON ({e})", str(p)) from e
+    if not isinstance(d, dict):
+        raise SpecsimValueError("hardware", f"{p}: must hold one JSON object of hardware.csv columns", type(d).__name__)
+    unknown = sorted(set(d) - set(SPEC_FILE_KEYS))
+    if unknown:
+        raise SpecsimValueError("hardware", f"{p}: unknown keys {unknown}", unknown, SPEC_FILE_KEYS)
+    missing = [k for k in _SPEC_FILE_REQUIRED if d.get(k) is None]
+    if missing:
+        raise SpecsimValueError("hardware", f"{p}: missing required keys {missing}", missing, _SPEC_FILE_REQUIRED)
+    for k in ("name", "vendor", "source", "architecture", "notes"):
+        if k in d and not (isinstance(d[k], str) and (d[k].strip() or k in ("architecture", "notes"))):
+            raise SpecsimValueError(k, f"{p}: must be a non-empty string", d[k])
+    peaks = {k: d[c] for k, c in _PEAK_COLUMNS.items() if d.get(c) is not None}
+    if not peaks:
+        raise SpecsimValueError("hardware", f"{p}: needs at least one dense peak FLOP/s", None,
+                                tuple(_PEAK_COLUMNS.values()))
+    hbm = d["hbm_bytes"]
+    if isinstance(hbm, float) and hbm.is_integer():
+        hbm = int(hbm)
+    if not isinstance(hbm, int) or isinstance(hbm, bool) or not 0 < hbm < 2**63:
+        raise SpecsimValueError("hbm_bytes", f"{p}: must be a whole number of bytes > 0 (below 2**63)", hbm)
+    for k in ("compute_units", "clock_hz", "power_w"):  # kept in the catalog's columns, not used by the model
+        v = d.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
+            raise SpecsimValueError(k, f"{p}: must be a finite number > 0 (or left out)", v)
+    name = d["name"].strip()
+    index, names = _index(str(data_path("hardware.csv")))
+    # shipped names and aliases, compared as the calibration lookup compares them (letters and digits only)
+    shipped = {_alnum(n): hw for n, hw in index.items()} | {_alnum(hw.name): hw for hw in index.values()}
+    clash = shipped.get(_alnum(name))
+    if clash is not None:
+        raise SpecsimValueError("hardware", f"{p}: name {name!r} is the shipped accelerator {clash.name!r}; use "
+                                f"--hardware {clash.name!r} for it, or give your part a name of its own", name, names)
+    hw = Hardware(name=name, vendor=d["vendor"], hbm_bytes=hbm,
+                  mem_bandwidth_bytes_per_s=d["mem_bandwidth_bytes_per_s"], peak_flops_per_s=peaks,
+                  link_bandwidth_bytes_per_s=d.get("link_bandwidth_bytes_per_s"),
+                  source=f"{d['source']} (spec file {p})", kind=d.get("kind", "gpu"),
+                  architecture=d.get("architecture") or "")
+    _FROM_FILES[name] = hw  # later look-ups by name (e.g. a measured latency table's fallback) find it
+    return hw
+
+
+def _alnum(name: str) -> str:
+    """``name`` as ``specsim.calibration`` keys calibration files (letters and digits, lower case)."""
+    return "".join(ch for ch in str(name).lower() if ch.isalnum())
+
 
 
 @lru_cache(maxsize=4)

@@ -1,6 +1,7 @@
 """Tests of specsim.hardware: specsim/data/hardware.csv values, aliases, precision → peak mapping."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -8,7 +9,12 @@ import pandas as pd
 import pytest
 
 from specsim.errors import SpecsimValueError
-from specsim.hardware import PRECISIONS, list_hardware, load_hardware, measure_copy_bandwidth
+from specsim.hardware import (
+    PRECISIONS,
+    list_hardware,
+    load_hardware,
+    measure_copy_bandwidth,
+)
 
 GIB = 2**30
 
@@ -150,3 +156,131 @@ def test_hardware_is_frozen_and_hashable():
     assert hash(hw) == hash(load_hardware("h200"))
     assert isinstance(list_hardware(), pd.DataFrame)
     assert np.isnan(list_hardware().set_index("name").loc["MI300X", "peak_fp4_flops_per_s"])
+
+
+# --------------------------------------------------------------------------------------------
+# a part the catalog does not ship: a JSON spec file of hardware.csv's columns
+
+
+_SPEC = {"name": "Example GPU 96G", "vendor": "ExampleCo", "hbm_bytes": 96 * 2**30,
+         "mem_bandwidth_bytes_per_s": 1.8e12, "peak_bf16_flops_per_s": 5.0e14, "peak_fp8_flops_per_s": 1.0e15,
+         "link_bandwidth_bytes_per_s": 5.0e10, "source": "example datasheet (test)"}
+
+
+def _spec_file(tmp_path, **over):
+    d = {k: v for k, v in {**_SPEC, **over}.items() if v is not None}
+    p = tmp_path / "gpu.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def test_hardware_from_a_spec_file(tmp_path):
+    from specsim.hardware import hardware_from_file
+    from specsim.predict import predict
+
+    p = _spec_file(tmp_path)
+    hw = load_hardware(str(p))
+    assert hw == hardware_from_file(p) and load_hardware(p) == hw  # str path, Path, direct
+    assert (hw.name, hw.vendor, hw.kind, hw.hbm_bytes) == ("Example GPU 96G", "ExampleCo", "gpu", 96 * 2**30)
+    assert hw.peak_flops_per_s == {"bf16": 5.0e14, "fp8": 1.0e15} and hw.link_bandwidth_bytes_per_s == 5.0e10
+    assert hw.peak_flops("fp8") == 1.0e15 and str(p) in hw.source
+    # the roofline uses the file's numbers: a memory-bound decode step scales with 1 / bandwidth
+    kw = dict(acceptance=0.7, concurrency=1, isl=512, osl=128)
+    a = predict("Qwen3-8B", "eagle3", 3, hardware=str(p), **kw)
+    b = predict("Qwen3-8B", "eagle3", 3, hardware=str(_spec_file(tmp_path, mem_bandwidth_bytes_per_s=3.6e12)), **kw)
+    assert a.latency_calibrated is False and any("no stack calibration ships for Example GPU 96G" in w
+                                                 for w in a.warnings)
+    assert b.t_base_s < a.t_base_s  # twice the bandwidth: a faster step
+    assert predict("Qwen3-8B", "eagle3", 3, hardware=str(p), tp=2, **kw).tp == 2
+
+
+@pytest.mark.parametrize("over, field, words", [
+    ({"peak_fp9_flops_per_s": 1.0}, "hardware", "unknown keys"),
+    ({"source": None}, "hardware", "missing"),
+    ({"peak_bf16_flops_per_s": None, "peak_fp8_flops_per_s": None}, "hardware", "at least one dense peak"),
+    ({"name": "mi300x"}, "hardware", "shipped accelerator 'MI300X'"),
+    ({"hbm_bytes": -1}, "hbm_bytes", "> 0"),
+    ({"hbm_bytes": 1.5}, "hbm_bytes", "whole number"),
+    ({"mem_bandwidth_bytes_per_s": "fast"}, "mem_bandwidth_bytes_per_s", "> 0"),
+    ({"kind": "tpu"}, "kind", "'gpu' or 'cpu'"),
+])
+def test_bad_hardware_spec_files_name_the_field(tmp_path, over, field, words):
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(_spec_file(tmp_path, **over)))
+    assert ei.value.field == field and words in str(ei.value)
+
+
+def test_unreadable_hardware_spec_files_are_refused(tmp_path):
+    for text in ("{not json", "[1, 2]"):
+        p = tmp_path / "bad.json"
+        p.write_text(text)
+        with pytest.raises(SpecsimValueError) as ei:
+            load_hardware(str(p))
+        assert ei.value.field == "hardware"
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(tmp_path / "missing.json"))
+    assert ei.value.field == "hardware" and "cannot read" in str(ei.value)
+
+
+def test_cli_takes_a_hardware_spec_file(tmp_path, capsys):
+    from specsim.cli import main
+
+    p = _spec_file(tmp_path)
+    rc = main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--hardware", str(p),
+               "--acceptance", "0.7", "--json"])
+    out = capsys.readouterr().out
+    assert rc == 0 and json.loads(out)["hardware"] == "Example GPU 96G"
+    rc = main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--hardware",
+               str(_spec_file(tmp_path, name="H100")), "--acceptance", "0.7"])
+    assert rc == 2 and "shipped accelerator 'H100 SXM'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["MI300X.", "H100/SXM", "h-200 sxm", "B300 SXM"])
+def test_spec_file_names_that_the_calibration_lookup_would_match_are_refused(tmp_path, name):
+    # the calibration lookup compares letters and digits only: "MI300X." would pick up MI300X.json
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(_spec_file(tmp_path, name=name)))
+    assert ei.value.field == "hardware" and "is the shipped accelerator" in str(ei.value)
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"hbm_bytes": 1e20}, "hbm_bytes"), ({"hbm_bytes": 10**400}, "hbm_bytes"),
+    ({"mem_bandwidth_bytes_per_s": 10**400}, "mem_bandwidth_bytes_per_s"),
+    ({"architecture": 5}, "architecture"), ({"name": "   "}, "name"), ({"compute_units": "lots"}, "compute_units"),
+    ({"vendor": ["x"]}, "vendor"),
+])
+def test_odd_values_in_spec_files_name_the_key(tmp_path, over, field):
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(_spec_file(tmp_path, **over)))
+    assert ei.value.field == field
+
+
+def test_spec_file_details(tmp_path):
+    p = _spec_file(tmp_path, architecture=None)
+    assert load_hardware(str(p)).architecture == ""
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(_SPEC).encode())  # a UTF-8 byte-order mark
+    assert load_hardware(str(bom)).name == _SPEC["name"]
+    upper = tmp_path / "GPU.JSON"
+    upper.write_text(json.dumps(_SPEC))
+    assert load_hardware(str(upper)).name == _SPEC["name"]
+    with pytest.raises(SpecsimValueError) as ei:  # a path without the .json suffix gets a hint
+        load_hardware(str(tmp_path))
+    assert ".json" in str(ei.value)
+
+
+def test_spec_file_with_a_measured_latency_table(tmp_path):
+    # the measured table's prefill / draft fallback looks the part up by name again
+    from specsim.architecture import load_model
+    from specsim.latency import MeasuredLatency, Roofline
+    from specsim.predict import predict
+
+    hw = load_hardware(str(_spec_file(tmp_path)))
+    tgt = load_model("Qwen3-8B")
+    B, Q, C = np.meshgrid([1, 4, 16], [1, 4], [512, 1024], indexing="ij")
+    t = Roofline(hw).forward_time(tgt, batch=B.ravel(), q=Q.ravel(), context=C.ravel())
+    tab = pd.DataFrame({"batch": B.ravel(), "q": Q.ravel(), "context": C.ravel(), "seconds": t})
+    p = predict("Qwen3-8B", "eagle3", 3, hardware=str(tmp_path / "gpu.json"), acceptance=0.7, concurrency=4,
+                isl=512, osl=128, latency=MeasuredLatency(tab, model_name=tgt.name))
+    assert p.hardware == "Example GPU 96G" and p.throughput_ratio > 0
+    assert "measured" in p.term_sources["target_step"] or "latency= given" in p.term_sources["target_step"]

@@ -40,7 +40,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     p.add_argument("--method", help="vLLM speculative method string, e.g. eagle3, dflash, mtp, ngram")
     p.add_argument("--draft", help="draft checkpoint name (default: the seed drafter for target/method)")
     p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
-    p.add_argument("--hardware", default="MI300X", help="accelerator (specsim/data/hardware.csv), default MI300X")
+    p.add_argument("--hardware", default="MI300X", help="accelerator: a name (specsim/data/hardware.csv) or a JSON spec file of its columns (specsim.hardware.hardware_from_file), default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--precision", help="target weight precision: bf16, fp16, fp8, mxfp4, int4, fp32 (default: model's serving precision)")
     p.add_argument("--isl", type=int, default=None, help="input sequence length, tokens (default 1024, or the "

@@ -38,7 +38,8 @@ from specsim.memory import memory_budget
 from specsim.vllm.config import parse_speculative_config
 
 __all__ = ["Prediction", "MeasuredBaseline", "predict", "sweep", "best_n", "resolve_inputs", "break_even_mal",
-           "health_terms", "anchor_target_time", "resolve_overhead"]
+           "health_terms", "anchor_target_time", "resolve_overhead", "scaled_host_overhead", "ANCHOR_SCOPES",
+           "allreduce_prior_warning"]
 
 
 @dataclass(frozen=True)

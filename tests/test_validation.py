@@ -618,6 +618,47 @@ def test_throughput_noise_is_max_over_min_per_repeated_label():
     assert V.throughput_noise(runs.iloc[:0])["median_spread"] is None
 
 
+def test_same_host_noise_counts_only_pairs_recorded_on_one_kind_of_machine():
+    """Stamps S1, S2 on host H, S3 on host K, S4 without a recorded host: with same_host only the
+    S1-S2 pair counts (S3 and S4 pair with nobody); without it every pair does."""
+    S1, S2, S3, S4 = "20261201T140000", "20261201T143000", "20261202T140000", "20261203T140000"
+    runs = pd.DataFrame({
+        "label": ["a"] * 4 + ["b"] * 4,
+        "concurrency": [1] * 8, "temperature": [0.0] * 8,
+        "stamp": [S1, S2, S3, S4] * 2,
+        "host": ["H", "H", "K", None] * 2,
+        "usable": [True] * 8,
+        "output_tok_per_s": [100.0, 104.0, 60.0, 200.0, 50.0, 55.0, 30.0, 90.0]})
+    assert V.stamp_hosts(runs) == {S1: "H", S2: "H", S3: "K", S4: None}
+    n = V.throughput_noise(runs, same_host=True)
+    assert n["pairs"] == 2 and n["labels_repeated"] == 2
+    assert n["median_spread"] == pytest.approx(np.median([104 / 100 - 1, 55 / 50 - 1]))
+    assert n["max_spread"] == pytest.approx(0.10)
+    assert "same kind of machine" in n["definition"]
+    every = V.throughput_noise(runs)
+    assert every["pairs"] == 2 * 6 and every["max_spread"] == pytest.approx(200 / 60 - 1)
+    pairs = V.noise_by_pair(runs).set_index(["stamp_a", "stamp_b"])["same_host"]
+    assert pairs.to_dict() == {(S1, S2): True, (S1, S3): False, (S1, S4): False,
+                               (S2, S3): False, (S2, S4): False, (S3, S4): False}
+    # a stamp whose runs name two hosts is no host's: it pairs with nobody
+    mixed = runs.assign(host=["H", "H", "K", None, "H", "K", "K", None])
+    assert V.stamp_hosts(mixed)[S2] is None
+    assert V.throughput_noise(mixed, same_host=True)["pairs"] == 0
+    assert V.throughput_noise(mixed, same_host=True)["median_spread"] is None
+    # runs without a host column (recorded elsewhere): no same-host pair, and the plain figure unchanged
+    assert V.throughput_noise(runs.drop(columns="host"), same_host=True)["pairs"] == 0
+    assert V.throughput_noise(runs.drop(columns="host")) == every
+
+
+@pytest.mark.skipif(not _have_recorded(), reason="no recorded runs")
+def test_load_run_names_the_host_from_provenance():
+    st = sorted(set(R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)["stamp"]))[0]
+    runs = R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX, stamp=st)
+    row = runs.iloc[0]
+    host = json.loads((Path(row["path"]) / "provenance.json").read_text())["host"]
+    assert row["host"] == f"{host['cpu_model']} | {host['platform']}"
+
+
 def test_noise_by_pair_splits_a_common_shift_from_the_scatter():
     """Stamp S2 is the whole machine 10 % faster with cells scattered +-2 % about it: host_shift 0.10 and
     scatter ~0.02, while the pooled spread (what noise_not_larger judges) is ~0.10."""
@@ -761,6 +802,12 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     k = fast.runs["stamp"].nunique()
     assert len(cmp.summary["noise_by_pair"][V.FAST_MATRIX]) == k * (k - 1) // 2
     assert cmp.summary["noise_by_pair"][V.HEADLINE_MATRIX] == V.noise_by_pair(full.runs).to_dict("records")
+    # the like-for-like noise (pairs on one kind of machine) is reported beside the criterion, not in it
+    for name, r in ((V.HEADLINE_MATRIX, full), (V.FAST_MATRIX, fast)):
+        same = V.throughput_noise(r.runs, same_host=True)
+        assert cmp.summary["noise_same_host"][name]["median_spread"] == pytest.approx(same["median_spread"])
+        assert cmp.summary["noise_same_host"][name]["cell_pairs"] == same["pairs"]
+    assert sum(p["same_host"] for p in cmp.summary["noise_by_pair"][V.FAST_MATRIX]) < k * (k - 1) // 2
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
     want = V.pairing_shift(fast.runs)
     assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference

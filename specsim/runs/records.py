@@ -75,7 +75,7 @@ def load_run(path: str | os.PathLike) -> dict:
         num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos, mal,
         acceptance_rate, mean_draft_length, decode_steps, draft_step_fraction, q_eff, m_eff,
         greedy_identical, identical, compared, baseline_run_id, other_cpu_fraction, steal_cpu_fraction,
-        serve_group, started_together, started_with, path``.
+        serve_group, started_together, started_with, host, path``.
         Throughputs in output tokens/s, times in seconds.  Spec counters come from the run's own
         ``/metrics`` delta (``specsim.vllm.diff_scrapes``); NaN / None where not collected
         (baselines).
@@ -114,6 +114,11 @@ def load_run(path: str | os.PathLike) -> dict:
     ss = prov.get("server_start") or {}
     row["started_together"] = ss.get("started_together")
     row["started_with"] = ",".join(ss.get("with") or []) if ss else None
+    #: the kind of machine that recorded the run: ``host.cpu_model | host.platform`` of its provenance (the
+    #: platform string names the kernel build), None when either is missing
+    host = prov.get("host") or {}
+    row["host"] = (f"{host['cpu_model']} | {host['platform']}"
+                   if host.get("cpu_model") and host.get("platform") else None)
     acct = prov.get("cpu_accounting") or {}
     row["other_cpu_fraction"] = acct.get("other_fraction")
     #: hypervisor steal, a part of other_cpu_fraction (recorded since 2026-12-02; NaN before)

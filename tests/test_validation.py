@@ -650,6 +650,17 @@ def test_same_host_noise_counts_only_pairs_recorded_on_one_kind_of_machine():
     assert V.throughput_noise(runs.drop(columns="host")) == every
 
 
+def test_stamp_sessions_group_one_host_and_one_utc_day():
+    runs = pd.DataFrame({
+        "stamp": ["20261201T140000", "20261201T180000", "20261201T190000", "20261202T010000", "20261202T020000"],
+        "host": ["H", "H", "K", "H", None]})
+    assert V.stamp_sessions(runs) == {
+        "2026-12-01 H": ["20261201T140000", "20261201T180000"],
+        "2026-12-01 K": ["20261201T190000"],
+        "2026-12-02 H": ["20261202T010000"],
+        "2026-12-02 20261202T020000 (host not recorded)": ["20261202T020000"]}
+
+
 @pytest.mark.skipif(not _have_recorded(), reason="no recorded runs")
 def test_load_run_names_the_host_from_provenance():
     st = sorted(set(R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)["stamp"]))[0]
@@ -808,6 +819,23 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
         assert cmp.summary["noise_same_host"][name]["median_spread"] == pytest.approx(same["median_spread"])
         assert cmp.summary["noise_same_host"][name]["cell_pairs"] == same["pairs"]
     assert sum(p["same_host"] for p in cmp.summary["noise_by_pair"][V.FAST_MATRIX]) < k * (k - 1) // 2
+    # each session of the fast loop judged alone by the same three rules (reported, not a criterion)
+    sessions = cmp.summary["by_session"][V.FAST_MATRIX]
+    assert [s["stamps"] for s in sessions] == list(V.stamp_sessions(fast.runs).values())
+    for s in sessions:
+        own = pd.concat([V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=st).errors for st in s["stamps"]])
+        ho = own[own["role"] == "held-out"]
+        assert s["held_out"] == len(ho)
+        assert s["median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
+        tn = V.throughput_noise(fast.runs[fast.runs["stamp"].isin(s["stamps"])])["median_spread"]
+        assert (s["throughput_noise_median"] is None) == (len(s["stamps"]) < 2)
+        if tn is not None:
+            assert s["throughput_noise_median"] == pytest.approx(tn)
+        assert s["median_error_within_noise"] == (abs(s["median_abs_error"] - lf["median_abs_error"]) <= tol)
+        assert s["best_n_agreement_kept"] == (s["best_n_agree"] >= lf["best_n_agree"])
+        assert s["noise_not_larger"] == (None if tn is None else tn <= tol)
+        assert s["all_met"] == bool(s["median_error_within_noise"] and s["best_n_agreement_kept"]
+                                    and s["noise_not_larger"])
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
     want = V.pairing_shift(fast.runs)
     assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference

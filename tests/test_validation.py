@@ -764,21 +764,23 @@ INTERLEAVED = REPO / "data" / "runs-interleaved"
 def test_interleaved_noise_is_max_over_min_of_the_recorded_throughputs(tmp_path):
     """data/runs-interleaved: the same 12 cells of both loops, alternated in time.  Recomputed from each
     run's provenance (vLLM bench's output throughput), not through load_runs."""
-    got = V.interleaved_noise(INTERLEAVED)
-    by: dict = {}
-    for p in INTERLEAVED.glob("*/provenance.json"):
-        d = json.loads(p.read_text())
-        if d.get("kind") == "bench_serve" and d.get("status") == "ok":
-            key = (d["label"], d["concurrency"], d["temperature"])
-            by.setdefault(d["matrix"]["name"], {}).setdefault(key, []).append(
-                d["summary"]["output_throughput_tokens_per_s"])
-    for name in (V.HEADLINE_MATRIX, V.FAST_MATRIX):
-        cells = by[name]
-        assert len(cells) == got[name]["cells"] == 12 and all(len(v) == 2 for v in cells.values())
-        want = float(np.median([max(v) / min(v) - 1 for v in cells.values()]))
-        assert got[name]["throughput_noise_median"] == pytest.approx(want, rel=1e-9)
-        assert len(got[name]["stamps"]) == 2 and len(got[name]["pairs"]) == 1
-        assert got[name]["pairs"][0]["median_spread"] == pytest.approx(want, rel=1e-9)
+    # the 2026-12-01 session, and later repeats of the protocol (one directory per session)
+    for where in [INTERLEAVED, *sorted(INTERLEAVED.parent.glob("runs-interleaved-*"))]:
+        got = V.interleaved_noise(where)
+        by: dict = {}
+        for p in where.glob("*/provenance.json"):
+            d = json.loads(p.read_text())
+            if d.get("kind") == "bench_serve" and d.get("status") == "ok":
+                key = (d["label"], d["concurrency"], d["temperature"])
+                by.setdefault(d["matrix"]["name"], {}).setdefault(key, []).append(
+                    d["summary"]["output_throughput_tokens_per_s"])
+        for name in (V.HEADLINE_MATRIX, V.FAST_MATRIX):
+            cells = by[name]
+            assert len(cells) == got[name]["cells"] == 12 and all(len(v) == 2 for v in cells.values())
+            want = float(np.median([max(v) / min(v) - 1 for v in cells.values()]))
+            assert got[name]["throughput_noise_median"] == pytest.approx(want, rel=1e-9)
+            assert len(got[name]["stamps"]) == 2 and len(got[name]["pairs"]) == 1
+            assert got[name]["pairs"][0]["median_spread"] == pytest.approx(want, rel=1e-9)
     # compare_loops reports it beside data/runs, and refuses a directory without two invocations of each
     with pytest.raises(DataError, match="fewer than two invocations"):
         V.interleaved_noise(tmp_path)
@@ -837,6 +839,11 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
         assert s["all_met"] == bool(s["median_error_within_noise"] and s["best_n_agreement_kept"]
                                     and s["noise_not_larger"])
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
+    later = sorted(d for d in RUNS.parent.glob("runs-interleaved-*") if d.is_dir())
+    assert sorted(cmp.summary.get("interleaved_noise_later", {})) == [d.name for d in later]
+    for d in later:
+        assert cmp.summary["interleaved_noise_later"][d.name] == json.loads(
+            json.dumps(V.interleaved_noise(d), default=str))
     want = V.pairing_shift(fast.runs)
     assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference
     pd.testing.assert_frame_equal(pd.DataFrame(cmp.summary["pairing_shift"][V.FAST_MATRIX]).astype(want.dtypes),

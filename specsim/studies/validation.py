@@ -1537,6 +1537,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     interleaved_dir : path, optional
         Runs of both loops alternated in time (:func:`interleaved_noise`; default the ``runs-interleaved``
         directory beside ``runs_dir`` when it exists): reported in ``summary["interleaved_noise"]``.
+        Without it, later repeats of that protocol in ``runs-interleaved-<date>`` directories beside
+        ``runs_dir`` (one session each, so no pair spans two hosts) are reported too, in
+        ``summary["interleaved_noise_later"]`` (directory name -> :func:`interleaved_noise`).
 
     Returns
     -------
@@ -1688,6 +1691,11 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     il = Path(interleaved_dir) if interleaved_dir is not None else base.parent / "runs-interleaved"
     if interleaved_dir is not None or il.is_dir():
         summary["interleaved_noise"] = interleaved_noise(il, full=full, fast=fast)
+    # later repeats of the same protocol, one directory per session (runs-interleaved-<YYYY-MM-DD>)
+    if interleaved_dir is None:
+        later = sorted(d for d in base.parent.glob("runs-interleaved-*") if d.is_dir())
+        if later:
+            summary["interleaved_noise_later"] = {d.name: interleaved_noise(d, full=full, fast=fast) for d in later}
     return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs, stamps,
                           json.loads(json.dumps(summary, default=_jsonable)))
 

@@ -1,4 +1,5 @@
-"""REAL vLLM cells on a local Ray cluster (``ray.init()`` on this machine) vs the same cells run locally.
+"""REAL vLLM cells on a local Ray cluster (``ray.init()`` on this machine) and on submitit's local
+cluster (``--executor slurm --slurm-param cluster=local``) vs the same cells run locally.
 
 * The ``smoke`` matrix (data/matrices/smoke: SmolLM2-135M-Instruct fp32, 4 HumanEval prompts x 64
   tokens, concurrency 4, baseline + n-gram N=3) run with ``executor="local"`` and ``"ray"``: the same
@@ -9,14 +10,21 @@
   server ends on SIGINT / SIGTERM and not SIGKILL (its guardian's record), the cells are recorded
   failed and the stop time is in the record (not asserted as a timing).
 
-About 6 minutes on 2 cores.  Needs ``.venv-vllm`` (``make vllm-env``) and ray (extra ``test`` /
-``ray``); skipped without them unless ``SPECSIM_REQUIRE_VLLM=1``.
+* The same ``smoke`` cells through submitit's local cluster: the same records as local; and Ctrl-C to
+  the whole process group (a terminal's) while a cell runs stops its server with SIGINT, records the
+  cell failed and leaves no vLLM process.
+
+About 6 minutes on 2 cores (5 min 51 s on 2026-12-05, the submitit tests 2.5 min of it).  Needs ``.venv-vllm`` (``make vllm-env``), ray (extra ``test`` / ``ray``)
+and submitit (``test`` / ``slurm``); skipped without them unless ``SPECSIM_REQUIRE_VLLM=1``.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -30,14 +38,16 @@ from specsim.runs.provenance import VllmInstall
 pytestmark = pytest.mark.vllm
 
 
-def _require():
+def _require(module: str | None = "ray", extra: str = "ray"):
+    """The vLLM environment, the model and ``module`` (an optional extra; None: none needed), or skip."""
     install = VllmInstall.default()
     model = project_dir() / "models" / "smollm2-135m-instruct" / "config.json"
     missing = [str(p) for p, ok in ((install.venv, install.exists()), (model, model.exists())) if not ok]
     try:
-        import ray  # noqa: F401
+        if module:
+            __import__(module)
     except ModuleNotFoundError:
-        missing.append("the ray package (pip install 'specsim[ray]')")
+        missing.append(f"the {module} package (pip install 'specsim[{extra}]')")
     if missing:
         msg = f"needs {', '.join(missing)}"
         if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
@@ -96,21 +106,30 @@ def _summary(run: Path) -> dict:
     return json.loads((run / "provenance.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def local_and_ray(cluster, tmp_path_factory):
+def _smoke_run(install, tmp_path_factory, kind: str, **kw):
+    """The marked smoke matrix run with ``executor=kind``: (runs dir, results, wall seconds)."""
     from specsim.runs.runner import run_matrix
 
     saved = os.environ.pop("OMP_NUM_THREADS", None)  # the driver sets none: vLLM chooses per process
-    matrix = _marked_smoke(tmp_path_factory.mktemp("matrix"))
-    out = {}
-    for kind in ("local", "ray"):
+    try:
+        matrix = _marked_smoke(tmp_path_factory.mktemp(f"matrix-{kind}"))
         d = tmp_path_factory.mktemp(kind)
         t0 = time.monotonic()
-        res = run_matrix(matrix, runs_dir=d, install=cluster, stamp="R", progress=False, executor=kind)
-        out[kind] = (d, res, time.monotonic() - t0)
-    if saved is not None:
-        os.environ["OMP_NUM_THREADS"] = saved
-    return out
+        res = run_matrix(matrix, runs_dir=d, install=install, stamp="R", progress=False, executor=kind, **kw)
+        return d, res, time.monotonic() - t0
+    finally:
+        if saved is not None:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+@pytest.fixture(scope="module")
+def local_smoke(tmp_path_factory):
+    return _smoke_run(_require(module=None), tmp_path_factory, "local")
+
+
+@pytest.fixture(scope="module")
+def local_and_ray(cluster, local_smoke, tmp_path_factory):
+    return {"local": local_smoke, "ray": _smoke_run(cluster, tmp_path_factory, "ray")}
 
 
 def test_ray_and_local_record_the_same_runs(local_and_ray, record_property):
@@ -234,3 +253,82 @@ def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypa
     else:  # the worker died with the task: the driver records the loss; the guardian's record has the stop
         assert "Worker" in rec["error"] or "worker" in rec["error"] or "cancel" in rec["error"].lower(), rec["error"]
     print(f"\ncancel(force={force}): stopped {time.monotonic() - t_cancel:.1f} s after the cancel; guardian: {s}")
+
+
+# ---- submitit's local cluster (``--executor slurm --slurm-param cluster=local``) --------------------
+
+def test_slurm_local_cluster_records_what_local_records(local_smoke, tmp_path_factory, record_property):
+    """Real cells through submitit's local cluster (one job at a time on this host): the same run
+    ids and files as local, bit-identical acceptance counters and greedy outputs; throughput
+    reported, not asserted."""
+    install = _require(module="submitit", extra="slurm")
+    ld, lres, lt = local_smoke
+    sd, sres, st = _smoke_run(install, tmp_path_factory, "slurm",
+                              slurm={"cluster": "local", "folder": tmp_path_factory.mktemp("submitit")})
+    assert [(r.run_id, r.status) for r in lres] == [(r.run_id, r.status) for r in sres]
+    assert [r.status for r in sres] == ["ok", "ok"]
+    files = lambda d: {p.name: sorted(f.name for f in p.iterdir()) for p in d.iterdir() if not p.name.startswith(".")}
+    assert files(ld) == files(sd)
+    report = {}
+    for name in ("smoke-R-baseline-c4", "smoke-R-ngram-n3-c4"):
+        a, b = _summary(ld / name), _summary(sd / name)
+        assert b["executor"]["kind"] == "slurm" and b["executor"]["resources"]["cpus_per_task"] == os.cpu_count()
+        assert (ld / name / "outputs.jsonl").read_text() == (sd / name / "outputs.jsonl").read_text()
+        sa, sb = a["summary"], b["summary"]
+        assert sa["total_output_tokens"] == sb["total_output_tokens"]
+        if "spec" in sa:
+            keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos")
+            assert {k: sa["spec"][k] for k in keys} == {k: sb["spec"][k] for k in keys}
+            assert b["checks"]["greedy_identical_to_baseline"]["all_identical"] is True
+        assert b["server_end"]["stop_signals_sent"] == ["SIGINT"]
+        ta, tb = sa["output_throughput_tokens_per_s"], sb["output_throughput_tokens_per_s"]
+        report[name] = {"local_tok_s": round(ta, 2), "slurm_local_tok_s": round(tb, 2),
+                        "slurm_over_local": round(tb / ta, 3)}
+    report["wall_s"] = {"local": round(lt, 1), "slurm_local": round(st, 1)}
+    record_property("slurm_local_vs_local_throughput", json.dumps(report))
+    print("\nsubmitit local cluster vs local (throughput differences, not asserted):", json.dumps(report, indent=1))
+    assert not _vllm_procs()
+
+
+def test_terminal_ctrl_c_under_the_slurm_local_cluster_stops_the_server_with_sigint(tmp_path):
+    """``specsim run-matrix --executor slurm --slurm-param cluster=local`` interrupted as a terminal
+    does (SIGINT to its whole process group) while a real cell benches: submitit's controller no
+    longer SIGKILLs the job; the server ends on SIGINT, the cell is recorded failed with its stop, and
+    no vLLM process is left."""
+    _require(module="submitit", extra="slurm")
+    m = _interrupt_matrix(tmp_path)
+    runs = tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    proc = subprocess.Popen([sys.executable, "-m", "specsim", "run-matrix", "--matrix", str(m), "--runs-dir", str(runs),
+                             "--executor", "slurm", "--slurm-param", "cluster=local", "--stamp", "S"],
+                            env=env, cwd=project_dir(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        end = time.monotonic() + 300
+        while time.monotonic() < end:
+            if any("bench" in " ".join(p.info["cmdline"] or []) and "interrupt-S-baseline-c1" in
+                   " ".join(p.info["cmdline"] or []) and _marked(p) for p in psutil.process_iter(["cmdline"])):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.5)
+        else:
+            pytest.fail("the cell never started")
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err, err
+    end = time.monotonic() + 90
+    while _vllm_procs() and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not _vllm_procs(), [p.info for p in _vllm_procs()]
+    srv = [json.loads(f.read_text()) for f in (tmp_path / "guard").glob("guard-*.json")]
+    srv = [x for x in srv if x["cmd"][1:2] == ["serve"]]
+    assert len(srv) == 1 and srv[0]["end_signal"] != "SIGKILL" and "SIGKILL" not in srv[0]["signals_sent"], srv
+    assert not srv[0]["orphaned"], srv[0]  # the job stopped its server; it was not killed under it
+    rec = json.loads((runs / "interrupt-S-baseline-c1" / "provenance.json").read_text())
+    assert rec["status"] == "failed" and rec["executor"]["kind"] == "slurm" and rec["error"].startswith("interrupted")
+    assert rec["server_end"]["stop_signals_sent"][0] == "SIGINT" and rec["server_end"]["stop_seconds"] is not None

@@ -392,6 +392,63 @@ def test_slurm_executor_records_what_local_records(fake_env):
     assert not _no_fake_processes()
 
 
+def test_slurm_local_cluster_runs_one_job_at_a_time(fake_env, monkeypatch):
+    """submitit's local cluster starts every submitted job at once (no queue): the three serve groups'
+    servers started together on the same cores.  Now each starts only after the previous job ended:
+    in time order the servers' start / listen events alternate and every server has benched before
+    the next one starts."""
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("FAKE_SERVE_DELAY", "1.5")  # a start long enough for two to overlap if they could
+    m = _matrix(fake_env["tmp"])
+    res = run_matrix(m, runs_dir=fake_env["tmp"] / "slurm", install=fake_env["install"], stamp="S9", progress=False,
+                     executor="slurm", slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit"})
+    assert {r.status for r in res} == {"ok"}
+    ev = sorted(_events(fake_env["log"]), key=lambda e: e["t"])
+    starts = [e["event"] for e in ev if e["event"] in ("serve", "listen")]
+    assert starts == ["serve", "listen"] * 3, starts
+    between = [e["event"] for e in ev]
+    for k in range(2):  # a bench after each server listened and before the next one started
+        i_listen = [i for i, e in enumerate(between) if e == "listen"][k]
+        i_next = [i for i, e in enumerate(between) if e == "serve"][k + 1]
+        assert "bench" in between[i_listen:i_next]
+    assert not _no_fake_processes()
+
+
+@pytest.mark.parametrize("to", ["driver", "group"])
+def test_ctrl_c_under_the_slurm_local_cluster_stops_cleanly_and_records_the_queued_jobs(fake_env, to):
+    """Ctrl-C under submitit's local cluster, to the driver alone or to its whole process group (a
+    terminal's Ctrl-C): submitit's controller used to get SIGINT too and SIGKILL the job 1 s later,
+    printing a traceback.  Now the running cell is recorded failed with its server stopped by SIGINT,
+    and the jobs still queued are recorded failed, never submitted."""
+    pytest.importorskip("submitit")
+    tmp = fake_env["tmp"]
+    # the baseline's job runs first and alone (its outputs judge the others); then both n-gram jobs are
+    # submitted together: the first runs, the second waits.  The first n-gram bench (the 3rd) is slow
+    proc = _cli(fake_env, tmp, "T9", args=("--executor", "slurm", "--slurm-param", "cluster=local"),
+                new_session=True, FAKE_BENCH_SLEEP_NTH="3")
+    _wait_for(lambda: sum(x["event"] == "bench" for x in _events(fake_env["log"])) == 3)
+    time.sleep(0.5)
+    serves = [x for x in _events(fake_env["log"]) if x["event"] == "serve"]
+    assert len(serves) == 2  # the baseline's, then one n-gram server: the other waits in the queue
+    running = f"ngram-n{json.loads(serves[1]['spec'])['num_speculative_tokens']}"
+    queued = {"ngram-n2": "ngram-n3", "ngram-n3": "ngram-n2"}[running]
+    if to == "driver":
+        proc.send_signal(signal.SIGINT)
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
+    err, recs = _stopped_cleanly(tmp, proc, 130, "SIGINT")
+    assert sum(x["event"] == "serve" for x in _events(fake_env["log"])) == 2  # nothing submitted afterwards
+    assert recs["fake-T9-baseline-c1"]["status"] == "ok"
+    cell = recs[f"fake-T9-{running}-c1"]
+    assert cell["status"] == "failed" and cell["error"].startswith("interrupted"), cell["error"]
+    assert cell["executor"]["kind"] == "slurm"
+    assert cell["server_end"]["stop_signals_sent"] == ["SIGINT"] and cell["server_end"]["returncode"] is not None
+    assert recs[f"fake-T9-{running}-t0.8-c2"]["error"].startswith("interrupted")  # not started
+    for rid in (f"fake-T9-{queued}-c1", f"fake-T9-{queued}-t0.8-c2"):
+        assert recs[rid]["status"] == "failed"
+        assert "interrupted before this job was submitted" in recs[rid]["error"], recs[rid]["error"]
+
+
 # ---- resume behind a crashed health check; the progress bar; stops (Ctrl-C, SIGTERM) ---------------
 
 def test_resume_reruns_the_cells_skipped_because_their_health_check_crashed(fake_env, monkeypatch):
@@ -464,14 +521,17 @@ def test_progress_bar_ends_at_exactly_100_percent_also_on_resume(fake_env, monke
     assert not [w for w in recwarn if "clamping frac" in str(w.message)]
 
 
-def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, **env) -> subprocess.Popen:
-    """``specsim run-matrix`` on the fake matrix in a child process (its own TMPDIR, to see leaks)."""
+def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, args: tuple = (), new_session: bool = False,
+         **env) -> subprocess.Popen:
+    """``specsim run-matrix`` on the fake matrix in a child process (its own TMPDIR, to see leaks).
+    ``args``: more options; ``new_session``: in a process group of its own (to signal it as a terminal's
+    Ctrl-C does, ``os.killpg``)."""
     (tmp / "tmpdir").mkdir(exist_ok=True)
     e = {**os.environ, "SPECSIM_VLLM_VENV": str(fake_env["install"].venv), "TMPDIR": str(tmp / "tmpdir"),
          "SPECSIM_GUARD_GRACE_S": "3", "FAKE_LOG": str(fake_env["log"]), **env}
     return subprocess.Popen([REAL_PY, "-m", "specsim", "run-matrix", "--matrix", str(matrix or _matrix(tmp)), "--runs-dir",
-                             str(tmp / "runs"), "--stamp", stamp], env=e, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             str(tmp / "runs"), *args, "--stamp", stamp], env=e, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=new_session)
 
 
 def _wait_for(pred, timeout_s=60.0):
@@ -491,7 +551,8 @@ def _stopped_cleanly(tmp: Path, proc, rc: int, sig: str) -> tuple[str, dict[str,
     assert line == [f"specsim: interrupted ({sig}): {line[0].split(': ', 2)[2].split(' runs')[0]} runs recorded, the "
                     f"interrupted cell recorded as failed; resume with --stamp {proc.args[-1]} --resume"], err
     runs = tmp / "runs"
-    assert not [p.name for p in runs.iterdir() if p.name.startswith(".")]  # no .staging-*, .tmp-*
+    # no .staging-*, .tmp-* (.submitit: submitit's own job logs, --executor slurm's default folder)
+    assert not [p.name for p in runs.iterdir() if p.name.startswith(".") and p.name != ".submitit"]
     assert not list((tmp / "tmpdir").glob("specsim-guard-*"))  # no guardian status file left
     assert not _no_fake_processes()
     recs = {p.name: _prov(p) for p in runs.iterdir() if (p / "provenance.json").exists()}

@@ -23,6 +23,7 @@ import contextlib
 import math
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import time
@@ -456,9 +457,19 @@ def _ray_job(job: dict) -> dict:
 
 
 def _slurm_job(job: dict) -> dict:
-    """The submitit job: :func:`_packed_job` with the Slurm job id (when there is one)."""
-    return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                             "resources": job.get("slurm_resources")})
+    """The submitit job: :func:`_packed_job` with the Slurm job id (when there is one).
+
+    SIGINT and SIGTERM stop it as Ctrl-C stops a local matrix (the running cell recorded failed,
+    its server stopped with SIGINT): ``scancel`` sends SIGTERM, which submitit's job wrapper would
+    otherwise ignore until Slurm's SIGKILL; on the local cluster :meth:`SlurmExecutor.cancel_all`
+    sends SIGTERM through submitit's controller, and SIGINT (ignored by that controller and so, by
+    inheritance, by this job: ``SlurmExecutor._controller_ignores_sigint``) is handled again here."""
+    # imported here: runner imports this module
+    from specsim.runs.runner import stop_signals_as_interrupt
+
+    with stop_signals_as_interrupt(("SIGINT", "SIGTERM")):
+        return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+                                 "resources": job.get("slurm_resources")})
 
 
 class RayExecutor:
@@ -549,6 +560,13 @@ class SlurmExecutor:
     processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm, and is refused
     (RunError) where there is none (submitit would fall back to local processes).
     ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...).
+
+    On the local cluster the jobs share this host, and submitit's LocalExecutor starts every job it
+    is given at once (it has no queue), so two servers would share the cores (or GPUs) that
+    ``cpus_per_task`` / ``gpus_per_node`` promise each: there this executor holds the jobs in a
+    queue of its own and submits the next only when the one in flight has finished (a job still in
+    that queue when the matrix is interrupted is recorded failed, never submitted).  A Slurm
+    cluster's scheduler does this itself (``slurm_exclusive`` on CPU).
     """
 
     kind = "slurm"
@@ -576,6 +594,10 @@ class SlurmExecutor:
         self._cpus = int(cpus or os.cpu_count() or 1)
         self.extra = dict(slurm_parameters or {})
         self._pending: dict = {}
+        # the local cluster runs every submitted job at once on this host: one job at a time there
+        self._one_at_a_time = self.cluster == "local"
+        self._queue: list[tuple[dict, Any]] = []  # (job, tag) not yet submitted
+        self._cancelled: list[tuple[Any, BaseException]] = []  # queued jobs dropped by cancel_all
 
     def cpus(self) -> int:
         return self._cpus
@@ -592,18 +614,49 @@ class SlurmExecutor:
         return res
 
     def submit(self, job: dict, tag: Any) -> Any:
-        res = job.get("slurm_resources") or self.resources(job)
-        self.ex.update_parameters(**res, **self.extra)
-        j = self.ex.submit(_slurm_job, {**job, "slurm_resources": res})
+        """Submit ``job`` (its cells: ``tag``); on the local cluster, queue it while another is in
+        flight.  Returns the submitit job, or None where it was queued."""
+        job = {**job, "slurm_resources": job.get("slurm_resources") or self.resources(job)}
+        if self._one_at_a_time and self._pending:
+            self._queue.append((job, tag))
+            return None
+        return self._start(job, tag)
+
+    def _start(self, job: dict, tag: Any) -> Any:
+        self.ex.update_parameters(**job["slurm_resources"], **self.extra)
+        with self._controller_ignores_sigint():
+            j = self.ex.submit(_slurm_job, job)
         self._pending[j] = tag
         return j
 
+    @contextlib.contextmanager
+    def _controller_ignores_sigint(self):
+        """On the local cluster, submitit starts a controller process per job in the driver's process
+        group; on Ctrl-C in a terminal it would get SIGINT too and SIGKILL the job 1 s later
+        (``submitit/local/local.py``, ``Controller.run`` / ``kill_tasks``), before the job has stopped
+        its server and returned its records.  Started with SIGINT ignored (inherited), it does not;
+        the job handles SIGINT again itself (:func:`_slurm_job`).  Main thread only."""
+        import threading
+
+        if self.cluster != "local" or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+
     def pending(self) -> list:
-        return list(self._pending)
+        """Tags of the jobs not yet returned by :meth:`wait` (in flight, queued or cancelled)."""
+        return [*self._pending.values(), *(t for _, t in self._queue), *(t for t, _ in self._cancelled)]
 
     def wait(self, timeout_s: float | None = None) -> list[tuple[Any, dict | BaseException]]:
         end = None if timeout_s is None else time.monotonic() + timeout_s
-        while self._pending:
+        while self._pending or self._cancelled:
+            if self._cancelled:
+                out, self._cancelled = self._cancelled, []
+                return out
             done = [j for j in self._pending if j.done()]
             if done:
                 out = []
@@ -613,6 +666,8 @@ class SlurmExecutor:
                         out.append((tag, j.result()))
                     except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
                         out.append((tag, exc))
+                if self._queue and not self._pending:  # the next queued job, before its results are read
+                    self._start(*self._queue.pop(0))
                 return out
             if end is not None and time.monotonic() > end:
                 return []
@@ -620,14 +675,24 @@ class SlurmExecutor:
         return []
 
     def cancel_all(self, force: bool = True) -> None:
+        for job, tag in self._queue:
+            self._cancelled.append((tag, RunError(
+                "--executor slurm: interrupted before this job was submitted (the local cluster runs one "
+                "job at a time; it was waiting for the one in flight)")))
+        self._queue = []
         for j in list(self._pending):
             with contextlib.suppress(Exception):
-                j.cancel()
+                if self.cluster == "local":  # SIGTERM to the controller (its job id): it forwards it to
+                    os.kill(int(j.job_id), signal.SIGTERM)  # the job, whose records come back
+                else:  # scancel: SIGTERM to the job (j.cancel() on the local cluster: SIGINT, then SIGKILL)
+                    j.cancel()
 
     def close(self) -> None:
-        if self._pending:
+        if self._pending or self._queue or self._cancelled:
             self.cancel_all()
-            self.wait(timeout_s=60)
+            end = time.monotonic() + 60
+            while (self._pending or self._cancelled) and time.monotonic() < end:
+                self.wait(timeout_s=5)
 
 
 def make_executor(kind: str, runs_dir: Path, *, ray_address: str | None = None, platform: str = "cpu",

@@ -786,6 +786,30 @@ def test_interleaved_noise_is_max_over_min_of_the_recorded_throughputs(tmp_path)
         V.interleaved_noise(tmp_path)
 
 
+def test_load_preregistered_reads_sets_and_refuses_incomplete_ones(tmp_path):
+    assert V.load_preregistered(tmp_path / "none.json") == []
+    p = tmp_path / "pre.json"
+    good = {"name": "evening", "matrix": V.FAST_MATRIX, "registered": "2026-12-05T16:17:04Z, commit 4080a32",
+            "stamps": ["20261205T162000", "20261205T163400"]}
+    p.write_text(json.dumps({"sets": [good]}))
+    assert V.load_preregistered(p) == [good]
+    for bad, what in (({**good, "stamps": []}, "at least one stamp"), ({k: v for k, v in good.items() if k != "registered"},
+                                                                       "lacks \\['registered'\\]")):
+        p.write_text(json.dumps({"sets": [bad]}))
+        with pytest.raises(DataError, match=what):
+            V.load_preregistered(p)
+    p.write_text("[1, 2]")
+    with pytest.raises(DataError, match="expected"):
+        V.load_preregistered(p)
+
+
+def test_compare_loops_refuses_a_set_of_another_matrix_before_validating(tmp_path):
+    bad = [{"name": "x", "matrix": V.HEADLINE_MATRIX, "registered": "now", "stamps": ["20261129T104718"]}]
+    with pytest.raises(SpecsimValueError, match="stamp_sets.matrix") as e:
+        V.compare_loops(tmp_path / "no-runs-here", stamp_sets=bad)  # refused before it looks for runs
+    assert e.value.allowed == [V.FAST_MATRIX]
+
+
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
 def test_loop_comparison_criteria_follow_from_the_two_validations():
     cmp = V.compare_loops(RUNS)
@@ -839,6 +863,23 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
         assert s["noise_not_larger"] == (None if tn is None else tn <= tol)
         assert s["all_met"] == bool(s["median_error_within_noise"] and s["best_n_agreement_kept"]
                                     and s["noise_not_larger"])
+    # sets of invocations named before they ran (data/preregistered.json): judged alone by the same rules
+    sets = V.load_preregistered(RUNS.parent / V.PREREGISTERED_FILE)
+    assert [p["name"] for p in cmp.summary.get("preregistered", {}).get(V.FAST_MATRIX, [])] == [p["name"] for p in sets]
+    for want, got in zip(sets, cmp.summary.get("preregistered", {}).get(V.FAST_MATRIX, [])):
+        assert got["stamps"] == want["stamps"] and got["registered"] == want["registered"]
+        own = pd.concat([one_of[st].errors for st in want["stamps"]])
+        ho = own[own["role"] == "held-out"]
+        assert got["held_out"] == len(ho)
+        assert got["median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
+        bn = V._best_n(own)
+        assert got["best_n_agree"] == int(bn["agree"].sum()) and len(got["best_n"]) == len(bn)
+        assert [g["regret"] for g in got["best_n"]] == pytest.approx(bn["regret"].tolist())
+        assert all((g["regret"] == 0) == g["agree"] for g in got["best_n"])
+        tn = V.throughput_noise(fast.runs[fast.runs["stamp"].isin(want["stamps"])])["median_spread"]
+        assert got["noise_not_larger"] == (None if tn is None else tn <= tol)
+        assert got["all_met"] == bool(got["median_error_within_noise"] and got["best_n_agreement_kept"]
+                                      and got["noise_not_larger"])
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))
     later = sorted(d for d in RUNS.parent.glob("runs-interleaved-*") if d.is_dir())
     assert sorted(cmp.summary.get("interleaved_noise_later", {})) == [d.name for d in later]

@@ -35,7 +35,8 @@ __all__ = [
     "CpuServingLatency", "predict_with_library", "LibraryFit", "fit_library_overheads",
     "ValidationResult", "validate", "write_outputs", "HEADLINE_MATRIX", "FAST_MATRIX", "stamp_hosts",
     "stamp_sessions", "throughput_noise", "noise_by_pair", "pairing_shift", "interleaved_noise",
-    "LoopComparison", "compare_loops", "write_loop_comparison", "InvocationsValidation", "validate_invocations",
+    "LoopComparison", "compare_loops", "write_loop_comparison", "load_preregistered", "PREREGISTERED_FILE",
+    "InvocationsValidation", "validate_invocations",
 ]
 
 #: Target of the CPU validation (``specsim/data/models``) and the hardware row it ran on.
@@ -1501,6 +1502,47 @@ def interleaved_noise(runs_dir: str | os.PathLike, *, full: str = HEADLINE_MATRI
     return out
 
 
+#: beside the runs directory: sets of invocations named before they ran (:func:`load_preregistered`)
+PREREGISTERED_FILE = "preregistered.json"
+
+
+def load_preregistered(path: str | os.PathLike) -> list[dict]:
+    """Sets of recorded invocations that were named, with what would be reported about them, before
+    any of them ran (so that judging them is a test, not a fit to what was seen).
+
+    Parameters
+    ----------
+    path : path
+        JSON ``{"sets": [{"name": str, "matrix": str, "registered": str, "stamps": [str, ...]}, ...]}``;
+        ``registered`` says when and where the set was named (e.g. the commit that named it).  A
+        missing file gives no sets.
+
+    Returns
+    -------
+    list of dict
+        The sets, in file order.
+
+    Raises
+    ------
+    DataError
+        The file is not valid JSON, or a set lacks one of the keys or has no stamps.
+    """
+    p = Path(path)
+    if not p.exists():
+        return []
+    try:
+        sets = json.loads(p.read_text())["sets"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{p}: expected {{'sets': [...]}} JSON ({exc})") from exc
+    need = ("name", "matrix", "registered", "stamps")
+    for i, s_ in enumerate(sets):
+        lacking = [k for k in need if k not in s_]
+        if lacking or not s_["stamps"]:
+            raise DataError(f"{p}: set {i} ({s_.get('name')!r}) needs {', '.join(need)} with at least one stamp; "
+                            f"lacks {lacking or ['stamps']}")
+    return list(sets)
+
+
 def _same_power_met(full_row: Mapping, median_abs_error: float | None, best_n_agree: int,
                     noise_median: float | None) -> dict:
     """The three same-power criteria of :func:`compare_loops` for one judged set of fast-loop runs
@@ -1515,7 +1557,8 @@ def _same_power_met(full_row: Mapping, median_abs_error: float | None, best_n_ag
 
 def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
                   fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None,
-                  interleaved_dir: str | os.PathLike | None = None) -> LoopComparison:
+                  interleaved_dir: str | os.PathLike | None = None,
+                  stamp_sets: Sequence[Mapping] | None = None) -> LoopComparison:
     """Judge the fast CPU validation loop against the full one, each validated on its own runs.
 
     Each matrix's runs are validated separately, never on the other's: when every invocation (stamp)
@@ -1552,6 +1595,10 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         Without it, later repeats of that protocol in ``runs-interleaved-<date>`` directories beside
         ``runs_dir`` (one session each, so no pair spans two hosts) are reported too, in
         ``summary["interleaved_noise_later"]`` (directory name -> :func:`interleaved_noise`).
+    stamp_sets : sequence of dict, optional
+        Sets of the fast loop's invocations named before they ran (:func:`load_preregistered`; default
+        ``preregistered.json`` beside ``runs_dir`` when it exists), each judged alone by the three
+        criteria, as ``by_session`` judges a session: ``summary["preregistered"]``.
 
     Returns
     -------
@@ -1560,8 +1607,17 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     Raises
     ------
     DataError
-        Either matrix has no recorded runs or no probe.
+        Either matrix has no recorded runs or no probe, or a pre-registered stamp has no recorded
+        invocation with its own probe.
+    SpecsimValueError
+        A pre-registered set names another matrix than ``fast``.
     """
+    base = Path(runs_dir) if runs_dir is not None else project_data_path("runs")
+    sets = list(stamp_sets) if stamp_sets is not None else load_preregistered(base.parent / PREREGISTERED_FILE)
+    for s_ in sets:
+        if s_.get("matrix") != fast:
+            raise SpecsimValueError("stamp_sets.matrix", f"only the fast loop's ({fast}) invocations are judged "
+                                    f"in sets (set {s_.get('name')!r})", s_.get("matrix"), [fast])
     done = dict(results or {})
     inv = {name: validate_invocations(runs_dir, matrix=name, whole=done.get(name)) for name in (full, fast)}
     res = {name: v.whole for name, v in inv.items()}
@@ -1662,10 +1718,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     # the criteria applied to each session of the fast loop alone (one host, one day: the conditions of
     # the full loop's reference pair) -- reported, not a criterion: the criteria above pool every session
     per_stamp_fast = inv[fast].per_stamp
-    by_session = []
-    for sess, sts in stamp_sessions(res[fast].runs).items():
-        if any(per_stamp_fast.get(st) is None for st in sts):
-            continue
+
+    def judged(sts: Sequence[str]) -> dict:
+        """The three criteria for the fast loop's invocations ``sts`` alone, each on its own probe."""
         err = pd.concat([per_stamp_fast[st].errors for st in sts], ignore_index=True)
         ho = err[err["role"] == "held-out"]
         best_s = _best_n(err)
@@ -1673,16 +1728,23 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         med = float(ho["error"].abs().median()) if len(ho) else None
         agree = int(best_s["agree"].sum())
         met_s = _same_power_met(fl, med, agree, tn_s)
-        by_session.append({
-            "session": sess, "stamps": list(sts), "held_out": int(len(ho)), "median_abs_error": med,
-            "best_n_agree": agree, "best_n_groups": int(len(best_s)), "throughput_noise_median": tn_s,
-            **met_s, "all_met": all(met_s.values())})
+        return {"stamps": list(sts), "held_out": int(len(ho)), "median_abs_error": med, "best_n_agree": agree,
+                "best_n_groups": int(len(best_s)), "throughput_noise_median": tn_s, **met_s,
+                "all_met": all(met_s.values()),
+                # which groups agree, and the measured speedup lost where they do not (regret)
+                "best_n": best_s[["family", "concurrency", "n_values", "measured_best_n", "predicted_best_n",
+                                  "agree", "regret"]].to_dict("records")}
+
+    by_session = [{"session": sess, **judged(sts)} for sess, sts in stamp_sessions(res[fast].runs).items()
+                  if all(per_stamp_fast.get(st) is not None for st in sts)]
     summary["by_session"] = {
         "definition": "the three criteria applied to the invocations of one session of the fast loop alone (one "
                       "kind of machine, one UTC day: the conditions of the full loop's reference pair), each "
                       "invocation on its own probe and pooled, against the full loop; noise needs two or more "
                       "invocations (None: not measured, all_met false); a session with an invocation "
-                      "without its own probe is left out. Reported, not a criterion",
+                      "without its own probe is left out; best_n: the groups, with the measured speedup lost "
+                      "where the predicted best N is run instead of the measured one (regret). Reported, not a "
+                      "criterion",
         fast: by_session}
     summary["noise_by_pair"] = {
         "definition": "per pair of stamps of one loop: median_spread (max/min - 1, what noise_not_larger pools), "
@@ -1695,7 +1757,20 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                       "to the one-at-a-time invocations (pairing_shift); invocations started one at a time "
                       "give the null. Reported to explain the noise, not a criterion",
         fast: pairing_shift(res[fast].runs).to_dict("records")}
-    base = Path(runs_dir) if runs_dir is not None else project_data_path("runs")
+    # sets of invocations named BEFORE they ran (preregistered.json beside the runs): judged alone
+    if sets:
+        judged_sets = []
+        for s_ in sets:
+            missing = [st for st in s_["stamps"] if per_stamp_fast.get(st) is None]
+            if missing:
+                raise DataError(f"pre-registered set {s_['name']!r}: no recorded {fast} invocation with its own "
+                                f"probe for stamps {missing} in {base}")
+            judged_sets.append({k: v for k, v in s_.items() if k not in ("stamps", "matrix")} | judged(s_["stamps"]))
+        summary["preregistered"] = {
+            "definition": "sets of the fast loop's invocations named (with what would be reported) before any of "
+                          "them ran, judged alone by the three criteria as by_session judges a session; "
+                          "registered: when and where the set was named. Reported, not a criterion",
+            fast: judged_sets}
     il = Path(interleaved_dir) if interleaved_dir is not None else base.parent / "runs-interleaved"
     if interleaved_dir is not None or il.is_dir():
         summary["interleaved_noise"] = interleaved_noise(il, full=full, fast=fast)

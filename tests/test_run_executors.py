@@ -414,6 +414,42 @@ def test_slurm_local_cluster_runs_one_job_at_a_time(fake_env, monkeypatch):
     assert not _no_fake_processes()
 
 
+def test_slurm_local_cluster_a_queued_job_that_fails_to_submit_is_recorded_and_the_matrix_goes_on(
+        fake_env, monkeypatch):
+    """The next queued job is submitted when one finishes; if that submission raises, the finished
+    job's runs are still recorded and the failed one's cells are recorded failed with the error."""
+    pytest.importorskip("submitit")
+    from specsim.runs import executors
+
+    orig, calls = executors.SlurmExecutor._start, []
+
+    def start(self, job, tag):
+        calls.append(tag)
+        if len(calls) == 4:  # health check, baseline, one n-gram job; the queued one's submission fails
+            raise RuntimeError("sbatch: error: Batch job submission failed")
+        return orig(self, job, tag)
+
+    monkeypatch.setattr(executors.SlurmExecutor, "_start", start)
+    m = _matrix(fake_env["tmp"])
+    res = {r.run_id.removeprefix("fake-S10-"): r for r in run_matrix(
+        m, runs_dir=fake_env["tmp"] / "slurm", install=fake_env["install"], stamp="S10", progress=False,
+        executor="slurm", slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit"})}
+    assert len(calls) == 4
+    failed = {k for k, r in res.items() if r.status == "failed"}
+    assert len(failed) == 2 and all("Batch job submission failed" in res[k].error for k in failed), res
+    assert {k.rsplit("-", 1)[0].removesuffix("-t0.8") for k in failed} in ({"ngram-n2"}, {"ngram-n3"})
+    assert sum(r.status == "ok" for r in res.values()) == len(res) - 2
+    assert not _no_fake_processes()
+
+
+def test_slurm_local_cluster_refuses_submitits_setup_parameter(tmp_path):
+    pytest.importorskip("submitit")
+    from specsim.runs.executors import SlurmExecutor
+
+    with pytest.raises(SpecsimValueError, match="slurm_parameters.setup: is not supported with cluster 'local'"):
+        SlurmExecutor(tmp_path, cluster="local", slurm_parameters={"setup": ["module load cuda"]})
+
+
 @pytest.mark.parametrize("to", ["driver", "group"])
 def test_ctrl_c_under_the_slurm_local_cluster_stops_cleanly_and_records_the_queued_jobs(fake_env, to):
     """Ctrl-C under submitit's local cluster, to the driver alone or to its whole process group (a

@@ -786,21 +786,29 @@ def test_interleaved_noise_is_max_over_min_of_the_recorded_throughputs(tmp_path)
         V.interleaved_noise(tmp_path)
 
 
-def test_load_preregistered_reads_sets_and_refuses_incomplete_ones(tmp_path):
+def test_load_preregistered_reads_sets_and_refuses_malformed_ones(tmp_path):
     assert V.load_preregistered(tmp_path / "none.json") == []
     p = tmp_path / "pre.json"
     good = {"name": "evening", "matrix": V.FAST_MATRIX, "registered": "2026-12-05T16:17:04Z, commit 4080a32",
-            "stamps": ["20261205T162000", "20261205T163400"]}
+            "stamps": ["20261205T162000", "20261205T163305"]}
     p.write_text(json.dumps({"sets": [good]}))
     assert V.load_preregistered(p) == [good]
-    for bad, what in (({**good, "stamps": []}, "at least one stamp"), ({k: v for k, v in good.items() if k != "registered"},
-                                                                       "lacks \\['registered'\\]")):
-        p.write_text(json.dumps({"sets": [bad]}))
+    bad_docs = [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "with a list of sets"),
+        (json.dumps({"sets": None}), "got NoneType for 'sets'"),
+        (json.dumps({"sets": {"a": good}}), "got dict for 'sets'"),
+        (json.dumps({"sets": ["evening"]}), "set 0: expected an object"),
+        (json.dumps({"sets": [{k: v for k, v in good.items() if k != "registered"}]}), "lacks \\['registered'\\]"),
+        (json.dumps({"sets": [{**good, "stamps": []}]}), "stamps must be a non-empty list"),
+        (json.dumps({"sets": [{**good, "stamps": "20261205T162000"}]}), "stamps must be a non-empty list"),
+        (json.dumps({"sets": [{**good, "stamps": [good["stamps"][0]] * 2}]}), "stamps named twice"),
+        (json.dumps({"sets": [{**good, "matrix": 3}]}), "matrix must be a non-empty string"),
+    ]
+    for text, what in bad_docs:
+        p.write_text(text)
         with pytest.raises(DataError, match=what):
             V.load_preregistered(p)
-    p.write_text("[1, 2]")
-    with pytest.raises(DataError, match="expected"):
-        V.load_preregistered(p)
 
 
 def test_compare_loops_refuses_a_set_of_another_matrix_before_validating(tmp_path):
@@ -808,6 +816,10 @@ def test_compare_loops_refuses_a_set_of_another_matrix_before_validating(tmp_pat
     with pytest.raises(SpecsimValueError, match="stamp_sets.matrix") as e:
         V.compare_loops(tmp_path / "no-runs-here", stamp_sets=bad)  # refused before it looks for runs
     assert e.value.allowed == [V.FAST_MATRIX]
+    unknown = [{"name": "x", "matrix": V.FAST_MATRIX, "registered": "now", "stamps": ["20991231T000000"]}]
+    with pytest.raises(DataError, match=r"set 'x': no recorded cpu-validation-fast invocation with stamps "
+                                        r"\['20991231T000000'\]"):
+        V.compare_loops(RUNS, stamp_sets=unknown)  # refused before anything is validated
 
 
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
@@ -865,6 +877,7 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
                                     and s["noise_not_larger"])
     # sets of invocations named before they ran (data/preregistered.json): judged alone by the same rules
     sets = V.load_preregistered(RUNS.parent / V.PREREGISTERED_FILE)
+    assert sets  # data/preregistered.json is committed
     assert [p["name"] for p in cmp.summary.get("preregistered", {}).get(V.FAST_MATRIX, [])] == [p["name"] for p in sets]
     for want, got in zip(sets, cmp.summary.get("preregistered", {}).get(V.FAST_MATRIX, [])):
         assert got["stamps"] == want["stamps"] and got["registered"] == want["registered"]
@@ -878,6 +891,8 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
         assert all((g["regret"] == 0) == g["agree"] for g in got["best_n"])
         tn = V.throughput_noise(fast.runs[fast.runs["stamp"].isin(want["stamps"])])["median_spread"]
         assert got["noise_not_larger"] == (None if tn is None else tn <= tol)
+        assert got["median_error_within_noise"] == (abs(got["median_abs_error"] - lf["median_abs_error"]) <= tol)
+        assert got["best_n_agreement_kept"] == (got["best_n_agree"] >= lf["best_n_agree"])
         assert got["all_met"] == bool(got["median_error_within_noise"] and got["best_n_agreement_kept"]
                                       and got["noise_not_larger"])
     assert cmp.summary["interleaved_noise"] == json.loads(json.dumps(V.interleaved_noise(INTERLEAVED), default=str))

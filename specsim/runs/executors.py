@@ -462,10 +462,13 @@ def _slurm_job(job: dict) -> dict:
     SIGINT and SIGTERM stop it as Ctrl-C stops a local matrix (the running cell recorded failed,
     its server stopped with SIGINT): ``scancel`` sends SIGTERM, which submitit's job wrapper would
     otherwise ignore until Slurm's SIGKILL; on the local cluster :meth:`SlurmExecutor.cancel_all`
-    sends SIGTERM through submitit's controller, and SIGINT (ignored by that controller and so, by
-    inheritance, by this job: ``SlurmExecutor._controller_ignores_sigint``) is handled again here."""
+    sends SIGTERM through submitit's controller, and SIGINT (blocked in that controller and so, by
+    inheritance, in this job: ``SlurmExecutor._controller_blocks_sigint``) is unblocked and handled
+    here."""
     # imported here: runner imports this module
     from specsim.runs.runner import stop_signals_as_interrupt
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     with stop_signals_as_interrupt(("SIGINT", "SIGTERM")):
         return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
@@ -566,7 +569,10 @@ class SlurmExecutor:
     ``cpus_per_task`` / ``gpus_per_node`` promise each: there this executor holds the jobs in a
     queue of its own and submits the next only when the one in flight has finished (a job still in
     that queue when the matrix is interrupted is recorded failed, never submitted).  A Slurm
-    cluster's scheduler does this itself (``slurm_exclusive`` on CPU).
+    cluster's scheduler does this itself (``slurm_exclusive`` on CPU).  There submitit's
+    controllers are started with SIGINT blocked, so that a terminal's Ctrl-C reaches the jobs and
+    not the controllers (which would SIGKILL their job 1 s later), and submitit's ``setup``
+    parameter is refused (SpecsimValueError: a stop could not reach the job through the shell).
     """
 
     kind = "slurm"
@@ -593,6 +599,11 @@ class SlurmExecutor:
         self.cluster = self.ex.cluster
         self._cpus = int(cpus or os.cpu_count() or 1)
         self.extra = dict(slurm_parameters or {})
+        if self.cluster == "local" and "setup" in self.extra:
+            # with setup, submitit runs its controller under a shell whose pid is the job id: a stop
+            # sent there (cancel_all) would end the shell and leave the job running
+            raise SpecsimValueError("slurm_parameters.setup", "is not supported with cluster 'local' (a stop "
+                                    "could not reach the job); run the setup commands before specsim")
         self._pending: dict = {}
         # the local cluster runs every submitted job at once on this host: one job at a time there
         self._one_at_a_time = self.cluster == "local"
@@ -624,28 +635,27 @@ class SlurmExecutor:
 
     def _start(self, job: dict, tag: Any) -> Any:
         self.ex.update_parameters(**job["slurm_resources"], **self.extra)
-        with self._controller_ignores_sigint():
+        with self._controller_blocks_sigint():
             j = self.ex.submit(_slurm_job, job)
-        self._pending[j] = tag
+            self._pending[j] = tag  # tracked before a Ctrl-C held back meanwhile is delivered
         return j
 
     @contextlib.contextmanager
-    def _controller_ignores_sigint(self):
+    def _controller_blocks_sigint(self):
         """On the local cluster, submitit starts a controller process per job in the driver's process
         group; on Ctrl-C in a terminal it would get SIGINT too and SIGKILL the job 1 s later
         (``submitit/local/local.py``, ``Controller.run`` / ``kill_tasks``), before the job has stopped
-        its server and returned its records.  Started with SIGINT ignored (inherited), it does not;
-        the job handles SIGINT again itself (:func:`_slurm_job`).  Main thread only."""
-        import threading
-
-        if self.cluster != "local" or threading.current_thread() is not threading.main_thread():
+        its server and returned its records.  Started with SIGINT blocked (the signal mask is
+        inherited), it never sees one; the job unblocks it and handles it itself (:func:`_slurm_job`).
+        In the driver a Ctrl-C during the submit is held back, not lost: delivered on the way out."""
+        if self.cluster != "local":
             yield
             return
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, old)
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
     def pending(self) -> list:
         """Tags of the jobs not yet returned by :meth:`wait` (in flight, queued or cancelled)."""
@@ -666,8 +676,12 @@ class SlurmExecutor:
                         out.append((tag, j.result()))
                     except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
                         out.append((tag, exc))
-                if self._queue and not self._pending:  # the next queued job, before its results are read
-                    self._start(*self._queue.pop(0))
+                while self._queue and not self._pending:  # the next queued job, before these are read
+                    job, tag = self._queue.pop(0)
+                    try:
+                        self._start(job, tag)
+                    except Exception as exc:  # noqa: BLE001 - recorded as failed; the finished ones still return
+                        out.append((tag, exc))
                 return out
             if end is not None and time.monotonic() > end:
                 return []

@@ -1507,15 +1507,18 @@ PREREGISTERED_FILE = "preregistered.json"
 
 
 def load_preregistered(path: str | os.PathLike) -> list[dict]:
-    """Sets of recorded invocations that were named, with what would be reported about them, before
-    any of them ran (so that judging them is a test, not a fit to what was seen).
+    """Read the sets of recorded invocations that were named before any of them ran.
+
+    Each set was named, with what would be reported about it, before its runs were started, so that
+    judging it is a test and not a fit to what was seen.
 
     Parameters
     ----------
     path : path
         JSON ``{"sets": [{"name": str, "matrix": str, "registered": str, "stamps": [str, ...]}, ...]}``;
-        ``registered`` says when and where the set was named (e.g. the commit that named it).  A
-        missing file gives no sets.
+        ``registered`` says when and where the set was named (e.g. the commit that named it); ``stamps``
+        are the invocations' ``YYYYMMDDTHHMMSS`` stamps, at least one, none twice.  A missing file gives
+        no sets.
 
     Returns
     -------
@@ -1525,21 +1528,37 @@ def load_preregistered(path: str | os.PathLike) -> list[dict]:
     Raises
     ------
     DataError
-        The file is not valid JSON, or a set lacks one of the keys or has no stamps.
+        The file is not that JSON: not parseable, no list ``sets``, a set that is not an object, lacks
+        a key, has a key of the wrong type, no stamps or a stamp twice.  The message names the file,
+        the set and the field.
     """
     p = Path(path)
     if not p.exists():
         return []
     try:
-        sets = json.loads(p.read_text())["sets"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{p}: expected {{'sets': [...]}} JSON ({exc})") from exc
-    need = ("name", "matrix", "registered", "stamps")
+        doc = json.loads(p.read_text())
+    except ValueError as exc:
+        raise DataError(f"{p}: not valid JSON ({exc})") from exc
+    sets = doc.get("sets") if isinstance(doc, dict) else None
+    if not isinstance(sets, list):
+        raise DataError(f"{p}: expected {{'sets': [...]}} with a list of sets, got {type(sets).__name__} for 'sets'")
     for i, s_ in enumerate(sets):
-        lacking = [k for k in need if k not in s_]
-        if lacking or not s_["stamps"]:
-            raise DataError(f"{p}: set {i} ({s_.get('name')!r}) needs {', '.join(need)} with at least one stamp; "
-                            f"lacks {lacking or ['stamps']}")
+        where = f"{p}: set {i}"
+        if not isinstance(s_, dict):
+            raise DataError(f"{where}: expected an object with name, matrix, registered, stamps; got {s_!r}")
+        where += f" ({s_.get('name')!r})"
+        lacking = [k for k in ("name", "matrix", "registered", "stamps") if k not in s_]
+        if lacking:
+            raise DataError(f"{where}: lacks {lacking}")
+        for k in ("name", "matrix", "registered"):
+            if not isinstance(s_[k], str) or not s_[k]:
+                raise DataError(f"{where}: {k} must be a non-empty string, got {s_[k]!r}")
+        st = s_["stamps"]
+        if not isinstance(st, list) or not st or not all(isinstance(x, str) for x in st):
+            raise DataError(f"{where}: stamps must be a non-empty list of stamp strings, got {st!r}")
+        twice = sorted({x for x in st if st.count(x) > 1})
+        if twice:
+            raise DataError(f"{where}: stamps named twice: {twice}")
     return list(sets)
 
 
@@ -1618,6 +1637,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         if s_.get("matrix") != fast:
             raise SpecsimValueError("stamp_sets.matrix", f"only the fast loop's ({fast}) invocations are judged "
                                     f"in sets (set {s_.get('name')!r})", s_.get("matrix"), [fast])
+        unknown = [st for st in s_["stamps"] if not any(base.glob(f"{fast}-{st}-*"))]
+        if unknown:
+            raise DataError(f"set {s_['name']!r}: no recorded {fast} invocation with stamps {unknown} in {base}")
     done = dict(results or {})
     inv = {name: validate_invocations(runs_dir, matrix=name, whole=done.get(name)) for name in (full, fast)}
     res = {name: v.whole for name, v in inv.items()}

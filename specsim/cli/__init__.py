@@ -272,12 +272,12 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
+    from specsim.runs.process import stop_signals_as_interrupt
     from specsim.runs.runner import (
         MatrixInterrupted,
         check_runs_dir,
         dry_run,
         selectable_names,
-        stop_signals_as_interrupt,
     )
     from specsim.runs.sweep_files import load_matrix
 

@@ -32,6 +32,7 @@ from typing import Any, Iterable, NamedTuple
 
 from specsim.errors import MissingExtraError, RunError, SpecsimValueError
 from specsim.runs.offline import run_offline
+from specsim.runs.process import stop_signals_as_interrupt
 from specsim.runs.provenance import VllmInstall, vllm_env
 from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
@@ -465,9 +466,6 @@ def _slurm_job(job: dict) -> dict:
     sends SIGTERM through submitit's controller, and SIGINT (blocked in that controller and so, by
     inheritance, in this job: ``SlurmExecutor._controller_blocks_sigint``) is unblocked and handled
     here."""
-    # imported here: runner imports this module
-    from specsim.runs.runner import stop_signals_as_interrupt
-
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     with stop_signals_as_interrupt(("SIGINT", "SIGTERM")):

@@ -316,7 +316,7 @@ class CpuAccount:
 
 class deferred_interrupts:
     """While the block runs (in the main thread), SIGINT and SIGTERM -- each where a Python handler is
-    installed for it (Python's own Ctrl-C handler, :func:`specsim.runs.runner.stop_signals_as_interrupt`,
+    installed for it (Python's own Ctrl-C handler, :func:`stop_signals_as_interrupt`,
     a Ray worker's SIGTERM handler) -- are noted instead of handled, so that stopping a process tree and
     recording how it ended is not cut short by a second Ctrl-C.
 
@@ -845,3 +845,52 @@ class BenchClient:
     def __exit__(self, *exc) -> bool:
         self.close()
         return False
+
+
+# stops: Ctrl-C, SIGTERM (used by the matrix runner, the CLI and the Slurm job)
+
+class StopSignal(KeyboardInterrupt):
+    """A stop signal (SIGTERM: ``timeout``, ``scancel``, ``kill``; SIGINT where the CLI routes Ctrl-C
+    through :func:`stop_signals_as_interrupt` too) delivered as a KeyboardInterrupt in the main thread,
+    so that it stops a matrix the way Ctrl-C does and the record names it.  ``signal``: its name."""
+
+    def __init__(self, signame: str):
+        super().__init__(signame)
+        self.signal = signame
+
+
+@contextlib.contextmanager
+def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
+    """While the block runs (in the main thread), the first of ``signals`` raises
+    :class:`StopSignal` there -- a KeyboardInterrupt -- so that a matrix stopped by ``timeout`` or
+    ``scancel`` records its running cell as failed, stops its servers, writes its manifest and
+    removes its staging directory, as on Ctrl-C.  Later ones are ignored while that cleanup runs
+    (SIGKILL still ends the process).  With ``"SIGINT"`` among ``signals`` (the CLI), Ctrl-C is one of
+    them: the interrupted cell is recorded ``"interrupted (SIGINT)"`` and a second Ctrl-C does not cut
+    the stop of its server and its records short.  Outside the main thread: nothing is installed."""
+    import signal as _signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[str] = []
+
+    def handler(signum, _frame):
+        name = _signal.Signals(signum).name
+        if got:
+            print(f"specsim: {name} again: still stopping (recording the interrupted cell, stopping its "
+                  "server); SIGKILL ends at once", file=sys.stderr)
+            return
+        got.append(name)
+        raise StopSignal(name)
+
+    saved = {}
+    for name in signals:
+        sig = getattr(_signal, name)
+        saved[sig] = _signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in saved.items():
+            _signal.signal(sig, h)

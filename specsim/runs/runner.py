@@ -414,22 +414,12 @@ def _error_text(e: BaseException) -> str:
 # stops: Ctrl-C, SIGTERM
 # --------------------------------------------------------------------------------------------
 
-class StopSignal(KeyboardInterrupt):
-    """A stop signal (SIGTERM: ``timeout``, ``scancel``, ``kill``; SIGINT where the CLI routes Ctrl-C
-    through :func:`stop_signals_as_interrupt` too) delivered as a KeyboardInterrupt in the main thread,
-    so that it stops a matrix the way Ctrl-C does and the record names it.  ``signal``: its name."""
-
-    def __init__(self, signame: str):
-        super().__init__(signame)
-        self.signal = signame
-
-
 def _interrupt_name(e: BaseException | None) -> str:
     return getattr(e, "signal", None) or "KeyboardInterrupt"
 
 
 class MatrixInterrupted(KeyboardInterrupt):
-    """:func:`run_matrix` stopped by Ctrl-C or a :class:`StopSignal`, after recording the running
+    """:func:`run_matrix` stopped by Ctrl-C or a :class:`~specsim.runs.process.StopSignal`, after recording the running
     cell as failed, stopping its processes and writing the manifest.  ``results``: the runs of this
     invocation (recorded or kept); ``recorded``: how many it recorded; ``stamp``; ``signal``
     (``"SIGINT"``, ``"SIGTERM"``); ``runs_dir``."""
@@ -438,43 +428,6 @@ class MatrixInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted by {signame}: {recorded} runs recorded")
         self.results, self.recorded, self.stamp, self.signal, self.runs_dir = \
             results, recorded, stamp, signame, runs_dir
-
-
-@contextlib.contextmanager
-def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
-    """While the block runs (in the main thread), the first of ``signals`` raises
-    :class:`StopSignal` there -- a KeyboardInterrupt -- so that a matrix stopped by ``timeout`` or
-    ``scancel`` records its running cell as failed, stops its servers, writes its manifest and
-    removes its staging directory, as on Ctrl-C.  Later ones are ignored while that cleanup runs
-    (SIGKILL still ends the process).  With ``"SIGINT"`` among ``signals`` (the CLI), Ctrl-C is one of
-    them: the interrupted cell is recorded ``"interrupted (SIGINT)"`` and a second Ctrl-C does not cut
-    the stop of its server and its records short.  Outside the main thread: nothing is installed."""
-    import signal as _signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    got: list[str] = []
-
-    def handler(signum, _frame):
-        name = _signal.Signals(signum).name
-        if got:
-            print(f"specsim: {name} again: still stopping (recording the interrupted cell, stopping its "
-                  "server); SIGKILL ends at once", file=sys.stderr)
-            return
-        got.append(name)
-        raise StopSignal(name)
-
-    saved = {}
-    for name in signals:
-        sig = getattr(_signal, name)
-        saved[sig] = _signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, h in saved.items():
-            _signal.signal(sig, h)
 
 
 def _bar(total_s: float, n_runs: int, desc: str, enabled: bool):
@@ -568,7 +521,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     MissingExtraError
         ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``).
     MatrixInterrupted
-        A KeyboardInterrupt (Ctrl-C, or SIGTERM under :func:`stop_signals_as_interrupt`), after
+        A KeyboardInterrupt (Ctrl-C, or SIGTERM under :func:`specsim.runs.process.stop_signals_as_interrupt`), after
         recording the running cell as failed (with its server's stop in ``server_end``), stopping
         every process it started and writing the manifest; it carries the results, the number
         recorded and the stamp to resume.

@@ -211,7 +211,7 @@ def _record_failed(plan: BenchPlan, *, runs_dir: Path, error: BaseException, ser
 
 def interrupt_text(e: BaseException | None) -> str:
     """``"interrupted (<signal>)"`` of a KeyboardInterrupt: the signal a :class:`StopSignal
-    <specsim.runs.runner.StopSignal>` names (``SIGINT``, ``SIGTERM``), else ``KeyboardInterrupt`` (one
+    <specsim.runs.process.StopSignal>` names (``SIGINT``, ``SIGTERM``), else ``KeyboardInterrupt`` (one
     raised without a stop signal handler: Python's own Ctrl-C handler, ``ray.cancel``, a notebook)."""
     return f"interrupted ({getattr(e, 'signal', None) or 'KeyboardInterrupt'})"
 

@@ -85,6 +85,10 @@ FAKE_VLLM = textwrap.dedent('''
             print("Error: connection refused", flush=True)
             sys.exit(2)
         time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "0")))
+        burn = float(os.environ.get("FAKE_BENCH_BURN", "0"))  # CPU seconds this bench uses
+        t = time.process_time()
+        while time.process_time() - t < burn:
+            pass
         if os.environ.get("FAKE_BENCH_SLEEP_NTH") == str(nth):  # only the nth bench of the log is slow
             time.sleep(30)
         texts = [f"out{i}" for i in range(n)]
@@ -371,6 +375,22 @@ def test_persistent_bench_client_serves_every_cell_from_one_process(fake_env):
     assert not psutil.pid_exists(benches[0]["client_pid"]) or \
         psutil.Process(benches[0]["client_pid"]).status() == psutil.STATUS_ZOMBIE
     assert not _no_fake_processes()
+
+
+def test_a_one_off_bench_process_s_cpu_is_the_bench_s_not_interference(fake_env):
+    """The default bench client (one `vllm bench serve` process per cell) runs under a detached
+    guardian, so its CPU is not this process's child time: it is counted as the bench's from the
+    guardian's record, not as other processes' (every such run was flagged contended before)."""
+    m = _matrix(fake_env["tmp"], env={"FAKE_BENCH_BURN": "0.8"})
+    runs = fake_env["tmp"] / "runs"
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S6", progress=False,
+               only=["baseline-c1"])
+    p = _prov(runs / "fake-S6-baseline-c1")
+    acct = p["cpu_accounting"]
+    assert p["bench_client"]["kind"] == "process"
+    assert acct["bench_cpu_seconds"] >= 0.75  # the 0.8 CPU-s the bench burnt (was ~0.03: not seen)
+    if acct.get("other_cpu_seconds") is not None:  # /proc/stat readable: not counted as other work
+        assert acct["other_cpu_seconds"] < acct["system_busy_cpu_seconds"] - 0.75 + 1e-3
 
 
 # ---- Slurm through submitit (its local cluster: jobs as local processes) ---------------------------

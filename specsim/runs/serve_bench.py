@@ -161,13 +161,17 @@ def _bench_one(server: Server, plan: BenchPlan, *, runs_dir: Path, env: dict[str
                 rec.provenance["bench_client"] = {"kind": "persistent", "started_seconds": client.ensure(cmd)}
             else:  # one `vllm bench serve` process for this cell (the estimates tell the clients apart)
                 rec.provenance["bench_client"] = {"kind": "process"}
+            usage: dict = {}
             with CpuAccount(server.pid, client.pgid if client is not None else None) as acct:
                 if client is not None:
                     rec.provenance["bench_seconds"] = client.run(cmd, log_path=rec.path / "bench.log",
                                                                  timeout_s=timeout)
                 else:
                     rec.provenance["bench_seconds"] = run_command(cmd, log_path=rec.path / "bench.log", env=env,
-                                                                  timeout_s=timeout)
+                                                                  timeout_s=timeout, usage=usage)
+            # the one-off bench process ran under a detached guardian, invisible to this process's
+            # RUSAGE_CHILDREN: its CPU (the guardian's) is the bench's, not other processes'
+            acct.attribute(usage.get("cpu_seconds"))
             rec.provenance["cpu_accounting"] = acct.result
             (rec.path / "metrics_after.prom").write_text(server.scrape_metrics())
             bj = rec.path / plan.result_file

@@ -412,6 +412,24 @@ def test_slurm_executor_records_what_local_records(fake_env):
     assert not _no_fake_processes()
 
 
+def test_slurm_parameters_replace_the_derived_resources(fake_env):
+    """``timeout_min`` / ``cpus_per_task`` given as Slurm parameters crashed every submit ("multiple
+    values for keyword argument"); now they replace what specsim derives, the record says so, and
+    cpus_per_task sets the cores the server binds its threads to."""
+    pytest.importorskip("submitit")
+    m = _matrix(fake_env["tmp"])
+    res = run_matrix(m, runs_dir=fake_env["tmp"] / "slurm", install=fake_env["install"], stamp="S11",
+                     progress=False, executor="slurm", only=["baseline-c1"],
+                     slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit",
+                            "slurm_parameters": {"timeout_min": 7, "cpus_per_task": 1}})
+    assert [r.status for r in res] == ["ok"]
+    p = _prov(fake_env["tmp"] / "slurm" / "fake-S11-baseline-c1")
+    assert p["executor"]["resources"] == {"timeout_min": 7, "cpus_per_task": 1}
+    jid = p["executor"]["submitit_job_id"]  # links the record to submitit's files of its job
+    assert jid and list((fake_env["tmp"] / "submitit").glob(f"{jid}_*")), jid
+    assert p["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # one core: vLLM's CPU worker binds its threads to it
+
+
 def test_slurm_local_cluster_runs_one_job_at_a_time(fake_env, monkeypatch):
     """submitit's local cluster starts every submitted job at once (no queue): the three serve groups'
     servers started together on the same cores.  Now each starts only after the previous job ended:

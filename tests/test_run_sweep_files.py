@@ -165,6 +165,24 @@ def test_unknown_keys_and_values_are_refused_naming_the_field(tmp_path, where, p
         assert set(allowed) <= set(map(type(allowed[0]), ei.value.allowed or [])), ei.value.allowed
 
 
+@pytest.mark.parametrize("where,patch,says", [
+    ("serve", {"ngram-n3": {"max_concurrency": 4}},
+     "not an option of `vllm serve` in vLLM 0.32 (it is an option of `vllm bench serve`: it belongs in the "
+     "bench parameter file)"),
+    ("bench", {"c4": {"max_num_seqs": 4}},
+     "not an option of `vllm bench serve` in vLLM 0.32 (it is an option of `vllm serve`: it belongs in the "
+     "serve parameter file)"),
+    ("bench", {"c4": {"num_prompts": None}},
+     "--num-prompts takes an int value, not null (leave the key out for vLLM's default)"),
+])
+def test_a_misplaced_option_or_a_null_says_what_to_do(tmp_path, where, patch, says):
+    """A bench option in the serve file said only "not an option of `vllm serve`", and a null value
+    "takes a int value" without what it got."""
+    with pytest.raises(SpecsimValueError) as ei:
+        load_matrix(_matrix_dir(tmp_path, **{where: patch}))
+    assert says in str(ei.value), str(ei.value)
+
+
 def test_refused_before_any_server_starts(tmp_path):
     """run_matrix checks the files before it looks for vLLM: a bad file is a SpecsimValueError even
     with no vLLM environment at all."""
@@ -212,6 +230,20 @@ def test_estimate_uses_recorded_run_times():
     assert "12 server(s), 42 bench cell(s), 1 health check(s), 1 probe(s)" in text
     assert all(c.run_label in text for c in m.cells())
     assert "device-hours" in text and "vllm bench sweep serve --serve-cmd" in text
+
+
+def test_the_estimate_counts_runs_not_an_invocation_s_manifest_or_summary(tmp_path):
+    """The dry run's "from N recorded runs" counted each invocation's manifest and summary records."""
+    runs = tmp_path / "runs"
+    src = project_data_path("runs")
+    names = ["cpu-validation-20261129T104718-baseline-c1", "cpu-validation-20261129T104718-verify-cost",
+             "cpu-validation-20261129T104718-manifest", "cpu-validation-20261129T104718-summary"]
+    for name in names:
+        (runs / name).mkdir(parents=True)
+        shutil.copy(src / name / "provenance.json", runs / name)
+    kinds = [json.loads((runs / n / "provenance.json").read_text())["kind"] for n in names]
+    assert kinds == ["bench_serve", "verify_cost", "manifest", "summary"]
+    assert estimate_seconds(load_matrix("cpu-validation"), runs_dir=runs).n_recorded == 2
 
 
 def test_server_layout_is_two_processes_only_with_uni_and_multiprocessing_off():

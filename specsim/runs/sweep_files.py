@@ -361,7 +361,10 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
             raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt}; leave the key out instead", value)
         return
     if isinstance(value, bool) or value is None:
-        raise SpecsimValueError(where, f"--{opt} takes a {kind} value", value)
+        article = "an" if str(kind)[:1] in "aeiou" else "a"
+        raise SpecsimValueError(where, f"--{opt} takes {article} {kind} value"
+                                + (", not null (leave the key out for vLLM's default)" if value is None else ""),
+                                value)
     number: float | None = None
     if kind == "int":
         if not (isinstance(value, int) or (isinstance(value, str) and _INT_RE.match(value))):
@@ -415,7 +418,12 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
         head, dot, rest = key.partition(".")
         opt = _canon(head)
         if opt not in table:
-            raise SpecsimValueError(f"{where}.{key}", f"not an option of `{cmd}` in vLLM 0.32",
+            hint = ""  # a bench option in the serve file, or the other way round
+            if table is SERVE_OPTIONS and opt in BENCH_SERVE_OPTIONS:
+                hint = " (it is an option of `vllm bench serve`: it belongs in the bench parameter file)"
+            elif table is BENCH_SERVE_OPTIONS and opt in SERVE_OPTIONS:
+                hint = " (it is an option of `vllm serve`: it belongs in the serve parameter file)"
+            raise SpecsimValueError(f"{where}.{key}", f"not an option of `{cmd}` in vLLM 0.32{hint}",
                                     key, _suggest(opt, table) or None)
         if table is SERVE_OPTIONS and opt == "model":
             raise SpecsimValueError(f"{where}.{key}", _SERVE_MODEL_RULE, key)
@@ -1248,7 +1256,8 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         raise SpecsimValueError("executor", "unknown executor", executor, list(EXECUTORS))
     local = executor == "local"
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
-    recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")]
+    recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")
+            and r.get("kind") not in ("manifest", "summary")]  # an invocation's records, not runs
     overhead = _CLIENT_OVERHEAD_S[m.bench_client]
     bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
              for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]

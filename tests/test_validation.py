@@ -919,7 +919,7 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
 
 
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
-def test_cli_validate_reports_one_invocation(capsys):
+def test_cli_validate_reports_one_invocation(capsys, tmp_path):
     """`specsim validate --matrix M --stamp S` (the last step of make validate-cpu) prints that
     invocation's own validation, beside the recorded headline."""
     from specsim.cli import main as cli_main
@@ -940,7 +940,26 @@ def test_cli_validate_reports_one_invocation(capsys):
     assert "no runs of matrix" in capsys.readouterr().err
     assert cli_main(["validate", "--matrix", "no-such-matrix"]) != 0
     err = capsys.readouterr().err
-    assert "'no-such-matrix' is not one of them" in err and "matrix=None" not in err
+    assert "'no-such-matrix' is not one of them, nor a shipped matrix: cpu-validation, " in err
+    assert "matrix=None" not in err
+    # a shipped matrix with no runs in the directory: record them (it said "shipped matrices are in data/matrices/")
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path)]) != 0
+    err = capsys.readouterr().err
+    assert f"(none of {V.FAST_MATRIX!r}: record its runs with `specsim run-matrix --matrix {V.FAST_MATRIX}`" in err
+
+
+def test_no_probe_of_the_matrix_says_another_matrix_s_probe_is_not_used(tmp_path):
+    """It told a user to record the verify-cost matrix, whose probe is never used for another matrix."""
+    from specsim.runs.records import load_probe
+
+    with pytest.raises(DataError) as ei:
+        load_probe(tmp_path, matrix="smoke", stamp="20261205T000000")
+    msg = str(ei.value)
+    assert "recorded by matrix 'smoke' with stamp '20261205T000000'" in msg
+    assert "judged on a probe recorded by that matrix ('smoke', invocation '20261205T000000'" in msg
+    assert "never on another matrix's (verify-cost's included)" in msg and "record one" not in msg
+    with pytest.raises(DataError, match=r"record one \(`specsim run-matrix --matrix verify-cost`"):
+        load_probe(tmp_path)
 
 
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")

@@ -501,8 +501,13 @@ class RayExecutor:
         self.platform = platform
         self._started = False
         if not self.ray.is_initialized():
-            self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                          **(init_kwargs or {}))
+            try:
+                self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                              **(init_kwargs or {}))
+            except ConnectionError as exc:  # Ray's own text names its flags (--address), not specsim's
+                raise RunError(f"--ray-address {address!r}: no running Ray cluster found there ({exc}). Start one "
+                               "(`ray start --head`) and give its address, or leave --ray-address out to start a "
+                               "local one") from exc
             self._started = True
         self._task = self.ray.remote(max_retries=0)(_ray_job)
         self._pending: dict = {}

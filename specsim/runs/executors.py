@@ -38,7 +38,7 @@ from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
 __all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
-           "make_executor", "check_slurm_parameters", "SUBMITIT_CLUSTERS"]
+           "make_executor", "check_slurm_parameters", "SUBMITIT_CLUSTERS", "sweep_stale_staging"]
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -210,8 +210,8 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
     """Write one run into ``runs_dir/run_id`` atomically (temp directory + rename), never over a run.
 
     ``files``: ``{relative path: bytes}`` or a recorded run directory (moved).  ``provenance_update``
-    is merged into its ``provenance.json`` before the rename, and its ``error`` names the run's final
-    paths, not the staging ones (:func:`final_paths`).
+    is merged into its ``provenance.json`` before the rename, and its ``error`` and ``commands`` (the
+    bench's ``--result-dir``) name the run's final paths, not the staging ones (:func:`final_paths`).
 
     Raises
     ------
@@ -238,8 +238,13 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
     if pf.exists():
         prov = json.loads(pf.read_text())
         prov.update(provenance_update or {})
+        kept_log = (tmp / "server.log").exists()
         if isinstance(prov.get("error"), str):
-            prov["error"] = final_paths(prov["error"], run_id, final, server_log_kept=(tmp / "server.log").exists())
+            prov["error"] = final_paths(prov["error"], run_id, final, server_log_kept=kept_log)
+        if isinstance(prov.get("commands"), dict):  # e.g. the bench's --result-dir: where its files are now
+            prov["commands"] = {k: ([final_paths(t, run_id, final, server_log_kept=kept_log) if isinstance(t, str)
+                                     else t for t in v] if isinstance(v, list) else v)
+                                for k, v in prov["commands"].items()}
         pf.write_text(json.dumps(prov, indent=2, default=_json_default) + "\n")
     if final.exists():
         raise RunError(f"run {run_id!r} appeared at {final} meanwhile; this run is left in {tmp}")
@@ -434,10 +439,76 @@ def _ray_module():
     return ray
 
 
+#: the file in a remote job's staging directory naming the process that made it (:func:`sweep_stale_staging`)
+_OWNER_FILE = ".owner.json"
+
+
+def _process_start(pid: int) -> str | None:
+    """An identity of live process ``pid`` that a later process with the same pid does not share:
+    its start time in clock ticks after boot (field 22 of ``/proc/<pid>/stat``, proc(5)); None when
+    there is no such process or it is a zombie (it has ended).  Without ``/proc``: ``"alive"`` when a
+    signal 0 reaches it (pid reuse then goes unseen)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        rest = stat[stat.rfind(")") + 2:].split()  # fields 3, 4, ...; comm (field 2) may hold spaces
+        return None if rest[0] == "Z" else rest[19]
+    except FileNotFoundError:
+        if Path("/proc/self/stat").exists():
+            return None  # /proc works: the process is gone
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return "alive"
+
+
+def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Remove the staging directories (``specsim-job-*`` in ``tmp_dir``, default the temporary
+    directory) of remote jobs whose process has died on this host -- a Ray worker killed by
+    ``ray.cancel(force=True)`` or a lost worker, a Slurm job killed by SIGKILL -- which could not remove
+    their own.  A directory counts as stale only when its ``.owner.json`` names this host and a process
+    that no longer runs (pid and start time, :func:`_process_start`); one without that file (being
+    made, or not made by :func:`_packed_job`) or of another host is left alone.  Called where jobs run
+    (before each job) and by the Ray and Slurm executors' ``close`` on the driver.
+
+    Returns
+    -------
+    list of Path
+        The directories removed.  Raises nothing (unreadable entries are skipped).
+    """
+    import json
+
+    out = []
+    host = socket.gethostname()
+    for d in Path(tmp_dir or tempfile.gettempdir()).glob("specsim-job-*"):
+        try:
+            owner = json.loads((d / _OWNER_FILE).read_text())
+            if owner.get("host") != host or _process_start(int(owner["pid"])) == owner.get("start"):
+                continue
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            out.append(d)
+    return out
+
+
 def _packed_job(job: dict, where: dict | None = None) -> dict:
-    """Run the job in a private staging directory and return its runs as bytes (for a remote driver)."""
+    """Run the job in a private staging directory and return its runs as bytes (for a remote driver).
+    The directory names its owner (``.owner.json``): when this process is killed before its
+    ``finally``, a later job or the driver removes it (:func:`sweep_stale_staging`)."""
+    import json
+
+    with contextlib.suppress(Exception):  # a cleanup of others' leftovers never fails this job
+        sweep_stale_staging()
     staging = Path(tempfile.mkdtemp(prefix="specsim-job-"))
     try:
+        (staging / _OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                                                       "start": _process_start(os.getpid())}))
         out = execute_job(job, staging, keep_interrupted=True)
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
@@ -569,6 +640,7 @@ class RayExecutor:
                 self.wait(timeout_s=5)
         if self._started:
             self.ray.shutdown()
+        sweep_stale_staging()  # of this host's workers killed before they could remove theirs
 
 
 #: submitit's clusters (``submitit.AutoExecutor``'s ``cluster``)
@@ -784,6 +856,7 @@ class SlurmExecutor:
             end = time.monotonic() + 60
             while (self._pending or self._cancelled) and time.monotonic() < end:
                 self.wait(timeout_s=5)
+        sweep_stale_staging()  # of jobs on this host killed before they could remove theirs
 
 
 def make_executor(kind: str, runs_dir: Path, *, ray_address: str | None = None, platform: str = "cpu",

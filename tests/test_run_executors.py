@@ -680,6 +680,46 @@ def test_progress_bar_ends_at_exactly_100_percent_also_on_resume(fake_env, monke
     assert not [w for w in recwarn if "clamping frac" in str(w.message)]
 
 
+def test_the_progress_bar_estimates_from_the_runs_the_dry_run_estimates_from(fake_env, bars):
+    """With --runs-dir, the dry run estimated from that directory's recorded runs while the run's progress
+    bar estimated from the checkout's data/runs: two different totals for the same invocation."""
+    from specsim.runs.runner import dry_run
+
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"])
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="E1", progress=False)  # runs to estimate from
+    text, data = dry_run(m, stamp="E2", runs_dir=runs, install=fake_env["install"])
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="E2", progress=True)
+    assert len(bars) == 1
+    assert bars[0].total == pytest.approx(data["estimate_seconds"])
+    assert data["estimate_from"] == {"runs_dir": str(runs), "recorded_runs": 7}  # 6 cells, 1 check
+    assert f"from 7 recorded runs in {runs}" in text
+    # they are not the checkout's data/runs estimate (else this test could not tell the two apart)
+    _, checkout = dry_run(m, install=fake_env["install"])
+    assert checkout["estimate_seconds"] != pytest.approx(data["estimate_seconds"], rel=0.05)
+
+
+def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatch):
+    """It started a local Ray cluster (~5 s) to run nothing."""
+    from specsim.runs import executors
+
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"])
+    first = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", progress=False)
+
+    def no_cluster(*a, **k):
+        raise AssertionError("a Ray cluster was started with nothing to run")
+
+    monkeypatch.setattr(executors.RayExecutor, "__init__", no_cluster)
+    n_serve = [e["event"] for e in _events(fake_env["log"])].count("serve")
+    again = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", resume=True, progress=False,
+                       executor="ray")
+    assert {r.run_id: r.status for r in again} == {r.run_id: r.status for r in first}  # all kept
+    assert [e["event"] for e in _events(fake_env["log"])].count("serve") == n_serve
+    man = _prov(runs / "fake-R1-manifest-2")  # the invocation is recorded, as asked (executor ray)
+    assert man["executor"]["kind"] == "ray" and man["matrix_finished"] is True
+
+
 def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, args: tuple = (), new_session: bool = False,
          **env) -> subprocess.Popen:
     """``specsim run-matrix`` on the fake matrix in a child process (its own TMPDIR, to see leaks).

@@ -355,7 +355,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     build, build_why = vllm_build(install or VllmInstall.default())
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
-    est = estimate_seconds(m, runs_dir=runs_dir, executor=executor)
+    est = estimate_seconds(m, runs_dir=rd, executor=executor)  # as the run's progress bar estimates it
     kept: list[RunResult] = []
     todo, ids = sel, {}
     if stamp:
@@ -498,7 +498,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     platform : {"auto", "cpu", "cuda", "rocm"}, optional
         Overrides the matrix's ``platform`` (:mod:`specsim.runs.platforms`).
     estimate_runs_dir : Path, optional
-        Recorded runs the progress estimate is taken from (default ``<data>/runs``).
+        Recorded runs the progress estimate is taken from (default ``runs_dir``, as :func:`dry_run`).
     slurm : dict, optional
         Keyword arguments of :class:`~specsim.runs.executors.SlurmExecutor` (``cluster``, ``folder``,
         ``slurm_parameters``).
@@ -551,8 +551,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     plan = plan_runs(sel, runs_dir, prefix, resume)  # a recorded id is refused here without resume
     build, build_why = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)
-    ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init, slurm=slurm,
-                       concurrent_server_starts=m.concurrent_server_starts)
+    todo = pending_matrix(sel, plan)  # what this invocation runs (not what it keeps)
+    if todo.n_runs() == 0:  # a resume with every run recorded: no Ray cluster / Slurm job for nothing
+        ex = make_executor("local", runs_dir)
+    else:
+        ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init,
+                           slurm=slurm, concurrent_server_starts=m.concurrent_server_starts)
     results: list[RunResult] = []
     kept_ids: set[str] = set()
     bar = None
@@ -582,9 +586,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 "weights_sha256": weights_sha256(g.speculative_config["model"])}
             for g in groups if g.speculative_config and g.speculative_config.get("model")
             and Path(g.speculative_config["model"]).is_dir() and Path(g.speculative_config["model"]) != m.model_path}
-        est = estimate_seconds(m, estimate_runs_dir, executor=executor)
-        todo = pending_matrix(sel, plan)  # the bar's total: what this invocation runs (not what it keeps)
-        total_s = sub_estimate(est, todo).total_seconds(todo)
+        # as the dry run estimates it: from the runs recorded where these are recorded
+        est = estimate_seconds(m, estimate_runs_dir if estimate_runs_dir is not None else runs_dir, executor=executor)
+        total_s = sub_estimate(est, todo).total_seconds(todo)  # the bar's total: what this invocation runs
         n_total = sel.n_runs()
         bar = _bar(total_s, n_total, m.name, progress)
         done = {"n": 0}

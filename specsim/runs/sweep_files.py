@@ -1156,6 +1156,8 @@ class Estimate:
     probes: Mapping[str, float]
     n_recorded: int
     judge_basis: Mapping[str, str] = field(default_factory=dict)  # health check / probe name -> basis
+    #: the directory the recorded runs were read from
+    source: str = ""
 
     def total_seconds(self, m: SweepMatrix) -> float:
         return (sum(s for s, _ in self.cells.values()) + self.server_start_s * len(m.groups)
@@ -1312,7 +1314,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
                   ", shares of starts together with other servers (one at a time takes longer)")
     if not local:
         basis += f"; {executor} executor: each server in its own task, started alone, with its own bench client"
-    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis)
+    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis, str(rd))
 
 
 def _start_share(r: Mapping) -> float:
@@ -1437,7 +1439,8 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
              f"of machine time with the {executor} executor, its tasks one after another (a cluster running "
              f"several at once takes less wall time)")
     lines += ["", f"estimate: {tot / 60:.1f} min {where} ({est.server_start_s:.0f} s per server start, "
-              f"{est.server_basis}; from {est.n_recorded} recorded runs, as with the {m.bench_client} bench "
+              f"{est.server_basis}; from {est.n_recorded} recorded runs{f' in {est.source}' if est.source else ''}, as "
+              f"with the {m.bench_client} bench "
               f"client); {tot / 3600:.3f} device-hours on a CPU "
               f"host (the whole machine per server), {gpu_s / 3600:.3f} GPU-hours at the servers' GPU counts "
               f"(health checks and probes on 1 GPU; recorded times are this CPU host's: a GPU host differs)"]
@@ -1453,7 +1456,8 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
     ``vllm bench sweep`` applies it, ``--speculative-config`` included: :func:`apply_record`) and
     cells; per cell its estimate (``seconds``, ``basis``) and settings (``temperature``, ``concurrency``, ``num_prompts``,
     ``output_len``, ``seed``, ``timeout_s``) and judges (``greedy_vs``: the baseline it must equal or
-    None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours."""
+    None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours, and
+    the recorded runs it was made from (``estimate_from``: their directory and number)."""
     tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
     cells: dict[str, dict[str, Any]] = {}
     for c in m.cells():
@@ -1473,6 +1477,7 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
             "executor": executor,
             "estimate_seconds": tot,
             "server_start_seconds": est.server_start_s,
+            "estimate_from": {"runs_dir": est.source or None, "recorded_runs": est.n_recorded},
             "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},
             "cells": cells,
             "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}

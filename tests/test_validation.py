@@ -948,6 +948,42 @@ def test_cli_validate_reports_one_invocation(capsys, tmp_path):
     assert f"(none of {V.FAST_MATRIX!r}: record its runs with `specsim run-matrix --matrix {V.FAST_MATRIX}`" in err
 
 
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_cli_validate_text_keeps_the_headline_and_says_what_was_excluded(capsys, tmp_path):
+    """With --runs-dir holding fast invocations (no full loop) the text dropped the headline line;
+    pooled, it called the fast loop 'one invocation ... a smoke test'; and it never said which runs were
+    excluded (the JSON counted them)."""
+    import shutil
+
+    from specsim.cli import main as cli_main
+
+    two = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))[-2:]
+    for stamp in two:
+        for d in RUNS.glob(f"{V.FAST_MATRIX}-{stamp}-*"):
+            shutil.copytree(d, tmp_path / d.name)
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    head = V.validate(RUNS).summary
+    assert out["headline"]["runs_dir"] == "data/runs"
+    assert out["headline"]["ratio_median_abs_error"] == pytest.approx(head["held_out"]["median_abs_error"])
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    excl = [e for stamp in two
+            for e in V.validate(tmp_path, matrix=V.FAST_MATRIX, stamp=stamp).summary["runs"]["excluded"]]
+    kinds = {e["reason"].split(":")[0] for e in excl}
+    assert out["excluded_runs"] == len(excl) > 0
+    line = [x for x in text.splitlines() if "excluded from the judgement" in x]
+    assert line == [f"  {len(excl)} runs excluded from the judgement: "
+                    + ", ".join(f"{sum(e['reason'].startswith(k + ':') for e in excl)} {k}" for k in sorted(kinds))
+                    + " (each run's reason: --json)"]
+    hl = [x for x in text.splitlines() if x.startswith("  headline (")]  # pooled: not "one invocation"
+    assert len(hl) == 1 and "recorded in data/runs" in hl[0]
+    assert "smoke test" not in hl[0] and "pooled invocations" in hl[0]
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), "--stamp", two[0]]) == 0
+    hl = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  headline (")]
+    assert len(hl) == 1 and "smoke test" in hl[0]  # one invocation
+
+
 def test_no_probe_of_the_matrix_says_another_matrix_s_probe_is_not_used(tmp_path):
     """It told a user to record the verify-cost matrix, whose probe is never used for another matrix."""
     from specsim.runs.records import load_probe

@@ -342,11 +342,13 @@ def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_
     (tmp_path / "specsim-job-garbled" / ".owner.json").write_text("{not json")
     (tmp_path / "unrelated").mkdir()
     (tmp_path / "unrelated" / ".owner.json").write_text(json.dumps(owners["dead"]))
+    (tmp_path / "specsim-job-link").symlink_to(tmp_path / "unrelated")  # a link to a dead owner's directory
     removed = sweep_stale_staging(tmp_path)
     assert sorted(d.name for d in removed) == ["specsim-job-dead", "specsim-job-reused_pid"]
     assert sorted(d.name for d in tmp_path.iterdir()) == ["specsim-job-alive", "specsim-job-garbled",
-                                                           "specsim-job-no_owner", "specsim-job-other_host",
-                                                           "unrelated"]
+                                                           "specsim-job-link", "specsim-job-no_owner",
+                                                           "specsim-job-other_host", "unrelated"]
+    assert (tmp_path / "unrelated" / ".owner.json").exists()
 
 
 def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_cluster):

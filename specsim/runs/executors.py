@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -449,8 +450,8 @@ def _process_start(pid: int) -> str | None:
     there is no such process or it is a zombie (it has ended).  Without ``/proc``: ``"alive"`` when a
     signal 0 reaches it (pid reuse then goes unseen)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        rest = stat[stat.rfind(")") + 2:].split()  # fields 3, 4, ...; comm (field 2) may hold spaces
+        text = Path(f"/proc/{pid}/stat").read_text()
+        rest = text[text.rfind(")") + 2:].split()  # fields 3, 4, ...; comm (field 2) may hold spaces
         return None if rest[0] == "Z" else rest[19]
     except FileNotFoundError:
         if Path("/proc/self/stat").exists():
@@ -470,9 +471,10 @@ def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
     """Remove the staging directories (``specsim-job-*`` in ``tmp_dir``, default the temporary
     directory) of remote jobs whose process has died on this host -- a Ray worker killed by
     ``ray.cancel(force=True)`` or a lost worker, a Slurm job killed by SIGKILL -- which could not remove
-    their own.  A directory counts as stale only when its ``.owner.json`` names this host and a process
-    that no longer runs (pid and start time, :func:`_process_start`); one without that file (being
-    made, or not made by :func:`_packed_job`) or of another host is left alone.  Called where jobs run
+    their own.  A directory counts as stale only when it is this user's (not a link) and its
+    ``.owner.json`` names this host and a process that no longer runs (pid and start time,
+    :func:`_process_start`); one without that file (being made, or not made by :func:`_packed_job`) or
+    of another host is left alone.  Called where jobs run
     (before each job) and by the Ray and Slurm executors' ``close`` on the driver.
 
     Returns
@@ -486,6 +488,9 @@ def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
     host = socket.gethostname()
     for d in Path(tmp_dir or tempfile.gettempdir()).glob("specsim-job-*"):
         try:
+            st = d.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # a link, a file, another user's
+                continue
             owner = json.loads((d / _OWNER_FILE).read_text())
             if owner.get("host") != host or _process_start(int(owner["pid"])) == owner.get("start"):
                 continue

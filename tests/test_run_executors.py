@@ -325,13 +325,22 @@ def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_
     from specsim.runs.executors import sweep_stale_staging
 
     host = socket.gethostname()
+    ns = os.readlink("/proc/self/ns/pid")
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     dead = subprocess.Popen(["true"])
     dead.wait()
     me = os.getpid()
-    owners = {"dead": {"host": host, "pid": dead.pid, "start": "1"},
-              "reused-pid": {"host": host, "pid": me, "start": "0"},  # this pid, another process's start
-              "alive": {"host": host, "pid": me, "start": _proc_start(me)},
-              "other-host": {"host": host + "-elsewhere", "pid": dead.pid, "start": "1"}}
+    here = {"host": host, "pid_ns": ns, "boot_id": boot}
+    owners = {"dead": {**here, "pid": dead.pid, "start": "1"},
+              "reused-pid": {**here, "pid": me, "start": "0"},  # this pid, another process's start
+              "alive": {**here, "pid": me, "start": _proc_start(me)},
+              "alive-no-proc": {**here, "pid": me, "start": "alive"},  # recorded where /proc was unreadable
+              "dead-no-proc": {**here, "pid": dead.pid, "start": "alive"},
+              "earlier-boot": {**here, "pid": me, "start": _proc_start(me), "boot_id": "0" * 32},
+              # a container sharing /tmp and the host name: its pid 1 is not this namespace's pid 1
+              "other-namespace": {**here, "pid": 1, "start": "999", "pid_ns": "pid:[1]"},
+              "no-namespace-recorded": {"host": host, "pid": dead.pid, "start": "1"},
+              "other-host": {**here, "host": host + "-elsewhere", "pid": dead.pid, "start": "1"}}
     for name, owner in owners.items():
         d = tmp_path / f"specsim-job-{name.replace('-', '_')}"
         (d / ".tmp-server-x").mkdir(parents=True)
@@ -344,10 +353,11 @@ def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_
     (tmp_path / "unrelated" / ".owner.json").write_text(json.dumps(owners["dead"]))
     (tmp_path / "specsim-job-link").symlink_to(tmp_path / "unrelated")  # a link to a dead owner's directory
     removed = sweep_stale_staging(tmp_path)
-    assert sorted(d.name for d in removed) == ["specsim-job-dead", "specsim-job-reused_pid"]
-    assert sorted(d.name for d in tmp_path.iterdir()) == ["specsim-job-alive", "specsim-job-garbled",
-                                                           "specsim-job-link", "specsim-job-no_owner",
-                                                           "specsim-job-other_host", "unrelated"]
+    gone = ["dead", "dead_no_proc", "earlier_boot", "reused_pid"]
+    assert sorted(d.name for d in removed) == [f"specsim-job-{n}" for n in gone]
+    assert sorted(d.name for d in tmp_path.iterdir()) == sorted(
+        ["unrelated", "specsim-job-link", "specsim-job-no_owner", "specsim-job-garbled"]
+        + [f"specsim-job-{n.replace('-', '_')}" for n in owners if n.replace("-", "_") not in gone])
     assert (tmp_path / "unrelated" / ".owner.json").exists()
 
 

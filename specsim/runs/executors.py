@@ -467,15 +467,54 @@ def _process_start(pid: int) -> str | None:
     return "alive"
 
 
+def _owner() -> dict:
+    """What a staging directory's ``.owner.json`` records of this process: host, pid, start
+    (:func:`_process_start`), and the PID namespace and boot it lives in (``/proc/self/ns/pid``,
+    ``/proc/sys/kernel/random/boot_id``; None without them): a pid means the same process only in the
+    same namespace and boot -- a container sharing ``/tmp`` and the host name has pids of its own."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = None
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = None
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid()),
+            "pid_ns": ns, "boot_id": boot}
+
+
+def _owner_gone(owner: dict, me: dict) -> bool:
+    """Whether the process ``owner`` (an ``.owner.json``) has certainly ended, seen from ``me``
+    (:func:`_owner`): same host, and an earlier boot, or the same PID namespace and no process with its
+    pid and start.  Anything unknown (another host or namespace, missing fields) counts as alive."""
+    if owner.get("host") != me["host"] or "pid_ns" not in owner or "boot_id" not in owner:
+        return False
+    if owner["boot_id"] and me["boot_id"] and owner["boot_id"] != me["boot_id"]:
+        return True  # no process outlives a reboot
+    if owner["pid_ns"] != me["pid_ns"] or owner["boot_id"] != me["boot_id"]:
+        return False
+    now = _process_start(int(owner["pid"]))
+    if owner.get("start") == "alive" or now == "alive":  # recorded or read without /proc: the pid only
+        return now is None
+    return now != owner.get("start")
+
+
 def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
     """Remove the staging directories (``specsim-job-*`` in ``tmp_dir``, default the temporary
     directory) of remote jobs whose process has died on this host -- a Ray worker killed by
     ``ray.cancel(force=True)`` or a lost worker, a Slurm job killed by SIGKILL -- which could not remove
     their own.  A directory counts as stale only when it is this user's (not a link) and its
-    ``.owner.json`` names this host and a process that no longer runs (pid and start time,
-    :func:`_process_start`); one without that file (being made, or not made by :func:`_packed_job`) or
-    of another host is left alone.  Called where jobs run
-    (before each job) and by the Ray and Slurm executors' ``close`` on the driver.
+    ``.owner.json`` names a process that has certainly ended (:func:`_owner_gone`: this host, and an
+    earlier boot or, in this PID namespace, no process with its pid and start time); one without that
+    file (being made, or not made by :func:`_packed_job`), of another host or of another PID namespace
+    (a container sharing ``/tmp``) is left alone.  Called where jobs run (before each job) and by the
+    Ray and Slurm executors' ``close`` on the driver.
+
+    Parameters
+    ----------
+    tmp_dir : path, optional
+        Where to look (default :func:`tempfile.gettempdir`, where :func:`_packed_job` makes them).
 
     Returns
     -------
@@ -485,14 +524,13 @@ def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
     import json
 
     out = []
-    host = socket.gethostname()
-    for d in Path(tmp_dir or tempfile.gettempdir()).glob("specsim-job-*"):
+    me = _owner()
+    for d in Path(tmp_dir if tmp_dir is not None else tempfile.gettempdir()).glob("specsim-job-*"):
         try:
             st = d.lstat()
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():  # a link, a file, another user's
                 continue
-            owner = json.loads((d / _OWNER_FILE).read_text())
-            if owner.get("host") != host or _process_start(int(owner["pid"])) == owner.get("start"):
+            if not _owner_gone(json.loads((d / _OWNER_FILE).read_text()), me):
                 continue
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
@@ -512,8 +550,7 @@ def _packed_job(job: dict, where: dict | None = None) -> dict:
         sweep_stale_staging()
     staging = Path(tempfile.mkdtemp(prefix="specsim-job-"))
     try:
-        (staging / _OWNER_FILE).write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                                                       "start": _process_start(os.getpid())}))
+        (staging / _OWNER_FILE).write_text(json.dumps(_owner()))
         out = execute_job(job, staging, keep_interrupted=True)
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]

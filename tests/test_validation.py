@@ -951,37 +951,76 @@ def test_cli_validate_reports_one_invocation(capsys, tmp_path):
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
 def test_cli_validate_text_keeps_the_headline_and_says_what_was_excluded(capsys, tmp_path):
     """With --runs-dir holding fast invocations (no full loop) the text dropped the headline line;
-    pooled, it called the fast loop 'one invocation ... a smoke test'; and it never said which runs were
-    excluded (the JSON counted them)."""
+    pooled, it called the fast loop 'one invocation ... a smoke test'; it never said which runs were
+    excluded (the JSON counted them); one invocation without --stamp lost its latency line."""
     import shutil
 
+    from specsim.catalog import project_data_path
     from specsim.cli import main as cli_main
 
     two = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))[-2:]
     for stamp in two:
         for d in RUNS.glob(f"{V.FAST_MATRIX}-{stamp}-*"):
-            shutil.copytree(d, tmp_path / d.name)
-    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), "--json"]) == 0
+            shutil.copytree(d, tmp_path / stamp / d.name)
+    both = tmp_path / "both"
+    shutil.copytree(tmp_path / two[0], both)
+    shutil.copytree(tmp_path / two[1], both, dirs_exist_ok=True)
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(both), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     head = V.validate(RUNS).summary
-    assert out["headline"]["runs_dir"] == "data/runs"
+    assert out["headline"]["runs_dir"] == str(project_data_path("runs"))
+    assert f"{both}: no runs of matrix 'cpu-validation'" in out["headline"]["not_from_runs_dir"]
     assert out["headline"]["ratio_median_abs_error"] == pytest.approx(head["held_out"]["median_abs_error"])
-    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path)]) == 0
-    text = capsys.readouterr().out
     excl = [e for stamp in two
-            for e in V.validate(tmp_path, matrix=V.FAST_MATRIX, stamp=stamp).summary["runs"]["excluded"]]
-    kinds = {e["reason"].split(":")[0] for e in excl}
+            for e in V.validate(both, matrix=V.FAST_MATRIX, stamp=stamp).summary["runs"]["excluded"]]
     assert out["excluded_runs"] == len(excl) > 0
+    assert sorted(e["run_id"] for e in out["excluded"]) == sorted(e["run_id"] for e in excl)  # the reasons: in --json
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(both)]) == 0
+    text = capsys.readouterr().out
+    kinds = {e["reason"].split(":")[0] for e in excl}
     line = [x for x in text.splitlines() if "excluded from the judgement" in x]
     assert line == [f"  {len(excl)} runs excluded from the judgement: "
                     + ", ".join(f"{sum(e['reason'].startswith(k + ':') for e in excl)} {k}" for k in sorted(kinds))
-                    + " (each run's reason: --json)"]
+                    + " (each run and its reason: --json)"]
     hl = [x for x in text.splitlines() if x.startswith("  headline (")]  # pooled: not "one invocation"
-    assert len(hl) == 1 and "recorded in data/runs" in hl[0]
-    assert "smoke test" not in hl[0] and "pooled invocations" in hl[0]
-    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), "--stamp", two[0]]) == 0
-    hl = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  headline (")]
-    assert len(hl) == 1 and "smoke test" in hl[0]  # one invocation
+    assert len(hl) == 1 and f"recorded in {project_data_path('runs')}; none usable in --runs-dir" in hl[0]
+    assert "smoke test" not in hl[0] and "the fast loop's 2 invocations are compared with it" in hl[0]
+    # one invocation, with or without --stamp: the same judgement, latency line and remark
+    texts = []
+    for extra in (["--stamp", two[0]], []):
+        assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path / two[0]), *extra]) == 0
+        texts.append(capsys.readouterr().out)
+    for t in texts:
+        assert "(one invocation on its own probe)" in t and "  latency calibrated on verification-cost probe" in t
+        hl = [x for x in t.splitlines() if x.startswith("  headline (")]
+        assert len(hl) == 1 and "one invocation of the fast loop is a smoke test" in hl[0]
+    assert texts[0].split("\n", 1)[1] == texts[1].split("\n", 1)[1]  # all but the first line's "M STAMP:"
+
+
+def test_a_matrix_judged_as_one_names_the_invocations_without_a_probe():
+    """The full loop's partial repeat has no probe of its own: the matrix is judged as one on the latest
+    probe, which the pooling text said without naming the invocation that caused it."""
+    stamps = sorted(set(R.load_runs(RUNS, matrix=V.HEADLINE_MATRIX)["stamp"]))
+    inv = V.validate_invocations(RUNS)
+    alone = [st for st in stamps if not any(
+        (RUNS / f"{V.HEADLINE_MATRIX}-{st}-verify-cost{sfx}").is_dir() for sfx in ("", "-retry1"))]
+    assert alone and not inv.pooled
+    assert inv.pooling.endswith(f"(invocation{'s' if len(alone) > 1 else ''} {', '.join(alone)} without a probe or "
+                                "baselines of its own)")
+
+
+def test_a_runs_directory_that_is_a_file_is_called_a_file(tmp_path):
+    """`specsim validate --runs-dir FILE` said the file 'does not exist'."""
+    from specsim.runs.records import load_run
+
+    f = tmp_path / "afile"
+    f.write_text("")
+    with pytest.raises(DataError, match=f"runs directory {f} is a file, not a directory"):
+        R.load_runs(f)
+    with pytest.raises(DataError, match=f"run directory {f} is a file, not a directory"):
+        load_run(f)
+    with pytest.raises(DataError, match=f"runs directory {tmp_path / 'nope'} does not exist"):
+        R.load_runs(tmp_path / "nope")
 
 
 def test_no_probe_of_the_matrix_says_another_matrix_s_probe_is_not_used(tmp_path):

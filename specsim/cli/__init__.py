@@ -340,13 +340,17 @@ def _cmd_run_matrix(args) -> int:
     else:
         from collections import Counter
 
-        print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items())))
+        n_kept = sum(r.kept for r in results)
+        print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items()))
+              + (("; all kept from earlier (--resume): nothing ran" if n_kept == len(results) else
+                  f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else ""))
     return 0
 
 
 def _cmd_validate(args) -> int:
     """Judge recorded runs of one matrix (or one invocation of it) against predict()."""
     from specsim.studies.validation import (
+        FAST_MATRIX,
         HEADLINE_MATRIX,
         validate,
         validate_invocations,
@@ -370,15 +374,21 @@ def _cmd_validate(args) -> int:
                   "ratio_max_abs_error": h["max_abs_error"], "best_n_agree": f"{h['best_n_agree']} of "
                   f"{h['best_n_groups']}", "pooling": h["pooling"]}
     ones = {st: r for st, r in (inv.per_stamp.items() if inv is not None and inv.pooled else ())}
-    out = {"matrix": args.matrix, "stamp": args.stamp, **judged,
-           "latency_fitted_on": ([r.summary["latency_fitted_on"] for r in ones.values()] if ones
-                                 else s["latency_fitted_on"]),
-           "latency_rmse_rel": ([r.summary["latency_rmse_rel"] for r in ones.values()] if ones
-                                else s["latency_rmse_rel"]),
+    n_invocations = 1 if inv is None else len(inv.per_stamp)
+    if len(ones) == 1:  # nothing pooled: said as with --stamp
+        judged["pooling"] = "one invocation on its own probe"
+    if len(ones) > 1:  # each invocation's own probe fit
+        lat_on = [r.summary["latency_fitted_on"] for r in ones.values()]
+        lat_rmse = [r.summary["latency_rmse_rel"] for r in ones.values()]
+    else:  # one fit: --stamp, a single invocation, or the matrix judged as one
+        one = next(iter(ones.values())).summary if ones else s
+        lat_on, lat_rmse = one["latency_fitted_on"], one["latency_rmse_rel"]
+    out = {"matrix": args.matrix, "stamp": args.stamp, **judged, "invocations_judged": n_invocations,
+           "latency_fitted_on": lat_on, "latency_rmse_rel": lat_rmse,
            "health_checks": [{k: h.get(k) for k in ("run_id", "passed", "observed_pos1", "expected_pos1")}
                              for h in s["health_checks"]],
            "greedy_identical_runs": f"{s['token_identity']['all_identical_runs']} of {s['token_identity']['runs_checked']}",
-           "excluded_runs": len(s["runs"]["excluded"])}
+           "excluded_runs": len(s["runs"]["excluded"]), "excluded": s["runs"]["excluded"]}
     if len(ones) > 1:
         out["invocations"] = [{"stamp": st, "held_out_runs": r.summary["held_out"]["n"],
                                "ratio_median_abs_error": r.summary["held_out"]["median_abs_error"],
@@ -386,19 +396,22 @@ def _cmd_validate(args) -> int:
                                                f"{r.summary['best_n_agreement']['groups']}",
                                "latency_rmse_rel": r.summary["latency_rmse_rel"]} for st, r in ones.items()]
     if args.matrix != HEADLINE_MATRIX:
-        # the full loop's recorded validation: from --runs-dir, else (none there) the checkout's data/runs
+        # the full loop's recorded validation: from --runs-dir, else (none usable there) the checkout's data/runs
+        from specsim.catalog import project_data_path
+
         out["headline"] = None
         tried: list[str] = []
         for rd in dict.fromkeys([runs_dir, None]):
+            where = rd if rd is not None else project_data_path("runs")
             try:
                 h = validate(rd, matrix=HEADLINE_MATRIX).summary
             except SpecsimError as exc:
-                tried.append(str(exc).split(";")[0])
+                tried.append(f"{where}: {str(exc).split(';')[0]}")
                 continue
             out["headline"] = {"matrix": HEADLINE_MATRIX, "held_out_runs": h["held_out"]["n"],
                                "ratio_median_abs_error": h["held_out"]["median_abs_error"],
                                "best_n_agree": f"{h['best_n_agreement']['agree']} of {h['best_n_agreement']['groups']}",
-                               "runs_dir": str(rd) if rd is not None else "data/runs"}
+                               "runs_dir": str(where), "not_from_runs_dir": tried[0] if tried else None}
             break
         if out["headline"] is None:
             out["headline_missing"] = "; ".join(tried)
@@ -409,8 +422,8 @@ def _cmd_validate(args) -> int:
     print(f"{what}: {out['held_out_runs']} held-out runs ({out['pooling']}), predict() speedup ratio median "
           f"|error| {100 * out['ratio_median_abs_error']:.1f} % (max {100 * out['ratio_max_abs_error']:.0f} %), best N "
           f"agrees in {out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
-    if ones:
-        for inv_row in out.get("invocations", ()):
+    if len(ones) > 1:
+        for inv_row in out["invocations"]:
             print(f"  invocation {inv_row['stamp']}: {inv_row['held_out_runs']} held-out runs, median "
                   f"{100 * inv_row['ratio_median_abs_error']:.1f} %, best N {inv_row['best_n_agree']}, latency "
                   f"rmse {100 * inv_row['latency_rmse_rel']:.1f} % on its own probe")
@@ -419,19 +432,24 @@ def _cmd_validate(args) -> int:
     for h in out["health_checks"]:
         print(f"  health check {h['run_id']}: {'passed' if h['passed'] else 'FAILED'} (position-1 acceptance "
               f"{h['observed_pos1']:.3f}, expected {h['expected_pos1']:.3f})")
-    excluded = s["runs"]["excluded"]
-    if excluded:  # grouped by what they were ("skipped", "invalid", "failed": each reason's first word)
+    if out["excluded"]:  # grouped by what they were ("skipped", "invalid", "failed": each reason's first word)
         from collections import Counter
 
-        kinds = Counter(str(e["reason"]).split(":")[0] for e in excluded)
-        print(f"  {len(excluded)} runs excluded from the judgement: "
-              + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + " (each run's reason: --json)")
+        kinds = Counter(str(e["reason"]).split(":")[0] for e in out["excluded"])
+        print(f"  {len(out['excluded'])} runs excluded from the judgement: "
+              + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + " (each run and its reason: --json)")
     if out.get("headline"):
         hl = out["headline"]
-        remark = ("one invocation of the fast loop is a smoke test, not a re-measurement of it (README, "
-                  "'Running matrices')" if len(ones) <= 1 else
-                  "the full loop the pooled invocations above are compared with (README, 'CPU validation')")
-        print(f"  headline ({hl['matrix']}, recorded in {hl['runs_dir']}): {hl['held_out_runs']} held-out runs, median "
+        if args.matrix == FAST_MATRIX:
+            remark = ("one invocation of the fast loop is a smoke test of the model, not a re-measurement of the "
+                      "headline (README, 'Results')" if n_invocations == 1 else
+                      f"the fast loop's {n_invocations} invocations are compared with it in "
+                      "data/validation/loops.json (README, 'Results')")
+        else:
+            remark = "the full loop's recorded validation, for comparison"
+        where = hl["runs_dir"] + (f"; none usable in --runs-dir ({hl['not_from_runs_dir']})"
+                                  if hl["not_from_runs_dir"] else "")
+        print(f"  headline ({hl['matrix']}, recorded in {where}): {hl['held_out_runs']} held-out runs, median "
               f"{100 * hl['ratio_median_abs_error']:.1f} %, best N {hl['best_n_agree']} -- {remark}")
     elif "headline_missing" in out:
         print(f"  headline ({HEADLINE_MATRIX}): not shown -- {out['headline_missing']}")

@@ -89,7 +89,7 @@ def load_run(path: str | os.PathLike) -> dict:
 
     p = Path(path)
     if not p.is_dir():
-        raise DataError(f"run directory {p} does not exist")
+        raise DataError(f"run directory {p} " + ("is a file, not a directory" if p.exists() else "does not exist"))
     prov = _read_json(p / "provenance.json", "run provenance")
     if not isinstance(prov, dict):
         raise DataError(f"{p / 'provenance.json'}: expected a JSON object")
@@ -249,7 +249,7 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
 
     d = Path(runs_dir) if runs_dir is not None else project_data_path("runs")
     if not d.is_dir():
-        raise DataError(f"runs directory {d} does not exist")
+        raise DataError(f"runs directory {d} " + ("is a file, not a directory" if d.exists() else "does not exist"))
     rows = []
     for p in sorted(d.iterdir()):
         if not p.is_dir() or p.name.startswith("."):

@@ -1434,7 +1434,7 @@ def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: s
                          whole: ValidationResult | None = None) -> InvocationsValidation:
     """Judge each invocation (stamp) of ``matrix`` on its own probe and pool them, as
     :func:`compare_loops` does; where an invocation has no probe of its own (a partial repeat) the
-    matrix is judged as one on its latest probe.  A machine faster or slower in one hour then moves
+    matrix is judged as one on its latest probe, and ``pooling`` names those invocations.  A machine faster or slower in one hour then moves
     that invocation's arms and probe alike.
 
     Parameters
@@ -1467,7 +1467,10 @@ def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: s
         best, pooling = _best_n(errors), "invocations pooled, each on its own probe and fit"
     else:
         errors, best = r.errors, r.best_n
-        pooling = f"one validation of the matrix on probe {r.summary['latency_fitted_on'].split()[2]}"
+        alone = [st for st, v in per_stamp.items() if v is None]
+        pooling = (f"one validation of the matrix on probe {r.summary['latency_fitted_on'].split()[2]}"
+                   + (f" (invocation{'s' if len(alone) > 1 else ''} {', '.join(alone)} without a probe or "
+                      "baselines of its own)" if alone else ""))
     return InvocationsValidation(matrix, r, per_stamp, errors, best, pooling)
 
 

@@ -704,32 +704,50 @@ def test_the_progress_bar_estimates_from_the_runs_the_dry_run_estimates_from(fak
     run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="E2", progress=True)
     assert len(bars) == 1
     assert bars[0].total == pytest.approx(data["estimate_seconds"])
-    assert data["estimate_from"] == {"runs_dir": str(runs), "recorded_runs": 7}  # 6 cells, 1 check
+    assert data["estimate_from"] == {"runs_dir": str(runs), "recorded_runs": 7, "note": None}  # 6 cells, 1 check
     assert f"from 7 recorded runs in {runs}" in text
     # they are not the checkout's data/runs estimate (else this test could not tell the two apart)
     _, checkout = dry_run(m, install=fake_env["install"])
     assert checkout["estimate_seconds"] != pytest.approx(data["estimate_seconds"], rel=0.05)
+    # a new runs directory (empty or not made yet) has nothing to estimate from: the checkout's runs, said so
+    # (it estimated every cell at the 30 s default: 29.5 min for the 13-min fast loop)
+    (fake_env["tmp"] / "empty").mkdir()
+    for new in (fake_env["tmp"] / "empty", fake_env["tmp"] / "not-yet"):
+        text, fresh = dry_run(m, runs_dir=new, install=fake_env["install"])
+        assert fresh["estimate_from"]["runs_dir"] == str(project_data_path("runs"))
+        assert fresh["estimate_from"]["note"].startswith(f"none in {new}")
+        assert fresh["estimate_seconds"] == pytest.approx(checkout["estimate_seconds"])
+        assert f"in {project_data_path('runs')} (none in {new}" in text
 
 
-def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatch):
-    """It started a local Ray cluster (~5 s) to run nothing."""
+def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatch, bars):
+    """It started a local Ray cluster (~5 s) to run nothing; and said nothing of it."""
     from specsim.runs import executors
+    from specsim.runs.runner import dry_run
 
     runs = fake_env["tmp"] / "runs"
     m = _matrix(fake_env["tmp"])
     first = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", progress=False)
+    assert not any(r.kept for r in first)
 
     def no_cluster(*a, **k):
         raise AssertionError("a Ray cluster was started with nothing to run")
 
     monkeypatch.setattr(executors.RayExecutor, "__init__", no_cluster)
+    text, data = dry_run(m, stamp="R1", resume=True, runs_dir=runs, executor="ray", install=fake_env["install"])
+    assert data["nothing_to_run"] is True and data["estimate_seconds"] == 0
+    assert "nothing to run: every selected run is recorded; the run would start nothing (no server, no ray" in text
     n_serve = [e["event"] for e in _events(fake_env["log"])].count("serve")
-    again = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", resume=True, progress=False,
+    again = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", resume=True, progress=True,
                        executor="ray")
     assert {r.run_id: r.status for r in again} == {r.run_id: r.status for r in first}  # all kept
+    assert all(r.kept for r in again) and not bars  # no progress bar stuck at 0/0 through the kept runs
     assert [e["event"] for e in _events(fake_env["log"])].count("serve") == n_serve
     man = _prov(runs / "fake-R1-manifest-2")  # the invocation is recorded, as asked (executor ray)
-    assert man["executor"]["kind"] == "ray" and man["matrix_finished"] is True
+    assert man["executor"]["kind"] == "ray" and man["matrix_finished"] is True and man["nothing_to_run"] is True
+    rows = (runs / "fake-R1-manifest-2" / "runs.csv").read_text().splitlines()
+    assert rows[0] == "run_id,status,error,kept" and all(r.endswith(",true") for r in rows[1:])
+    assert _prov(runs / "fake-R1-manifest")["nothing_to_run"] is False
 
 
 def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, args: tuple = (), new_session: bool = False,

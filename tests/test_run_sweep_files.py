@@ -359,13 +359,16 @@ def test_cli_dry_run_starts_nothing(capsys, tmp_path):
 
 
 def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
-    """--runs-dir is where the estimate's records come from: an empty one gives the stated defaults,
-    one holding a copy of the fast loop's health check gives that check's own recorded duration."""
+    """--runs-dir is where the estimate's records come from: one holding a copy of the fast loop's health
+    check gives that check's own recorded duration; an empty one has none, so the checkout's data/runs
+    (it gave the stated defaults, 30 s a cell: 29.5 min for the 13-min fast loop), and says so."""
     assert cli_main(["run-matrix", "--matrix", "cpu-validation-fast", "--dry-run", "--json",
                      "--runs-dir", str(tmp_path / "empty")]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {c["basis"] for c in d["cells"].values()} == {"no record"}
-    assert d["judges"]["selfdraft-t0.8-health"] == {"seconds": 80.0, "basis": "no record"}
+    assert d["estimate_from"]["runs_dir"] == str(project_data_path("runs"))
+    assert d["estimate_from"]["note"] == f"none in {tmp_path / 'empty'}, which does not exist yet"
+    assert "no record" not in {c["basis"] for c in d["cells"].values()}
+    assert d["judges"]["selfdraft-t0.8-health"]["basis"] == "same check"
     src = sorted(project_data_path("runs").glob("cpu-validation-fast-*-selfdraft-t0.8-health"))[0]
     (tmp_path / "one" / src.name).mkdir(parents=True)
     shutil.copy(src / "provenance.json", tmp_path / "one" / src.name / "provenance.json")

@@ -24,13 +24,15 @@ _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 @dataclass
 class RunResult:
     """Outcome of one recorded run: ``status`` is "ok", "invalid", "failed" or "skipped" (not run:
-    a judge it depends on failed; ``error`` holds the reason)."""
+    a judge it depends on failed; ``error`` holds the reason); ``kept``: recorded by an earlier
+    invocation and kept by a ``--resume`` (not run now)."""
 
     run_id: str
     path: Path
     status: str
     error: str | None = None
     summary: dict = field(default_factory=dict)
+    kept: bool = False
 
 
 def _json_default(o):

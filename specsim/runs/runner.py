@@ -372,6 +372,9 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     if stamp and resume:
         head.append(f"resume {m.name}-{stamp} in {rd}: {len(kept)} run(s) already recorded (kept, not run again), "
                     f"{todo.n_runs()} to run; the estimate below is of these only")
+        if todo.n_runs() == 0:
+            head.append(f"  nothing to run: every selected run is recorded; the run would start nothing (no server, "
+                        f"no {executor} executor) and write only its manifest")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]
     # which platform's settings the run would use, and why (the server lines below hedge over hosts)
@@ -384,6 +387,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                      "specsim only)") if m.vllm_sweep_commands() else ""
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
+            "nothing_to_run": todo.n_runs() == 0,
             "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
             "platform_reason": plat_why}
     return text, data
@@ -590,11 +594,11 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         est = estimate_seconds(m, estimate_runs_dir if estimate_runs_dir is not None else runs_dir, executor=executor)
         total_s = sub_estimate(est, todo).total_seconds(todo)  # the bar's total: what this invocation runs
         n_total = sel.n_runs()
-        bar = _bar(total_s, n_total, m.name, progress)
+        bar = _bar(total_s, n_total, m.name, progress and todo.n_runs() > 0)  # no bar for nothing to run
         done = {"n": 0}
 
         def tick(r: RunResult, est_s: float, kept: bool = False) -> None:
-            results.append(r)
+            results.append(dataclasses.replace(r, kept=True) if kept else r)
             if kept:
                 kept_ids.add(r.run_id)
             done["n"] += 1
@@ -794,6 +798,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     # the manifest's own started / ended time its writing; these, the invocation
                     _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
                                                               "executor": {"kind": executor},
+                                                              "nothing_to_run": todo.n_runs() == 0,
                                                               "matrix_finished": finished,
                                                               "matrix_started": matrix_started,
                                                               "matrix_seconds": round(time.monotonic() - matrix_t0, 3)})
@@ -958,9 +963,9 @@ def _record_manifest(run_id: str, runs_dir: Path, results: list[RunResult], comm
     with contextlib.suppress(RunError):
         with RunRecorder(run_id, runs_dir, {**common, "kind": "manifest"}) as rec:
             with open(rec.path / "runs.csv", "w") as f:
-                f.write("run_id,status,error\n")
+                f.write("run_id,status,error,kept\n")
                 for r in results:
                     err = (r.error or "").splitlines()[0][:300].replace('"', "'") if r.error else ""
-                    f.write(f'{r.run_id},{r.status},"{err}"\n')
+                    f.write(f'{r.run_id},{r.status},"{err}",{str(r.kept).lower()}\n')
             with contextlib.suppress(Exception):
                 matrix_table(runs_dir, run_id[: run_id.rindex("-manifest")]).to_csv(rec.path / "summary.csv", index=False)

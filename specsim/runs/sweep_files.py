@@ -1158,6 +1158,8 @@ class Estimate:
     judge_basis: Mapping[str, str] = field(default_factory=dict)  # health check / probe name -> basis
     #: the directory the recorded runs were read from
     source: str = ""
+    #: why that directory ("none in DIR": the runs directory had no recorded runs), or ""
+    source_note: str = ""
 
     def total_seconds(self, m: SweepMatrix) -> float:
         return (sum(s for s, _ in self.cells.values()) + self.server_start_s * len(m.groups)
@@ -1249,7 +1251,8 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     the servers); a health check / probe the median duration of its own recorded runs in this matrix
     ("same check"; those whose offline engine ran in the matrix's layout when there are any: one process
     with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, else two), else of every recorded run of its kind ("same
-    kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``).
+    kind").  Records are read from ``runs_dir`` (default: the checkout's ``data/runs``; also when
+    ``runs_dir`` has none, e.g. a new one: ``source_note`` says so).
     Seconds of wall time on the recording host (not adjusted for another host).
     """
     from specsim.runs.executors import EXECUTORS
@@ -1258,8 +1261,17 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         raise SpecsimValueError("executor", "unknown executor", executor, list(EXECUTORS))
     local = executor == "local"
     rd = Path(runs_dir) if runs_dir is not None else (project_data_path("runs") if is_source_checkout() else Path("."))
-    recs = [r for r in _recorded(rd) if r.get("status") in ("ok", "invalid")
-            and r.get("kind") not in ("manifest", "summary")]  # an invocation's records, not runs
+
+    def usable(d: Path) -> list[dict]:  # an invocation's records (manifest, summary) are not runs
+        return [r for r in _recorded(d) if r.get("status") in ("ok", "invalid")
+                and r.get("kind") not in ("manifest", "summary")]
+
+    recs, note = usable(rd), "" if rd.is_dir() else "it does not exist yet"
+    if not recs and runs_dir is not None and is_source_checkout():  # a new runs directory: the checkout's
+        default = project_data_path("runs")
+        if default.is_dir() and default.resolve() != rd.resolve():
+            recs, note = usable(default), f"none in {rd}" + ("" if rd.is_dir() else ", which does not exist yet")
+            rd = default
     overhead = _CLIENT_OVERHEAD_S[m.bench_client]
     bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
              for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
@@ -1314,7 +1326,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
                   ", shares of starts together with other servers (one at a time takes longer)")
     if not local:
         basis += f"; {executor} executor: each server in its own task, started alone, with its own bench client"
-    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis, str(rd))
+    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis, str(rd), note)
 
 
 def _start_share(r: Mapping) -> float:
@@ -1439,7 +1451,8 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
              f"of machine time with the {executor} executor, its tasks one after another (a cluster running "
              f"several at once takes less wall time)")
     lines += ["", f"estimate: {tot / 60:.1f} min {where} ({est.server_start_s:.0f} s per server start, "
-              f"{est.server_basis}; from {est.n_recorded} recorded runs{f' in {est.source}' if est.source else ''}, as "
+              f"{est.server_basis}; from {est.n_recorded} recorded runs{f' in {est.source}' if est.source else ''}"
+              f"{f' ({est.source_note})' if est.source_note else ''}, as "
               f"with the {m.bench_client} bench "
               f"client); {tot / 3600:.3f} device-hours on a CPU "
               f"host (the whole machine per server), {gpu_s / 3600:.3f} GPU-hours at the servers' GPU counts "
@@ -1477,7 +1490,8 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
             "executor": executor,
             "estimate_seconds": tot,
             "server_start_seconds": est.server_start_s,
-            "estimate_from": {"runs_dir": est.source or None, "recorded_runs": est.n_recorded},
+            "estimate_from": {"runs_dir": est.source or None, "recorded_runs": est.n_recorded,
+                              "note": est.source_note or None},
             "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},
             "cells": cells,
             "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}

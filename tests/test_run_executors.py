@@ -325,20 +325,24 @@ def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_
     from specsim.runs.executors import sweep_stale_staging
 
     host = socket.gethostname()
-    ns = os.readlink("/proc/self/ns/pid")
+    ns, tns = os.readlink("/proc/self/ns/pid"), os.readlink("/proc/self/ns/time")
     boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     dead = subprocess.Popen(["true"])
     dead.wait()
     me = os.getpid()
-    here = {"host": host, "pid_ns": ns, "boot_id": boot}
+    here = {"host": host, "pid_ns": ns, "time_ns": tns, "boot_id": boot}
     owners = {"dead": {**here, "pid": dead.pid, "start": "1"},
               "reused-pid": {**here, "pid": me, "start": "0"},  # this pid, another process's start
               "alive": {**here, "pid": me, "start": _proc_start(me)},
               "alive-no-proc": {**here, "pid": me, "start": "alive"},  # recorded where /proc was unreadable
               "dead-no-proc": {**here, "pid": dead.pid, "start": "alive"},
-              "earlier-boot": {**here, "pid": me, "start": _proc_start(me), "boot_id": "0" * 32},
+              # another boot, or another machine of the same name sharing the directory: not known dead
+              "other-boot": {**here, "pid": dead.pid, "start": "1", "boot_id": "0" * 32},
               # a container sharing /tmp and the host name: its pid 1 is not this namespace's pid 1
               "other-namespace": {**here, "pid": 1, "start": "999", "pid_ns": "pid:[1]"},
+              # a time namespace (unshare --time --boottime) shifts the start times it reads
+              "other-time-namespace": {**here, "pid": me, "start": str(int(_proc_start(me)) + 10**7),
+                                       "time_ns": "time:[1]"},
               "no-namespace-recorded": {"host": host, "pid": dead.pid, "start": "1"},
               "other-host": {**here, "host": host + "-elsewhere", "pid": dead.pid, "start": "1"}}
     for name, owner in owners.items():
@@ -353,12 +357,35 @@ def test_stale_staging_directories_are_those_of_dead_processes_on_this_host(tmp_
     (tmp_path / "unrelated" / ".owner.json").write_text(json.dumps(owners["dead"]))
     (tmp_path / "specsim-job-link").symlink_to(tmp_path / "unrelated")  # a link to a dead owner's directory
     removed = sweep_stale_staging(tmp_path)
-    gone = ["dead", "dead_no_proc", "earlier_boot", "reused_pid"]
+    gone = ["dead", "dead_no_proc", "reused_pid"]
     assert sorted(d.name for d in removed) == [f"specsim-job-{n}" for n in gone]
     assert sorted(d.name for d in tmp_path.iterdir()) == sorted(
         ["unrelated", "specsim-job-link", "specsim-job-no_owner", "specsim-job-garbled"]
         + [f"specsim-job-{n.replace('-', '_')}" for n in owners if n.replace("-", "_") not in gone])
     assert (tmp_path / "unrelated" / ".owner.json").exists()
+
+
+@pytest.mark.parametrize("namespace", [("--pid", "--fork", "--mount-proc"), ("--time", "--boottime", "100000", "--fork")],
+                         ids=["pid", "time"])
+def test_a_live_job_in_another_namespace_keeps_its_staging_directory(tmp_path, namespace):
+    """A helper's finding: a job in a container sharing /tmp and the host name (its own PID namespace,
+    or a time namespace shifting start times) had its live staging directory removed."""
+    from specsim.runs.executors import sweep_stale_staging
+
+    if not shutil.which("unshare") or subprocess.run(["unshare", *namespace, "true"], capture_output=True).returncode:
+        pytest.skip(f"cannot make a namespace here (unshare {' '.join(namespace)})")
+    code = ("import json, sys, tempfile, time; from pathlib import Path; from specsim.runs.executors import _owner; "
+            "d = Path(tempfile.mkdtemp(prefix='specsim-job-', dir=sys.argv[1])); "
+            "(d / '.owner.json').write_text(json.dumps(_owner())); print(d, flush=True); time.sleep(60)")
+    job = subprocess.Popen(["unshare", *namespace, sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                           text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        d = Path(job.stdout.readline().strip())
+        assert d.is_dir() and json.loads((d / ".owner.json").read_text())["pid"]
+        assert sweep_stale_staging(tmp_path) == [] and d.is_dir()
+    finally:
+        job.kill()
+        job.wait()
 
 
 def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_cluster):

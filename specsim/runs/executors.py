@@ -469,30 +469,36 @@ def _process_start(pid: int) -> str | None:
 
 def _owner() -> dict:
     """What a staging directory's ``.owner.json`` records of this process: host, pid, start
-    (:func:`_process_start`), and the PID namespace and boot it lives in (``/proc/self/ns/pid``,
-    ``/proc/sys/kernel/random/boot_id``; None without them): a pid means the same process only in the
-    same namespace and boot -- a container sharing ``/tmp`` and the host name has pids of its own."""
-    try:
-        ns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        ns = None
+    (:func:`_process_start`), and the boot and the PID and time namespaces it lives in
+    (``/proc/sys/kernel/random/boot_id``, ``/proc/self/ns/pid``, ``/proc/self/ns/time``; None without
+    them): a pid and its start time name the same process only in the same boot and namespaces -- a
+    container sharing ``/tmp`` and the host name has pids of its own, and a time namespace shifts the
+    start times it reads (``unshare --time --boottime``)."""
+    def ns(kind: str) -> str | None:
+        try:
+            return os.readlink(f"/proc/self/ns/{kind}")
+        except OSError:
+            return None
+
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = None
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid()),
-            "pid_ns": ns, "boot_id": boot}
+            "boot_id": boot, "pid_ns": ns("pid"), "time_ns": ns("time")}
+
+
+#: what must be equal for a recorded pid and start time to be compared here (:func:`_owner_gone`)
+_SAME_PLACE = ("host", "boot_id", "pid_ns", "time_ns")
 
 
 def _owner_gone(owner: dict, me: dict) -> bool:
     """Whether the process ``owner`` (an ``.owner.json``) has certainly ended, seen from ``me``
-    (:func:`_owner`): same host, and an earlier boot, or the same PID namespace and no process with its
-    pid and start.  Anything unknown (another host or namespace, missing fields) counts as alive."""
-    if owner.get("host") != me["host"] or "pid_ns" not in owner or "boot_id" not in owner:
-        return False
-    if owner["boot_id"] and me["boot_id"] and owner["boot_id"] != me["boot_id"]:
-        return True  # no process outlives a reboot
-    if owner["pid_ns"] != me["pid_ns"] or owner["boot_id"] != me["boot_id"]:
+    (:func:`_owner`): same host, boot, PID and time namespaces, and no process with its pid and start
+    time.  Anything else (another host -- or a machine of the same name sharing the directory --,
+    another boot or namespace, fields missing) counts as alive: a directory left alone is a few
+    kilobytes, one removed under a live job loses its runs."""
+    if any(k not in owner or owner[k] != me[k] for k in _SAME_PLACE):
         return False
     now = _process_start(int(owner["pid"]))
     if owner.get("start") == "alive" or now == "alive":  # recorded or read without /proc: the pid only
@@ -505,10 +511,10 @@ def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
     directory) of remote jobs whose process has died on this host -- a Ray worker killed by
     ``ray.cancel(force=True)`` or a lost worker, a Slurm job killed by SIGKILL -- which could not remove
     their own.  A directory counts as stale only when it is this user's (not a link) and its
-    ``.owner.json`` names a process that has certainly ended (:func:`_owner_gone`: this host, and an
-    earlier boot or, in this PID namespace, no process with its pid and start time); one without that
-    file (being made, or not made by :func:`_packed_job`), of another host or of another PID namespace
-    (a container sharing ``/tmp``) is left alone.  Called where jobs run (before each job) and by the
+    ``.owner.json`` names a process that has certainly ended (:func:`_owner_gone`: this host, boot,
+    PID and time namespaces, and no process with its pid and start time); one without that file
+    (being made, or not made by :func:`_packed_job`), of another host, boot or namespace (a container
+    sharing ``/tmp``) is left alone.  Called where jobs run (before each job) and by the
     Ray and Slurm executors' ``close`` on the driver.
 
     Parameters

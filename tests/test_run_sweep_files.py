@@ -377,7 +377,18 @@ def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
                      "--runs-dir", str(tmp_path / "one")]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["judges"]["selfdraft-t0.8-health"] == {"seconds": recorded, "basis": "same check"}
-    assert d["judges"]["verify-cost"]["basis"] == "no record"
+    # what it has no record like comes from the checkout's runs (it was the 30 s default: 29.5 min in all)
+    ck = estimate_seconds(load_matrix("cpu-validation-fast"))
+    assert d["judges"]["verify-cost"] == {"seconds": ck.probes["verify-cost"],
+                                          "basis": f"same check in {project_data_path('runs')}"}
+    assert d["cells"]["baseline-c1"] == {**d["cells"]["baseline-c1"], "seconds": ck.cells["baseline-c1"][0],
+                                         "basis": f"same cell in {project_data_path('runs')}"}
+    assert d["server_start_seconds"] == pytest.approx(ck.server_start_s)
+    assert d["estimate_from"] == {"runs_dir": str(tmp_path / "one"), "recorded_runs": 1 + ck.n_recorded,
+                                  "note": f"{len(d['cells']) + 2} part(s) with no record like them there from "
+                                          f"{project_data_path('runs')}"}
+    assert d["estimate_seconds"] == pytest.approx(ck.total_seconds(load_matrix("cpu-validation-fast"))
+                                                  - ck.health_checks["selfdraft-t0.8-health"] + recorded)
 
 
 def test_judge_estimates_prefer_the_matrix_own_records():

@@ -1266,67 +1266,97 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         return [r for r in _recorded(d) if r.get("status") in ("ok", "invalid")
                 and r.get("kind") not in ("manifest", "summary")]
 
+    def from_records(recs: list[dict]) -> tuple:
+        """(cells, server start s, its basis, health checks, probes, judge bases) from ``recs``."""
+        overhead = _CLIENT_OVERHEAD_S[m.bench_client]
+        bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
+                 for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
+        layout = server_layout(m.serve_cmd, m.env)
+        started = [r for r in bench if r.get("server_startup_seconds")]
+        like = [r for r in started if _recorded_layout(r) == layout]
+        pool = like or started
+        k = m.concurrent_server_starts if local else 1  # a task / job holds one server
+        same_k = [r for r in pool if _started_together(r) == k]
+        alone = [r for r in pool if _started_together(r) == 1]
+        use = same_k or alone or pool
+        starts = [_start_share(r) for r in use]
+        cells = {}
+        for c in m.cells():
+            grp = next(g for g in m.groups if g.name == c.serve)
+            same = [r["bench_seconds"] for r in bench
+                    if r.get("spec_label") == c.serve and r.get("temperature") == c.temperature
+                    and r.get("concurrency") == c.concurrency and r.get("num_prompts") == c.num_prompts
+                    and r.get("output_len") == c.output_len]
+            if same:
+                cells[c.run_label] = (statistics.median(same), "same cell")
+                continue
+            sim = [(max(r["bench_seconds"] - overhead, 0.0), (r.get("num_prompts") or 1) * (r.get("output_len") or 1))
+                   for r in bench if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
+            if sim and c.num_prompts and c.output_len:
+                cells[c.run_label] = (overhead + statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim),
+                                      "similar")
+            else:
+                cells[c.run_label] = (default_cell_s, "no record")
+        judge_basis: dict[str, str] = {}
+        judge_layout = _offline_layout({"env": m.env})
+
+        def judge_seconds(name: str, kind: str, default_s: float) -> float:
+            """The check's own recorded runs in this matrix ("same check"), else its kind's ("same kind")."""
+            of_kind = [r for r in recs if r.get("kind") == kind and r.get("duration_seconds")]
+            own = [r for r in of_kind if (r.get("matrix") or {}).get("name") == m.name
+                   and str(r.get("run_id", "")).endswith(f"-{name}")]
+            # a judge is an offline engine: in one process or two, as its env says (_offline_layout)
+            same = [r["duration_seconds"] for r in ([r for r in own if _offline_layout(r) == judge_layout] or own)]
+            judge_basis[name] = "same check" if same else ("same kind" if of_kind else "no record")
+            return statistics.median(same or [r["duration_seconds"] for r in of_kind] or [default_s])
+
+        hc = {h.name: judge_seconds(h.name, "health_check", 80.0) for h in m.health_checks}
+        pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
+        start = statistics.median(starts) if starts else default_start_s
+        if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
+            start += BENCH_CLIENT_START_S / (len(m.groups) if local else 1)  # ... or one per task
+        basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
+        if starts and (k > 1 or not alone):
+            basis += (f", started {k} at a time" if same_k and k > 1 else
+                      ", started one at a time (started together they take less)" if use is alone else
+                      ", shares of starts together with other servers (one at a time takes longer)")
+        if not local:
+            basis += f"; {executor} executor: each server in its own task, started alone, with its own bench client"
+        return cells, start, basis, hc, pr, judge_basis
+
     recs, note = usable(rd), "" if rd.is_dir() else "it does not exist yet"
-    if not recs and runs_dir is not None and is_source_checkout():  # a new runs directory: the checkout's
-        default = project_data_path("runs")
-        if default.is_dir() and default.resolve() != rd.resolve():
-            recs, note = usable(default), f"none in {rd}" + ("" if rd.is_dir() else ", which does not exist yet")
-            rd = default
-    overhead = _CLIENT_OVERHEAD_S[m.bench_client]
-    bench = [{**r, "bench_seconds": _seconds_with(r, m.bench_client)}
-             for r in recs if r.get("kind") == "bench_serve" and r.get("bench_seconds")]
-    layout = server_layout(m.serve_cmd, m.env)
-    started = [r for r in bench if r.get("server_startup_seconds")]
-    like = [r for r in started if _recorded_layout(r) == layout]
-    pool = like or started
-    k = m.concurrent_server_starts if local else 1  # a task / job holds one server
-    same_k = [r for r in pool if _started_together(r) == k]
-    alone = [r for r in pool if _started_together(r) == 1]
-    use = same_k or alone or pool
-    starts = [_start_share(r) for r in use]
-    cells = {}
-    for c in m.cells():
-        grp = next(g for g in m.groups if g.name == c.serve)
-        same = [r["bench_seconds"] for r in bench
-                if r.get("spec_label") == c.serve and r.get("temperature") == c.temperature
-                and r.get("concurrency") == c.concurrency and r.get("num_prompts") == c.num_prompts
-                and r.get("output_len") == c.output_len]
-        if same:
-            cells[c.run_label] = (statistics.median(same), "same cell")
-            continue
-        sim = [(max(r["bench_seconds"] - overhead, 0.0), (r.get("num_prompts") or 1) * (r.get("output_len") or 1))
-               for r in bench if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
-        if sim and c.num_prompts and c.output_len:
-            cells[c.run_label] = (overhead + statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim),
-                                  "similar")
-        else:
-            cells[c.run_label] = (default_cell_s, "no record")
-    judge_basis: dict[str, str] = {}
-    judge_layout = _offline_layout({"env": m.env})
-
-    def judge_seconds(name: str, kind: str, default_s: float) -> float:
-        """The check's own recorded runs in this matrix ("same check"), else its kind's ("same kind")."""
-        of_kind = [r for r in recs if r.get("kind") == kind and r.get("duration_seconds")]
-        own = [r for r in of_kind if (r.get("matrix") or {}).get("name") == m.name
-               and str(r.get("run_id", "")).endswith(f"-{name}")]
-        # a judge is an offline engine: in one process or two, as its env says (_offline_layout)
-        same = [r["duration_seconds"] for r in ([r for r in own if _offline_layout(r) == judge_layout] or own)]
-        judge_basis[name] = "same check" if same else ("same kind" if of_kind else "no record")
-        return statistics.median(same or [r["duration_seconds"] for r in of_kind] or [default_s])
-
-    hc = {h.name: judge_seconds(h.name, "health_check", 80.0) for h in m.health_checks}
-    pr = {p.name: judge_seconds(p.name, "verify_cost", 60.0) for p in m.probes}
-    start = statistics.median(starts) if starts else default_start_s
-    if m.bench_client == "persistent" and m.groups:  # one client start (importing vLLM) for the matrix
-        start += BENCH_CLIENT_START_S / (len(m.groups) if local else 1)  # ... or one per task
-    basis = ("recorded, same layout" if like else "recorded, other layout") if starts else "no record"
-    if starts and (k > 1 or not alone):
-        basis += (f", started {k} at a time" if same_k and k > 1 else
-                  ", started one at a time (started together they take less)" if use is alone else
-                  ", shares of starts together with other servers (one at a time takes longer)")
-    if not local:
-        basis += f"; {executor} executor: each server in its own task, started alone, with its own bench client"
-    return Estimate(cells, start, basis, hc, pr, len(recs), judge_basis, str(rd), note)
+    default = project_data_path("runs") if runs_dir is not None and is_source_checkout() else None
+    if default is not None and (not default.is_dir() or default.resolve() == rd.resolve()):
+        default = None
+    if not recs and default is not None:  # a new runs directory: the checkout's runs
+        recs, note = usable(default), f"none in {rd}" + ("" if rd.is_dir() else ", which does not exist yet")
+        rd, default = default, None
+    cells, start, basis, hc, pr, judge_basis = from_records(recs)
+    n = len(recs)
+    if default is not None and ("no record" in {b for _, b in cells.values()} | set(judge_basis.values())
+                                or basis.startswith("no record")):
+        # what the runs directory has no record like: from the checkout's runs (a resume of an invocation
+        # stopped early has a few; the rest at the defaults took 20-30 min for the 13-min fast loop)
+        ck = usable(default)
+        c_cells, c_start, c_basis, c_hc, c_pr, c_jb = from_records(ck)
+        took = 0
+        for lab, (_, b) in list(cells.items()):
+            if b == "no record" and c_cells[lab][1] != "no record":
+                cells[lab] = (c_cells[lab][0], f"{c_cells[lab][1]} in {default}")
+                took += 1
+        for name, b in list(judge_basis.items()):
+            if b == "no record" and c_jb[name] != "no record":
+                (hc if name in hc else pr)[name] = (c_hc if name in c_hc else c_pr)[name]
+                judge_basis[name] = f"{c_jb[name]} in {default}"
+                took += 1
+        if basis.startswith("no record") and not c_basis.startswith("no record"):
+            start, basis = c_start, f"{c_basis} in {default}"
+            took += 1
+        if took:
+            n += len(ck)
+            note = (f"{took} part(s) with no record like them there from {default}"
+                    + (f"; {note}" if note else ""))
+    return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note)
 
 
 def _start_share(r: Mapping) -> float:

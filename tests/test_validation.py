@@ -984,7 +984,7 @@ def test_cli_validate_text_keeps_the_headline_and_says_what_was_excluded(capsys,
                     + " (each run and its reason: --json)"]
     hl = [x for x in text.splitlines() if x.startswith("  headline (")]  # pooled: not "one invocation"
     assert len(hl) == 1 and f"recorded in {project_data_path('runs')}; none usable in --runs-dir" in hl[0]
-    assert "smoke test" not in hl[0] and "the fast loop's 2 invocations are compared with it" in hl[0]
+    assert "smoke test" not in hl[0] and "the fast loop's 2 invocations above, for comparison" in hl[0]
     # one invocation, with or without --stamp: the same judgement, latency line and remark
     texts = []
     for extra in (["--stamp", two[0]], []):
@@ -1005,8 +1005,41 @@ def test_a_matrix_judged_as_one_names_the_invocations_without_a_probe():
     alone = [st for st in stamps if not any(
         (RUNS / f"{V.HEADLINE_MATRIX}-{st}-verify-cost{sfx}").is_dir() for sfx in ("", "-retry1"))]
     assert alone and not inv.pooled
-    assert inv.pooling.endswith(f"(invocation{'s' if len(alone) > 1 else ''} {', '.join(alone)} without a probe or "
-                                "baselines of its own)")
+    assert inv.pooling.endswith("(not judgeable alone: " + "; ".join(f"{a}: no verification-cost probe of its own"
+                                                                     for a in alone) + ")")
+
+
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_an_invocation_with_its_probe_but_no_baselines(capsys, tmp_path):
+    """A second helper's finding: after a probe-only (or --only) re-run, an invocation with its probe but no
+    ok baseline was 'pooled' with 0 held-out runs and the text crashed (TypeError on a None median)."""
+    from specsim.cli import main as cli_main
+
+    a, b = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))[-2:]
+    for d in RUNS.glob(f"{V.FAST_MATRIX}-{b}-*"):
+        shutil.copytree(d, tmp_path / d.name)
+    for name in ("verify-cost", "ngram-n3-c4"):
+        shutil.copytree(RUNS / f"{V.FAST_MATRIX}-{a}-{name}", tmp_path / f"{V.FAST_MATRIX}-{a}-{name}")
+    inv = V.validate_invocations(tmp_path, matrix=V.FAST_MATRIX)
+    assert not inv.pooled and inv.per_stamp[a] is None
+    assert inv.pooling.endswith(f"(not judgeable alone: {a}: no held-out run of its own (no ok baseline to pair with))")
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path)]) == 0
+    assert f"not judgeable alone: {a}" in capsys.readouterr().out
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), "--stamp", a]) == 0
+    text = capsys.readouterr().out
+    assert "0 held-out runs" in text and "median |error| n/a (max n/a)" in text
+    assert "  no held-out run: no usable spec run has an ok baseline of the same cell to pair with" in text
+
+
+def test_a_failed_run_without_an_error_text_says_so_not_nan(tmp_path):
+    """A failed / invalid run with no recorded reason was excluded as 'failed: nan' (pandas NaN is truthy)."""
+    for rid, prov in {"m-S-a-c1": {"status": "failed"}, "m-S-b-c1": {"status": "skipped"},
+                      "m-S-c-c1": {"status": "failed", "error": "boom\nmore"}}.items():
+        (tmp_path / rid).mkdir()
+        (tmp_path / rid / "provenance.json").write_text(json.dumps({"run_id": rid, "kind": "bench_serve", **prov}))
+    reasons = dict(zip(*R.load_runs(tmp_path)[["run_id", "exclusion_reason"]].T.values))
+    assert reasons == {"m-S-a-c1": "failed: no error text", "m-S-b-c1": "skipped: no reason recorded",
+                       "m-S-c-c1": "failed: boom"}
 
 
 def test_a_runs_directory_that_is_a_file_is_called_a_file(tmp_path):

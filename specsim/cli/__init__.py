@@ -272,6 +272,7 @@ def _cmd_ingest(args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
+    from specsim.catalog import project_data_path
     from specsim.runs.process import stop_signals_as_interrupt
     from specsim.runs.runner import (
         MatrixInterrupted,
@@ -321,6 +322,11 @@ def _cmd_run_matrix(args) -> int:
                              executor=args.executor, platform=args.platform)
         print(json.dumps(data, indent=2, default=str) if args.json else text)
         return 0
+    if args.resume and args.stamp:  # a mistyped stamp would silently start a whole new invocation
+        rd = runs_dir if runs_dir is not None else project_data_path("runs")
+        if not any(rd.glob(f"{m.name}-{args.stamp}-*")):
+            print(f"specsim: nothing of {m.name} is recorded under --stamp {args.stamp} in {rd}: --resume starts "
+                  "it as a new invocation", file=sys.stderr)
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
@@ -402,8 +408,9 @@ def _cmd_validate(args) -> int:
         out["headline"] = None
         tried: list[str] = []
         for rd in dict.fromkeys([runs_dir, None]):
-            where = rd if rd is not None else project_data_path("runs")
+            where = rd if rd is not None else "data/runs"
             try:
+                where = rd if rd is not None else project_data_path("runs")  # outside a checkout: refused
                 h = validate(rd, matrix=HEADLINE_MATRIX).summary
             except SpecsimError as exc:
                 tried.append(f"{where}: {str(exc).split(';')[0]}")
@@ -418,17 +425,22 @@ def _cmd_validate(args) -> int:
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
+    def pct(x, digits: int = 1) -> str:  # None: no held-out run to take a median of
+        return "n/a" if x is None else f"{100 * x:.{digits}f} %"
+
     what = args.matrix + (f" {args.stamp}" if args.stamp else "")
     print(f"{what}: {out['held_out_runs']} held-out runs ({out['pooling']}), predict() speedup ratio median "
-          f"|error| {100 * out['ratio_median_abs_error']:.1f} % (max {100 * out['ratio_max_abs_error']:.0f} %), best N "
+          f"|error| {pct(out['ratio_median_abs_error'])} (max {pct(out['ratio_max_abs_error'], 0)}), best N "
           f"agrees in {out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
+    if not out["held_out_runs"]:
+        print("  no held-out run: no usable spec run has an ok baseline of the same cell to pair with")
     if len(ones) > 1:
         for inv_row in out["invocations"]:
             print(f"  invocation {inv_row['stamp']}: {inv_row['held_out_runs']} held-out runs, median "
-                  f"{100 * inv_row['ratio_median_abs_error']:.1f} %, best N {inv_row['best_n_agree']}, latency "
-                  f"rmse {100 * inv_row['latency_rmse_rel']:.1f} % on its own probe")
+                  f"{pct(inv_row['ratio_median_abs_error'])}, best N {inv_row['best_n_agree']}, latency "
+                  f"rmse {pct(inv_row['latency_rmse_rel'])} on its own probe")
     else:
-        print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {100 * out['latency_rmse_rel']:.1f} %")
+        print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {pct(out['latency_rmse_rel'])}")
     for h in out["health_checks"]:
         print(f"  health check {h['run_id']}: {'passed' if h['passed'] else 'FAILED'} (position-1 acceptance "
               f"{h['observed_pos1']:.3f}, expected {h['expected_pos1']:.3f})")
@@ -444,13 +456,15 @@ def _cmd_validate(args) -> int:
             remark = ("one invocation of the fast loop is a smoke test of the model, not a re-measurement of the "
                       "headline (README, 'Results')" if n_invocations == 1 else
                       f"the fast loop's {n_invocations} invocations are compared with it in "
-                      "data/validation/loops.json (README, 'Results')")
+                      "data/validation/loops.json (README, 'Results')" if runs_dir is None else
+                      f"the fast loop's {n_invocations} invocations above, for comparison (data/validation/loops.json "
+                      "compares the recorded ones: README, 'Results')")
         else:
             remark = "the full loop's recorded validation, for comparison"
         where = hl["runs_dir"] + (f"; none usable in --runs-dir ({hl['not_from_runs_dir']})"
                                   if hl["not_from_runs_dir"] else "")
         print(f"  headline ({hl['matrix']}, recorded in {where}): {hl['held_out_runs']} held-out runs, median "
-              f"{100 * hl['ratio_median_abs_error']:.1f} %, best N {hl['best_n_agree']} -- {remark}")
+              f"{pct(hl['ratio_median_abs_error'])}, best N {hl['best_n_agree']} -- {remark}")
     elif "headline_missing" in out:
         print(f"  headline ({HEADLINE_MATRIX}): not shown -- {out['headline_missing']}")
     return 0

@@ -280,15 +280,19 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
     if "exclusion_reason" not in df:
         df["exclusion_reason"] = None
     reasons = []
+
+    def text(x, default: str) -> str:  # a missing reason is None, or NaN once in a DataFrame (not "nan")
+        return x if isinstance(x, str) and x.strip() else default
+
     for r in df.itertuples(index=False):
         if isinstance(r.exclusion_reason, str) and r.exclusion_reason:
             reasons.append(r.exclusion_reason)
         elif r.status == "failed":
-            reasons.append(f"failed: {str(r.status_reason or 'no error text').splitlines()[0][:200]}")
+            reasons.append(f"failed: {text(r.status_reason, 'no error text').splitlines()[0][:200]}")
         elif r.status == "invalid":
-            reasons.append(f"invalid: {str(r.status_reason or 'no reason recorded')[:300]}")
+            reasons.append(f"invalid: {text(r.status_reason, 'no reason recorded')[:300]}")
         elif r.status == "skipped":
-            reasons.append(f"skipped: {str(r.status_reason or 'no reason recorded')[:300]}")
+            reasons.append(f"skipped: {text(r.status_reason, 'no reason recorded')[:300]}")
         elif isinstance(r.method, str) and not (pd.notna(r.num_drafts) and float(r.num_drafts) > 0):
             reasons.append("spec run without spec-decode counters (num_drafts = 0 or not collected)")
         else:

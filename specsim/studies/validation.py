@@ -1434,7 +1434,8 @@ def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: s
                          whole: ValidationResult | None = None) -> InvocationsValidation:
     """Judge each invocation (stamp) of ``matrix`` on its own probe and pool them, as
     :func:`compare_loops` does; where an invocation has no probe of its own (a partial repeat) the
-    matrix is judged as one on its latest probe, and ``pooling`` names those invocations.  A machine faster or slower in one hour then moves
+    matrix is judged as one on its latest probe, and ``pooling`` names those invocations and why
+    (also one with a probe but no held-out run of its own: its baselines missing or failed).  A machine faster or slower in one hour then moves
     that invocation's arms and probe alike.
 
     Parameters
@@ -1456,21 +1457,26 @@ def validate_invocations(runs_dir: str | os.PathLike | None = None, *, matrix: s
         No runs of ``matrix`` (the message lists the recorded matrices and stamps), or no probe.
     """
     r = whole if whole is not None else validate(runs_dir, matrix=matrix)
-    per_stamp = {}
+    per_stamp, why = {}, {}
     for st in sorted(r.runs["stamp"].dropna().unique()):
         try:
-            per_stamp[st] = validate(runs_dir, matrix=matrix, stamp=st)
-        except DataError:  # a partial repeat without its own probe / baselines
-            per_stamp[st] = None
+            v = validate(runs_dir, matrix=matrix, stamp=st)
+        except DataError as exc:  # a partial repeat: no probe of its own, ...
+            msg = str(exc).split(";")[0]
+            per_stamp[st], why[st] = None, ("no verification-cost probe of its own" if "probe" in msg else msg)
+            continue
+        if v.summary["held_out"]["n"] == 0:  # ... or no run it can judge alone (no ok baseline of its own)
+            per_stamp[st], why[st] = None, "no held-out run of its own (no ok baseline to pair with)"
+            continue
+        per_stamp[st] = v
     if per_stamp and all(v is not None for v in per_stamp.values()):
         errors = pd.concat([v.errors for v in per_stamp.values()], ignore_index=True)
         best, pooling = _best_n(errors), "invocations pooled, each on its own probe and fit"
     else:
         errors, best = r.errors, r.best_n
-        alone = [st for st, v in per_stamp.items() if v is None]
         pooling = (f"one validation of the matrix on probe {r.summary['latency_fitted_on'].split()[2]}"
-                   + (f" (invocation{'s' if len(alone) > 1 else ''} {', '.join(alone)} without a probe or "
-                      "baselines of its own)" if alone else ""))
+                   + (" (not judgeable alone: " + "; ".join(f"{st}: {w}" for st, w in why.items()) + ")"
+                      if why else ""))
     return InvocationsValidation(matrix, r, per_stamp, errors, best, pooling)
 
 

@@ -790,6 +790,24 @@ def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, args: tupl
                             stderr=subprocess.PIPE, text=True, start_new_session=new_session)
 
 
+def test_a_resume_of_a_stamp_with_nothing_recorded_says_it_starts_a_new_invocation(fake_env):
+    """A mistyped --stamp with --resume silently started a whole new invocation."""
+    from specsim.runs.runner import dry_run
+
+    tmp = fake_env["tmp"]
+    m = _matrix(tmp)
+    text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
+    assert "  nothing of fake is recorded under this stamp: --resume would start it as a new invocation" in text
+    proc = _cli(fake_env, tmp, "W1", matrix=m, args=("--resume",))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"specsim: nothing of fake is recorded under --stamp W1 in {tmp / 'runs'}: --resume starts it as a new " \
+           "invocation" in err
+    assert "7 runs:" in out and "kept" not in out  # it ran them all
+    text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
+    assert "nothing of fake is recorded" not in text and "nothing to run" in text and "(no server)" in text
+
+
 def _wait_for(pred, timeout_s=60.0):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:

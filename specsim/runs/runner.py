@@ -373,8 +373,10 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         head.append(f"resume {m.name}-{stamp} in {rd}: {len(kept)} run(s) already recorded (kept, not run again), "
                     f"{todo.n_runs()} to run; the estimate below is of these only")
         if todo.n_runs() == 0:
-            head.append(f"  nothing to run: every selected run is recorded; the run would start nothing (no server, "
-                        f"no {executor} executor) and write only its manifest")
+            head.append("  nothing to run: every selected run is recorded; the run would start nothing (no server"
+                        + ("" if executor == "local" else f", no {executor} executor") + ") and write only its manifest")
+        elif not kept and not any(rd.glob(f"{m.name}-{stamp}-*")):
+            head.append(f"  nothing of {m.name} is recorded under this stamp: --resume would start it as a new invocation")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]
     # which platform's settings the run would use, and why (the server lines below hedge over hosts)

@@ -243,7 +243,14 @@ def test_the_estimate_counts_runs_not_an_invocation_s_manifest_or_summary(tmp_pa
         shutil.copy(src / name / "provenance.json", runs / name)
     kinds = [json.loads((runs / n / "provenance.json").read_text())["kind"] for n in names]
     assert kinds == ["bench_serve", "verify_cost", "manifest", "summary"]
-    assert estimate_seconds(load_matrix("cpu-validation"), runs_dir=runs).n_recorded == 2
+    est = estimate_seconds(load_matrix("cpu-validation"), runs_dir=runs)
+    # the two runs here, and (for the parts they have no record like) the checkout's runs, counted alike
+    provs = [json.loads((p / "provenance.json").read_text()) for p in src.iterdir()
+             if not p.name.startswith(".") and (p / "provenance.json").is_file()]
+    checkout_runs = [v for v in provs
+                     if v.get("status") in ("ok", "invalid") and v.get("kind") not in ("manifest", "summary")]
+    assert est.source == str(runs) and "from " + str(src) in est.source_note
+    assert est.n_recorded == 2 + len(checkout_runs) < 2 + len(provs)
 
 
 def test_server_layout_is_two_processes_only_with_uni_and_multiprocessing_off():

@@ -674,6 +674,20 @@ def _render_pr24127(d: int, t: int, per: tuple, keep: int) -> str:
             "Drafted: %d tokens, Per-position acceptance rate: %s" % (100 * a / t, 1 + a / d, a / 10, t / 10, a, t, rates))
 
 
+@pytest.mark.parametrize("d, t, per, keep", [(1019, 1019, (27, 0, 0), 2), (1019, 1020, (27, 0, 0), 2)])
+def test_elided_line_whose_last_printed_rate_is_zero(d, t, per, keep):
+    """Found by test_elided_line_property (a fresh-clone make test, 2026-12-05): 27/1019 prints 0.026, as
+    26/1019 does; with the next printed rate 0.000 no later position can hold the rest, and the count 27
+    (the upper bound) was not admitted -- only a lower bound summing to Accepted was -- so D = 1019 was
+    refused (DataError) or left out of the range."""
+    line = _render_pr24127(d, t, per, keep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IngestWarning)
+        c = parse_spec_decode_log(line).records[0].counts
+    lo, hi = c.num_drafts_range or (c.num_drafts, c.num_drafts)
+    assert lo <= d <= hi and (c.num_draft_tokens, c.num_accepted_tokens) == (t, 27)
+
+
 @settings(max_examples=150, deadline=None)
 @given(_interval(), st.data())
 def test_elided_line_property(x, data):

@@ -305,7 +305,9 @@ def _reconstruct_elided(*, accepted: int, drafted: int, mal_minus_1: float, rate
     D = np.arange(lo, hi + 1, dtype=np.int64)[:, None]
     r = np.asarray(rates, dtype=float)[None, :]
     a_lo, a_hi = _count_bounds(r, D)
-    rest_ok = (a_lo.sum(1) == accepted) | (a_hi[:, -1] > 0)
+    # the rest of Accepted goes to later positions, each at most the last printed count: with that count 0
+    # the printed ones must hold all of Accepted (some a_i in [a_lo, a_hi] summing to it)
+    rest_ok = (a_hi.sum(1) >= accepted) | (a_hi[:, -1] > 0)
     ok = np.all(a_lo <= a_hi, axis=1) & (a_lo.sum(1) <= accepted) & rest_ok
     feas = D[ok, 0]
     if feas.size == 0:

@@ -768,6 +768,9 @@ def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatc
     again = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R1", resume=True, progress=True,
                        executor="ray")
     assert {r.run_id: r.status for r in again} == {r.run_id: r.status for r in first}  # all kept
+    # with what they recorded (a kept run's summary was {})
+    assert {r.run_id: r.summary for r in again} == {r.run_id: r.summary for r in first}
+    assert any(r.summary for r in first)
     assert all(r.kept for r in again) and not bars  # no progress bar stuck at 0/0 through the kept runs
     assert [e["event"] for e in _events(fake_env["log"])].count("serve") == n_serve
     man = _prov(runs / "fake-R1-manifest-2")  # the invocation is recorded, as asked (executor ray)

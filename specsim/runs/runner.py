@@ -198,7 +198,7 @@ def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, Run
     for p in tried:
         prov = _recorded_prov(p)
         if _keeps(prov):
-            return None, RunResult(p.name, p, prov.get("status"), prov.get("error"))
+            return None, RunResult(p.name, p, prov.get("status"), prov.get("error"), prov.get("summary") or {})
     return f"{rid}-retry{len(tried)}", None
 
 

@@ -447,12 +447,14 @@ _OWNER_FILE = ".owner.json"
 def _process_start(pid: int) -> str | None:
     """An identity of live process ``pid`` that a later process with the same pid does not share:
     its start time in clock ticks after boot (field 22 of ``/proc/<pid>/stat``, proc(5)); None when
-    there is no such process or it is a zombie (it has ended).  Without ``/proc``: ``"alive"`` when a
+    there is no such process or it has ended (a zombie, or exiting).  Without ``/proc``: ``"alive"`` when a
     signal 0 reaches it (pid reuse then goes unseen)."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
         rest = text[text.rfind(")") + 2:].split()  # fields 3, 4, ...; comm (field 2) may hold spaces
-        return None if rest[0] == "Z" else rest[19]
+        # ended: a zombie, or exiting (PF_EXITING 0x4 in field 9, include/linux/sched.h: a SIGKILLed
+        # multi-threaded Ray worker tears down for a while after the raylet has reported it dead)
+        return None if rest[0] in ("Z", "X") or int(rest[6]) & 0x4 else rest[19]
     except FileNotFoundError:
         if Path("/proc/self/stat").exists():
             return None  # /proc works: the process is gone

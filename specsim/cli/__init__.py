@@ -279,6 +279,7 @@ def _cmd_run_matrix(args) -> int:
         check_runs_dir,
         dry_run,
         selectable_names,
+        stamp_recorded,
     )
     from specsim.runs.sweep_files import load_matrix
 
@@ -324,7 +325,7 @@ def _cmd_run_matrix(args) -> int:
         return 0
     if args.resume and args.stamp:  # a mistyped stamp would silently start a whole new invocation
         rd = runs_dir if runs_dir is not None else project_data_path("runs")
-        if not any(rd.glob(f"{m.name}-{args.stamp}-*")):
+        if not stamp_recorded(rd, m.name, args.stamp):
             print(f"specsim: nothing of {m.name} is recorded under --stamp {args.stamp} in {rd}: --resume starts "
                   "it as a new invocation", file=sys.stderr)
     try:

@@ -177,6 +177,12 @@ def _attempts(runs_dir: Path, rid: str) -> list[Path]:
     return out
 
 
+def stamp_recorded(runs_dir: Path, matrix: str, stamp: str) -> bool:
+    """Whether any run of ``matrix`` is recorded under ``stamp`` in ``runs_dir`` (a ``--resume`` of a stamp
+    with none starts a new invocation; a mistyped stamp would do so silently)."""
+    return any(Path(runs_dir).glob(f"{matrix}-{stamp}-*"))
+
+
 def _check_stamp(stamp: str | None) -> None:
     """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts:
     the rule of the matrix's own record names (``sweep_files._NAME_RE``), at most 64 characters."""
@@ -375,7 +381,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         if todo.n_runs() == 0:
             head.append("  nothing to run: every selected run is recorded; the run would start nothing (no server"
                         + ("" if executor == "local" else f", no {executor} executor") + ") and write only its manifest")
-        elif not kept and not any(rd.glob(f"{m.name}-{stamp}-*")):
+        elif not kept and not stamp_recorded(rd, m.name, stamp):
             head.append(f"  nothing of {m.name} is recorded under this stamp: --resume would start it as a new invocation")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from specsim.catalog import project_data_path
+from specsim.errors import SpecsimValueError
+from specsim.runs import sweep_files
 from specsim.runs.sweep_files import (
     bench_command,
     dry_run_text,
@@ -267,3 +269,21 @@ def test_dry_run_shows_each_cells_bench_command(tmp_path):
 def test_shipped_matrices_still_load():
     for name in matrix_names():
         load_matrix(name)
+
+
+def test_an_unknown_matrix_name_lists_the_shipped_ones():
+    with pytest.raises(SpecsimValueError) as exc:
+        sweep_files.resolve_matrix("no-such-matrix")
+    assert exc.value.field == "matrix" and "cpu-validation-fast" in exc.value.allowed, str(exc.value)
+
+
+def test_an_unknown_matrix_name_in_an_installed_copy_says_none_are_shipped(monkeypatch):
+    """An installed copy (no checkout) ships no matrices: the refusal used to end in an empty
+    'allowed: ' list; it now says none are shipped and asks for a directory."""
+    monkeypatch.setattr(sweep_files, "is_source_checkout", lambda: False)
+    assert sweep_files.matrix_names() == []
+    with pytest.raises(SpecsimValueError) as exc:
+        sweep_files.resolve_matrix("no-such-matrix")
+    msg = str(exc.value)
+    assert exc.value.allowed is None and "allowed:" not in msg, msg
+    assert "ships no matrices" in msg and "give a matrix directory" in msg, msg

@@ -258,6 +258,10 @@ def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
     names = matrix_names()
     if str(name_or_path) in names:
         return _matrices_dir() / str(name_or_path)
+    if not names:  # an installed copy ships no matrices (they live in a checkout's data/matrices/)
+        raise SpecsimValueError("matrix", f"not a matrix directory holding {SIDECAR}; this specsim ships no "
+                                f"matrices (installed without a source checkout, whose data/matrices/ holds "
+                                f"them): give a matrix directory", str(name_or_path))
     raise SpecsimValueError("matrix", f"not a shipped matrix name nor a matrix directory holding {SIDECAR}",
                             str(name_or_path), names)
 

@@ -930,7 +930,9 @@ def test_cli_validate_reports_one_invocation(capsys, tmp_path):
     one = V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=st).summary
     assert out["held_out_runs"] == one["held_out"]["n"] > 0
     assert out["ratio_median_abs_error"] == pytest.approx(one["held_out"]["median_abs_error"])
-    assert out["latency_fitted_on"].split()[2] == f"{V.FAST_MATRIX}-{st}-verify-cost"
+    # one probe fit, still a list (as without --stamp), so readers of the JSON see one shape
+    assert [f.split()[2] for f in out["latency_fitted_on"]] == [f"{V.FAST_MATRIX}-{st}-verify-cost"]
+    assert out["latency_rmse_rel"] == pytest.approx([one["latency_rmse_rel"]])
     head = V.validate(RUNS).summary
     assert out["headline"]["ratio_median_abs_error"] == pytest.approx(head["held_out"]["median_abs_error"])
     assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st]) == 0
@@ -1087,7 +1089,8 @@ def test_cli_validate_without_stamp_judges_each_invocation_on_its_own_probe(caps
     assert [i["stamp"] for i in out["invocations"]] == stamps
     assert [i["ratio_median_abs_error"] for i in out["invocations"]] == pytest.approx(
         [o.summary["held_out"]["median_abs_error"] for o in ones])
-    assert len(out["latency_fitted_on"]) == len(stamps)
+    assert [f.split()[2] for f in out["latency_fitted_on"]] == [f"{V.FAST_MATRIX}-{st}-verify-cost" for st in stamps]
+    assert out["latency_rmse_rel"] == pytest.approx([o.summary["latency_rmse_rel"] for o in ones])
     latest = V.validate(RUNS, matrix=V.FAST_MATRIX).summary["held_out"]["median_abs_error"]
     assert out["ratio_median_abs_error"] != pytest.approx(latest)  # not the one-probe judgement
     fast = V.compare_loops(RUNS).loops.set_index("matrix").loc[V.FAST_MATRIX]

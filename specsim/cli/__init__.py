@@ -384,12 +384,12 @@ def _cmd_validate(args) -> int:
     n_invocations = 1 if inv is None else len(inv.per_stamp)
     if len(ones) == 1:  # nothing pooled: said as with --stamp
         judged["pooling"] = "one invocation on its own probe"
-    if len(ones) > 1:  # each invocation's own probe fit
-        lat_on = [r.summary["latency_fitted_on"] for r in ones.values()]
-        lat_rmse = [r.summary["latency_rmse_rel"] for r in ones.values()]
-    else:  # one fit: --stamp, a single invocation, or the matrix judged as one
-        one = next(iter(ones.values())).summary if ones else s
-        lat_on, lat_rmse = one["latency_fitted_on"], one["latency_rmse_rel"]
+    # one entry per probe fit, a list always (one fit: --stamp, a single invocation, or the matrix
+    # judged as one), so a reader of the JSON need not check whether it got a string or a list
+    fits = [r.summary for r in ones.values()] if len(ones) > 1 else [
+        next(iter(ones.values())).summary if ones else s]
+    lat_on = [f["latency_fitted_on"] for f in fits]
+    lat_rmse = [f["latency_rmse_rel"] for f in fits]
     out = {"matrix": args.matrix, "stamp": args.stamp, **judged, "invocations_judged": n_invocations,
            "latency_fitted_on": lat_on, "latency_rmse_rel": lat_rmse,
            "health_checks": [{k: h.get(k) for k in ("run_id", "passed", "observed_pos1", "expected_pos1")}
@@ -441,7 +441,7 @@ def _cmd_validate(args) -> int:
                   f"{pct(inv_row['ratio_median_abs_error'])}, best N {inv_row['best_n_agree']}, latency "
                   f"rmse {pct(inv_row['latency_rmse_rel'])} on its own probe")
     else:
-        print(f"  latency calibrated on {out['latency_fitted_on']}, rmse {pct(out['latency_rmse_rel'])}")
+        print(f"  latency calibrated on {out['latency_fitted_on'][0]}, rmse {pct(out['latency_rmse_rel'][0])}")
     for h in out["health_checks"]:
         print(f"  health check {h['run_id']}: {'passed' if h['passed'] else 'FAILED'} (position-1 acceptance "
               f"{h['observed_pos1']:.3f}, expected {h['expected_pos1']:.3f})")

@@ -671,6 +671,18 @@ def test_resume_reruns_the_cells_skipped_because_their_health_check_crashed(fake
     third = {r.run_id.removeprefix("fake-S8-"): r.status for r in run_matrix(
         m, runs_dir=runs, install=fake_env["install"], stamp="S8", resume=True, progress=False)}
     assert third["ngram-n3-t0.8-c2"] == "skipped" and not any("retry" in k for k in third)
+    # ... until that verdict is redone: the check's record deleted, it runs again and passes, and the
+    # cells it guards run behind it (they used to stay kept as skipped)
+    import shutil
+
+    shutil.rmtree(runs / "fake-S8-t-health")
+    monkeypatch.setenv("FAKE_HEALTH", "pass")
+    fourth = {r.run_id.removeprefix("fake-S8-"): r.status for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S8", resume=True, progress=False)}
+    assert fourth["t-health"] == "ok"
+    assert fourth["ngram-n2-t0.8-c2-retry1"] == "ok" and fourth["ngram-n3-t0.8-c2-retry1"] == "ok"
+    assert _prov(runs / "fake-S8-ngram-n3-t0.8-c2")["status"] == "skipped"  # the old skip is still recorded
+    assert fourth["ngram-n3-c1"] == "ok" and "ngram-n3-c1-retry1" not in fourth  # unguarded: kept
 
 
 @pytest.fixture

@@ -93,7 +93,8 @@ MISSING = "health check 'selfdraft-t0.8-health' was not run or failed to run"
 @pytest.fixture
 def recorded(tmp_path):
     """A cpu-validation-fast invocation S: health check crashed (failed), its guarded cells skipped
-    because of it; a baseline cell ok, another failed; one cell skipped behind a failed verdict."""
+    because of it; a baseline cell ok, another failed; one cell skipped behind a failed verdict (of an
+    earlier attempt of the check: it runs again, so that cell does too)."""
     runs = tmp_path / "runs"
     p = "cpu-validation-fast-S"
     _record(runs, f"{p}-selfdraft-t0.8-health", status="failed", error="RunError: worker exited with code 1")
@@ -124,28 +125,58 @@ def test_resume_retries_cells_skipped_only_because_their_health_check_crashed(re
         runner._run_id_for(recorded, f"{p}-baseline-c1", False)
 
 
+def test_resume_keeps_a_cell_skipped_behind_a_failed_verdict_only_while_the_verdict_is_kept(recorded):
+    """A check that failed its verdict skips the cells it guards; deleting its record (to run it again)
+    used to leave those cells kept as skipped, so a passing retry of the check ran none of them."""
+    p = "cpu-validation-fast-S"
+    m = runner.select_matrix(load_matrix("cpu-validation-fast"), ["ngram-n3-t0.8-c16"])
+    check = recorded / f"{p}-selfdraft-t0.8-health"
+    shutil.rmtree(check)
+    _record(recorded, check.name, status="ok", summary={"passed": False})  # the verdict that skipped c16
+    plan = runner.plan_runs(m, recorded, p, True)
+    assert plan[("check", "selfdraft-t0.8-health")][1].status == "ok"
+    new, kept = plan[("cell", "ngram-n3-t0.8-c16")]
+    assert new is None and kept.status == "skipped"  # the verdict stands: the skip is kept
+    shutil.rmtree(check)  # deleted to run the check again
+    plan = runner.plan_runs(m, recorded, p, True)
+    assert plan[("check", "selfdraft-t0.8-health")] == (check.name, None)
+    assert plan[("cell", "ngram-n3-t0.8-c16")] == (f"{p}-ngram-n3-t0.8-c16-retry1", None)  # runs behind it
+    assert [c.run_label for c in runner.pending_matrix(m, plan).cells()] == ["ngram-n3-t0.8-c16"]
+    # an ok cell stays kept whatever its check does now (it ran)
+    _record(recorded, f"{p}-ngram-n3-t0.8-c16-retry1", status="ok")
+    assert runner.plan_runs(m, recorded, p, True)[("cell", "ngram-n3-t0.8-c16")][1].status == "ok"
+    # the latest attempt decides: a retry that crashed behind a passing check is run again, not the
+    # first attempt's skip kept
+    shutil.rmtree(recorded / f"{p}-ngram-n3-t0.8-c16-retry1")
+    _record(recorded, f"{p}-ngram-n3-t0.8-c16-retry1", status="failed", error="RunError: server exited")
+    _record(recorded, check.name, status="ok", summary={"passed": True})
+    assert runner.plan_runs(m, recorded, p, True)[("cell", "ngram-n3-t0.8-c16")] == (
+        f"{p}-ngram-n3-t0.8-c16-retry2", None)
+
+
 def test_dry_run_resume_marks_kept_and_estimates_only_what_runs(recorded, capsys):
     m = load_matrix("cpu-validation-fast")
     args = ["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(recorded), "--dry-run",
             "--stamp", "S", "--resume", "--only", "baseline,ngram-n3-t0.8-c1,ngram-n3-t0.8-c4,ngram-n3-t0.8-c16"]
     assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert {k["run_id"]: k["status"] for k in d["kept"]} == {"cpu-validation-fast-S-baseline-c1": "ok",
-                                                            "cpu-validation-fast-S-ngram-n3-t0.8-c16": "skipped"}
+    # c16 was skipped behind a verdict of the check, which runs again here: c16 runs again behind it
+    assert {k["run_id"]: k["status"] for k in d["kept"]} == {"cpu-validation-fast-S-baseline-c1": "ok"}
     assert sorted(d["run_ids"].values()) == sorted([
         "cpu-validation-fast-S-selfdraft-t0.8-health-retry1", "cpu-validation-fast-S-baseline-c4-retry1",
         "cpu-validation-fast-S-baseline-c16", "cpu-validation-fast-S-baseline-t0.8-c1",
         "cpu-validation-fast-S-baseline-t0.8-c4", "cpu-validation-fast-S-baseline-t0.8-c16",
-        "cpu-validation-fast-S-ngram-n3-t0.8-c1-retry1", "cpu-validation-fast-S-ngram-n3-t0.8-c4-retry1"])
+        "cpu-validation-fast-S-ngram-n3-t0.8-c1-retry1", "cpu-validation-fast-S-ngram-n3-t0.8-c4-retry1",
+        "cpu-validation-fast-S-ngram-n3-t0.8-c16-retry1"])
     est = estimate_seconds(m, runs_dir=recorded)
     to_run = ["baseline-c4", "baseline-c16", "baseline-t0.8-c1", "baseline-t0.8-c4", "baseline-t0.8-c16",
-              "ngram-n3-t0.8-c1", "ngram-n3-t0.8-c4"]
+              "ngram-n3-t0.8-c1", "ngram-n3-t0.8-c4", "ngram-n3-t0.8-c16"]
     assert set(d["cells"]) == set(to_run)
     want = sum(est.cells[c][0] for c in to_run) + 2 * est.server_start_s + est.health_checks["selfdraft-t0.8-health"]
     assert d["estimate_seconds"] == pytest.approx(want)
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "2 run(s) already recorded (kept, not run again), 8 to run" in out
+    assert "1 run(s) already recorded (kept, not run again), 9 to run" in out
     assert "  kept: cpu-validation-fast-S-baseline-c1 (ok)" in out
     assert "  to run: cpu-validation-fast-S-ngram-n3-t0.8-c1-retry1" in out
     # without --resume the dry run refuses what the run would refuse

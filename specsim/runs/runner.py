@@ -193,18 +193,19 @@ def _check_stamp(stamp: str | None) -> None:
 
 def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, RunResult | None]:
     """(id to record under, an already recorded result to keep).  Without ``resume`` an existing id is
-    an error (never overwritten); with it, a kept run (:func:`_keeps`) is skipped and a failed one is
-    re-run as ``<id>-retry<k>`` (``-retry1`` first)."""
+    an error (never overwritten); with it, the latest attempt (``<id>``, ``<id>-retry1``, ...) is kept
+    when it is a kept run (:func:`_keeps`), else the run is re-run as ``<id>-retry<k>`` (``-retry1``
+    first)."""
     if not (runs_dir / rid).exists():
         return rid, None
     if not resume:
         raise RunError(f"run {rid!r} is already recorded in {runs_dir}; recorded runs are never overwritten "
                        f"(--stamp STAMP --resume re-runs only what is missing or failed)")
     tried = _attempts(runs_dir, rid)
-    for p in tried:
-        prov = _recorded_prov(p)
-        if _keeps(prov):
-            return None, RunResult(p.name, p, prov.get("status"), prov.get("error"), prov.get("summary") or {})
+    last = tried[-1]  # the latest attempt decides (a cell skipped behind a verdict that was redone has a
+    prov = _recorded_prov(last)  # later attempt: plan_runs)
+    if _keeps(prov):
+        return None, RunResult(last.name, last, prov.get("status"), prov.get("error"), prov.get("summary") or {})
     return f"{rid}-retry{len(tried)}", None
 
 
@@ -297,12 +298,21 @@ def check_runs_dir(runs_dir: Path | None, field: str = "runs_dir") -> None:
 def plan_runs(m: SweepMatrix, runs_dir: Path, prefix: str, resume: bool) -> dict[tuple[str, str], tuple[str | None, RunResult | None]]:
     """``{(kind, name): (run id to record under or None, kept RunResult or None)}`` for every cell
     (``("cell", run_label)``), health check (``("check", name)``) and probe (``("probe", name)``) of
-    ``m`` (:func:`_run_id_for`: an id already recorded is an error without ``resume``)."""
+    ``m`` (:func:`_run_id_for`: an id already recorded is an error without ``resume``).
+
+    A cell recorded as skipped behind a health check's failed verdict is kept only while that check's
+    run is kept too: when the check runs again (its record deleted, or failed), the cell runs again
+    behind the new verdict, as ``<id>-retry<k>`` (skipped again if the check fails again)."""
     out = {}
     for h in m.health_checks:
         out[("check", h.name)] = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
     for c in m.cells():
-        out[("cell", c.run_label)] = _run_id_for(runs_dir, f"{prefix}-{c.run_label}", resume)
+        rid = f"{prefix}-{c.run_label}"
+        got = _run_id_for(runs_dir, rid, resume)
+        if (got[1] is not None and got[1].status == "skipped"
+                and any(out.get(("check", h), (None, True))[1] is None for h in c.guarded_by)):
+            got = (f"{rid}-retry{len(_attempts(runs_dir, rid))}", None)  # its verdict is being redone
+        out[("cell", c.run_label)] = got
     for p in m.probes:
         out[("probe", p.name)] = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
     return out

@@ -409,7 +409,7 @@ def _cmd_validate(args) -> int:
         out["headline"] = None
         tried: list[str] = []
         for rd in dict.fromkeys([runs_dir, None]):
-            where = rd if rd is not None else "data/runs"
+            where = rd if rd is not None else "data/runs"  # named so while project_data_path may refuse
             try:
                 where = rd if rd is not None else project_data_path("runs")  # outside a checkout: refused
                 h = validate(rd, matrix=HEADLINE_MATRIX).summary

@@ -574,7 +574,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     build, build_why = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)
     todo = pending_matrix(sel, plan)  # what this invocation runs (not what it keeps)
-    if todo.n_runs() == 0:  # a resume with every run recorded: no Ray cluster / Slurm job for nothing
+    nothing_to_run = todo.n_runs() == 0
+    if nothing_to_run:  # a resume with every run recorded: no Ray cluster / Slurm job for nothing
         ex = make_executor("local", runs_dir)
     else:
         ex = make_executor(executor, runs_dir, ray_address=ray_address, platform=plat, ray_init=ray_init,
@@ -612,7 +613,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         est = estimate_seconds(m, estimate_runs_dir if estimate_runs_dir is not None else runs_dir, executor=executor)
         total_s = sub_estimate(est, todo).total_seconds(todo)  # the bar's total: what this invocation runs
         n_total = sel.n_runs()
-        bar = _bar(total_s, n_total, m.name, progress and todo.n_runs() > 0)  # no bar for nothing to run
+        bar = _bar(total_s, n_total, m.name, progress and not nothing_to_run)  # no bar for nothing to run
         done = {"n": 0}
 
         def tick(r: RunResult, est_s: float, kept: bool = False) -> None:
@@ -816,7 +817,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     # the manifest's own started / ended time its writing; these, the invocation
                     _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
                                                               "executor": {"kind": executor},
-                                                              "nothing_to_run": todo.n_runs() == 0,
+                                                              "nothing_to_run": nothing_to_run,
                                                               "matrix_finished": finished,
                                                               "matrix_started": matrix_started,
                                                               "matrix_seconds": round(time.monotonic() - matrix_t0, 3)})

@@ -671,6 +671,7 @@ def test_resume_reruns_the_cells_skipped_because_their_health_check_crashed(fake
     third = {r.run_id.removeprefix("fake-S8-"): r.status for r in run_matrix(
         m, runs_dir=runs, install=fake_env["install"], stamp="S8", resume=True, progress=False)}
     assert third["ngram-n3-t0.8-c2"] == "skipped" and not any("retry" in k for k in third)
+    assert _prov(runs / "fake-S8-ngram-n3-t0.8-c2")["skipped_by"] == ["fake-S8-t-health"]  # the verdict it names
     # ... until that verdict is redone: the check's record deleted, it runs again and passes, and the
     # cells it guards run behind it (they used to stay kept as skipped)
     import shutil

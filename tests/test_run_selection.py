@@ -132,7 +132,7 @@ def test_resume_keeps_a_cell_skipped_behind_a_failed_verdict_only_while_the_verd
     m = runner.select_matrix(load_matrix("cpu-validation-fast"), ["ngram-n3-t0.8-c16"])
     check = recorded / f"{p}-selfdraft-t0.8-health"
     shutil.rmtree(check)
-    _record(recorded, check.name, status="ok", summary={"passed": False})  # the verdict that skipped c16
+    _record(recorded, check.name, status="ok", kind="health_check", health={"passed": False})  # the verdict that skipped c16
     plan = runner.plan_runs(m, recorded, p, True)
     assert plan[("check", "selfdraft-t0.8-health")][1].status == "ok"
     new, kept = plan[("cell", "ngram-n3-t0.8-c16")]
@@ -149,9 +149,54 @@ def test_resume_keeps_a_cell_skipped_behind_a_failed_verdict_only_while_the_verd
     # first attempt's skip kept
     shutil.rmtree(recorded / f"{p}-ngram-n3-t0.8-c16-retry1")
     _record(recorded, f"{p}-ngram-n3-t0.8-c16-retry1", status="failed", error="RunError: server exited")
-    _record(recorded, check.name, status="ok", summary={"passed": True})
+    _record(recorded, check.name, status="ok", kind="health_check", health={"passed": True})
     assert runner.plan_runs(m, recorded, p, True)[("cell", "ngram-n3-t0.8-c16")] == (
         f"{p}-ngram-n3-t0.8-c16-retry2", None)
+
+
+def test_a_skip_is_kept_only_behind_the_very_verdict_that_made_it(recorded):
+    """Found by a new-user trial: the check re-run (its record deleted) on its own, then the cell
+    resumed -- the cell was kept as skipped although the verdict it names is gone (a new one failed
+    for another reason, or passed)."""
+    p = "cpu-validation-fast-S"
+    m = runner.select_matrix(load_matrix("cpu-validation-fast"), ["ngram-n3-t0.8-c16"])
+    check = recorded / f"{p}-selfdraft-t0.8-health"
+    shutil.rmtree(check)
+    cell = lambda: runner.plan_runs(m, recorded, p, True)[("cell", "ngram-n3-t0.8-c16")]  # noqa: E731
+    # the same id failing again: the skip's verdict (kept); passing now: the cell runs
+    _record(recorded, check.name, status="ok", kind="health_check", health={"passed": False})
+    assert cell()[1].status == "skipped"
+    shutil.rmtree(check)
+    _record(recorded, check.name, status="ok", kind="health_check", health={"passed": True})
+    assert cell() == (f"{p}-ngram-n3-t0.8-c16-retry1", None)
+    shutil.rmtree(check)
+    # a failing verdict of a retry of the check: not the verdict the skip names
+    _record(recorded, f"{check.name}-retry1", status="ok", kind="health_check", health={"passed": False})
+    assert cell() == (f"{p}-ngram-n3-t0.8-c16-retry1", None)
+    # the skip names that retry (skipped_by, as the runner records it now): kept
+    _record(recorded, f"{p}-ngram-n3-t0.8-c16-retry1", status="skipped", skip_cause="health_check_failed",
+            skip_reason="health check ... failed: ratio 0.2", skipped_by=[f"{check.name}-retry1"])
+    new, kept = cell()
+    assert new is None and kept.run_id == f"{p}-ngram-n3-t0.8-c16-retry1"
+
+
+def test_a_deleted_earlier_attempt_does_not_hide_the_later_ones(recorded):
+    """Found by a new-user trial: attempts were counted up from the plain id, so deleting it hid
+    -retry1.. and the plain id was recorded again (the highest number then an older record)."""
+    p = "cpu-validation-fast-S"
+    rid = f"{p}-baseline-c4"  # recorded failed
+    _record(recorded, f"{rid}-retry1", status="failed")
+    _record(recorded, f"{rid}-retry2", status="ok")
+    shutil.rmtree(recorded / rid)
+    assert [q.name for q in runner._attempts(recorded, rid)] == [f"{rid}-retry1", f"{rid}-retry2"]
+    new, kept = runner._run_id_for(recorded, rid, True)
+    assert new is None and kept.run_id == f"{rid}-retry2"  # kept, not run again under the plain id
+    shutil.rmtree(recorded / f"{rid}-retry2")
+    _record(recorded, f"{rid}-retry7", status="failed")
+    _record(recorded, f"{rid}-retry10", status="failed")  # numeric order, not text order
+    _record(recorded, f"{rid}-retry10x", status="ok")  # not an attempt of rid
+    assert [q.name for q in runner._attempts(recorded, rid)] == [f"{rid}-retry{k}" for k in (1, 7, 10)]
+    assert runner._run_id_for(recorded, rid, True) == (f"{rid}-retry11", None)  # never a reused number
 
 
 def test_dry_run_resume_marks_kept_and_estimates_only_what_runs(recorded, capsys):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import glob
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -168,13 +170,35 @@ def _keeps(prov: dict) -> bool:
 
 
 def _attempts(runs_dir: Path, rid: str) -> list[Path]:
-    """Recorded attempts of a run id, in order: ``rid``, ``rid-retry1``, ``rid-retry2``, ..."""
-    out, k, cur = [], 0, rid
-    while (runs_dir / cur).exists():
-        out.append(runs_dir / cur)
-        k += 1
-        cur = f"{rid}-retry{k}"
-    return out
+    """Recorded attempts of a run id, oldest first: ``rid``, ``rid-retry1``, ``rid-retry2``, ... -- every
+    one recorded, also where an earlier one was deleted (``rid`` gone, ``rid-retry2`` kept)."""
+    pat = re.compile(re.escape(rid) + r"-retry([1-9][0-9]*)")
+    found = [(0, runs_dir / rid)] if (runs_dir / rid).exists() else []
+    found += [(int(mt.group(1)), p) for p in runs_dir.glob(f"{glob.escape(rid)}-retry*")
+              if (mt := pat.fullmatch(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def _next_attempt(runs_dir: Path, rid: str) -> str:
+    """The id of a new attempt of ``rid``: ``rid-retry<k>``, ``k`` one past the highest recorded (a
+    deleted attempt's number is never reused, so the highest number is always the latest attempt)."""
+    tried = _attempts(runs_dir, rid)
+    last = tried[-1].name if tried else rid
+    k = int(last.rsplit("-retry", 1)[1]) if last != rid else 0
+    return f"{rid}-retry{k + 1}"
+
+
+_SKIPPED_BY_TEXT = re.compile(r"health check (\S+) failed: ")
+
+
+def _skipped_by(prov: dict) -> set[str]:
+    """Run ids of the failed health-check verdicts a skipped cell was skipped behind: ``skipped_by``,
+    or (records made before it existed) the id its ``skip_reason`` names; empty when unknown."""
+    ids = prov.get("skipped_by")
+    if ids:
+        return {str(i) for i in ids}
+    mt = _SKIPPED_BY_TEXT.search(prov.get("skip_reason") or "")
+    return {mt.group(1)} if mt else set()
 
 
 def stamp_recorded(runs_dir: Path, matrix: str, stamp: str) -> bool:
@@ -196,17 +220,17 @@ def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, Run
     an error (never overwritten); with it, the latest attempt (``<id>``, ``<id>-retry1``, ...) is kept
     when it is a kept run (:func:`_keeps`), else the run is re-run as ``<id>-retry<k>`` (``-retry1``
     first)."""
-    if not (runs_dir / rid).exists():
+    tried = _attempts(runs_dir, rid)
+    if not tried:
         return rid, None
     if not resume:
-        raise RunError(f"run {rid!r} is already recorded in {runs_dir}; recorded runs are never overwritten "
-                       f"(--stamp STAMP --resume re-runs only what is missing or failed)")
-    tried = _attempts(runs_dir, rid)
-    last = tried[-1]  # the latest attempt decides (a cell skipped behind a verdict that was redone has a
-    prov = _recorded_prov(last)  # later attempt: plan_runs)
+        raise RunError(f"run {tried[-1].name!r} is already recorded in {runs_dir}; recorded runs are never "
+                       f"overwritten (--stamp STAMP --resume re-runs only what is missing or failed)")
+    last = tried[-1]  # the latest attempt decides (a cell skipped behind a verdict
+    prov = _recorded_prov(last)           # that was redone has a later attempt: plan_runs)
     if _keeps(prov):
         return None, RunResult(last.name, last, prov.get("status"), prov.get("error"), prov.get("summary") or {})
-    return f"{rid}-retry{len(tried)}", None
+    return _next_attempt(runs_dir, rid), None
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,18 +324,25 @@ def plan_runs(m: SweepMatrix, runs_dir: Path, prefix: str, resume: bool) -> dict
     (``("cell", run_label)``), health check (``("check", name)``) and probe (``("probe", name)``) of
     ``m`` (:func:`_run_id_for`: an id already recorded is an error without ``resume``).
 
-    A cell recorded as skipped behind a health check's failed verdict is kept only while that check's
-    run is kept too: when the check runs again (its record deleted, or failed), the cell runs again
-    behind the new verdict, as ``<id>-retry<k>`` (skipped again if the check fails again)."""
+    A cell recorded as skipped behind a health check's failed verdict is kept only while that very
+    verdict is (the check's kept run, by run id, still failed): when the check runs again (its record
+    deleted, or failed) or its kept verdict is another one, the cell runs again behind the current
+    verdict, as ``<id>-retry<k>`` (skipped again if that verdict fails).  A cell that ran (ok /
+    invalid) is kept whatever its check's verdict is now."""
     out = {}
+    failed_verdicts = set()  # run ids of the kept checks whose verdict failed
     for h in m.health_checks:
-        out[("check", h.name)] = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+        out[("check", h.name)] = got = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+        if got[1] is not None and not (_recorded_prov(got[1].path).get("health") or {}).get("passed", True):
+            failed_verdicts.add(got[1].run_id)
     for c in m.cells():
         rid = f"{prefix}-{c.run_label}"
         got = _run_id_for(runs_dir, rid, resume)
-        if (got[1] is not None and got[1].status == "skipped"
-                and any(out.get(("check", h), (None, True))[1] is None for h in c.guarded_by)):
-            got = (f"{rid}-retry{len(_attempts(runs_dir, rid))}", None)  # its verdict is being redone
+        if got[1] is not None and got[1].status == "skipped":
+            by = _skipped_by(_recorded_prov(got[1].path))
+            if not by or not by <= failed_verdicts or any(
+                    out.get(("check", h), (None, True))[1] is None for h in c.guarded_by):
+                got = (_next_attempt(runs_dir, rid), None)  # its verdict is being (or was) redone
         out[("cell", c.run_label)] = got
     for p in m.probes:
         out[("probe", p.name)] = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
@@ -714,16 +745,19 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             baseline has run; the server part is enough to start the server ahead)."""
             return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
 
-        def skip_of(c) -> tuple[str | None, str | None]:
-            """(reason, cause) to skip cell ``c`` behind a health check guarding it; (None, None) to run it."""
+        def skip_of(c) -> tuple[str | None, str | None, list[str]]:
+            """(reason, cause, failed verdicts' run ids) to skip cell ``c`` behind a health check guarding
+            it; (None, None, []) to run it."""
             skip = cause = None
+            by: list[str] = []  # the failed verdicts (run ids) it is skipped behind (plan_runs)
             for hname in c.guarded_by:
                 hv = health.get(hname)
                 if hv is None:  # re-run on resume, behind the retried check (_keeps)
                     skip, cause = f"health check {hname!r} {_MISSING_TEXT}", SKIP_CHECK_MISSING
                 elif not hv.get("passed"):
                     skip, cause = f"health check {hv.get('run_id')} failed: {hv.get('reason')}", SKIP_CHECK_FAILED
-            return skip, cause
+                    by.append(hv.get("run_id"))
+            return skip, cause, by
 
         def group_job(g: ServeGroup) -> tuple[dict, list] | None:
             spec_cfg = g.speculative_config
@@ -744,10 +778,10 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         "prompts_file": _rel_prompts(prompts),
                         "cell": {"serve": g.name, "bench": c.bench, "serve_params": dict(g.params),
                                  "bench_params": dict(c.params)}}
-                skip, cause = skip_of(c)
+                skip, cause, by = skip_of(c)
                 if skip is not None:
                     tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind},
-                                                       "skip_cause": cause}, skip=skip), est_s)
+                                                       "skip_cause": cause, "skipped_by": by}, skip=skip), est_s)
                     continue
                 base = baselines.get(c.bench) if c.baseline else None
                 if base is not None and (base / "outputs.jsonl").exists():

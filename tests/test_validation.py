@@ -1095,3 +1095,21 @@ def test_cli_validate_without_stamp_judges_each_invocation_on_its_own_probe(caps
     assert out["ratio_median_abs_error"] != pytest.approx(latest)  # not the one-probe judgement
     fast = V.compare_loops(RUNS).loops.set_index("matrix").loc[V.FAST_MATRIX]
     assert out["ratio_median_abs_error"] == pytest.approx(fast["median_abs_error"])
+
+
+def test_each_run_counts_once_by_its_latest_attempt(tmp_path):
+    """A new-user trial found a resumed cell counted twice ('2 skipped' for one cell: the skip and its
+    -retry1; two held-out runs where an earlier attempt was deleted and recorded again)."""
+    recs = {"m-S-a-c1": "skipped", "m-S-a-c1-retry1": "skipped", "m-S-b-c1-retry2": "failed",
+            "m-S-b-c1-retry10": "failed", "m-S-b-c1": "skipped", "m-S-c-c1-retry3": "failed",
+            "m-S-d-c1-retry1x": "failed"}
+    for rid, status in recs.items():
+        (tmp_path / rid).mkdir()
+        (tmp_path / rid / "provenance.json").write_text(json.dumps({"run_id": rid, "kind": "bench_serve",
+                                                                   "status": status}))
+    reasons = dict(zip(*R.load_runs(tmp_path)[["run_id", "exclusion_reason"]].T.values))
+    superseded = {rid for rid, why in reasons.items() if why.startswith("superseded")}
+    assert superseded == {"m-S-a-c1", "m-S-b-c1", "m-S-b-c1-retry2"}  # retry10 > retry2 (numbers, not text)
+    assert reasons["m-S-b-c1"] == "superseded by a later attempt of this run (m-S-b-c1-retry10, --resume)"
+    assert reasons["m-S-a-c1-retry1"].startswith("skipped") and reasons["m-S-c-c1-retry3"].startswith("failed")
+    assert reasons["m-S-d-c1-retry1x"].startswith("failed")  # not an attempt number

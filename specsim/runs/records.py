@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -238,7 +239,8 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
     -------
     pandas.DataFrame
         :func:`load_run` columns plus ``usable`` (bool) and ``exclusion_reason`` (str, "" when
-        usable; failed runs, invalid runs, spec runs without counters are excluded and say why)
+        usable; failed runs, invalid runs, spec runs without counters and attempts a later attempt
+        of the same run superseded (``<id>-retry<k>``, the highest k counts) are excluded and say why)
         and ``contended`` (other processes used > :data:`CONTENDED_FRACTION` of the CPU).
 
     Raises
@@ -279,6 +281,7 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
         return pd.DataFrame(columns=cols + ["usable", "exclusion_reason", "contended"])
     if "exclusion_reason" not in df:
         df["exclusion_reason"] = None
+    df["exclusion_reason"] = _superseded(df["run_id"], df["exclusion_reason"])
     reasons = []
 
     def text(x, default: str) -> str:  # a missing reason is None, or NaN once in a DataFrame (not "nan")
@@ -302,6 +305,26 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
     oc = pd.to_numeric(df.get("other_cpu_fraction"), errors="coerce")
     df["contended"] = oc > CONTENDED_FRACTION
     return df.reset_index(drop=True)
+
+
+_ATTEMPT = re.compile(r"(.+)-retry([1-9][0-9]*)")
+
+
+def _superseded(run_ids: pd.Series, reasons: pd.Series) -> list:
+    """``reasons`` with every attempt of a run that a later attempt replaced (``<id>``, ``<id>-retry1``,
+    ...: ``specsim run-matrix --resume``, :func:`specsim.runs.runner._attempts`) excluded as superseded,
+    so each run counts once, by its latest attempt (the highest retry number)."""
+    def split(rid: str) -> tuple[str, int]:
+        mt = _ATTEMPT.fullmatch(rid)
+        return (mt.group(1), int(mt.group(2))) if mt else (rid, 0)
+
+    keyed = [split(str(r)) for r in run_ids]
+    latest: dict[str, tuple[int, str]] = {}
+    for (base, k), rid in zip(keyed, run_ids):
+        if base not in latest or k > latest[base][0]:
+            latest[base] = (k, str(rid))
+    return [f"superseded by a later attempt of this run ({latest[base][1]}, --resume)"
+            if latest[base][1] != str(rid) else why for (base, _), rid, why in zip(keyed, run_ids, reasons)]
 
 
 def pair_runs(runs: pd.DataFrame) -> pd.DataFrame:

@@ -791,6 +791,16 @@ def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatc
     rows = (runs / "fake-R1-manifest-2" / "runs.csv").read_text().splitlines()
     assert rows[0] == "run_id,status,error,kept" and all(r.endswith(",true") for r in rows[1:])
     assert _prov(runs / "fake-R1-manifest")["nothing_to_run"] is False
+    # what each invocation selected (a new-user trial: a run of 3 of 44 cells read matrix_finished true
+    # with nothing saying it was a selection, or a resume)
+    n = len(first)  # every run of the matrix (the manifest is not a run)
+    assert _prov(runs / "fake-R1-manifest")["selection"] == {"only": None, "resume": False, "runs_in_matrix": n,
+                                                            "runs_selected": n, "runs_to_run": n}
+    assert man["selection"] == {"only": None, "resume": True, "runs_in_matrix": n, "runs_selected": n,
+                                "runs_to_run": 0}
+    run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="R2", only=["ngram-n3-c1"], progress=False)
+    sel = _prov(runs / "fake-R2-manifest")["selection"]
+    assert sel == {"only": ["ngram-n3-c1"], "resume": False, "runs_in_matrix": n, "runs_selected": 1, "runs_to_run": 1}
 
 
 def _cli(fake_env, tmp: Path, stamp: str, matrix: Path | None = None, args: tuple = (), new_session: bool = False,

@@ -852,6 +852,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     _record_manifest(mid, runs_dir, results, {**(locals().get("common") or {}),
                                                               "executor": {"kind": executor},
                                                               "nothing_to_run": nothing_to_run,
+                                                              "selection": {
+                                                                  "only": list(only) if only else None,
+                                                                  "resume": bool(resume),
+                                                                  "runs_in_matrix": m.n_runs(),
+                                                                  "runs_selected": sel.n_runs(),
+                                                                  "runs_to_run": todo.n_runs()},
                                                               "matrix_finished": finished,
                                                               "matrix_started": matrix_started,
                                                               "matrix_seconds": round(time.monotonic() - matrix_t0, 3)})

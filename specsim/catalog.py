@@ -65,7 +65,8 @@ def project_dir() -> Path:
     root = _checkout()
     if root is None:
         raise DataError("not a source checkout of specsim: recorded runs and study outputs live in a checkout's "
-                        "data/; pass the directory explicitly (runs_dir= / out_dir= / --out)")
+                        "data/; pass the directory explicitly (runs_dir= / out_dir= in Python; --runs-dir, or --out for "
+                        "reproduce, on the command line)")
     return root
 
 

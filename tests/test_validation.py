@@ -933,6 +933,7 @@ def test_cli_validate_reports_one_invocation(capsys, tmp_path):
     # one probe fit, still a list (as without --stamp), so readers of the JSON see one shape
     assert [f.split()[2] for f in out["latency_fitted_on"]] == [f"{V.FAST_MATRIX}-{st}-verify-cost"]
     assert out["latency_rmse_rel"] == pytest.approx([one["latency_rmse_rel"]])
+    assert [(i["stamp"], i["held_out_runs"]) for i in out["invocations"]] == [(st, out["held_out_runs"])]
     head = V.validate(RUNS).summary
     assert out["headline"]["ratio_median_abs_error"] == pytest.approx(head["held_out"]["median_abs_error"])
     assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st]) == 0

@@ -278,6 +278,7 @@ def _cmd_run_matrix(args) -> int:
         MatrixInterrupted,
         check_runs_dir,
         dry_run,
+        matrix_changes,
         selectable_names,
         stamp_recorded,
     )
@@ -328,6 +329,10 @@ def _cmd_run_matrix(args) -> int:
         if not stamp_recorded(rd, m.name, args.stamp):
             print(f"specsim: nothing of {m.name} is recorded under --stamp {args.stamp} in {rd}: --resume starts "
                   "it as a new invocation", file=sys.stderr)
+        elif changed := matrix_changes(rd, m, args.stamp):
+            print(f"specsim: WARNING: {m.name} changed since the runs of --stamp {args.stamp} were recorded "
+                  f"({', '.join(changed)} differ): the runs resumed now follow the new definition, the kept ones "
+                  "the old (the manifest records both)", file=sys.stderr)
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
@@ -386,8 +391,11 @@ def _cmd_validate(args) -> int:
         judged["pooling"] = "one invocation on its own probe"
     # one entry per probe fit, a list always (one fit: --stamp, a single invocation, or the matrix
     # judged as one), so a reader of the JSON need not check whether it got a string or a list
-    fits = [r.summary for r in ones.values()] if len(ones) > 1 else [
-        next(iter(ones.values())).summary if ones else s]
+    if ones:
+        fitted = [(st, r.summary) for st, r in ones.items()]
+    else:  # --stamp, or the matrix judged as one (on its latest probe: no one invocation's judgement)
+        fitted = [(args.stamp if inv is None else None, s)]
+    fits = [f for _, f in fitted]
     lat_on = [f["latency_fitted_on"] for f in fits]
     lat_rmse = [f["latency_rmse_rel"] for f in fits]
     out = {"matrix": args.matrix, "stamp": args.stamp, **judged, "invocations_judged": n_invocations,
@@ -396,12 +404,11 @@ def _cmd_validate(args) -> int:
                              for h in s["health_checks"]],
            "greedy_identical_runs": f"{s['token_identity']['all_identical_runs']} of {s['token_identity']['runs_checked']}",
            "excluded_runs": len(s["runs"]["excluded"]), "excluded": s["runs"]["excluded"]}
-    if len(ones) > 1:
-        out["invocations"] = [{"stamp": st, "held_out_runs": r.summary["held_out"]["n"],
-                               "ratio_median_abs_error": r.summary["held_out"]["median_abs_error"],
-                               "best_n_agree": f"{r.summary['best_n_agreement']['agree']} of "
-                                               f"{r.summary['best_n_agreement']['groups']}",
-                               "latency_rmse_rel": r.summary["latency_rmse_rel"]} for st, r in ones.items()]
+    # one entry per probe fit, as the latency fields (stamp None: the matrix judged as one)
+    out["invocations"] = [{"stamp": st, "held_out_runs": f["held_out"]["n"],
+                           "ratio_median_abs_error": f["held_out"]["median_abs_error"],
+                           "best_n_agree": f"{f['best_n_agreement']['agree']} of {f['best_n_agreement']['groups']}",
+                           "latency_rmse_rel": f["latency_rmse_rel"]} for st, f in fitted]
     if args.matrix != HEADLINE_MATRIX:
         # the full loop's recorded validation: from --runs-dir, else (none usable there) the checkout's data/runs
         from specsim.catalog import project_data_path
@@ -429,15 +436,18 @@ def _cmd_validate(args) -> int:
     def pct(x, digits: int = 1) -> str:  # None: no held-out run to take a median of
         return "n/a" if x is None else f"{100 * x:.{digits}f} %"
 
+    def runs(n: int) -> str:
+        return f"{n} held-out run{'' if n == 1 else 's'}"
+
     what = args.matrix + (f" {args.stamp}" if args.stamp else "")
-    print(f"{what}: {out['held_out_runs']} held-out runs ({out['pooling']}), predict() speedup ratio median "
+    print(f"{what}: {runs(out['held_out_runs'])} ({out['pooling']}), predict() speedup ratio median "
           f"|error| {pct(out['ratio_median_abs_error'])} (max {pct(out['ratio_max_abs_error'], 0)}), best N "
           f"agrees in {out['best_n_agree']} groups; greedy outputs identical in {out['greedy_identical_runs']} spec runs")
     if not out["held_out_runs"]:
         print("  no held-out run: no usable spec run has an ok baseline of the same cell to pair with")
     if len(ones) > 1:
         for inv_row in out["invocations"]:
-            print(f"  invocation {inv_row['stamp']}: {inv_row['held_out_runs']} held-out runs, median "
+            print(f"  invocation {inv_row['stamp']}: {runs(inv_row['held_out_runs'])}, median "
                   f"{pct(inv_row['ratio_median_abs_error'])}, best N {inv_row['best_n_agree']}, latency "
                   f"rmse {pct(inv_row['latency_rmse_rel'])} on its own probe")
     else:
@@ -464,7 +474,7 @@ def _cmd_validate(args) -> int:
             remark = "the full loop's recorded validation, for comparison"
         where = hl["runs_dir"] + (f"; none usable in --runs-dir ({hl['not_from_runs_dir']})"
                                   if hl["not_from_runs_dir"] else "")
-        print(f"  headline ({hl['matrix']}, recorded in {where}): {hl['held_out_runs']} held-out runs, median "
+        print(f"  headline ({hl['matrix']}, recorded in {where}): {runs(hl['held_out_runs'])}, median "
               f"{pct(hl['ratio_median_abs_error'])}, best N {hl['best_n_agree']} -- {remark}")
     elif "headline_missing" in out:
         print(f"  headline ({HEADLINE_MATRIX}): not shown -- {out['headline_missing']}")

@@ -703,6 +703,10 @@ def bars(monkeypatch):
             self.max_n = max(self.max_n, self.n)
             return r
 
+        def set_postfix_str(self, s="", refresh=True):
+            self.postfixes = [*getattr(self, "postfixes", []), s]
+            return super().set_postfix_str(s, refresh)
+
     monkeypatch.setattr(tqdm, "tqdm", Recording)
     return made
 
@@ -758,6 +762,16 @@ def test_the_progress_bar_estimates_from_the_runs_the_dry_run_estimates_from(fak
         assert fresh["estimate_from"]["note"].startswith(f"none in {new}")
         assert fresh["estimate_seconds"] == pytest.approx(checkout["estimate_seconds"])
         assert f"in {project_data_path('runs')} (none in {new}" in text
+
+
+def test_the_progress_bar_shows_a_health_checks_verdict_not_only_its_status(fake_env, monkeypatch, bars):
+    """A new-user trial: the bar read 'selfdraft-t0.8-health: ok' for a check whose verdict failed."""
+    m = _matrix(fake_env["tmp"])
+    monkeypatch.setenv("FAKE_HEALTH", "fail")
+    run_matrix(m, runs_dir=fake_env["tmp"] / "runs", install=fake_env["install"], stamp="V1", progress=True)
+    (bar,) = bars
+    assert any(p.endswith("t-health: ok, verdict FAILED") for p in bar.postfixes), bar.postfixes
+    assert not any("verdict" in p for p in bar.postfixes if "t-health" not in p)  # cells: status only
 
 
 def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatch, bars):
@@ -832,6 +846,17 @@ def test_a_resume_of_a_stamp_with_nothing_recorded_says_it_starts_a_new_invocati
     assert "7 runs:" in out and "kept" not in out  # it ran them all
     text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
     assert "nothing of fake is recorded" not in text and "nothing to run" in text and "(no server)" in text
+    assert "matrix changed" not in text
+    # a resume with the matrix edited since (a new-user trial: accepted without a word)
+    bench = json.loads((m / "bench_params.json").read_text())
+    bench["c1"]["num_prompts"] = 3
+    (m / "bench_params.json").write_text(json.dumps(bench))
+    text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
+    assert "  WARNING: the matrix changed since this stamp's runs were recorded (bench_params.json differ)" in text
+    proc = _cli(fake_env, tmp, "W1", matrix=m, args=("--resume",))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "specsim: WARNING: fake changed since the runs of --stamp W1 were recorded (bench_params.json differ)" in err
 
 
 def _wait_for(pred, timeout_s=60.0):

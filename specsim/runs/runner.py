@@ -207,6 +207,21 @@ def stamp_recorded(runs_dir: Path, matrix: str, stamp: str) -> bool:
     return any(Path(runs_dir).glob(f"{matrix}-{stamp}-*"))
 
 
+def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
+    """The files of ``m`` (its sidecar and parameter files, as JSON) whose content differs from what the
+    runs recorded under ``stamp`` recorded (``provenance["matrix"]["files"]``), or that they did not
+    have: a ``--resume`` with an edited matrix mixes two definitions in one invocation.  Empty when they
+    match or nothing is recorded.  Unreadable records are passed over."""
+    now = {f: json.loads((m.root / f).read_text()) for f in m.files}
+    changed: dict[str, None] = {}
+    for p in sorted(Path(runs_dir).glob(f"{glob.escape(m.name)}-{glob.escape(stamp)}-*")):
+        was = ((_recorded_prov(p).get("matrix") or {}).get("files"))
+        if not isinstance(was, dict):
+            continue
+        changed.update(dict.fromkeys(f for f in sorted(set(now) | set(was)) if now.get(f) != was.get(f)))
+    return list(changed)
+
+
 def _check_stamp(stamp: str | None) -> None:
     """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts:
     the rule of the matrix's own record names (``sweep_files._NAME_RE``), at most 64 characters."""
@@ -424,6 +439,10 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                         + ("" if executor == "local" else f", no {executor} executor") + ") and write only its manifest")
         elif not kept and not stamp_recorded(rd, m.name, stamp):
             head.append(f"  nothing of {m.name} is recorded under this stamp: --resume would start it as a new invocation")
+        changed = matrix_changes(rd, m, stamp)
+        if changed:
+            head.append(f"  WARNING: the matrix changed since this stamp's runs were recorded ({', '.join(changed)} "
+                        "differ): the resumed runs would follow the new definition, the kept ones the old")
         head += [f"  kept: {k.run_id} ({k.status})" for k in kept]
         head += [f"  to run: {rid}" for rid in ids.values()]
     # which platform's settings the run would use, and why (the server lines below hedge over hosts)
@@ -653,8 +672,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 kept_ids.add(r.run_id)
             done["n"] += 1
             if bar is not None:
+                # a health check's run is ok whatever its verdict: the verdict is what the reader wants
+                hv = _recorded_prov(r.path).get("health") if r.status == "ok" and r.path is not None else None
+                verdict = "" if not isinstance(hv, dict) else (", verdict passed" if hv.get("passed")
+                                                               else ", verdict FAILED")
                 bar.set_postfix_str(f"{done['n']}/{n_total} runs; {r.run_id[len(prefix) + 1:]}: "
-                                    f"{r.status}{' (kept)' if kept else ''}")
+                                    f"{r.status}{verdict}{' (kept)' if kept else ''}")
                 if not kept:
                     _advance(bar, est_s)
 

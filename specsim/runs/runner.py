@@ -241,8 +241,9 @@ def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, Run
     if not resume:
         raise RunError(f"run {tried[-1].name!r} is already recorded in {runs_dir}; recorded runs are never "
                        f"overwritten (--stamp STAMP --resume re-runs only what is missing or failed)")
-    last = tried[-1]  # the latest attempt decides (a cell skipped behind a verdict
-    prov = _recorded_prov(last)           # that was redone has a later attempt: plan_runs)
+    # the latest attempt decides (a cell skipped behind a verdict that was redone has a later one: plan_runs)
+    last = tried[-1]
+    prov = _recorded_prov(last)
     if _keeps(prov):
         return None, RunResult(last.name, last, prov.get("status"), prov.get("error"), prov.get("summary") or {})
     return _next_attempt(runs_dir, rid), None

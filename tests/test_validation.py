@@ -1114,3 +1114,15 @@ def test_each_run_counts_once_by_its_latest_attempt(tmp_path):
     assert reasons["m-S-b-c1"] == "superseded by a later attempt of this run (m-S-b-c1-retry10, --resume)"
     assert reasons["m-S-a-c1-retry1"].startswith("skipped") and reasons["m-S-c-c1-retry3"].startswith("failed")
     assert reasons["m-S-d-c1-retry1x"].startswith("failed")  # not an attempt number
+
+
+def test_health_checks_are_listed_by_their_latest_attempt(tmp_path):
+    """A new-user trial: validate listed a crashed check, its -retry1 and its -retry2, each as a verdict."""
+    for rid, prov in {"m-S-h": {"status": "failed", "error": "timed out"},
+                      "m-S-h-retry1": {"status": "ok", "health": {"passed": False, "reason": "ratio 0.1"}},
+                      "m-S-h-retry2": {"status": "ok", "health": {"passed": True}},
+                      "m-S-g": {"status": "ok", "health": {"passed": False}}}.items():
+        (tmp_path / rid).mkdir()
+        (tmp_path / rid / "provenance.json").write_text(json.dumps({"run_id": rid, "kind": "health_check", **prov}))
+    h = R.load_health_checks(tmp_path)
+    assert dict(zip(h["run_id"], h["passed"])) == {"m-S-g": False, "m-S-h-retry2": True}

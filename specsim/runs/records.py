@@ -432,7 +432,9 @@ def load_probe(runs_dir: str | os.PathLike | None = None, *, matrix: str | None 
 
 def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = None,
                        stamp: str | None = None) -> pd.DataFrame:
-    """Temperature health checks (offline self-draft at T > 0): verdict per run (of ``matrix`` when given).
+    """Temperature health checks (offline self-draft at T > 0): verdict per run (of ``matrix`` when given),
+    the latest attempt of each check only (``<id>-retry<k>`` of ``--resume``: earlier attempts are
+    superseded, as in :func:`load_runs`).
 
     Returns
     -------
@@ -453,5 +455,7 @@ def load_health_checks(runs_dir: str | os.PathLike | None = None, *, matrix: str
                      "observed_pos1": h.get("observed_pos1"), "expected_pos1": h.get("expected_pos1"),
                      "ratio": h.get("ratio"), "passed": h.get("passed"),
                      "reason": h.get("reason") or prov.get("error")})
-    return pd.DataFrame(rows, columns=["run_id", "status", "temperature", "observed_pos1", "expected_pos1",
-                                       "ratio", "passed", "reason"])
+    df = pd.DataFrame(rows, columns=["run_id", "status", "temperature", "observed_pos1", "expected_pos1",
+                                     "ratio", "passed", "reason"])
+    latest = [not why for why in _superseded(df["run_id"], [""] * len(df))]
+    return df[latest].reset_index(drop=True)

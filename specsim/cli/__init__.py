@@ -395,9 +395,8 @@ def _cmd_validate(args) -> int:
         fitted = [(st, r.summary) for st, r in ones.items()]
     else:  # --stamp, or the matrix judged as one (on its latest probe: no one invocation's judgement)
         fitted = [(args.stamp if inv is None else None, s)]
-    fits = [f for _, f in fitted]
-    lat_on = [f["latency_fitted_on"] for f in fits]
-    lat_rmse = [f["latency_rmse_rel"] for f in fits]
+    lat_on = [f["latency_fitted_on"] for _, f in fitted]
+    lat_rmse = [f["latency_rmse_rel"] for _, f in fitted]
     out = {"matrix": args.matrix, "stamp": args.stamp, **judged, "invocations_judged": n_invocations,
            "latency_fitted_on": lat_on, "latency_rmse_rel": lat_rmse,
            "health_checks": [{k: h.get(k) for k in ("run_id", "passed", "observed_pos1", "expected_pos1")}

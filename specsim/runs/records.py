@@ -310,15 +310,29 @@ def load_runs(runs_dir: str | os.PathLike | None = None, *, strict: bool = True,
 _ATTEMPT = re.compile(r"(.+)-retry([1-9][0-9]*)")
 
 
+def attempt_of(run_id: str) -> tuple[str, int]:
+    """``(run id, attempt number)`` of a recorded run directory's name: ``<id>-retry<k>`` is attempt
+    ``k`` of ``<id>`` (``specsim run-matrix --resume``), any other name attempt 0 of itself.
+
+    Parameters
+    ----------
+    run_id : str
+        A run directory's name, e.g. ``"cpu-validation-fast-S-ngram-n3-c4-retry2"``.
+
+    Returns
+    -------
+    tuple of (str, int)
+        E.g. ``("cpu-validation-fast-S-ngram-n3-c4", 2)``.  Raises nothing.
+    """
+    mt = _ATTEMPT.fullmatch(run_id)
+    return (mt.group(1), int(mt.group(2))) if mt else (run_id, 0)
+
+
 def _superseded(run_ids: pd.Series, reasons: pd.Series) -> list:
     """``reasons`` with every attempt of a run that a later attempt replaced (``<id>``, ``<id>-retry1``,
-    ...: ``specsim run-matrix --resume``, :func:`specsim.runs.runner._attempts`) excluded as superseded,
-    so each run counts once, by its latest attempt (the highest retry number)."""
-    def split(rid: str) -> tuple[str, int]:
-        mt = _ATTEMPT.fullmatch(rid)
-        return (mt.group(1), int(mt.group(2))) if mt else (rid, 0)
-
-    keyed = [split(str(r)) for r in run_ids]
+    ...: :func:`attempt_of`) excluded as superseded, so each run counts once, by its latest attempt
+    (the highest retry number)."""
+    keyed = [attempt_of(str(r)) for r in run_ids]
     latest: dict[str, tuple[int, str]] = {}
     for (base, k), rid in zip(keyed, run_ids):
         if base not in latest or k > latest[base][0]:

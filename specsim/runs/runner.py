@@ -33,7 +33,7 @@ from specsim.runs.platforms import (
 from specsim.runs.process import deferred_interrupts
 from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
-from specsim.runs.records import CONTENDED_FRACTION
+from specsim.runs.records import CONTENDED_FRACTION, attempt_of
 from specsim.runs.serve_bench import BenchPlan, summarise_run
 from specsim.runs.sweep_files import (
     _BENCH_ADDED,
@@ -172,10 +172,9 @@ def _keeps(prov: dict) -> bool:
 def _attempts(runs_dir: Path, rid: str) -> list[Path]:
     """Recorded attempts of a run id, oldest first: ``rid``, ``rid-retry1``, ``rid-retry2``, ... -- every
     one recorded, also where an earlier one was deleted (``rid`` gone, ``rid-retry2`` kept)."""
-    pat = re.compile(re.escape(rid) + r"-retry([1-9][0-9]*)")
     found = [(0, runs_dir / rid)] if (runs_dir / rid).exists() else []
-    found += [(int(mt.group(1)), p) for p in runs_dir.glob(f"{glob.escape(rid)}-retry*")
-              if (mt := pat.fullmatch(p.name))]
+    found += [(k, p) for p in runs_dir.glob(f"{glob.escape(rid)}-retry*")
+              for base, k in [attempt_of(p.name)] if base == rid and k > 0]
     return [p for _, p in sorted(found)]
 
 
@@ -183,8 +182,7 @@ def _next_attempt(runs_dir: Path, rid: str) -> str:
     """The id of a new attempt of ``rid``: ``rid-retry<k>``, ``k`` one past the highest recorded (a
     deleted attempt's number is never reused, so the highest number is always the latest attempt)."""
     tried = _attempts(runs_dir, rid)
-    last = tried[-1].name if tried else rid
-    k = int(last.rsplit("-retry", 1)[1]) if last != rid else 0
+    k = attempt_of(tried[-1].name)[1] if tried and tried[-1].name != rid else 0
     return f"{rid}-retry{k + 1}"
 
 
@@ -201,21 +199,54 @@ def _skipped_by(prov: dict) -> set[str]:
     return {mt.group(1)} if mt else set()
 
 
+def _stamp_records(runs_dir: Path, matrix: str, stamp: str) -> list[Path]:
+    """The recorded run directories of ``matrix`` under ``stamp`` (``<matrix>-<stamp>-*``), sorted."""
+    return sorted(Path(runs_dir).glob(f"{glob.escape(matrix)}-{glob.escape(stamp)}-*"))
+
+
 def stamp_recorded(runs_dir: Path, matrix: str, stamp: str) -> bool:
     """Whether any run of ``matrix`` is recorded under ``stamp`` in ``runs_dir`` (a ``--resume`` of a stamp
-    with none starts a new invocation; a mistyped stamp would do so silently)."""
-    return any(Path(runs_dir).glob(f"{matrix}-{stamp}-*"))
+    with none starts a new invocation; a mistyped stamp would do so silently).
+
+    Parameters
+    ----------
+    runs_dir : path
+        Directory of recorded runs.
+    matrix, stamp : str
+        The matrix name and invocation stamp (run ids ``<matrix>-<stamp>-<label>``).
+
+    Returns
+    -------
+    bool
+        Raises nothing (a missing ``runs_dir`` has nothing recorded).
+    """
+    return bool(_stamp_records(runs_dir, matrix, stamp))
 
 
 def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
-    """The files of ``m`` (its sidecar and parameter files, as JSON) whose content differs from what the
-    runs recorded under ``stamp`` recorded (``provenance["matrix"]["files"]``), or that they did not
-    have: a ``--resume`` with an edited matrix mixes two definitions in one invocation.  Empty when they
-    match or nothing is recorded.  Unreadable records are passed over."""
+    """The files of ``m`` whose content differs from what the runs recorded under ``stamp`` recorded: a
+    ``--resume`` with an edited matrix mixes two definitions in one invocation.
+
+    Parameters
+    ----------
+    runs_dir : path
+        Directory of recorded runs.
+    m : SweepMatrix
+        The matrix as loaded now (its sidecar and parameter files, ``m.files``, read as JSON).
+    stamp : str
+        The invocation stamp being resumed.
+
+    Returns
+    -------
+    list of str
+        Names of the files that differ from, or are missing in, any record's
+        ``provenance["matrix"]["files"]``, in name order per record; empty when they match or nothing
+        is recorded.  Unreadable records are passed over; raises nothing beyond reading ``m``'s files.
+    """
     now = {f: json.loads((m.root / f).read_text()) for f in m.files}
     changed: dict[str, None] = {}
-    for p in sorted(Path(runs_dir).glob(f"{glob.escape(m.name)}-{glob.escape(stamp)}-*")):
-        was = ((_recorded_prov(p).get("matrix") or {}).get("files"))
+    for p in _stamp_records(runs_dir, m.name, stamp):
+        was = (_recorded_prov(p).get("matrix") or {}).get("files")
         if not isinstance(was, dict):
             continue
         changed.update(dict.fromkeys(f for f in sorted(set(now) | set(was)) if now.get(f) != was.get(f)))

@@ -859,6 +859,24 @@ def test_a_resume_of_a_stamp_with_nothing_recorded_says_it_starts_a_new_invocati
     assert "specsim: WARNING: fake changed since the runs of --stamp W1 were recorded (bench_params.json differ)" in err
 
 
+def test_run_matrix_exits_1_when_a_run_failed_and_names_the_resume(fake_env):
+    """The matrix goes on past a failed cell, but the command used to exit 0: a script or CI job took a
+    matrix with failed cells for a clean one."""
+    tmp = fake_env["tmp"]
+    m = _matrix(tmp)
+    proc = _cli(fake_env, tmp, "E1", matrix=m, FAKE_BENCH_FAIL="2")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, (out, err)
+    assert "7 runs: 3 failed, 4 ok" in out  # the whole matrix ran
+    failed = ", ".join(f"fake-E1-{s}-t0.8-c2" for s in ("baseline", "ngram-n2", "ngram-n3"))
+    assert f"specsim: 3 of 7 runs failed ({failed}; the error is in each run's provenance.json and runs.csv); " \
+           "re-run them with --stamp E1 --resume" in err
+    proc = _cli(fake_env, tmp, "E1", matrix=m, args=("--resume",))  # what the line says to do
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, (out, err)
+    assert "runs failed" not in err and "7 runs: 7 ok; 4 kept from earlier (--resume), 3 run now" in out
+
+
 def _wait_for(pred, timeout_s=60.0):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:

@@ -279,6 +279,7 @@ def _cmd_run_matrix(args) -> int:
         check_runs_dir,
         dry_run,
         matrix_changes,
+        new_stamp,
         selectable_names,
         stamp_recorded,
     )
@@ -333,11 +334,13 @@ def _cmd_run_matrix(args) -> int:
             print(f"specsim: WARNING: {m.name} changed since the runs of --stamp {args.stamp} were recorded "
                   f"({', '.join(changed)} differ): the runs resumed now follow the new definition, the kept ones "
                   "the old (the manifest records both)", file=sys.stderr)
+    # the stamp is fixed here so that a failure can name it (run_matrix's own default)
+    stamp = args.stamp or new_stamp()
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
         with stop_signals_as_interrupt(("SIGTERM", "SIGINT")):
-            results = run_matrix(m, runs_dir=runs_dir, stamp=args.stamp,
+            results = run_matrix(m, runs_dir=runs_dir, stamp=stamp,
                                  resume=args.resume, executor=args.executor, ray_address=args.ray_address,
                                  platform=args.platform, only=only, slurm=slurm_kw)
     except MatrixInterrupted as e:
@@ -356,6 +359,12 @@ def _cmd_run_matrix(args) -> int:
         print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items()))
               + (("; all kept from earlier (--resume): nothing ran" if n_kept == len(results) else
                   f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else ""))
+    # the matrix went on past them (each is recorded with its error); the exit status still says so, as a
+    # test runner's does, so that a script or CI job does not take a matrix with failed cells for a clean one
+    if failed := [r.run_id for r in results if r.status == "failed"]:
+        print(f"specsim: {len(failed)} of {len(results)} runs failed ({', '.join(failed)}; the error is in each "
+              f"run's provenance.json and runs.csv); re-run them with --stamp {stamp} --resume", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -541,7 +550,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("run-matrix", help="drive real vLLM runs (vllm bench sweep parameter files) and record "
-                                          "them under data/runs/")
+                                          "them under data/runs/",
+                       epilog="exit status: 0 every run recorded ok, invalid or skipped (a verdict); 1 some run "
+                              "failed (recorded with its error; the matrix went on: re-run them with --stamp STAMP "
+                              "--resume); 2 a refused matrix or option (nothing started); 130 / 143 interrupted "
+                              "(SIGINT / SIGTERM)")
     p.add_argument("--matrix", default="cpu-validation",
                    help="a shipped matrix name (data/matrices/NAME: cpu-validation -- the default, the full ~21 min "
                         "matrix --, cpu-validation-fast, smoke, verify-cost), or a "

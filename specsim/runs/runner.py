@@ -556,6 +556,11 @@ def _advance(bar, s: float) -> None:
         bar.update(s)
 
 
+def new_stamp() -> str:
+    """The default run-id stamp of an invocation: now, UTC, ``YYYYmmddTHHMMSS`` (e.g. ``20261206T031500``)."""
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
 def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None = None,
                install: VllmInstall | None = None, models_dir: Path | None = None,
                only: Sequence[str] | None = None, progress: bool = True, stamp: str | None = None,
@@ -650,7 +655,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     install.check()
     runs_dir = Path(runs_dir) if runs_dir else project_data_path("runs")
     runs_dir.mkdir(parents=True, exist_ok=True)
-    stamp = stamp or _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = stamp or new_stamp()
     prefix = f"{m.name}-{stamp}"
     plan = plan_runs(sel, runs_dir, prefix, resume)  # a recorded id is refused here without resume
     build, build_why = vllm_build(install)

@@ -323,6 +323,21 @@ def test_core_only_install_names_the_missing_extra(installed):
     assert "specsim[vllm]" in res.stderr, res.stderr
 
 
+@pytest.mark.slow
+def test_installed_run_matrix_reads_a_copied_matrix_relative_to_its_directory(installed):
+    """An installed copy ships no matrices; a matrix directory copied from the checkout resolves its
+    relative paths against that directory, and the refusal says so (it used to say `make vllm-env`)."""
+    d = installed.workdir / "my-smoke"
+    shutil.copytree(ROOT / "data" / "matrices" / "smoke", d)
+    res = installed.run("specsim", "run-matrix", "--matrix", "smoke", "--dry-run")
+    assert res.returncode == 2 and "ships no matrices" in res.stderr, res.stdout + res.stderr
+    res = installed.run("specsim", "run-matrix", "--matrix", d.name, "--dry-run")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr and "make vllm-env" not in res.stderr, res.stderr
+    assert f"relative paths are resolved against the matrix directory {d}" in res.stderr, res.stderr
+    assert f"(got '{d / 'models' / 'smollm2-135m-instruct'}')" in res.stderr, res.stderr
+
+
 def test_vllm_setup_refuses_a_full_disk_before_installing(tmp_path):
     """CI once failed halfway through pip with "[Errno 28] No space left on device"; the setup script
     now says how much it needs and stops before creating anything.  A stand-in interpreter (PYTHON)

@@ -287,3 +287,33 @@ def test_an_unknown_matrix_name_in_an_installed_copy_says_none_are_shipped(monke
     msg = str(exc.value)
     assert exc.value.allowed is None and "allowed:" not in msg, msg
     assert "ships no matrices" in msg and "give a matrix directory" in msg, msg
+
+
+def test_a_missing_local_path_says_where_relative_paths_were_resolved(tmp_path, monkeypatch):
+    """The refusal of a missing checkpoint told every user to run `make vllm-env`, a target an installed
+    copy does not have, and never said against which directory the relative path was resolved."""
+    d = _smoke(tmp_path, sidecar={"serve_cmd": "vllm serve models/no-such-model --dtype float32"})
+    e = _refused(d)  # in this checkout: against the checkout, and make vllm-env / --models-dir help
+    assert e.field == "serve_cmd (model)" and e.value == str(project_data_path().parent / "models" / "no-such-model")
+    assert f"relative paths are resolved against the checkout {project_data_path().parent}" in str(e)
+    assert "`make vllm-env`" in str(e) and "--models-dir" in str(e)
+    monkeypatch.setattr(sweep_files, "is_source_checkout", lambda: False)  # an installed copy
+    e = _refused(d)
+    assert e.value == str(d / "models" / "no-such-model")
+    assert f"installed without a source checkout, so relative paths are resolved against the matrix directory {d}" \
+           in str(e) and "give absolute paths" in str(e)
+    assert "make" not in str(e), str(e)
+
+
+def test_a_missing_vllm_environment_names_the_fix_that_applies(tmp_path, monkeypatch):
+    from specsim.errors import RunError
+    from specsim.runs import provenance
+    from specsim.runs.provenance import VllmInstall
+
+    with pytest.raises(RunError, match=r"not found at .*; create it with `make vllm-env`"):
+        VllmInstall(tmp_path / "none").check()
+    monkeypatch.setattr(provenance, "is_source_checkout", lambda: False)
+    with pytest.raises(RunError) as ei:
+        VllmInstall(tmp_path / "none").check()
+    assert "point SPECSIM_VLLM_VENV at a virtual environment with vLLM" in str(ei.value)
+    assert "make" not in str(ei.value)

@@ -561,7 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "matrix directory / its specsim.json naming vllm bench sweep serve / bench parameter files")
     p.add_argument("--runs-dir",
                    help="where to record, and the recorded runs --dry-run estimates from (default data/runs)")
-    p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/)")
+    p.add_argument("--models-dir", help="where models/... paths of the matrix point (default: the checkout's models/; "
+                        "installed without a checkout: the matrix directory's)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the cells, the servers they need and the estimated device-hours (from the "
                         "recorded run times under --runs-dir); start nothing")

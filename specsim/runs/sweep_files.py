@@ -17,7 +17,7 @@ A matrix is a directory (``data/matrices/<name>/``) holding
 
 Sidecar keys (:data:`SIDECAR_KEYS`): ``name``, ``description``, ``serve_cmd`` and ``bench_cmd`` (the
 ``--serve-cmd`` / ``--bench-cmd`` strings of ``vllm bench sweep serve``; paths relative to the
-checkout), ``sweeps`` (``[{"serve_params", "bench_params", "link_vars"}]``, file names relative to
+checkout, or to the matrix directory where specsim is installed without one), ``sweeps`` (``[{"serve_params", "bench_params", "link_vars"}]``, file names relative to
 the matrix directory), ``baseline`` (the serve record whose greedy outputs every temperature-0
 speculative cell must reproduce: the greedy-identity judge), ``health_checks`` (offline self-draft
 judges of temperature > 0 speculative decoding, each with ``guards``: fnmatch patterns
@@ -242,7 +242,7 @@ def matrix_names() -> list[str]:
 
 
 def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
-    """The matrix directory of a name (``data/matrices/<name>``), a directory or a sidecar file.
+    """The matrix directory (absolute) of a name (``data/matrices/<name>``), a directory or a sidecar file.
 
     Raises
     ------
@@ -250,7 +250,7 @@ def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
         Neither a shipped matrix name nor a path to a matrix (field ``matrix``, the shipped names
         listed).
     """
-    p = Path(name_or_path)
+    p = Path(name_or_path).absolute()  # what it names, and the paths resolved against it, stay put if the cwd changes
     if p.is_file() and p.name.endswith(".json"):
         return p.parent if p.name == SIDECAR else _refuse_param_file(p)
     if p.is_dir() and (p / SIDECAR).is_file():
@@ -735,7 +735,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     name_or_path : str or path
         ``"cpu-validation"``, ``"smoke"``, ``"verify-cost"`` ... (:func:`matrix_names`) or a path.
     models_dir : path, optional
-        Where a path beginning with ``models/`` points (default: the checkout's ``models/``).
+        Where a path beginning with ``models/`` points (default: the checkout's ``models/``; installed
+        without a checkout, other relative paths too are resolved against the matrix directory).
     check_paths : bool
         Refuse local checkpoints / prompt files that do not exist (``--dry-run`` still checks them).
 
@@ -780,13 +781,20 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise SpecsimValueError("env", "must be an object of string -> string", env)
     local: list[Path] = []
+    # what a missing path's error says: where relative paths were resolved, and how to get / point at them
+    if is_source_checkout():
+        missing_hint = (f"relative paths are resolved against the checkout {base}; `make vllm-env` makes the "
+                        "shipped matrices' checkpoints (models/) and prompts (data/prompts/); --models-dir sets "
+                        "where models/... points")
+    else:
+        missing_hint = (f"this specsim is installed without a source checkout, so relative paths are resolved "
+                        f"against the matrix directory {root}; give absolute paths, or --models-dir for models/...")
 
     def need(value: str, where: str) -> Path | None:
         p = _local_path(value, base, models_dir)
         if p is not None:
             if check_paths and not p.exists():
-                raise SpecsimValueError(where, "local path does not exist (run `make vllm-env` for the "
-                                        "checkpoints and prompts)", str(p))
+                raise SpecsimValueError(where, f"local path does not exist ({missing_hint})", str(p))
             local.append(p)
         return p
 

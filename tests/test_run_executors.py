@@ -227,6 +227,63 @@ def test_local_judges_skip_and_compare(fake_env, monkeypatch):
     assert not _no_fake_processes()
 
 
+def test_a_cell_failing_with_an_unexpected_error_keeps_its_files_and_the_server_goes_on(fake_env, monkeypatch):
+    """A new-user trial (a core-only install: prometheus_client missing when the bench was summarised):
+    any error but RunError ended the job, its staging directory was deleted and each cell was recorded
+    again bare: no server.log, bench.json or traceback, and the server's later cells never ran."""
+    from specsim.runs import serve_bench
+
+    real = serve_bench.summarise_run
+
+    def summarise(run_dir, *a, **kw):
+        if "ngram-n2-c1" in Path(run_dir).name:
+            raise KeyError("a bug in summarising")
+        return real(run_dir, *a, **kw)
+
+    monkeypatch.setattr(serve_bench, "summarise_run", summarise)
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-U1-"): r for r in run_matrix(
+        _matrix(fake_env["tmp"]), runs_dir=runs, install=fake_env["install"], stamp="U1", progress=False)}
+    assert {k: r.status for k, r in res.items()} == {
+        "t-health": "ok", "baseline-c1": "ok", "baseline-t0.8-c2": "ok", "ngram-n2-c1": "failed",
+        "ngram-n2-t0.8-c2": "ok", "ngram-n3-c1": "ok", "ngram-n3-t0.8-c2": "ok"}  # n2's next cell ran
+    d = runs / "fake-U1-ngram-n2-c1"
+    prov = _prov(d)
+    assert res["ngram-n2-c1"].error == prov["error"] == "KeyError: 'a bug in summarising'"
+    assert "raise KeyError" in prov["traceback"] and prov["commands"]["bench"] and prov["server_end"]
+    assert {"server.log", "bench.json", "bench.log", "metrics_before.prom", "outputs.jsonl"} <= {
+        f.name for f in d.iterdir()}
+    assert not [x for x in runs.iterdir() if x.name.startswith(".")]
+
+
+def test_a_job_failing_after_recording_some_runs_keeps_them(fake_env, monkeypatch):
+    """An error out of a whole group job (here after its first cell was recorded): the cells it recorded
+    are kept with their files, the others recorded failed with that error (the staging directory with
+    every record in it used to be deleted)."""
+    from specsim.runs import executors
+
+    real = executors.serve_and_bench
+
+    def first_then_fail(cmd, plans, **kw):
+        if any("baseline" in p.run_id for p in plans):
+            real(cmd, plans[:1], **kw)
+            raise ValueError("the job broke after its first cell")
+        return real(cmd, plans, **kw)
+
+    monkeypatch.setattr(executors, "serve_and_bench", first_then_fail)
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-U2-"): r for r in run_matrix(
+        _matrix(fake_env["tmp"]), runs_dir=runs, install=fake_env["install"], stamp="U2", progress=False)}
+    assert res["baseline-c1"].status == "ok" and (runs / "fake-U2-baseline-c1" / "server.log").exists()
+    assert _prov(runs / "fake-U2-baseline-c1")["summary"]
+    assert res["baseline-t0.8-c2"].status == "failed"
+    assert res["baseline-t0.8-c2"].error == _prov(runs / "fake-U2-baseline-t0.8-c2")["error"] == \
+        "ValueError: the job broke after its first cell"
+    assert res["ngram-n2-c1"].status == "ok"  # judged against the kept baseline; the matrix went on
+    assert _prov(runs / "fake-U2-ngram-n2-c1")["checks"]["greedy_identical_to_baseline"]["all_identical"] is True
+    assert not [x for x in runs.iterdir() if x.name.startswith(".")]
+
+
 def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeypatch):
     runs = fake_env["tmp"] / "runs"
     m = _matrix(fake_env["tmp"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -430,3 +431,32 @@ def test_dry_run_applies_the_platform_check_of_the_run(monkeypatch, capsys):
     assert text.startswith("platform: cpu (asked for platform 'cpu')\n")  # the dry run did not say which
     monkeypatch.setattr(runner, "vllm_build", lambda install: (None, "no vLLM environment"))
     assert runner.dry_run("smoke", platform="cuda")[1]["platform"] == "cuda"  # the build is unknown: not refused
+
+
+@pytest.mark.parametrize("missing,executor,extra", [("prometheus_client", "local", "vllm"), ("ray", "ray", "ray"),
+                                                    ("submitit", "slurm", "slurm")])
+def test_a_missing_optional_package_is_refused_before_anything_starts(tmp_path, monkeypatch, capsys, missing,
+                                                                      executor, extra):
+    """A core-only install (no [vllm] extra) started every server and ran every bench, then recorded each
+    cell failed for want of prometheus_client; a dry run with --executor ray passed without ray."""
+    import importlib.util
+
+    from specsim.errors import MissingExtraError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == missing else real(name, *a))
+    missing_venv = VllmInstall(tmp_path / "no-venv")  # checked after the extras: the extra's error comes first
+    for call in (runner.run_matrix, runner.dry_run):
+        kw = {"progress": False} if call is runner.run_matrix else {}
+        with pytest.raises(MissingExtraError, match=rf"pip install 'specsim\[{extra}\]'"):
+            call("smoke", runs_dir=tmp_path / "runs", install=missing_venv, executor=executor, **kw)
+    assert not (tmp_path / "runs").exists()
+    slurm = ["--slurm-param", "cluster=local"] if executor == "slurm" else []
+    for extra_args in ([], ["--dry-run"]):
+        if missing == "submitit":  # the CLI checks the Slurm parameters (submitit itself) first
+            monkeypatch.setitem(sys.modules, "submitit", None)
+        assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path / "r"), "--executor", executor,
+                     *slurm, *extra_args]) == 2
+        err = capsys.readouterr().err
+        assert "specsim: error:" in err and f"pip install 'specsim[{extra}]'" in err, err
+    assert not (tmp_path / "r").exists()

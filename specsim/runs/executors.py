@@ -167,7 +167,7 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
 
 
 def _recorded_in(staging: Path) -> list[RunResult]:
-    """Runs recorded in a staging directory (after an interrupt), with their recorded status."""
+    """Runs recorded in a staging directory (after an interrupt or a failed job), with their recorded status."""
     import json
 
     out = []
@@ -388,8 +388,10 @@ class LocalExecutor:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed job is recorded, the matrix goes on
             self._drop_unclaimed(starting)
-            self._done.append((tag, exc))
-            shutil.rmtree(staging, ignore_errors=True)
+            # the runs it recorded before the error are kept (their files and tracebacks); the driver
+            # records the others failed with this error (the staging directory used to be deleted)
+            self._done.append((tag, {"results": _recorded_in(staging), "staging": staging, "server_end": None,
+                                     "executor": {"kind": "local"}, "error": exc}))
         finally:  # the job failed before its server was taken over (serve_and_bench stops it)
             claimed = kw.get("server")
             if claimed is not None and claimed.stop_seconds is None:

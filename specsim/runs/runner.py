@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from specsim.catalog import project_data_path
-from specsim.errors import RunError, SpecsimValueError
+from specsim.errors import MissingExtraError, RunError, SpecsimValueError
 from specsim.runs.executors import EXECUTORS, import_run, make_executor
 from specsim.runs.platforms import (
     detect_platform,
@@ -437,6 +437,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         ``runs_dir`` that is a file; a ``platform`` unknown or that the installed vLLM cannot run.
     RunError
         Without ``resume``: a selected run is already recorded under ``stamp`` (as the run would).
+    MissingExtraError
+        An optional package the run would need (:func:`check_extras`).
     """
     from specsim.runs.sweep_files import dry_run_json, dry_run_text
 
@@ -446,6 +448,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     _check_stamp(stamp)
     sel = select_matrix(m, only)
     check_runs_dir(runs_dir)
+    check_extras(executor)  # as the run: a dry run that passes is not refused by the run for a missing package
     build, build_why = vllm_build(install or VllmInstall.default())
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
@@ -556,6 +559,29 @@ def _advance(bar, s: float) -> None:
         bar.update(s)
 
 
+def check_extras(executor: str = "local") -> None:
+    """Refuse, before anything starts, a run whose optional packages are missing: every cell's
+    ``/metrics`` is parsed with ``prometheus_client`` (extra ``vllm``), ``executor="ray"`` needs ``ray``
+    (extra ``ray``) and ``"slurm"`` ``submitit`` (extra ``slurm``).  Without this an installed core-only
+    copy started every server and ran every bench, then recorded each cell failed.
+
+    Raises
+    ------
+    MissingExtraError
+        The first missing package, naming ``pip install 'specsim[EXTRA]'``.
+    """
+    import importlib.util
+
+    need = [("prometheus_client", "prometheus-client", "vllm", "specsim run-matrix (it parses every cell's /metrics)")]
+    if executor == "ray":
+        need.append(("ray", "ray", "ray", "--executor ray"))
+    elif executor == "slurm":
+        need.append(("submitit", "submitit", "slurm", "--executor slurm"))
+    for module, package, extra, what in need:
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(what, package, extra)
+
+
 def new_stamp() -> str:
     """The default run-id stamp of an invocation: now, UTC, ``YYYYmmddTHHMMSS`` (e.g. ``20261206T031500``)."""
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -634,8 +660,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         ``executor="slurm"`` on a host without Slurm (unless ``slurm={"cluster": "local"}``);
         ``ray_address`` with no running Ray cluster there.
     MissingExtraError
-        ``executor="ray"`` without the ``ray`` package (``pip install 'specsim[ray]'``), ``"slurm"``
-        without ``submitit`` (``pip install 'specsim[slurm]'``).
+        Without ``prometheus_client`` (``pip install 'specsim[vllm]'``), ``executor="ray"`` without the
+        ``ray`` package (``pip install 'specsim[ray]'``), ``"slurm"`` without ``submitit``
+        (``pip install 'specsim[slurm]'``): :func:`check_extras`, before anything starts.
     MatrixInterrupted
         A KeyboardInterrupt (Ctrl-C, or SIGTERM under :func:`specsim.runs.process.stop_signals_as_interrupt`), after
         recording the running cell as failed (with its server's stop in ``server_end``), stopping
@@ -650,6 +677,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     _check_stamp(stamp)
     sel = select_matrix(m, only)  # an unknown name is refused before anything starts
     check_runs_dir(runs_dir)
+    check_extras(executor)
     groups, checks, probes = list(sel.groups), list(sel.health_checks), list(sel.probes)
     install = install or VllmInstall.default()
     install.check()
@@ -757,6 +785,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
             for i, (rid, prov, est_s) in enumerate(missing):
                 if isinstance(out, BaseException):
                     err: BaseException | str = out
+                elif out.get("error") is not None:  # the job failed after recording some runs (kept above)
+                    err = out["error"]
                 elif out.get("interrupted"):  # the first unrecorded cell was running (its server starting)
                     how = (f"interrupted ({_interrupt_name(out.get('interrupt'))})" if ex.kind == "local"
                            else "interrupted (the job was cancelled)")

@@ -306,7 +306,9 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
     -------
     list of RunResult
         One per plan.  If the server does not start, every plan is recorded as failed with the
-        error and the server log, and the results are returned (no exception).
+        error and the server log, and the results are returned (no exception).  A bench cell that
+        fails with any error is recorded as failed (its files, ``server.log`` and the traceback in
+        its provenance) and the next cell runs.
 
     Raises
     ------
@@ -361,11 +363,13 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
                         results.append(_bench_one(srv, p, runs_dir=runs_dir, env=env, server_log=server_log,
                                                   bench_timeout_s=bench_timeout_s, base_prov=base_prov,
                                                   client=client))
-                    except RunError as e:
+                    except Exception as e:  # noqa: BLE001 - recorded failed with its files and traceback; the
+                        # server's other cells go on (an unexpected error used to end the job and lose the record)
                         path = runs_dir / p.run_id
                         if not path.exists():
                             raise
-                        results.append(RunResult(p.run_id, path, "failed", str(e)))
+                        results.append(RunResult(p.run_id, path, "failed",
+                                                 str(e) if isinstance(e, RunError) else f"{type(e).__name__}: {e}"))
                 if progress is not None:
                     progress.update(1)
         finally:

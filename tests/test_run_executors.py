@@ -932,6 +932,9 @@ def test_run_matrix_exits_1_when_a_run_failed_and_names_the_resume(fake_env):
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, (out, err)
     assert "runs failed" not in err and "7 runs: 7 ok; 4 kept from earlier (--resume), 3 run now" in out
+    # where the runs are and how to judge them (a new-user trial: a run that went well never named its stamp)
+    runs = tmp / "runs"
+    assert out.splitlines()[-1] == f"recorded under {runs} as fake-E1-*: `--stamp E1 --resume` re-runs what failed"
 
 
 def _wait_for(pred, timeout_s=60.0):

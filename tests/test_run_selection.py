@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specsim.catalog import project_data_path
 from specsim.cli import main
 from specsim.errors import RunError, SpecsimValueError
 from specsim.runs import runner
@@ -460,3 +461,20 @@ def test_a_missing_optional_package_is_refused_before_anything_starts(tmp_path, 
         err = capsys.readouterr().err
         assert "specsim: error:" in err and f"pip install 'specsim[{extra}]'" in err, err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_finished_run_matrix_names_its_stamp_where_it_recorded_and_how_to_judge_it(tmp_path, monkeypatch, capsys):
+    """A new-user trial: a run that went well printed only "2 runs: 2 ok", so resuming or validating it
+    meant listing the runs directory to find the stamp.  `specsim validate` is named for a matrix with a
+    probe only (it fits the CPU latency on the matrix's own probe)."""
+    import specsim.cli as cli
+
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: [])
+    rd = tmp_path / "r"
+    assert main(["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(rd), "--stamp", "S9"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"recorded under {rd} as cpu-validation-fast-S9-*: `specsim validate --matrix cpu-validation-fast --stamp S9 "
+        f"--runs-dir {rd}` judges them, `--stamp S9 --resume` re-runs what failed")
+    assert main(["run-matrix", "--matrix", "smoke", "--stamp", "S9"]) == 0  # no probe; the default runs dir
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"recorded under {project_data_path('runs')} as smoke-S9-*: `--stamp S9 --resume` re-runs what failed")

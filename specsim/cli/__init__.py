@@ -325,8 +325,8 @@ def _cmd_run_matrix(args) -> int:
                              executor=args.executor, platform=args.platform)
         print(json.dumps(data, indent=2, default=str) if args.json else text)
         return 0
+    rd = runs_dir if runs_dir is not None else project_data_path("runs")  # an installed copy: DataError, asks for it
     if args.resume and args.stamp:  # a mistyped stamp would silently start a whole new invocation
-        rd = runs_dir if runs_dir is not None else project_data_path("runs")
         if not stamp_recorded(rd, m.name, args.stamp):
             print(f"specsim: nothing of {m.name} is recorded under --stamp {args.stamp} in {rd}: --resume starts "
                   "it as a new invocation", file=sys.stderr)
@@ -334,7 +334,7 @@ def _cmd_run_matrix(args) -> int:
             print(f"specsim: WARNING: {m.name} changed since the runs of --stamp {args.stamp} were recorded "
                   f"({', '.join(changed)} differ): the runs resumed now follow the new definition, the kept ones "
                   "the old (the manifest records both)", file=sys.stderr)
-    # the stamp is fixed here so that a failure can name it (run_matrix's own default)
+    # the stamp is fixed here so that the last lines can name it (run_matrix's own default)
     stamp = args.stamp or new_stamp()
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
@@ -358,7 +358,11 @@ def _cmd_run_matrix(args) -> int:
         n_kept = sum(r.kept for r in results)
         print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items()))
               + (("; all kept from earlier (--resume): nothing ran" if n_kept == len(results) else
-                  f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else ""))
+                  f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else "")
+              + f"\nrecorded under {rd} as {m.name}-{stamp}-*: "
+              + (f"`specsim validate --matrix {args.matrix} --stamp {stamp}"  # validate fits the matrix's own probe
+                 f"{'' if args.runs_dir is None else ' --runs-dir ' + args.runs_dir}` judges them, " if m.probes else "")
+              + f"`--stamp {stamp} --resume` re-runs what failed")
     # the matrix went on past them (each is recorded with its error); the exit status still says so, as a
     # test runner's does, so that a script or CI job does not take a matrix with failed cells for a clean one
     if failed := [r.run_id for r in results if r.status == "failed"]:

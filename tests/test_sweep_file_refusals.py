@@ -317,3 +317,21 @@ def test_a_missing_vllm_environment_names_the_fix_that_applies(tmp_path, monkeyp
         VllmInstall(tmp_path / "none").check()
     assert "point SPECSIM_VLLM_VENV at a virtual environment with vLLM" in str(ei.value)
     assert "make" not in str(ei.value)
+
+
+def test_a_bare_dataset_path_of_a_local_file_dataset_is_checked(tmp_path):
+    """A new-user trial: ``"dataset_path": "humaneval_custom.jsonl"`` (no such file) passed the check as if
+    it were a hub id, though ``--dataset-name custom`` reads a local file only; vLLM then failed per cell."""
+    root = project_data_path().parent
+    d = _smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "dataset_path": "humaneval_custom.jsonl"}})
+    e = _refused(d)
+    assert e.field == "bench_params.json['c4'].dataset_path" and e.value == str(root / "humaneval_custom.jsonl"), e
+    assert "local path does not exist" in str(e)
+    # the same file, named as it exists, passes; so does a hub id where the dataset takes one (hf)
+    d = _smoke(tmp_path / "ok", bench={"c4": {"max_concurrency": 4, "num_prompts": 4,
+                                              "dataset_path": "data/prompts/humaneval_custom.jsonl"}})
+    assert sweep_files.load_matrix(d).cells()[0].params["dataset_path"] == str(
+        root / "data" / "prompts" / "humaneval_custom.jsonl")
+    d = _smoke(tmp_path / "hf", bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "dataset_name": "hf",
+                                              "dataset_path": "likaixin/InstructCoder"}})
+    assert sweep_files.load_matrix(d).cells()[0].params["dataset_path"] == "likaixin/InstructCoder"

@@ -519,6 +519,12 @@ def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
     return cmd
 
 
+#: ``--dataset-name`` values whose ``--dataset-path`` vLLM 0.32 reads as a local file only (never a hub id):
+#: ``CustomDataset`` (``pd.read_json`` of a .jsonl), ``ShareGPTDataset`` (``open``), ``BurstGPTDataset``
+#: (``pd.read_csv``) in ``vllm/benchmarks/datasets/datasets.py``; ``hf`` takes hub ids
+LOCAL_FILE_DATASETS = ("custom", "sharegpt", "burstgpt")
+
+
 def _local_path(value: str, root: Path, models_dir: Path | None) -> Path | None:
     """The local path a path-like value names, or None for a hub id (``org/name`` that is not here)."""
     p = Path(value)
@@ -790,8 +796,11 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         missing_hint = (f"this specsim is installed without a source checkout, so relative paths are resolved "
                         f"against the matrix directory {root}; give absolute paths, or --models-dir for models/...")
 
-    def need(value: str, where: str) -> Path | None:
+    def need(value: str, where: str, *, local_file: bool = False) -> Path | None:
+        """``local_file``: the value can only be a local file (no hub id), so a bare name is one too."""
         p = _local_path(value, base, models_dir)
+        if p is None and local_file:
+            p = base / value
         if p is not None:
             if check_paths and not p.exists():
                 raise SpecsimValueError(where, f"local path does not exist ({missing_hint})", str(p))
@@ -823,7 +832,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
         # --model; --model then only names the tokenizer): checked here when no bench record can change it
         # (no record may give its own: checked per cell below)
-    prompts = need(bench_base["dataset-path"], "bench_cmd --dataset-path") if "dataset-path" in bench_base else None
+    prompts = (need(bench_base["dataset-path"], "bench_cmd --dataset-path",
+                    local_file=bench_base.get("dataset-name") in LOCAL_FILE_DATASETS)
+               if "dataset-path" in bench_base else None)
     out_len_base = bench_base.get("custom-output-len") or bench_base.get("random-output-len")
 
     # ---- the sweeps: serve records x bench records ----------------------------------------
@@ -883,8 +894,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve")
+                dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
-                    dp = need(bp[k], f"{bwhere}.{k}")
+                    dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)
                     if dp is not None:  # resolved as bench_cmd's --dataset-path is (the runner applies params as given)
                         bp[k] = str(dp)
                 # the model name the bench sends must be the served one: --served-model-name when given

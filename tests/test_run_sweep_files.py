@@ -249,8 +249,13 @@ def test_the_estimate_counts_runs_not_an_invocation_s_manifest_or_summary(tmp_pa
              if not p.name.startswith(".") and (p / "provenance.json").is_file()]
     checkout_runs = [v for v in provs
                      if v.get("status") in ("ok", "invalid") and v.get("kind") not in ("manifest", "summary")]
-    assert est.source == str(runs) and "from " + str(src) in est.source_note
-    assert est.n_recorded == 2 + len(checkout_runs) < 2 + len(provs)
+    assert est.source == str(runs) and f"from the {len(checkout_runs)} in {src}" in est.source_note
+    assert est.n_recorded == 2 + len(checkout_runs) < 2 + len(provs) and est.n_borrowed == len(checkout_runs)
+    # the text counts the runs directory's own runs there, and the borrowed ones where they are (a new-user
+    # trial read "from 719 recorded runs in DIR" of a directory holding 5)
+    text = dry_run_text(load_matrix("cpu-validation"), est)
+    assert f"from 2 recorded runs in {runs} (" in text, text
+    assert f"with no record like them there from the {len(checkout_runs)} in {src})" in text, text
 
 
 def test_server_layout_is_two_processes_only_with_uni_and_multiprocessing_off():
@@ -393,7 +398,7 @@ def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
     assert d["server_start_seconds"] == pytest.approx(ck.server_start_s)
     assert d["estimate_from"] == {"runs_dir": str(tmp_path / "one"), "recorded_runs": 1 + ck.n_recorded,
                                   "note": f"{len(d['cells']) + 2} part(s) with no record like them there from "
-                                          f"{project_data_path('runs')}"}
+                                          f"the {ck.n_recorded} in {project_data_path('runs')}"}
     assert d["estimate_seconds"] == pytest.approx(ck.total_seconds(load_matrix("cpu-validation-fast"))
                                                   - ck.health_checks["selfdraft-t0.8-health"] + recorded)
 

@@ -1184,6 +1184,9 @@ class Estimate:
     source: str = ""
     #: why that directory ("none in DIR": the runs directory had no recorded runs), or ""
     source_note: str = ""
+    #: of ``n_recorded``, the runs read from the checkout's ``data/runs`` for the parts ``source`` has no
+    #: record like (named in ``source_note``)
+    n_borrowed: int = 0
 
     def total_seconds(self, m: SweepMatrix) -> float:
         return (sum(s for s, _ in self.cells.values()) + self.server_start_s * len(m.groups)
@@ -1378,8 +1381,9 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
             took += 1
         if took:
             n += len(ck)
-            note = (f"{took} part(s) with no record like them there from {default}"
+            note = (f"{took} part(s) with no record like them there from the {len(ck)} in {default}"
                     + (f"; {note}" if note else ""))
+            return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note, n_borrowed=len(ck))
     return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note)
 
 
@@ -1505,7 +1509,8 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
              f"of machine time with the {executor} executor, its tasks one after another (a cluster running "
              f"several at once takes less wall time)")
     lines += ["", f"estimate: {tot / 60:.1f} min {where} ({est.server_start_s:.0f} s per server start, "
-              f"{est.server_basis}; from {est.n_recorded} recorded runs{f' in {est.source}' if est.source else ''}"
+              f"{est.server_basis}; from {est.n_recorded - est.n_borrowed} recorded runs"
+              f"{f' in {est.source}' if est.source else ''}"
               f"{f' ({est.source_note})' if est.source_note else ''}, as "
               f"with the {m.bench_client} bench "
               f"client); {tot / 3600:.3f} device-hours on a CPU "

@@ -252,6 +252,21 @@ def _check_draft_matches_target(drafter, target, field: str) -> None:
                                     f"not for the target {target.name}", spec["checkpoint"])
 
 
+def constant_acceptance(rate, *, temperature: float | None) -> Acceptance:
+    """:meth:`Acceptance.constant` of a user's ``acceptance=`` number (a constant conditional
+    per-position acceptance rate in [0, 1]), its errors naming the field ``acceptance``.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``rate`` outside [0, 1] or NaN (field ``acceptance``; ``Acceptance.constant`` names it ``alpha``).
+    """
+    try:
+        return Acceptance.constant(float(rate), temperature=temperature)
+    except SpecsimValueError as e:
+        raise SpecsimValueError("acceptance", f"a constant per-position acceptance rate {e.rule}", rate) from e
+
+
 def _load_target(target) -> ModelSpec:
     """A catalog name (``load_model``), or an existing path to a Hugging Face ``config.json`` or to a
     model directory holding one (``ModelSpec.from_hf_config``)."""
@@ -259,7 +274,13 @@ def _load_target(target) -> ModelSpec:
         p = os.path.expanduser(os.fspath(target))
         if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
             return ModelSpec.from_hf_config(p)
-    return load_model(target)
+    try:
+        return load_model(target)
+    except SpecsimValueError as e:  # named as the caller spelled it (load_model's own field is "model")
+        if e.field != "model":
+            raise
+        raise SpecsimValueError("target", "neither a shipped model name nor a path to a Hugging Face config.json "
+                                "or a model directory holding one", e.value, e.allowed) from e
 
 
 def _fmt_mal(m: float) -> str:
@@ -458,7 +479,7 @@ def resolve_inputs(
         raise SpecsimValueError("acceptance", "is required: an Acceptance, a constant rate in [0, 1], or measured counts")
     if not isinstance(acceptance, Acceptance):
         if isinstance(acceptance, (int, float, np.floating)) and not isinstance(acceptance, bool):
-            acceptance = Acceptance.constant(float(acceptance), temperature=None)  # records its assumption
+            acceptance = constant_acceptance(acceptance, temperature=None)  # records its assumption
         else:
             acceptance = Acceptance.from_rates(acceptance, kind="cumulative")
     # sampling temperature: a profile measured at one temperature is not valid at another

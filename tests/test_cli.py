@@ -68,7 +68,10 @@ def test_predict_speculative_config_and_mal_at_n(capsys):
 @pytest.mark.parametrize("extra,field", [
     (["-n", "3", "--concurrency", "0", "--acceptance", "0.7"], "concurrency"),
     (["-n", "0", "--acceptance", "0.7"], "num_speculative_tokens"),
-    (["-n", "3", "--acceptance", "1.5"], "alpha"),
+    # named as the user spelled them (they read "alpha" / "model", the library's internal names)
+    (["-n", "3", "--acceptance", "1.5"], "acceptance"),
+    (["-n", "3", "--acceptance", "nan"], "acceptance"),
+    (["-n", "3", "--acceptance", "0.7", "--target", "Qwen3-8"], "target"),
     (["-n", "3", "--acceptance", "0.7", "--hardware", "TPU-v9"], "hardware"),
     (["-n", "3", "--acceptance", "0.7", "--profile-temperature", "0", "--temperature", "0.8"], "temperature"),
 ])

@@ -7,7 +7,11 @@ from pathlib import Path
 from specsim.acceptance import Acceptance
 from specsim.architecture import ModelSpec, load_model
 from specsim.errors import SpecsimValueError
-from specsim.predict import BASELINE_LENGTH_TOLERANCE, MeasuredBaseline
+from specsim.predict import (
+    BASELINE_LENGTH_TOLERANCE,
+    MeasuredBaseline,
+    constant_acceptance,
+)
 from specsim.vllm.detect import read_counts, run_temperature
 
 ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N, "
@@ -114,7 +118,7 @@ def acceptance_from_args(args, required: bool = True):
     if from_file is not None:
         return acceptance_from_file(from_file, before, t)
     if args.acceptance is not None:
-        return Acceptance.constant(args.acceptance, temperature=t)
+        return constant_acceptance(args.acceptance, temperature=t)
     if args.cumulative is not None:
         return Acceptance.from_rates(float_list(args.cumulative, "--cumulative"), kind="cumulative", temperature=t)
     if args.conditional is not None:

@@ -2189,7 +2189,12 @@ def best_n(
         raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
     if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)
-    curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
+    # sweep's warnings re-issued from here, so that they name the caller's line (they named this one)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=2)
     if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
         raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")
     best_ratio = curve["throughput_ratio"].max()

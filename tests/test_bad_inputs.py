@@ -323,6 +323,8 @@ def test_best_n_warns_when_the_best_n_is_extrapolated():
     assert curve.attrs["best_n_extrapolated"] is True
     msg = f"best N = {best} lies beyond the measured acceptance positions"
     assert any(msg in str(w.message) for w in rec) and any(msg in w for w in curve.attrs["warnings"])
+    # every warning names this line, the caller's (sweep's own named specsim/predict.py: a new-user trial)
+    assert len(rec) >= 2 and {w.filename for w in rec} == {__file__}, [(w.filename, w.lineno) for w in rec]
 
 
 def test_best_n_within_measured_positions_not_flagged():

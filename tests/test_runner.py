@@ -9,6 +9,7 @@ and atomic recording, which is what these tests check.
 from __future__ import annotations
 
 import _thread
+import datetime as _dt
 import json
 import os
 import subprocess
@@ -488,6 +489,14 @@ def test_matrix_table_speedup_and_identity(fakes):
                     runs_dir=runs, stop_timeout_s=1)
     df = matrix_table(runs, "m").set_index("label")
     assert df.loc["ngram", "speedup_vs_baseline"] == pytest.approx(1.5)
+    # its baseline was benched just before it (a resumed cell's can be hours before): the gap is there
+    provs = {k: json.loads((runs / f"m-{k}" / "provenance.json").read_text()) for k in ("baseline", "ngram")}
+    gap = (_dt.datetime.fromisoformat(provs["ngram"]["started"].replace("Z", "+00:00"))
+           - _dt.datetime.fromisoformat(provs["baseline"]["started"].replace("Z", "+00:00"))).total_seconds()
+    assert df.loc["ngram", "baseline_seconds_apart"] == gap >= 0 and df.loc["baseline", "baseline_seconds_apart"] == 0
+    # counts are integers in summary.csv (a new-user trial read num_drafts 45.0)
+    assert df["concurrency"].dtype == "Int64" and df.loc["ngram", "concurrency"] == 4
+    assert ",4," in df.reset_index().to_csv(index=False).splitlines()[2] and ",4.0," not in df.to_csv()
     assert df.loc["baseline", "speedup_vs_baseline"] == pytest.approx(1.0)
     assert df.loc["ngram", "greedy_identical"] == "1/2"
     assert df.loc["ngram", "output_throughput_tokens_per_s"] == 75.0
@@ -542,8 +551,7 @@ def test_matrix_table_flags_a_speedup_measured_under_contention(tmp_path):
     rec("m-draft", "draft_model", 60.0, 0.05)
     rec("m-eagle", "eagle", 55.0, None)
     df = matrix_table(tmp_path, "m")
-    assert list(df.columns[:-1]) == [c for c in df.columns if c != "speedup_unreliable"]
-    assert df.columns[-1] == "speedup_unreliable"
+    assert list(df.columns[-2:]) == ["speedup_unreliable", "baseline_seconds_apart"]  # appended, in this order
     df = df.set_index("label")
     assert df.loc["ngram", "speedup_vs_baseline"] == pytest.approx(1.5)  # unchanged, but flagged
     assert df.loc["ngram", "speedup_unreliable"] is True

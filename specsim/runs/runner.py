@@ -1035,7 +1035,12 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
         (appended; the columns before it are unchanged): True where ``speedup_vs_baseline`` is given
         but this run's or its baseline's ``other_cpu_fraction`` exceeds
         :data:`SPEEDUP_CONTENDED_FRACTION` (0.10); else None where either fraction was not recorded
-        (or no speedup is given), False otherwise.
+        (or no speedup is given), False otherwise; then ``baseline_seconds_apart`` (appended after it):
+        seconds between the starts of the run and of the baseline its speedup is taken against
+        (large for a cell run by a ``--resume`` against a baseline of the interrupted invocation; the
+        machine's speed can change in minutes), None where no speedup is given.  Counts
+        (``num_speculative_tokens``, ``concurrency``, ``num_prompts``, ``output_len``,
+        ``total_output_tokens``, ``num_drafts``) are integers (pandas ``Int64``, empty where unknown).
 
     The threshold is :data:`specsim.runs.records.CONTENDED_FRACTION`, the share above which the
     readers flag a run ``contended``: the speedups a matrix compares are of the order of 10-50 %,
@@ -1075,7 +1080,8 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
                "loadavg1_before": (p.get("loadavg_before") or [None])[0],
                "loadavg1_after": (p.get("loadavg_after") or [None])[0],
                "server_startup_seconds": p.get("server_startup_seconds"),
-               "error": (p.get("error") or "").splitlines()[0][:200] if p.get("error") else None}
+               "error": (p.get("error") or "").splitlines()[0][:200] if p.get("error") else None,
+               "started": p.get("started")}
         bj = d / "bench.json"
         if bj.exists():
             with contextlib.suppress(Exception):
@@ -1105,6 +1111,18 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
             return True
         return None if any(x is None or pd.isna(x) for x in fr) else False
     df["speedup_unreliable"] = df.apply(unreliable, axis=1).astype(object)
+    # how far apart the run and its baseline were benched: a resumed cell is compared with a baseline of
+    # the interrupted invocation, minutes or hours before, when the machine's speed may have changed
+    started = pd.to_datetime(df.pop("started"), utc=True, errors="coerce")
+    is_base = (df["method"].isna() & (df["status"] == "ok")).to_numpy()
+    base_at = dict(zip(zip(df["temperature"][is_base], df["concurrency"][is_base]), started[is_base]))
+    apart = []
+    for key, t, sp in zip(zip(df["temperature"], df["concurrency"]), started, df["speedup_vs_baseline"]):
+        b = base_at.get(key)
+        apart.append(None if pd.isna(sp) or b is None or pd.isna(b) or pd.isna(t) else abs((t - b).total_seconds()))
+    df["baseline_seconds_apart"] = pd.array(apart, dtype="Float64")
+    for c in ("num_speculative_tokens", "concurrency", "num_prompts", "output_len", "total_output_tokens", "num_drafts"):
+        df[c] = pd.array([None if pd.isna(v) else int(v) for v in df[c]], dtype="Int64")  # 3, not 3.0
     return df
 
 

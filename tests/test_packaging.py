@@ -336,6 +336,16 @@ def test_installed_run_matrix_reads_a_copied_matrix_relative_to_its_directory(in
     assert "Traceback" not in res.stderr and "make vllm-env" not in res.stderr, res.stderr
     assert f"relative paths are resolved against the matrix directory {d}" in res.stderr, res.stderr
     assert f"(got '{d / 'models' / 'smollm2-135m-instruct'}')" in res.stderr, res.stderr
+    # with the paths there, this core-only install is refused for want of the [vllm] extra (it used to run
+    # every cell and record each failed), before anything starts and without a vLLM environment
+    (d / "models" / "smollm2-135m-instruct").mkdir(parents=True)
+    (d / "data" / "prompts").mkdir(parents=True)
+    shutil.copyfile(ROOT / "data" / "prompts" / "humaneval_custom.jsonl", d / "data" / "prompts" / "humaneval_custom.jsonl")
+    for extra in (["--dry-run"], ["--runs-dir", "runs"]):
+        res = installed.run("specsim", "run-matrix", "--matrix", d.name, *extra)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stdout + res.stderr
+        assert "needs the optional package prometheus-client: pip install 'specsim[vllm]'" in res.stderr, res.stderr
+    assert not (installed.workdir / "runs").exists()
 
 
 def test_vllm_setup_refuses_a_full_disk_before_installing(tmp_path):

@@ -478,3 +478,27 @@ def test_a_finished_run_matrix_names_its_stamp_where_it_recorded_and_how_to_judg
     assert main(["run-matrix", "--matrix", "smoke", "--stamp", "S9"]) == 0  # no probe; the default runs dir
     assert capsys.readouterr().out.splitlines()[-1] == (
         f"recorded under {project_data_path('runs')} as smoke-S9-*: `--stamp S9 --resume` re-runs what failed")
+
+
+def test_an_installed_copy_dry_runs_without_a_vllm_environment(tmp_path, monkeypatch):
+    """A new-user trial: an installed copy refused even --dry-run without SPECSIM_VLLM_VENV (the run
+    needs it; the dry run only estimates, with the vLLM build unknown)."""
+    from specsim.runs import provenance, sweep_files
+
+    d = tmp_path / "m"
+    shutil.copytree(project_data_path("matrices", "smoke"), d)
+    sc = json.loads((d / "specsim.json").read_text())
+    models = project_data_path().parent / "models"
+    for k in ("serve_cmd", "bench_cmd"):
+        sc[k] = sc[k].replace("models/", f"{models}/").replace("data/prompts/", f"{project_data_path('prompts')}/")
+    (d / "specsim.json").write_text(json.dumps(sc))
+    for mod in (provenance, sweep_files):
+        monkeypatch.setattr(mod, "is_source_checkout", lambda: False)
+    monkeypatch.delenv("SPECSIM_VLLM_VENV", raising=False)
+    with pytest.raises(RunError, match="no vLLM environment: set SPECSIM_VLLM_VENV"):
+        VllmInstall.default()
+    if not (models / "smollm2-135m-instruct").is_dir():
+        pytest.skip("the converted checkpoint is not here (make vllm-env)")
+    text, data = runner.dry_run(d, runs_dir=tmp_path / "runs")
+    assert "estimate:" in text and data["platform_reason"], data
+    assert f"run from {d}, where the matrix's relative paths resolve" in text

@@ -230,6 +230,10 @@ def test_estimate_uses_recorded_run_times():
     assert "12 server(s), 42 bench cell(s), 1 health check(s), 1 probe(s)" in text
     assert all(c.run_label in text for c in m.cells())
     assert "device-hours" in text and "vllm bench sweep serve --serve-cmd" in text
+    # where to run it: the commands name models/... and data/... relative to the checkout (a new-user trial
+    # pasted one elsewhere)
+    assert f"(no judges, probes or provenance; run from {project_data_path().parent}, where the matrix's relative " \
+           "paths resolve):" in text
 
 
 def test_the_estimate_counts_runs_not_an_invocation_s_manifest_or_summary(tmp_path):

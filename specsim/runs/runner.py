@@ -449,7 +449,12 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     sel = select_matrix(m, only)
     check_runs_dir(runs_dir)
     check_extras(executor)  # as the run: a dry run that passes is not refused by the run for a missing package
-    build, build_why = vllm_build(install or VllmInstall.default())
+    try:
+        install = install or VllmInstall.default()
+    except RunError as e:  # an installed copy without SPECSIM_VLLM_VENV: the build is unknown, as with no venv
+        build, build_why = None, str(e)
+    else:
+        build, build_why = vllm_build(install)
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)  # as the run
     rd = Path(runs_dir) if runs_dir else project_data_path("runs")
     est = estimate_seconds(m, runs_dir=rd, executor=executor)  # as the run's progress bar estimates it

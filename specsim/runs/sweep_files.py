@@ -1518,7 +1518,9 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
               f"(health checks and probes on 1 GPU; recorded times are this CPU host's: a GPU host differs)"]
     cmds = m.vllm_sweep_commands()
     if cmds:
-        lines += ["", "the same sweeps with vLLM alone (no judges, probes or provenance):"] + [f"  {c}" for c in cmds]
+        base = project_dir() if is_source_checkout() else m.root  # where load_matrix resolved relative paths
+        lines += ["", f"the same sweeps with vLLM alone (no judges, probes or provenance; run from {base}, where the "
+                      "matrix's relative paths resolve):"] + [f"  {c}" for c in cmds]
     return "\n".join(lines)
 
 

@@ -233,6 +233,16 @@ def test_a_blank_file_and_a_link_vars_leaving_nothing_are_refused(tmp_path):
     shutil.rmtree(tmp_path / "m")
     e = _refused(_linked_by_max_num_seqs(tmp_path, baseline_seqs=8))
     assert e.field == "sweeps[0].link_vars" and "no (serve, bench) combination" in e.rule, str(e)
+    assert "no serve record and bench record agree on the linked values" in e.rule, str(e)
+    # keys no record has are named (a new-user trial's "foo=bar" got the message above)
+    shutil.rmtree(tmp_path / "m")
+    d = _smoke(tmp_path)
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["link_vars"] = "foo=bar"
+    (d / "specsim.json").write_text(json.dumps(sc))
+    e = _refused(d)
+    assert e.field == "sweeps[0].link_vars" and e.value == "foo=bar", str(e)
+    assert "serve key 'foo' is in no serve record; bench key 'bar' is in no bench record" in e.rule, str(e)
 
 
 def _linked_by_max_num_seqs(tmp_path, baseline_seqs: int) -> Path:

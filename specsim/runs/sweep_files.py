@@ -916,8 +916,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 g["cells"].append({"bench": bname, "params": bp})
                 n_cells += 1
         if not n_cells:
-            raise SpecsimValueError(f"{where}.link_vars", "leaves no (serve, bench) combination: no serve record "
-                                    "and bench record agree on the linked values", sw.get("link_vars"))
+            absent = ([f"serve key {a!r} is in no serve record" for a in dict.fromkeys(a for a, _ in links)
+                       if not any(a in r for _, r in serve_recs)]
+                      + [f"bench key {b!r} is in no bench record" for b in dict.fromkeys(b for _, b in links)
+                         if not any(b in r for _, r in bench_recs)])
+            why = "; ".join(absent) if absent else "no serve record and bench record agree on the linked values"
+            raise SpecsimValueError(f"{where}.link_vars", f"leaves no (serve, bench) combination: {why} (vLLM "
+                                    "pairs a serve and a bench record only where both have each linked key, with "
+                                    "equal values)", sw.get("link_vars"))
     idle = [name for name, g in groups.items() if not g["cells"]]
     if idle:  # vLLM's sweep would start these servers and bench nothing on them (serve.py run_combs)
         raise SpecsimValueError("sweeps[].link_vars", f"leave serve record(s) {', '.join(map(repr, idle))} with no "

@@ -746,6 +746,9 @@ def test_validate_one_matrix_and_its_own_probe():
     assert pid.startswith(V.HEADLINE_MATRIX + "-2")
     with pytest.raises(DataError, match=r"no runs of matrix 'no-such-matrix'.*cpu-validation \(stamps 20261129T104718"):
         V.validate(RUNS, matrix="no-such-matrix")
+    # a mistyped stamp gets the nearest recorded one of its matrix (a new-user trial had to read the list)
+    with pytest.raises(DataError, match=r"with stamp '20261129T10471' \(did you mean '20261129T104718'\?\) under "):
+        V.validate(RUNS, matrix=V.HEADLINE_MATRIX, stamp="20261129T10471")
     with pytest.raises(DataError, match="recorded by matrix 'no-such-matrix'"):
         R.load_probe(RUNS, matrix="no-such-matrix")
 

@@ -1074,7 +1074,12 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
         rec = {str(n): sorted(map(str, g["stamp"].dropna().unique())) for n, g in allr.groupby("matrix")} \
             if len(allr) else {}
         listed = "; ".join(f"{n} (stamps {', '.join(st)})" for n, st in sorted(rec.items()))
+        import difflib
+
+        near = difflib.get_close_matches(str(stamp), rec.get(matrix, []) if matrix is not None else
+                                         sorted({x for st in rec.values() for x in st}), n=1) if stamp else []
         raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
+                        + (f" (did you mean {near[0]!r}?)" if near else "")
                         + f" under {runs_dir or project_data_path('runs')}; recorded matrices: {listed or 'none'}"
                         + ("" if matrix is None or matrix in rec else _no_runs_hint(matrix)))
     probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)

@@ -336,6 +336,13 @@ def test_cli_sweep_prints_the_extrapolation_warning_once(capsys):
     rc, out, err = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "2,5",
                         "--cumulative", "0.8,0.6,0.45"], capsys)
     assert rc == 0 and err.count("acceptance extrapolated beyond the 3 measured position(s)") == 1
+    # and the table marks the rows it concerns (a new-user trial: only the warning above it said which)
+    head, *rows = out.strip().splitlines()
+    assert head.split()[-1] == "acceptance_extrapolated"
+    assert {r.split()[1]: r.split()[-1] for r in rows} == {"2": "False", "5": "True"}
+    rc, out, _ = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "2,3",
+                      "--cumulative", "0.8,0.6,0.45"], capsys)
+    assert rc == 0 and "acceptance_extrapolated" not in out and "kv_cache_fits" not in out  # nothing to flag
 
 
 # --- concurrency >= 2**63 (numpy int64 overflow) ---------------------------------------------------

@@ -167,7 +167,10 @@ def _cmd_sweep(args) -> int:
     else:
         cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "break_even_mal", "throughput_ratio", "tpot_s",
                 "output_tok_per_s"]
-        print(df[cols].to_string(index=False))
+        # the rows whose acceptance is extrapolated, marked where they are read (not only in the warning above)
+        flags = [c for c in ("acceptance_extrapolated",) if df[c].any()] + \
+                [c for c in ("kv_cache_fits",) if not df[c].all()]
+        print(df[cols + flags].to_string(index=False))
     if b is not None:
         k, h = float(df["target_time_scale"].iloc[0]), float(df["host_time_scale"].iloc[0])
         what = f"target forwards x {k:.4g}" + ("" if h == 1.0 else f", host-side seconds x {h:.4g}")

@@ -28,6 +28,9 @@ _KIND = {"mtp": "sequential", "eagle": "sequential", "eagle3": "sequential", "dr
          "suffix": "lookup"}
 MODELED_METHODS = tuple(m for m in VLLM_METHODS if m in _KIND or m in VLLM_MTP_TYPES)
 KINDS = ("sequential", "parallel", "parallel_markov", "lookup")
+#: methods whose proposer can come back empty (a prompt / suffix lookup that finds no match): only for
+#: these do some decode steps carry no draft (vllm/v1/spec_decode/ngram_proposer.py, suffix_decoding.py)
+LOOKUP_METHODS = tuple(m for m, k in _KIND.items() if k == "lookup")
 #: methods whose heads may be trained for vLLM's ``parallel_drafting`` (Unified Parallel Drafting, vLLM
 #: >= 0.16, PR #32887; P-EAGLE = eagle3 + parallel_drafting): ONE draft forward drafts all N tokens, so a
 #: spec of such a head declares ``"parallel_drafting": true`` and kind ``"parallel"``

@@ -215,13 +215,17 @@ def test_readme_hand_off_command_runs(capsys, monkeypatch):
     rc, out, err = run(argv, capsys)
     assert rc == 0, err
     acc = Acceptance.from_counts(BENCH_A["num_drafts"], BENCH_A["accepted_per_pos"], temperature=0.0)
+    # the n-gram run drafted on 357 of its 1580 - 16 - 672 = 892 decode request-steps (its lookups missed on
+    # the others, which no counter shows), proposing 1067 / 357 tokens each: both taken from the file
+    steps = 1580 - 16 - 672
     p = predict("SmolLM2-135M-Instruct", "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", concurrency=4,
-                isl=256, osl=64, acceptance=acc)
+                isl=256, osl=64, acceptance=acc, drafted_fraction=357 / steps, mean_proposal_tokens=1067 / 357)
     assert f"throughput ratio    {p.throughput_ratio:6.3f}x" in out
-    assert f"{1 + (271 + 216 + 185) / 357:6.3f} tokens/step" in out  # MAL 2.882 from the file's own counts
+    assert f"{1 + 672 / steps:6.3f} tokens/step" in out  # 1.753 tokens per decode step (2.882 per drafted one)
+    assert f"40.0% of its {steps} decode request-steps carried a draft" in err
     rc, out, _ = run([*argv, "--json"], capsys)
     d = json.loads(out)
-    assert d["mal"] == pytest.approx(1 + 672 / 357, rel=1e-12)
+    assert d["mal"] == pytest.approx(1 + 672 / steps, rel=1e-12)
     # the 2-core CPU ships no stack calibration: the zero-overhead upper end is said, nothing else is wrong
     assert len(d["warnings"]) == 1 and d["warnings"][0].startswith("no stack calibration ships for cpu-2core-avx2")
 
@@ -415,5 +419,87 @@ def test_readme_anchored_cpu_pair_says_it_is_an_upper_end(capsys, monkeypatch):
     base = json.loads((ROOT / "tests/data/vllm_samples/bench_base.json").read_text())
     spec = json.loads((ROOT / "tests/data/vllm_samples/bench_ngram.json").read_text())
     measured = spec["output_throughput"] / base["output_throughput"]
-    assert measured == pytest.approx(0.895, abs=1e-3) and d["throughput_ratio"] == pytest.approx(1.476, abs=2e-3)
+    # 1.431x with the share of steps the n-gram run drafted on (35 %, from the file); 1.476x when every step
+    # is taken to draft N tokens, as before the file's drafting was read
+    assert measured == pytest.approx(0.895, abs=1e-3) and d["throughput_ratio"] == pytest.approx(1.431, abs=2e-3)
+    rc, out, err = run([*argv, "--json", "--drafted-fraction", "1", "--mean-proposal-tokens", "3"], capsys)
+    assert rc == 0 and json.loads(out)["throughput_ratio"] == pytest.approx(1.476, abs=2e-3)
     assert any(w.startswith("no stack calibration ships for cpu-2core-avx2") and "upper-end" in w for w in d["warnings"])
+
+
+# ---- partial drafting from a vllm bench serve JSON (a new-user trial: n-gram speedups overstated ~1.7x) ----
+NGRAM_BENCH = Path(__file__).parent / "data" / "vllm_samples" / "bench_ngram.json"
+
+
+def test_the_drafted_share_of_steps_is_read_from_a_bench_json_by_its_closed_form():
+    """vLLM counts a draft only on a step that proposed one: of an n-gram run's decode steps, those whose
+    lookup missed are in no counter.  Each decode step emits 1 token + the drafts it accepts and each
+    request's first token is its prefill's, so steps = output tokens - requests - accepted tokens."""
+    from specsim.vllm.detect import read_counts, read_drafting
+
+    raw = json.loads(NGRAM_BENCH.read_text())
+    steps = raw["total_output_tokens"] - raw["completed"] - raw["spec_decode_accepted_tokens"]
+    kind, counts = read_counts(NGRAM_BENCH)
+    d = read_drafting(NGRAM_BENCH, kind, counts)
+    assert d["decode_steps"] == steps == 938
+    assert d["drafted_fraction"] == pytest.approx(raw["spec_decode_num_drafts"] / steps)  # 330 / 938
+    assert d["mean_proposal_tokens"] == pytest.approx(raw["spec_decode_draft_tokens"] / raw["spec_decode_num_drafts"])
+    # formats without both totals give None (the caller then says nothing), never a guess
+    mk, mc = read_counts(Path(__file__).parent / "data" / "vllm_samples" / "metrics_ngram.txt")
+    assert read_drafting(Path(__file__).parent / "data" / "vllm_samples" / "metrics_ngram.txt", mk, mc) is None
+
+
+def test_predict_and_sweep_take_the_drafted_share_from_an_acceptance_file(capsys):
+    from specsim.vllm.detect import read_counts, read_drafting
+
+    kind, counts = read_counts(NGRAM_BENCH)
+    d = read_drafting(NGRAM_BENCH, kind, counts)
+    argv = ["predict", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "-n", "3", "--hardware", "H100 SXM",
+            "--concurrency", "1", "--acceptance-from", str(NGRAM_BENCH), "--json"]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    acc = Acceptance.from_counts(counts, temperature=0.0)
+    kw = dict(hardware="H100 SXM", concurrency=1, acceptance=acc)
+    part = predict("Llama-3.1-8B-Instruct", "ngram", 3, drafted_fraction=d["drafted_fraction"],
+                   mean_proposal_tokens=d["mean_proposal_tokens"], **kw)
+    full = predict("Llama-3.1-8B-Instruct", "ngram", 3, **kw)
+    got = json.loads(out)["throughput_ratio"]
+    assert got == pytest.approx(part.throughput_ratio, rel=1e-12) and got < 0.7 * full.throughput_ratio
+    assert "35.2% of its 938 decode request-steps carried a draft, 2.99 tokens proposed per drafted step (at N = 3); " \
+           "predicted with drafted_fraction=0.352, mean_proposal_tokens=2.988" in err
+    # an explicit --drafted-fraction wins over the file
+    rc, out, err = run([*argv, "--drafted-fraction", "1"], capsys)
+    assert rc == 0 and "predicted with mean_proposal_tokens=2.988" in err
+    assert json.loads(out)["throughput_ratio"] == pytest.approx(
+        predict("Llama-3.1-8B-Instruct", "ngram", 3, mean_proposal_tokens=d["mean_proposal_tokens"], **kw).throughput_ratio)
+    # a sweep over other N takes the drafted share only (N = 2 cannot propose 2.99 tokens)
+    rc, out, err = run(["sweep", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "-n", "2,3", "--hardware",
+                        "H100 SXM", "--concurrency", "1", "--acceptance-from", str(NGRAM_BENCH), "--json"], capsys)
+    assert rc == 0, err
+    assert "predicted with drafted_fraction=0.352 (mean_proposal_tokens only at the file's N = 3" in err
+    rows = {r["num_speculative_tokens"]: r["throughput_ratio"] for r in json.loads(out)}
+    assert rows[3] == pytest.approx(predict("Llama-3.1-8B-Instruct", "ngram", 3, drafted_fraction=d["drafted_fraction"],
+                                            **kw).throughput_ratio, rel=1e-9)
+
+
+def test_recommend_warns_that_it_assumes_every_step_drafts(capsys):
+    rc, _, err = run(["recommend", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "--hardware", "H100 SXM",
+                      "--acceptance-from", str(NGRAM_BENCH)], capsys)
+    assert rc == 0
+    assert "only 35.2% of its decode steps carried a draft (lookup misses), but recommend assumes every step drafts" in err
+
+
+def test_the_drafted_share_applies_to_lookup_methods_only(capsys):
+    """EAGLE-3 drafts on every step: an n-gram run's missed lookups say nothing of it; the file's drafted
+    share is then not applied, and the mismatch is warned about."""
+    argv = ["predict", "--target", "Llama-3.1-8B-Instruct", "--method", "eagle3", "-n", "3", "--hardware", "H100 SXM",
+            "--concurrency", "1", "--acceptance-from", str(NGRAM_BENCH), "--json"]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    assert "only 35.2% of its decode steps carried a draft, as a lookup method's run does (ngram, suffix); eagle3 " \
+           "drafts on every step" in err
+    from specsim.vllm.detect import read_counts
+
+    acc = Acceptance.from_counts(read_counts(NGRAM_BENCH)[1], temperature=0.0)
+    assert json.loads(out)["throughput_ratio"] == pytest.approx(predict(
+        "Llama-3.1-8B-Instruct", "eagle3", 3, hardware="H100 SXM", concurrency=1, acceptance=acc).throughput_ratio)

@@ -20,8 +20,10 @@ from specsim.cli._args import (
     acceptance_from_args,
     add_acceptance_from_args,
     add_baseline_args,
+    add_drafting_args,
     baseline_from_args,
     check_baseline_point,
+    drafting_from_args,
     resolve_target,
 )
 from specsim.cli.recommend import add_recommend_parser, add_stack_args, recommend_cli
@@ -89,6 +91,7 @@ def _cmd_predict(args) -> int:
         temperature_assumption=args.temperature_assumption, baseline=b,
         vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
         expert_parallel=args.expert_parallel,
+        **drafting_from_args(args, None if args.num_speculative_tokens is None else [args.num_speculative_tokens]),
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
@@ -153,7 +156,7 @@ def _cmd_sweep(args) -> int:
             acceptance=acc, draft=args.draft, temperature=args.temperature,
             temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
             vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
-            expert_parallel=args.expert_parallel,
+            expert_parallel=args.expert_parallel, **drafting_from_args(args, _sweep_n(args)),
         )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
@@ -508,6 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=None,
                    help="concurrent requests (decode batch; default 1, or the --baseline-from run's max_concurrency)")
     add_stack_args(p)
+    add_drafting_args(p)
     p.add_argument("--json", action="store_true", help="print the Prediction as JSON")
     p.set_defaults(func=_cmd_predict)
 
@@ -518,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", default=None, help=f"comma-separated concurrencies (default {_SWEEP_CONCURRENCY}, "
                                                         "or the --baseline-from run's max_concurrency)")
     add_stack_args(p)
+    add_drafting_args(p)
     p.add_argument("--out", help="write the tidy CSV here")
     p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")
     p.set_defaults(func=_cmd_sweep)

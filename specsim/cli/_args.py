@@ -1,6 +1,7 @@
 """Command-line arguments shared by the ``specsim`` commands (layer 5, entry points)."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from specsim.predict import (
     MeasuredBaseline,
     constant_acceptance,
 )
-from specsim.vllm.detect import read_counts, run_temperature
+from specsim.vllm.detect import read_counts, read_drafting, run_temperature
 
 ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N, "
                     "--acceptance-from FILE")
@@ -131,6 +132,77 @@ def acceptance_from_args(args, required: bool = True):
     except ValueError:
         raise SpecsimValueError("--mal", "takes MAL@N with a number MAL and an integer N, e.g. 3.2@4", args.mal) from None
     return Acceptance.from_mal(mal_f, n_i, temperature=t)
+
+
+#: below this drafted share of decode steps (measured by an --acceptance-from file) a prediction that assumes
+#: every step drafts is warned about (0.95: fewer steps drafting lowers the ratio by more than a few per cent)
+PARTIAL_DRAFTING_WARN = 0.95
+
+
+def add_drafting_args(p) -> None:
+    """Add ``--drafted-fraction`` and ``--mean-proposal-tokens`` (``specsim predict`` / ``sweep``)."""
+    g = p.add_argument_group("partial drafting (n-gram / suffix lookups that miss)")
+    g.add_argument("--drafted-fraction", type=float, default=None,
+                   help="share of decode steps that carry a draft, in (0, 1] (default 1, or what the "
+                        "--acceptance-from vllm bench serve JSON measured: vLLM counts only steps that drafted)")
+    g.add_argument("--mean-proposal-tokens", type=float, default=None,
+                   help="tokens proposed per drafted step, 1..N (default N, or the --acceptance-from file's at "
+                        "its N)")
+
+
+def drafting_from_args(args, n_values) -> dict:
+    """``drafted_fraction`` / ``mean_proposal_tokens`` keyword arguments of ``predict`` / ``sweep``:
+    ``--drafted-fraction`` / ``--mean-proposal-tokens`` when given, else, for a lookup method
+    (:data:`specsim.drafters.LOOKUP_METHODS`: ngram, suffix), what an ``--acceptance-from`` ``vllm bench
+    serve`` JSON measured (:func:`specsim.vllm.detect.read_drafting`: vLLM counts a draft only on steps
+    that proposed one, so an n-gram run's lookup misses are not in its acceptance counts); its
+    ``mean_proposal_tokens`` only when every N predicted is the file's N.  What was taken from the file
+    is said on stderr; for another method (which drafts on every step) a file whose run drafted on
+    fewer steps is warned about.  ``n_values``: the N predicted (None: unknown, e.g. from a
+    ``--speculative-config``)."""
+    import json
+    import sys
+
+    from specsim.drafters import LOOKUP_METHODS
+
+    out: dict = {}
+    if args.drafted_fraction is not None:
+        out["drafted_fraction"] = args.drafted_fraction
+    if args.mean_proposal_tokens is not None:
+        out["mean_proposal_tokens"] = args.mean_proposal_tokens
+    path = getattr(args, "acceptance_from", None)
+    if path is None or len(out) == 2:
+        return out
+    kind, counts = read_counts(path, before=getattr(args, "before", None))
+    d = read_drafting(path, kind, counts)
+    if d is None:
+        return out
+    method = args.method
+    if method is None and args.speculative_config:
+        with contextlib.suppress(ValueError, AttributeError):
+            method = json.loads(args.speculative_config).get("method")
+    if method not in LOOKUP_METHODS:
+        if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN and "drafted_fraction" not in out:
+            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
+                  f"draft, as a lookup method's run does (ngram, suffix); {method} drafts on every step, so its "
+                  "acceptance may not transfer either", file=sys.stderr)
+        return out
+    took = []
+    if "drafted_fraction" not in out:
+        out["drafted_fraction"] = min(1.0, d["drafted_fraction"])
+        took.append(f"drafted_fraction={out['drafted_fraction']:.3f}")
+    n_file = counts.num_speculative_tokens
+    same_n = n_values is not None and n_file is not None and set(n_values) == {n_file}
+    if "mean_proposal_tokens" not in out and same_n:
+        out["mean_proposal_tokens"] = d["mean_proposal_tokens"]
+        took.append(f"mean_proposal_tokens={d['mean_proposal_tokens']:.3f}")
+    print(f"specsim: {d['source']}: {d['drafted_fraction']:.1%} of its {d['decode_steps']:.0f} decode request-steps "
+          f"carried a draft, {d['mean_proposal_tokens']:.2f} tokens proposed per drafted step (at N = {n_file}); "
+          + (f"predicted with {', '.join(took)}" if took else "the given --drafted-fraction / --mean-proposal-tokens "
+             "are used instead")
+          + ("" if same_n or "mean_proposal_tokens" in out else f" (mean_proposal_tokens only at the file's N = "
+             f"{n_file}: other N propose up to N)"), file=sys.stderr)
+    return out
 
 
 def add_stack_args(p) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from specsim.cli._args import (
+    PARTIAL_DRAFTING_WARN,
     acceptance_from_args,
     add_acceptance_from_args,
     add_baseline_args,
@@ -14,6 +15,7 @@ from specsim.cli._args import (
 )
 from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
+from specsim.vllm.detect import read_counts, read_drafting
 
 __all__ = ["add_recommend_parser", "add_stack_args", "recommend_cli"]
 
@@ -116,6 +118,14 @@ def recommend_cli(args, *, latency=None) -> int:
     methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
     if methods is not None and len(methods) == 1:
         methods = methods[0]
+    if args.acceptance_from is not None:  # recommend assumes every step drafts: say where the file shows otherwise
+        kind, counts = read_counts(args.acceptance_from, before=args.before)
+        d = read_drafting(args.acceptance_from, kind, counts)
+        if d is not None and d["drafted_fraction"] < PARTIAL_DRAFTING_WARN:
+            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
+                  "draft (lookup misses), but recommend assumes every step drafts, so its ratios for this run's "
+                  "method are too high; use `specsim sweep --acceptance-from` (it takes the drafted share from the "
+                  "file, or --drafted-fraction)", file=sys.stderr)
     rec = recommend(
         resolve_target(args.target), methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
         osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,

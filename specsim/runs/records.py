@@ -19,6 +19,7 @@ import pandas as pd
 from specsim.catalog import project_data_path
 from specsim.errors import DataError, NotCollectedError
 from specsim.vllm.bench import read_bench_result
+from specsim.vllm.counts import decode_steps
 from specsim.vllm.prometheus import diff_scrapes
 
 __all__ = ["BENCH_FILES", "CONTENDED_FRACTION", "load_run", "load_runs", "pair_runs", "load_probe",
@@ -178,7 +179,7 @@ def _derive_steps(row: dict, generated: int, requests: int) -> None:
     which can make the difference fall below ``num_drafts``; it is then clamped to it.
     """
     d, t, a = row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]
-    s = max(float(d), float(generated - requests - a))
+    s = decode_steps(d, a, generated, requests)
     row["decode_steps"] = s
     row["draft_step_fraction"] = d / s
     row["q_eff"] = 1.0 + t / s

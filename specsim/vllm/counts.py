@@ -54,6 +54,17 @@ def as_count(value: Any, what: str) -> int:
     return int(f)
 
 
+def decode_steps(num_drafts: int, num_accepted_tokens: int, generated_tokens: int, requests: int) -> float:
+    """Decode request-steps of a run: ``max(num_drafts, generated_tokens - requests - num_accepted_tokens)``.
+
+    Each decode step of a request emits one token plus the drafts it accepts, and each request's first
+    token comes from its prefill; the final step of a request can accept drafts past ``max_tokens``
+    that are then cut (counted as accepted, not generated), which can make the difference fall below
+    ``num_drafts`` -- it is then clamped to it (every draft was a step).  Counts in tokens / steps.
+    """
+    return max(float(num_drafts), float(generated_tokens - requests - num_accepted_tokens))
+
+
 # --------------------------------------------------------------------------------------------
 # SpecDecodeCounts
 # --------------------------------------------------------------------------------------------
@@ -224,6 +235,45 @@ class SpecDecodeCounts:
         """Draft tokens per draft (tokens); < N for drafters that may propose fewer (ngram)."""
         self._need_drafts("mean draft length")
         return self.num_draft_tokens / self.num_drafts
+
+    def drafting(self, generated_tokens: int, requests: int) -> dict:
+        """How often the run drafted, from its counters and its totals: the share of decode steps that
+        carried a draft (< 1 for drafters whose lookup can miss: ngram, suffix; vLLM counts a draft
+        only when one was proposed, so ``num_drafts`` alone hides the steps without one) and the
+        tokens proposed per drafted step.
+
+        Parameters
+        ----------
+        generated_tokens : int
+            Output tokens of the run (``total_output_tokens`` of ``vllm bench serve``; the
+            ``vllm:generation_tokens`` delta), tokens.
+        requests : int
+            Completed requests (each one's first token comes from its prefill, not a decode step).
+
+        Returns
+        -------
+        dict
+            ``decode_steps`` (request-steps ``S = max(num_drafts, generated - requests - accepted)``:
+            each decode step emits one token plus the drafts it accepts; the final step of a request
+            can accept drafts past ``max_tokens`` that are then cut, which can make the difference
+            fall below ``num_drafts``, then clamped to it), ``drafted_fraction`` (``num_drafts / S``,
+            in (0, 1]) and ``mean_proposal_tokens`` (``num_draft_tokens / num_drafts``, tokens) --
+            the arguments of ``specsim.predict(drafted_fraction=, mean_proposal_tokens=)``.
+
+        Raises
+        ------
+        NotCollectedError
+            No drafts, or ``num_drafts`` not reported.
+        SpecsimValueError
+            ``generated_tokens`` or ``requests`` negative or not integers.
+        """
+        self._need_drafts("the drafted share of steps")
+        for name, v in (("generated_tokens", generated_tokens), ("requests", requests)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise SpecsimValueError(name, "must be a non-negative integer count", v)
+        d, t = self.num_drafts, self.num_draft_tokens
+        steps = decode_steps(d, self.num_accepted_tokens, generated_tokens, requests)
+        return {"decode_steps": steps, "drafted_fraction": d / steps, "mean_proposal_tokens": t / d}
 
     @property
     def per_position_rates(self) -> np.ndarray:

@@ -38,7 +38,7 @@ from specsim.vllm.speculators import (
 )
 from specsim.vllm.sweep import read_bench_sweep, read_sweep_summary_runs
 
-__all__ = ["KINDS", "detect_kind", "read_counts", "run_temperature"]
+__all__ = ["KINDS", "detect_kind", "read_counts", "read_drafting", "run_temperature"]
 
 #: format name -> what it is (the values of ``--kind``; "auto" detects)
 KINDS: dict[str, str] = {
@@ -365,6 +365,46 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path}: {kind}: {exc}") from exc
     return kind, counts
+
+
+def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts) -> dict | None:
+    """How often the run of ``path`` drafted (:meth:`SpecDecodeCounts.drafting`), where its format
+    records the run's output tokens and completed requests: a ``vllm bench serve`` result JSON (kind
+    ``"bench"``; ``--append-result`` results and a sweep ``summary.json`` list pooled, as
+    :func:`read_counts` pools their counts).  None for the other formats (they do not hold both
+    totals), and where the totals are missing or the run drafted nothing.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file ``counts`` was read from.
+    kind : str
+        Its format, as :func:`read_counts` returned it.
+    counts : SpecDecodeCounts
+        Its counts (:func:`read_counts`).
+
+    Returns
+    -------
+    dict or None
+        ``decode_steps``, ``drafted_fraction``, ``mean_proposal_tokens`` and ``source``.
+    """
+    if kind != "bench" or not counts.num_drafts:
+        return None
+    p = Path(path)
+    with open(p, "rb") as fh:
+        is_list = fh.read(256).lstrip().startswith(b"[")
+    if is_list:
+        with open(p, encoding="utf-8", errors="replace") as fh:
+            results = [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(json.load(fh))]
+    else:
+        results = read_bench_results(p)
+    used = [r for r in results if r.spec is not None]  # the results whose counts were pooled
+    try:
+        gen = sum(int(r.raw["total_output_tokens"]) for r in used)
+        req = sum(int(r.raw["completed"]) for r in used)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {**counts.drafting(gen, req), "source": f"{p} ({len(used)} result(s): {gen} output tokens, {req} requests)"}
 
 
 _NAMESPACE_T = re.compile(r"Namespace\(.*?\btemperature=([-+0-9.eE]+|None)\b")

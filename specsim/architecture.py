@@ -255,6 +255,11 @@ def _weight_dtypes(cfg: Mapping[str, Any], assumptions: list[str]) -> tuple[str,
         base = _TORCH_DTYPES.get(str(dt_raw).lower().replace("torch.", ""), None)
         if base is None:
             raise SpecsimValueError(dt_key, "unknown weight dtype", dt_raw, sorted(_TORCH_DTYPES))
+        if base == "fp32":  # what vLLM serves, not what the checkpoint stores
+            base = "bf16"
+            assumptions.append(f"{dt_key} float32: vLLM's --dtype auto serves a float32 checkpoint in the "
+                               "platform's preferred dtype, bf16 on GPUs (vllm/config/model.py _resolve_auto_dtype), "
+                               "so bf16 is modelled; precision='fp32' models --dtype float32")
     qc = cfg.get("quantization_config")
     if qc is None:
         return base, base, base
@@ -412,7 +417,8 @@ class ModelSpec:
             A ``config.json`` path, a model directory containing one, or the parsed dict.  A nested
             ``text_config`` (multimodal wrappers) is merged over the top level.
         name : str, optional
-            Defaults to ``_name_or_path``, the file's directory name, or ``model_type``.
+            Defaults to ``_name_or_path``, else the directory name of a ``config.json`` or the stem of
+            any other file name, else ``model_type``.
         kv_k_eq_v_store_once : bool
             For layers with ``attention_k_eq_v`` (Gemma 4 global layers): store the shared K=V
             tensor once in the KV cache.  Default False: K and V are both stored, as an engine
@@ -446,8 +452,8 @@ class ModelSpec:
             except (OSError, json.JSONDecodeError) as exc:
                 raise DataError(f"cannot read Hugging Face config {p}: {exc}") from exc
             source = str(p)
-            if name is None:
-                name = cfg.get("_name_or_path") or p.parent.name
+            if name is None:  # a model directory's config.json: the directory; any other file: its stem
+                name = cfg.get("_name_or_path") or (p.resolve().parent.name if p.name == "config.json" else p.stem)
         else:
             cfg = path_or_dict
         flat = _flatten(cfg)

@@ -443,6 +443,9 @@ def resolve_inputs(
         raise SpecsimValueError("method", "is required (a vLLM speculative method string) unless speculative_config is given")
 
     tgt = target if isinstance(target, ModelSpec) else _load_target(target)
+    if precision is None:  # the weight precision read from a config (a catalog model states its serving precision)
+        assumptions += [a for a in getattr(tgt, "assumptions", ())
+                        if a.startswith(("weight dtype", "torch_dtype", "dtype ", "quantization_config"))]
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     # precision None = the model's serving mix from specsim/data/models (e.g. int4 routed experts)
 

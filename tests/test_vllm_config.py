@@ -554,8 +554,20 @@ def test_hf_unknown_torch_dtype_refused(key):
 def test_hf_known_torch_dtypes_still_read():
     from specsim.architecture import ModelSpec
 
-    for raw, want in (("bfloat16", "bf16"), ("torch.float16", "fp16"), ("float32", "fp32"), ("half", "fp16")):
+    for raw, want in (("bfloat16", "bf16"), ("torch.float16", "fp16"), ("half", "fp16")):
         assert ModelSpec.from_hf_config(_qwen3_8b_config(torch_dtype=raw)).weight_dtype == want
+    # a float32 checkpoint is served in bf16 by vLLM's --dtype auto (vllm/config/model.py _resolve_auto_dtype:
+    # "Downcast for float32 models"), which is what is modelled, said in the assumptions (a new-user trial: fp32
+    # weights were modelled, ~1.7x the baseline step time, without a word)
+    spec = ModelSpec.from_hf_config(_qwen3_8b_config(torch_dtype="float32"))
+    assert spec.weight_dtype == "bf16" and any(a.startswith("torch_dtype float32: vLLM's --dtype auto serves")
+                                               for a in spec.assumptions)
+    import specsim
+
+    p = specsim.predict(spec, "eagle3", 3, hardware="H100 SXM", acceptance=0.7)
+    assert any(a.startswith("torch_dtype float32") for a in p.assumptions)
+    fp32 = specsim.predict(spec, "eagle3", 3, hardware="H100 SXM", acceptance=0.7, precision="fp32")
+    assert not any(a.startswith("torch_dtype float32") for a in fp32.assumptions) and fp32.t_base_s > p.t_base_s
 
 
 def test_shipped_model_configs_still_load():
@@ -568,3 +580,26 @@ def test_shipped_model_configs_still_load():
         except SpecsimValueError as exc:  # MiniMax-M3: its hidden_size is not public (refused before too)
             assert "incomplete" in str(exc) and "quant" not in exc.field
     assert loaded["MiniMax-M2.5"] == "fp8" and loaded["Qwen3-8B"] == "bf16"
+
+
+def test_a_config_file_names_its_target_and_its_dtype_assumption_reaches_the_prediction(tmp_path, monkeypatch):
+    """A new-user trial: `--target llama8b.json` in the cwd gave the target the name "" (the header began
+    " | method=", `recommend` printed `vllm serve  --tensor-parallel-size ...`); a config without a dtype
+    was modelled bf16 with the assumption kept on the ModelSpec, never shown in the prediction."""
+    import json
+
+    import specsim
+    from specsim.architecture import ModelSpec
+
+    cfg = _qwen3_8b_config()
+    cfg.pop("torch_dtype", None)
+    cfg.pop("_name_or_path", None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my-qwen.json").write_text(json.dumps(cfg))
+    (tmp_path / "qwen-dir").mkdir()
+    (tmp_path / "qwen-dir" / "config.json").write_text(json.dumps(cfg))
+    assert ModelSpec.from_hf_config("my-qwen.json").name == "my-qwen"
+    assert ModelSpec.from_hf_config("qwen-dir/config.json").name == "qwen-dir"
+    assert ModelSpec.from_hf_config("qwen-dir").name == "qwen-dir"
+    p = specsim.predict("my-qwen.json", "eagle3", 3, hardware="H100 SXM", acceptance=0.7)
+    assert p.target == "my-qwen" and "weight dtype not in config: bf16 assumed" in p.assumptions

@@ -334,6 +334,7 @@ def hardware_from_file(path) -> Hardware:
         v = d.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0):
             raise SpecsimValueError(k, f"{p}: must be a finite number > 0 (or left out)", v)
+    _check_plausible(d, peaks, p)
     name = d["name"].strip()
     index, names = _index(str(data_path("hardware.csv")))
     # shipped names and aliases, compared as the calibration lookup compares them (letters and digits only)
@@ -349,6 +350,38 @@ def hardware_from_file(path) -> Hardware:
                   architecture=d.get("architecture") or "")
     _FROM_FILES[name] = hw  # later look-ups by name (e.g. a measured latency table's fallback) find it
     return hw
+
+
+#: the ranges a spec file's values must lie in, in their own units: about 30x beyond the shipped parts on
+#: each side (specsim/data/hardware.csv: 27 GB/s for the 2-core CPU to 8 TB/s for MI355X / B200; dense
+#: peaks 0.3-2.5 PFLOP/s for the GPUs; 24-300 GiB of memory; 300-900 GB/s links), so that a value given in
+#: the wrong unit (2.0 for 2 TB/s, 5300 for GB/s, a peak in TFLOP/s) is refused instead of predicting a
+#: TPOT of years
+PLAUSIBLE_RANGES = {
+    "mem_bandwidth_bytes_per_s": (1e9, 3e14),
+    "link_bandwidth_bytes_per_s": (1e9, 3e13),
+    "peak_flops_per_s": (1e10, 1e17),
+    "hbm_bytes": (1e9, 1e13),
+}
+
+
+def _check_plausible(d: dict, peaks: dict, p: Path) -> None:
+    """Refuse a spec-file value outside :data:`PLAUSIBLE_RANGES` (a unit slip), naming its key."""
+    values = [(k, d.get(k), k) for k in ("mem_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s", "hbm_bytes")]
+    values += [(_PEAK_COLUMNS[k], v, "peak_flops_per_s") for k, v in peaks.items()]
+    for key, v, rng in values:
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            continue  # the type checks (Hardware) name it
+        try:
+            v = float(v)
+        except OverflowError:  # an int beyond float's range
+            v = math.inf
+        lo, hi = PLAUSIBLE_RANGES[rng]
+        unit = "bytes" if key == "hbm_bytes" else ("FLOP/s" if rng == "peak_flops_per_s" else "bytes/s")
+        if not lo <= v <= hi:
+            raise SpecsimValueError(key, f"{p}: {v:g} {unit} is outside [{lo:g}, {hi:g}] {unit}, about 30x beyond "
+                                    "the shipped parts on each side: a value in another unit (TB/s, GB/s, TFLOP/s, "
+                                    f"GiB)? give {unit}", v)
 
 
 def _alnum(name: str) -> str:

@@ -210,6 +210,32 @@ def test_bad_hardware_spec_files_name_the_field(tmp_path, over, field, words):
     assert ei.value.field == field and words in str(ei.value)
 
 
+@pytest.mark.parametrize("over, field", [
+    ({"mem_bandwidth_bytes_per_s": 2.0}, "mem_bandwidth_bytes_per_s"),       # 2 TB/s given as "2.0"
+    ({"mem_bandwidth_bytes_per_s": 5300.0}, "mem_bandwidth_bytes_per_s"),    # in GB/s
+    ({"peak_bf16_flops_per_s": 989.0}, "peak_bf16_flops_per_s"),             # in TFLOP/s
+    ({"link_bandwidth_bytes_per_s": 450.0}, "link_bandwidth_bytes_per_s"),   # in GB/s
+    ({"hbm_bytes": 192}, "hbm_bytes"),                                       # in GiB
+    ({"mem_bandwidth_bytes_per_s": 5.3e18}, "mem_bandwidth_bytes_per_s"),    # a slip upward
+])
+def test_a_spec_file_value_in_another_unit_is_refused(tmp_path, over, field):
+    """A new-user trial: mem_bandwidth_bytes_per_s 2.0 (meant 2 TB/s) predicted a TPOT of
+    5447943348937 ms and 0.0 tok/s with exit status 0."""
+    from specsim.hardware import PLAUSIBLE_RANGES
+
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(_spec_file(tmp_path, **over)))
+    assert ei.value.field == field and "another unit" in str(ei.value), str(ei.value)
+    # every shipped part lies inside the ranges (they are the shipped span widened about 30x each side)
+    df = list_hardware()
+    for col, rng in (("mem_bandwidth_bytes_per_s", "mem_bandwidth_bytes_per_s"), ("hbm_bytes", "hbm_bytes"),
+                     ("link_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s"),
+                     *[(c, "peak_flops_per_s") for c in df.columns if c.startswith("peak_")]):
+        lo, hi = PLAUSIBLE_RANGES[rng]
+        vals = df[col].dropna().astype(float)
+        assert ((vals >= lo) & (vals <= hi)).all(), (col, vals.tolist())
+
+
 def test_unreadable_hardware_spec_files_are_refused(tmp_path):
     for text in ("{not json", "[1, 2]"):
         p = tmp_path / "bad.json"

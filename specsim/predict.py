@@ -1451,17 +1451,25 @@ def anchor_scope_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
             "overhead=SpecOverhead(host_step_s=..., host_per_seq_s=...) for a firmer prediction",)
 
 
+def anchor_factor_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warning of a baseline anchor whose factor on the target's forwards lies outside
+    :data:`ANCHOR_PLAUSIBLE` (empty otherwise); ``anchor`` = ``Prediction.baseline_anchor``.  Shared by
+    :func:`predict`, :func:`sweep` and ``specsim.recommend.recommend`` (the last two dropped it)."""
+    k = float(anchor["target_time_scale"])
+    if ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
+        return ()
+    return (f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
+            f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
+            "precision and hardware; the speculative overheads are not scaled by the anchor",)
+
+
 def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tuple[str, ...]:
     """Warnings on numbers a reader should not take at face value: an anchor factor far from 1, and a
     speculative overhead larger than draft + verification together (per-sequence stack terms fitted
     at one load, extrapolated)."""
     out = []
     if anchor is not None:
-        k = float(anchor["target_time_scale"])
-        if not ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
-            out.append(f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
-                       f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
-                       "precision and hardware; the speculative overheads are not scaled by the anchor")
+        out.extend(anchor_factor_warning(anchor))
         out.extend(anchor_scope_warning(anchor))
     ov, work = vals.get("t_overhead_s", 0.0), vals.get("t_verify_s", 0.0) + vals.get("t_draft_s", 0.0)
     if ov > work > 0:
@@ -1892,7 +1900,7 @@ def sweep(
             k, anchor_rec = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
             r = replace(r, target_time_scale=k)
             ov = scaled_host_overhead(ov, anchor_rec["host_time_scale"])
-            stack_warnings.update(dict.fromkeys(anchor_scope_warning(anchor_rec)))
+            stack_warnings.update(dict.fromkeys(anchor_factor_warning(anchor_rec) + anchor_scope_warning(anchor_rec)))
         with _draft_precision_named(r):
             out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
                                    mean_proposal_tokens=mean_proposal_tokens)

@@ -22,6 +22,7 @@ from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
 from specsim.predict import (
     allreduce_prior_warning,
+    anchor_factor_warning,
     anchor_point,
     anchor_scope_text,
     anchor_scope_warning,
@@ -1073,7 +1074,7 @@ def recommend(
             k, anchor_rec = anchor_target_time(r, anchor_b, tp=tp, point=anchor_pt, overhead=ov)
             r = replace(r, target_time_scale=k)
             ov = scaled_host_overhead(ov, anchor_rec["host_time_scale"])
-            stack_warnings.update(dict.fromkeys(anchor_scope_warning(anchor_rec)))
+            stack_warnings.update(dict.fromkeys(anchor_factor_warning(anchor_rec) + anchor_scope_warning(anchor_rec)))
             anchor_note = (f"target step time anchored on the measured baseline ({anchor_b.source}, "
                            f"{anchor_b.anchor_metric[0]} = {anchor_b.anchor_metric[1]:.6g} at concurrency "
                            f"{anchor_pt[0]}, ISL/OSL {anchor_pt[1]}/{anchor_pt[2]}): {anchor_scope_text(anchor_rec)} "

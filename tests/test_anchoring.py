@@ -553,3 +553,19 @@ def test_unreachable_measurements_say_which_way():
         with pytest.raises(SpecsimValueError) as ei:
             predict("Qwen3-8B", "eagle3", 3, acceptance=0.7, baseline={"tpot_s": tpot})
         assert ei.value.field == "baseline.tpot_s" and words in str(ei.value)
+
+
+def test_sweep_and_recommend_carry_the_implausible_anchor_warning_that_predict_gives():
+    """A new-user trial: a 1000 ms TPOT baseline of Llama-3.1-8B at concurrency 1 (forwards x 190) was warned
+    about by predict, not by sweep or recommend (recommend then advised N = 15 at 3.27x without a word)."""
+    from specsim.recommend import recommend
+
+    b = MeasuredBaseline(tpot_s=1.0)
+    kw = dict(hardware="H100 SXM", acceptance=0.7, baseline=b)
+    p = predict("Llama-3.1-8B-Instruct", "eagle3", 3, concurrency=1, **kw)
+    msg = [w for w in p.warnings if "scales the target's forwards by" in w and "(plausible 0.33-3)" in w]
+    assert len(msg) == 1 and p.target_time_scale > 3
+    df = sweep("Llama-3.1-8B-Instruct", "eagle3", [3], concurrency=[1], **kw)
+    assert msg[0] in df.attrs["warnings"]
+    rec = recommend("Llama-3.1-8B-Instruct", "eagle3", concurrency=[1, 64], baseline_concurrency=1, **kw)
+    assert msg[0] in rec.warnings

@@ -737,3 +737,38 @@ def test_counts_with_fields_not_collected():
         SpecDecodeCounts(10, 20, 5)
     with pytest.raises(DataError, match="without a number of drafts"):
         SpecDecodeCounts(None, 20, 5, (5,))
+
+
+def test_counters_of_different_models_are_pooled_with_a_warning(tmp_path):
+    """A new-user trial: a scrape holding two served models' counters, and an --append-result file of
+    two models' runs, were each read as one acceptance (MAL 1.342 mixing 2.882 and ~1.19) without a word.
+    One model's engines / runs still pool silently."""
+    from pathlib import Path
+
+    from specsim.vllm import IngestWarning
+    from specsim.vllm.detect import read_counts
+
+    run = Path(__file__).parent / "data" / "samples" / "run"
+    text = (run / "metrics_a_after.prom").read_text()
+    spec = [ln for ln in text.splitlines() if ln.startswith("vllm:spec_decode") and "model_name=" in ln]
+    other = [ln.replace('model_name="models/smollm2-135m-instruct"', 'model_name="org/other-model"') for ln in spec]
+    assert spec and all("org/other-model" in ln for ln in other)
+    two = tmp_path / "two.prom"
+    two.write_text(text + "\n".join(other) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_counts(run / "metrics_a_after.prom")  # one model: no warning
+        read_counts(run / "bench_a.json")
+    with pytest.warns(IngestWarning, match=r"counters of 2 served models \(models/smollm2-135m-instruct, "
+                                           r"org/other-model\) summed: their acceptance is mixed"):
+        _, c = read_counts(two)
+    assert c.num_drafts == 2 * read_counts(run / "metrics_a_after.prom")[1].num_drafts  # still pooled, as said
+    a = json.loads((run / "bench_a.json").read_text())
+    appended = tmp_path / "appended.json"
+    appended.write_text("\n" + json.dumps(a) + "\n" + json.dumps({**a, "model_id": "org/other-model"}))
+    with pytest.warns(IngestWarning, match=r"its results are of 2 models \(.*org/other-model\) and are pooled"):
+        read_counts(appended)
+    appended.write_text("\n" + json.dumps(a) + "\n" + json.dumps({**a, "max_concurrency": 64}))
+    with warnings.catch_warnings():  # one model at two loads: acceptance does not depend on the load
+        warnings.simplefilter("error")
+        read_counts(appended)

@@ -215,6 +215,11 @@ def _pool(counts: list[SpecDecodeCounts | None], path: Path, what: str) -> SpecD
 
 
 def _bench_counts(results: list[BenchResult], path: Path, what: str = "result") -> SpecDecodeCounts:
+    models = sorted({str(r.raw.get("model_id")) for r in results if r.spec is not None and r.raw.get("model_id")})
+    if len(models) > 1:  # --append-result runs of one model pool; different models' acceptance does not
+        warnings.warn(f"{path}: its {what}s are of {len(models)} models ({', '.join(models)}) and are pooled: their "
+                      "acceptance is mixed; read the results of one model (specsim.vllm.read_bench_results)",
+                      IngestWarning, stacklevel=2)
     return _pool([r.spec for r in results], path, what)
 
 

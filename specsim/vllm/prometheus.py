@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -20,7 +21,7 @@ from specsim.errors import (
     NotCollectedError,
     SpecsimValueError,
 )
-from specsim.vllm.counts import SpecDecodeCounts, as_count
+from specsim.vllm.counts import IngestWarning, SpecDecodeCounts, as_count
 
 #: Base names (without ``_total``) of the v1 spec-decode counters (vllm/v1/spec_decode/metrics.py).
 SPEC_METRIC_NAMES = {
@@ -89,6 +90,11 @@ class MetricsSnapshot:
             raise NotCollectedError(
                 f"{self.source}: no vllm:spec_decode_* counters: this run had speculative decoding "
                 f"off (or the metrics were not collected); acceptance is unknown, not zero")
+        models = sorted({m.group(1) for k in self.spec_by_engine for m in [_MODEL_NAME.search(k)] if m})
+        if len(models) > 1:  # engines of one model pool; different models' acceptance does not
+            warnings.warn(f"{self.source}: spec-decode counters of {len(models)} served models ({', '.join(models)}) "
+                          "summed: their acceptance is mixed; scrape a server of one model, or read "
+                          "spec_by_engine for one", IngestWarning, stacklevel=2)
         total = sum(self.spec_by_engine.values())
         return SpecDecodeCounts(total.num_drafts, total.num_draft_tokens, total.num_accepted_tokens,
                                 total.accepted_per_pos, source=self.source,
@@ -98,6 +104,10 @@ class MetricsSnapshot:
     def to_frame(self) -> pd.DataFrame:
         """``spec_counts().to_frame()``."""
         return self.spec_counts().to_frame()
+
+
+#: the model_name label in a label-set key (:func:`_label_key`: ``k=v`` pairs joined by commas)
+_MODEL_NAME = re.compile(r"(?:^|,)model_name=([^,]*)")
 
 
 def _label_key(labels: Mapping[str, str]) -> str:

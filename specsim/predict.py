@@ -200,7 +200,8 @@ class Prediction:
             + (f" + host {self.t_host_s * 1e3:.3f}" if self.t_host_s else "")
             + f"  (baseline step {self.t_base_s * 1e3:.3f} ms)",
             f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
-            f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (MAL {self.mal:.3f}: ratio < 1 below it)",
+            f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (the ratio is < 1 at a MAL below it; this MAL "
+            f"{self.mal:.3f})",
             f"  step cost           {self.verify_cost_in_baseline_steps:6.3f} baseline steps (verification alone "
             f"{self.verification_cost_in_baseline_steps:.3f})",
             f"  latency model       {lat}: {self.latency_description}",

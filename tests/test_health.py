@@ -229,6 +229,8 @@ def test_summary_json_and_sweep_carry_the_health_checks(capsys):
     p = predict("Qwen3-8B", "eagle3", 3, **kw)
     s = p.summary()
     assert f"break-even MAL      {p.break_even_mal:6.3f}" in s
+    # it read "(MAL 2.533: ratio < 1 below it)", as if this MAL gave a ratio below 1 (new-user trial)
+    assert f"(the ratio is < 1 at a MAL below it; this MAL {p.mal:.3f})" in s
     assert f"step cost           {p.verify_cost_in_baseline_steps:6.3f} baseline steps" in s
     d = p.to_dict()
     for f in ("break_even_mal", "verify_cost_in_baseline_steps", "verification_cost_in_baseline_steps"):

@@ -120,10 +120,15 @@ def acceptance_from_args(args, required: bool = True):
         return acceptance_from_file(from_file, before, t)
     if args.acceptance is not None:
         return constant_acceptance(args.acceptance, temperature=t)
-    if args.cumulative is not None:
-        return Acceptance.from_rates(float_list(args.cumulative, "--cumulative"), kind="cumulative", temperature=t)
-    if args.conditional is not None:
-        return Acceptance.from_rates(float_list(args.conditional, "--conditional"), kind="conditional", temperature=t)
+    for flag, text in (("--cumulative", args.cumulative), ("--conditional", args.conditional)):
+        if text is not None:
+            try:
+                return Acceptance.from_rates(float_list(text, flag), kind=flag[2:], temperature=t)
+            except SpecsimValueError as e:  # named as the flag the user typed (from_rates' own is "rates[i]")
+                if not e.field.startswith("rates"):
+                    raise
+                value = e.value.replace("rates[", f"{flag}[") if isinstance(e.value, str) else e.value
+                raise SpecsimValueError(flag + e.field[len("rates"):], e.rule, value, e.allowed) from e
     mal, _, n = args.mal.partition("@")
     if not n:
         raise SpecsimValueError("--mal", "takes MAL@N, e.g. 3.2@4", args.mal)

@@ -352,7 +352,7 @@ def hardware_from_file(path) -> Hardware:
     return hw
 
 
-#: the ranges a spec file's values must lie in, in their own units: about 30x beyond the shipped parts on
+#: the ranges a spec file's values must lie in, in their own units: 10x or more beyond the shipped parts on
 #: each side (specsim/data/hardware.csv: 27 GB/s for the 2-core CPU to 8 TB/s for MI355X / B200; dense
 #: peaks 0.3-2.5 PFLOP/s for the GPUs; 24-300 GiB of memory; 300-900 GB/s links), so that a value given in
 #: the wrong unit (2.0 for 2 TB/s, 5300 for GB/s, a peak in TFLOP/s) is refused instead of predicting a
@@ -379,7 +379,7 @@ def _check_plausible(d: dict, peaks: dict, p: Path) -> None:
         lo, hi = PLAUSIBLE_RANGES[rng]
         unit = "bytes" if key == "hbm_bytes" else ("FLOP/s" if rng == "peak_flops_per_s" else "bytes/s")
         if not lo <= v <= hi:
-            raise SpecsimValueError(key, f"{p}: {v:g} {unit} is outside [{lo:g}, {hi:g}] {unit}, about 30x beyond "
+            raise SpecsimValueError(key, f"{p}: {v:g} {unit} is outside [{lo:g}, {hi:g}] {unit}, 10x or more beyond "
                                     "the shipped parts on each side: a value in another unit (TB/s, GB/s, TFLOP/s, "
                                     f"GiB)? give {unit}", v)
 

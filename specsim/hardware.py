@@ -360,7 +360,7 @@ def hardware_from_file(path) -> Hardware:
 PLAUSIBLE_RANGES = {
     "mem_bandwidth_bytes_per_s": (1e9, 3e14),
     "link_bandwidth_bytes_per_s": (1e9, 3e13),
-    "peak_flops_per_s": (1e10, 1e17),
+    "peak_flops_per_s": (1e9, 1e17),
     "hbm_bytes": (1e9, 1e13),
 }
 
@@ -370,8 +370,8 @@ def _check_plausible(d: dict, peaks: dict, p: Path) -> None:
     values = [(k, d.get(k), k) for k in ("mem_bandwidth_bytes_per_s", "link_bandwidth_bytes_per_s", "hbm_bytes")]
     values += [(_PEAK_COLUMNS[k], v, "peak_flops_per_s") for k, v in peaks.items()]
     for key, v, rng in values:
-        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            continue  # the type checks (Hardware) name it
+        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v <= 0:
+            continue  # the type and sign checks (Hardware: "> 0") name it
         try:
             v = float(v)
         except OverflowError:  # an int beyond float's range

@@ -130,6 +130,13 @@ class Prediction:
     overhead_terms : dict of str to float
         The :class:`~specsim.engine.SpecOverhead` used, field by field (seconds; e.g. ``fixed_s``,
         ``per_token_s``); its source is ``term_sources["speculative_overhead"]``.
+    drafted_fraction : float
+        Share of decode steps that carry a draft, as given to :func:`predict` (1: every step).
+    mean_proposal_tokens : float or None
+        Tokens proposed per drafted step, as given (None: N).  With either, ``mal`` is per decode
+        step over all steps; per drafted step it is ``1 + (mal - 1) / drafted_fraction`` and the
+        accepted share of proposed tokens ``(mal - 1) / (drafted_fraction * mean_proposal_tokens)``
+        (vLLM's ``spec_decode_acceptance_rate`` / 100), which :meth:`summary` prints.
     """
 
     target: str
@@ -171,6 +178,8 @@ class Prediction:
     term_sources: dict[str, str] = field(default_factory=dict)
     overhead_terms: dict[str, float] = field(default_factory=dict)
     t_host_s: float = 0.0
+    drafted_fraction: float = 1.0
+    mean_proposal_tokens: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None)."""
@@ -192,7 +201,12 @@ class Prediction:
             f"{self.target} | method={self.method} N={self.num_speculative_tokens} | {self.hardware} TP={self.tp} "
             f"{self.precision} | concurrency={self.concurrency} ISL/OSL={self.isl}/{self.osl}",
             f"  throughput ratio    {self.throughput_ratio:6.3f}x  (bound with free drafting {self.speedup_bound:.3f}x)",
-            f"  MAL                 {self.mal:6.3f} tokens/step ((MAL - 1) / N = {self.acceptance_rate:.3f} accepted per proposed token)",
+            (f"  MAL                 {self.mal:6.3f} tokens/step ((MAL - 1) / N = {self.acceptance_rate:.3f} accepted per proposed token)"
+             if self.drafted_fraction >= 1.0 and self.mean_proposal_tokens is None else
+             f"  MAL                 {self.mal:6.3f} tokens/step over all steps; {self.drafted_fraction:.1%} of steps draft "
+             f"{self.mean_proposal_tokens or self.num_speculative_tokens:.2f} tokens: per drafted step "
+             f"{1 + (self.mal - 1) / self.drafted_fraction:.3f}, accepted per proposed token "
+             f"{(self.mal - 1) / (self.drafted_fraction * (self.mean_proposal_tokens or self.num_speculative_tokens)):.3f}"),
             f"  output throughput   {self.output_tok_per_s:10.1f} tok/s  (baseline {self.baseline_output_tok_per_s:.1f})",
             f"  TPOT                {self.tpot_s * 1e3:8.3f} ms     (baseline {self.baseline_tpot_s * 1e3:.3f} ms)",
             f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "
@@ -444,10 +458,19 @@ def resolve_inputs(
         raise SpecsimValueError("method", "is required (a vLLM speculative method string) unless speculative_config is given")
 
     tgt = target if isinstance(target, ModelSpec) else _load_target(target)
-    if precision is None:  # the weight precision read from a config (a catalog model states its serving precision)
-        assumptions += [a for a in getattr(tgt, "assumptions", ())
-                        if a.startswith(("weight dtype", "torch_dtype", "dtype ", "quantization_config"))]
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
+    if precision is None:  # the weight precision read from a config (a catalog model states its serving precision)
+        notes = [a for a in getattr(tgt, "assumptions", ())
+                 if a.startswith(("weight dtype", "torch_dtype", "dtype ", "quantization_config"))]
+        downcast = any(a.startswith(("torch_dtype float32", "dtype float32")) for a in notes)
+        if downcast and "bf16" not in hw.peak_flops_per_s and getattr(tgt, "weight_dtype", None) == "bf16":
+            # vLLM keeps float32 where the platform has no bf16 (a CPU without it): not a bf16 refusal
+            precision = "fp32"
+            notes = [a for a in notes if not a.startswith(("torch_dtype float32", "dtype float32"))] + [
+                f"float32 checkpoint on {hw.name}, which has no bf16 peak: served and modelled in float32 (vLLM "
+                "downcasts float32 to the platform's preferred dtype only where it has one, vllm/config/model.py "
+                "_resolve_auto_dtype)"]
+        assumptions += notes
     # precision None = the model's serving mix from specsim/data/models (e.g. int4 routed experts)
 
     # draft_tensor_parallel_size (checked against the target tp in check_feasibility) sets the
@@ -1216,6 +1239,8 @@ def predict(
         term_sources=term_sources(r, latency_given=latency is not None, overhead_source=ov_src, anchor=anchor),
         overhead_terms={k: float(v) for k, v in asdict(overhead).items()},
         t_host_s=vals.get("t_host_s", 0.0),
+        drafted_fraction=float(drafted_fraction),
+        mean_proposal_tokens=None if mean_proposal_tokens is None else float(mean_proposal_tokens),
     )
 
 

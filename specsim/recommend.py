@@ -6,6 +6,7 @@ Details, derivations and sources: ``docs/modules/specsim.recommend.md``.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -388,7 +389,7 @@ class Recommendation:
         if m is None or m.speculative_config is None:
             return None
         seqs = m.concurrency_cap if m.concurrency_cap is not None else self.max_concurrency
-        return (f"vllm serve {self.hf_id} --tensor-parallel-size {self.tp} --max-model-len {self.max_model_len} "
+        return (f"vllm serve {shlex.quote(self.hf_id)} --tensor-parallel-size {self.tp} --max-model-len {self.max_model_len} "
                 f"--max-num-seqs {seqs} --speculative-config '{m.speculative_config_json}'")
 
     def to_dict(self) -> dict[str, Any]:
@@ -822,6 +823,19 @@ def _check_table_range(r, cs, n_max: int, *, concurrency_given: bool, max_concur
             f"covering q up to {n_max + 1}", int(qs[np.flatnonzero(bad)[0]]))
 
 
+def _served_model(tgt: ModelSpec) -> str:
+    """What ``vllm serve`` is given for the target: the catalog's Hugging Face id; for a target read from
+    a ``config.json``, its model directory (absolute); for any other config file, a placeholder naming
+    it (vLLM serves a model directory or hub id, not a lone config file -- the bare stem would be taken
+    for a hub id)."""
+    from pathlib import Path
+
+    src = Path(tgt.source) if tgt.source else None
+    if src is not None and src.is_file() and src.suffix == ".json":
+        return str(src.resolve().parent) if src.name == "config.json" else f"<model directory of {src}>"
+    return model_hf_id(tgt.name)
+
+
 def recommend(
     target,
     method: str | Sequence[str] | None = None,
@@ -1122,7 +1136,7 @@ def recommend(
         recs.append(m)
     recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
     return Recommendation(
-        target=tgt.name, hf_id=model_hf_id(tgt.name), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
+        target=tgt.name, hf_id=_served_model(tgt), hardware=hw.name, tp=tp, precision=prec, isl=isl, osl=osl,
         max_model_len=max_model_len, max_concurrency=cmax, temperature=temperature, methods=tuple(recs),
         excluded=tuple(excluded), warnings=tuple(stack_warnings),
     )

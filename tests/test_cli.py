@@ -446,9 +446,19 @@ def test_the_drafted_share_of_steps_is_read_from_a_bench_json_by_its_closed_form
     assert d["decode_steps"] == steps == 938
     assert d["drafted_fraction"] == pytest.approx(raw["spec_decode_num_drafts"] / steps)  # 330 / 938
     assert d["mean_proposal_tokens"] == pytest.approx(raw["spec_decode_draft_tokens"] / raw["spec_decode_num_drafts"])
-    # formats without both totals give None (the caller then says nothing), never a guess
-    mk, mc = read_counts(Path(__file__).parent / "data" / "vllm_samples" / "metrics_ngram.txt")
-    assert read_drafting(Path(__file__).parent / "data" / "vllm_samples" / "metrics_ngram.txt", mk, mc) is None
+    # the same run's /metrics scrapes (generation_tokens and request_success, differenced) and a bench
+    # console log give the same; a format without both totals gives None, never a guess
+    vs = Path(__file__).parent / "data" / "vllm_samples"
+    mk, mc = read_counts(vs / "metrics_ngram.txt", before=vs / "metrics_ngram_before.txt")
+    dm = read_drafting(vs / "metrics_ngram.txt", mk, mc, before=vs / "metrics_ngram_before.txt")
+    assert mk == "metrics" and dm["decode_steps"] == 938 and dm["drafted_fraction"] == pytest.approx(d["drafted_fraction"])
+    run_dir = Path(__file__).parent / "data" / "samples" / "run"
+    lk, lc = read_counts(run_dir / "bench_a.log")
+    jk, jc = read_counts(run_dir / "bench_a.json")
+    assert lk == "bench-log" and read_drafting(run_dir / "bench_a.log", lk, lc)["decode_steps"] == \
+        read_drafting(run_dir / "bench_a.json", jk, jc)["decode_steps"] == 1580 - 16 - 672
+    sk, sc = read_counts(run_dir / "server_a.log")
+    assert sk == "log" and read_drafting(run_dir / "server_a.log", sk, sc) is None
 
 
 def test_predict_and_sweep_take_the_drafted_share_from_an_acceptance_file(capsys):
@@ -505,3 +515,49 @@ def test_the_drafted_share_applies_to_lookup_methods_only(capsys):
     acc = Acceptance.from_counts(read_counts(NGRAM_BENCH)[1], temperature=0.0)
     assert json.loads(out)["throughput_ratio"] == pytest.approx(predict(
         "Llama-3.1-8B-Instruct", "eagle3", 3, hardware="H100 SXM", concurrency=1, acceptance=acc).throughput_ratio)
+
+
+def test_partial_drafting_is_said_for_every_format_and_way_of_giving_n(capsys):
+    """A second trial: the same n-gram run predicted 1.476x from its /metrics scrapes and 1.475x from a server
+    log without a word, against 1.431x from its bench JSON; N given by --speculative-config dropped the file's
+    proposal length; the summary's "accepted per proposed token" read 0.219 where vLLM reported 0.626."""
+    vs = Path(__file__).parent / "data" / "vllm_samples"
+    base = ["predict", "--target", "SmolLM2-135M-Instruct", "--hardware", "cpu-2core-avx2", "--precision", "fp32",
+            "--profile-temperature", "0", "--concurrency", "4", "--isl", "107", "--osl", "98", "--method", "ngram"]
+    ratios = {}
+    for name, extra in (("json", ["--acceptance-from", str(vs / "bench_ngram.json"), "-n", "3"]),
+                        ("prom", ["--acceptance-from", str(vs / "metrics_ngram.txt"), "--before",
+                                  str(vs / "metrics_ngram_before.txt"), "-n", "3"]),
+                        ("spec-config", ["--acceptance-from", str(vs / "bench_ngram.json"), "--speculative-config",
+                                         '{"method": "ngram", "num_speculative_tokens": 3}'])):
+        rc, out, err = run([*base, *extra, "--json"], capsys)
+        assert rc == 0, err
+        d = json.loads(out)
+        ratios[name] = d["throughput_ratio"]
+        assert d["drafted_fraction"] == pytest.approx(330 / 938) and d["mean_proposal_tokens"] == pytest.approx(986 / 330)
+    assert ratios["json"] == pytest.approx(ratios["prom"], rel=1e-12) == pytest.approx(ratios["spec-config"], rel=1e-12)
+    # a format without the totals: every step is taken to draft, and said
+    rc, out, err = run([*base, "-n", "3", "--acceptance-from",
+                        str(Path(__file__).parent / "data" / "samples" / "run" / "server_a.log")], capsys)
+    assert rc == 0 and "does not record the run's output tokens and finished requests" in err
+    # the summary gives vLLM's per-drafted-step figures (spec_decode_acceptance_length 2.870, rate 62.6 %)
+    rc, out, err = run([*base, "-n", "3", "--acceptance-from", str(vs / "bench_ngram.json")], capsys)
+    raw = json.loads((vs / "bench_ngram.json").read_text())
+    assert (f"35.2% of steps draft 2.99 tokens: per drafted step {raw['spec_decode_acceptance_length']:.3f}, accepted "
+            f"per proposed token {raw['spec_decode_acceptance_rate'] / 100:.3f}") in out
+    # a value given is named as given
+    rc, out, err = run([*base, "-n", "3", "--acceptance-from", str(vs / "bench_ngram.json"), "--drafted-fraction",
+                        "0.5"], capsys)
+    assert "predicted with mean_proposal_tokens=2.988, --drafted-fraction 0.5 given" in err
+
+
+def test_recommend_serves_a_config_file_target_by_its_directory(tmp_path, capsys, monkeypatch):
+    """`vllm serve f32` (the file's stem, taken for a hub id) was printed for `--target f32.json`."""
+    d = _write_hf_config(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lone.json").write_text((d / "config.json").read_text())
+    argv = ["recommend", "--method", "ngram", "--acceptance", "0.6", "--hardware", "H100 SXM", "--concurrency", "8"]
+    rc, out, _ = run([*argv, "--target", d.name], capsys)
+    assert rc == 0 and f"vllm serve {d.resolve()} --tensor-parallel-size" in out
+    rc, out, _ = run([*argv, "--target", "lone.json"], capsys)
+    assert rc == 0 and "vllm serve '<model directory of lone.json>' --tensor-parallel-size" in out

@@ -202,6 +202,8 @@ def test_hardware_from_a_spec_file(tmp_path):
     ({"hbm_bytes": -1}, "hbm_bytes", "> 0"),
     ({"hbm_bytes": 1.5}, "hbm_bytes", "whole number"),
     ({"mem_bandwidth_bytes_per_s": "fast"}, "mem_bandwidth_bytes_per_s", "> 0"),
+    ({"mem_bandwidth_bytes_per_s": -3e12}, "mem_bandwidth_bytes_per_s", "> 0"),  # not "another unit"
+    ({"link_bandwidth_bytes_per_s": 0}, "link_bandwidth_bytes_per_s", "> 0"),
     ({"kind": "tpu"}, "kind", "'gpu' or 'cpu'"),
 ])
 def test_bad_hardware_spec_files_name_the_field(tmp_path, over, field, words):

@@ -603,3 +603,17 @@ def test_a_config_file_names_its_target_and_its_dtype_assumption_reaches_the_pre
     assert ModelSpec.from_hf_config("qwen-dir").name == "qwen-dir"
     p = specsim.predict("my-qwen.json", "eagle3", 3, hardware="H100 SXM", acceptance=0.7)
     assert p.target == "my-qwen" and "weight dtype not in config: bf16 assumed" in p.assumptions
+
+
+def test_a_float32_config_on_hardware_without_bf16_stays_float32():
+    """A second trial: a float32 config on the 2-core CPU (fp32 peak only) was refused with "no peak FLOP/s
+    for this precision (got 'bf16')", a precision the user never gave."""
+    import specsim
+    from specsim.architecture import ModelSpec
+
+    spec = ModelSpec.from_hf_config(_qwen3_8b_config(torch_dtype="float32"))
+    p = specsim.predict(spec, "ngram", 3, hardware="cpu-2core-avx2", acceptance=0.6)
+    q = specsim.predict(spec, "ngram", 3, hardware="cpu-2core-avx2", acceptance=0.6, precision="fp32")
+    assert p.precision == "fp32" and p.throughput_ratio == q.throughput_ratio and p.t_base_s == q.t_base_s
+    assert any(a.startswith("float32 checkpoint on cpu-2core-avx2, which has no bf16 peak") for a in p.assumptions)
+    assert not any(a.startswith("torch_dtype float32: vLLM's --dtype auto serves") for a in p.assumptions)

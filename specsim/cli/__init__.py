@@ -91,7 +91,7 @@ def _cmd_predict(args) -> int:
         temperature_assumption=args.temperature_assumption, baseline=b,
         vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
         expert_parallel=args.expert_parallel,
-        **drafting_from_args(args, None if args.num_speculative_tokens is None else [args.num_speculative_tokens]),
+        **drafting_from_args(args, _predicted_n(args)),
     )
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
@@ -156,7 +156,7 @@ def _cmd_sweep(args) -> int:
             acceptance=acc, draft=args.draft, temperature=args.temperature,
             temperature_assumption=args.temperature_assumption, speculative_config=args.speculative_config, baseline=b,
             vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
-            expert_parallel=args.expert_parallel, **drafting_from_args(args, _sweep_n(args)),
+            expert_parallel=args.expert_parallel, **drafting_from_args(args, _sweep_n(args) or _predicted_n(args)),
         )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
@@ -185,6 +185,21 @@ def _cmd_sweep(args) -> int:
 _SWEEP_N = "1,2,3,4,5,7,11,15"
 #: concurrencies ``specsim sweep`` evaluates without ``--concurrency`` (and without a ``--baseline-from`` run)
 _SWEEP_CONCURRENCY = "1,4,16,64"
+
+
+def _predicted_n(args) -> list[int] | None:
+    """The N a prediction uses: ``-n``, else a ``--speculative-config``'s ``num_speculative_tokens``
+    (None when neither says, or the config has a per-batch-size schedule)."""
+    n = getattr(args, "num_speculative_tokens", None)
+    if n is not None:
+        return [n]
+    if args.speculative_config:
+        from specsim.vllm.config import parse_speculative_config
+
+        cfg = parse_speculative_config(args.speculative_config)
+        if not cfg.is_dynamic and cfg.num_speculative_tokens is not None:
+            return [cfg.num_speculative_tokens]
+    return None
 
 
 def _sweep_n(args) -> list[int] | None:

@@ -178,14 +178,21 @@ def drafting_from_args(args, n_values) -> dict:
     path = getattr(args, "acceptance_from", None)
     if path is None or len(out) == 2:
         return out
-    kind, counts = read_counts(path, before=getattr(args, "before", None))
-    d = read_drafting(path, kind, counts)
-    if d is None:
-        return out
+    before = getattr(args, "before", None)
+    kind, counts = read_counts(path, before=before)
+    d = read_drafting(path, kind, counts, before=before)
     method = args.method
     if method is None and args.speculative_config:
         with contextlib.suppress(ValueError, AttributeError):
             method = json.loads(args.speculative_config).get("method")
+    if d is None:
+        if method in LOOKUP_METHODS and "drafted_fraction" not in out:
+            print(f"specsim: WARNING: {path} ({kind}) does not record the run's output tokens and finished requests, "
+                  f"so the share of decode steps that drafted is unknown and every step is taken to draft: a "
+                  f"{method} run's lookups that found nothing are in no counter, so the ratio is too high by as "
+                  "much as they were frequent; give --drafted-fraction, or --acceptance-from the run's vllm bench "
+                  "serve JSON or /metrics scrapes (with --before)", file=sys.stderr)
+        return out
     if method not in LOOKUP_METHODS:
         if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN and "drafted_fraction" not in out:
             print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
@@ -201,10 +208,10 @@ def drafting_from_args(args, n_values) -> dict:
     if "mean_proposal_tokens" not in out and same_n:
         out["mean_proposal_tokens"] = d["mean_proposal_tokens"]
         took.append(f"mean_proposal_tokens={d['mean_proposal_tokens']:.3f}")
+    given = [f"--{k.replace('_', '-')} {v:g} given" for k, v in out.items() if not any(t.startswith(k) for t in took)]
     print(f"specsim: {d['source']}: {d['drafted_fraction']:.1%} of its {d['decode_steps']:.0f} decode request-steps "
           f"carried a draft, {d['mean_proposal_tokens']:.2f} tokens proposed per drafted step (at N = {n_file}); "
-          + (f"predicted with {', '.join(took)}" if took else "the given --drafted-fraction / --mean-proposal-tokens "
-             "are used instead")
+          + "predicted with " + ", ".join(took + given)
           + ("" if same_n or "mean_proposal_tokens" in out else f" (mean_proposal_tokens only at the file's N = "
              f"{n_file}: other N propose up to N)"), file=sys.stderr)
     return out

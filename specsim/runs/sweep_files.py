@@ -791,7 +791,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if is_source_checkout():
         missing_hint = (f"relative paths are resolved against the checkout {base}; `make vllm-env` makes the "
                         "shipped matrices' checkpoints (models/) and prompts (data/prompts/); --models-dir sets "
-                        "where models/... points")
+                        "where models/... points; a file elsewhere needs its absolute path")
     else:
         missing_hint = (f"this specsim is installed without a source checkout, so relative paths are resolved "
                         f"against the matrix directory {root}; give absolute paths, or --models-dir for models/...")

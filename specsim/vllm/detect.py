@@ -372,12 +372,15 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
     return kind, counts
 
 
-def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts) -> dict | None:
+def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts,
+                  before: str | os.PathLike | None = None) -> dict | None:
     """How often the run of ``path`` drafted (:meth:`SpecDecodeCounts.drafting`), where its format
     records the run's output tokens and completed requests: a ``vllm bench serve`` result JSON (kind
     ``"bench"``; ``--append-result`` results and a sweep ``summary.json`` list pooled, as
-    :func:`read_counts` pools their counts).  None for the other formats (they do not hold both
-    totals), and where the totals are missing or the run drafted nothing.
+    :func:`read_counts` pools their counts) or console output (``"bench-log"``) and a Prometheus scrape (kind ``"metrics"``, differenced
+    with ``before``: ``vllm:generation_tokens`` and ``vllm:request_success``).  None for the other
+    formats (they do not hold both totals), and where the totals are missing or the run drafted
+    nothing.
 
     Parameters
     ----------
@@ -387,22 +390,42 @@ def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts) 
         Its format, as :func:`read_counts` returned it.
     counts : SpecDecodeCounts
         Its counts (:func:`read_counts`).
+    before : str or path-like, optional
+        The scrape taken before the run, as given to :func:`read_counts`.
 
     Returns
     -------
     dict or None
         ``decode_steps``, ``drafted_fraction``, ``mean_proposal_tokens`` and ``source``.
     """
-    if kind != "bench" or not counts.num_drafts:
+    if not counts.num_drafts:
         return None
     p = Path(path)
-    with open(p, "rb") as fh:
-        is_list = fh.read(256).lstrip().startswith(b"[")
-    if is_list:
-        with open(p, encoding="utf-8", errors="replace") as fh:
-            results = [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(json.load(fh))]
+    if kind == "metrics":
+        snap = read_prometheus(p)
+        if before is not None:
+            snap = diff_scrapes(read_prometheus(before), snap)
+        if snap.generation_tokens is None or snap.requests is None:
+            return None
+        return {**counts.drafting(snap.generation_tokens, snap.requests),
+                "source": f"{p}{'' if before is None else f' - {before}'} ({snap.generation_tokens} generated tokens, "
+                          f"{snap.requests} finished requests)"}
+    if kind == "bench-log":  # the console's "Successful requests" / "Total generated tokens" (printed whole)
+        with warnings.catch_warnings():  # read_counts already warned of what it pooled
+            warnings.simplefilter("ignore", IngestWarning)
+            results = read_bench_logs(p)
+    elif kind == "bench":
+        with open(p, "rb") as fh:
+            is_list = fh.read(256).lstrip().startswith(b"[")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IngestWarning)
+            if is_list:
+                with open(p, encoding="utf-8", errors="replace") as fh:
+                    results = [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(json.load(fh))]
+            else:
+                results = read_bench_results(p)
     else:
-        results = read_bench_results(p)
+        return None
     used = [r for r in results if r.spec is not None]  # the results whose counts were pooled
     try:
         gen = sum(int(r.raw["total_output_tokens"]) for r in used)

@@ -33,7 +33,9 @@ SPEC_METRIC_NAMES = {
 _GENERATION_TOKENS = "vllm:generation_tokens"
 _PROMPT_TOKENS = "vllm:prompt_tokens"
 _NAME_TO_FIELD = {v: k for k, v in SPEC_METRIC_NAMES.items()}
-_READ_NAMES = tuple(SPEC_METRIC_NAMES.values()) + (_GENERATION_TOKENS, _PROMPT_TOKENS)
+#: finished requests, one series per finished_reason (vllm/v1/metrics/loggers.py ``counter_request_success``)
+_REQUEST_SUCCESS = "vllm:request_success"
+_READ_NAMES = tuple(SPEC_METRIC_NAMES.values()) + (_GENERATION_TOKENS, _PROMPT_TOKENS, _REQUEST_SUCCESS)
 _RE_PROM_HEAD = re.compile(
     r"^(?:# (?:HELP|TYPE|EOF)\b|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
     r"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|NaN|Inf))(?:[ \t]+-?\d+)?[ \t]*$)")
@@ -66,12 +68,16 @@ class MetricsSnapshot:
         ``vllm:generation_tokens`` / ``vllm:prompt_tokens`` summed over label sets (tokens);
         None when absent.
     source : str
+    requests : int or None
+        ``vllm:request_success`` summed over its label sets (finished requests, every
+        ``finished_reason``); None when absent.
     """
 
     spec_by_engine: Mapping[str, SpecDecodeCounts]
     generation_tokens: int | None
     prompt_tokens: int | None
     source: str = ""
+    requests: int | None = None
 
     @property
     def status(self) -> str:
@@ -119,10 +125,14 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
     spec: dict[str, dict[str, Any]] = {}
     gen: int | None = None
     prompt: int | None = None
+    requests: int | None = None
     for name, labels, pos, value in samples:
         what = f"{source}: {name}{{{_label_key(labels)}}}"
         if name == _GENERATION_TOKENS:
             gen = (gen or 0) + as_count(value, what)
+            continue
+        if name == _REQUEST_SUCCESS:
+            requests = (requests or 0) + as_count(value, what)
             continue
         if name == _PROMPT_TOKENS:
             prompt = (prompt or 0) + as_count(value, what)
@@ -164,7 +174,7 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
         by_engine[key] = SpecDecodeCounts(
             e["num_drafts"], e["num_draft_tokens"], e["num_accepted_tokens"],
             tuple(pos[i] for i in range(len(pos))), source=f"{source} {{{key}}}")
-    return MetricsSnapshot(by_engine, gen, prompt, source)
+    return MetricsSnapshot(by_engine, gen, prompt, source, requests)
 
 
 def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSnapshot:
@@ -414,4 +424,5 @@ def diff_scrapes(before: MetricsSnapshot | str, after: MetricsSnapshot | str) ->
         return a - b
 
     return MetricsSnapshot(spec, _d(_GENERATION_TOKENS, before.generation_tokens, after.generation_tokens),
-                           _d(_PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens), where)
+                           _d(_PROMPT_TOKENS, before.prompt_tokens, after.prompt_tokens), where,
+                           _d(_REQUEST_SUCCESS, before.requests, after.requests))

@@ -73,6 +73,7 @@ def test_predict_speculative_config_and_mal_at_n(capsys):
     (["-n", "3", "--acceptance", "nan"], "acceptance"),
     (["-n", "3", "--acceptance", "0.7", "--target", "Qwen3-8"], "target"),
     (["-n", "3", "--conditional", "0.8,1.1"], r"--conditional[1]"),  # was rates[1]
+    (["--acceptance", "0.7"], "-n/--num-speculative-tokens"),  # was num_speculative_tokens
     (["-n", "3", "--cumulative", "0.8,0.9"], r"--cumulative[1]"),
     (["-n", "3", "--acceptance", "0.7", "--hardware", "TPU-v9"], "hardware"),
     (["-n", "3", "--acceptance", "0.7", "--profile-temperature", "0", "--temperature", "0.8"], "temperature"),

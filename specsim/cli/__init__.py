@@ -82,6 +82,9 @@ def _synthetic_config(args) -> bool:
 
 
 def _cmd_predict(args) -> int:
+    if args.num_speculative_tokens is None and not args.speculative_config:  # named as the flag, before any note
+        raise SpecsimValueError("-n/--num-speculative-tokens", "is required: the proposal length N (>= 1), unless "
+                                "--speculative-config gives it")
     acc = acceptance_from_args(args, required=not _synthetic_config(args))
     b, conc, isl, osl = _point(args, args.concurrency, 1)
     pred = predict(

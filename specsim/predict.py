@@ -471,6 +471,11 @@ def resolve_inputs(
                 "downcasts float32 to the platform's preferred dtype only where it has one, vllm/config/model.py "
                 "_resolve_auto_dtype)"]
         assumptions += notes
+    elif any(a.startswith("quantization_config") for a in getattr(tgt, "assumptions", ())):
+        # a given precision replaces the config's quantization: say so (an fp8 checkpoint stays fp8 in vLLM)
+        assumptions.append(f"precision={precision!r} given: it replaces the config's quantization_config ("
+                           + "; ".join(a for a in tgt.assumptions if a.startswith("quantization_config"))
+                           + "), which vLLM would serve as quantized")
     # precision None = the model's serving mix from specsim/data/models (e.g. int4 routed experts)
 
     # draft_tensor_parallel_size (checked against the target tp in check_feasibility) sets the

@@ -617,3 +617,19 @@ def test_a_float32_config_on_hardware_without_bf16_stays_float32():
     assert p.precision == "fp32" and p.throughput_ratio == q.throughput_ratio and p.t_base_s == q.t_base_s
     assert any(a.startswith("float32 checkpoint on cpu-2core-avx2, which has no bf16 peak") for a in p.assumptions)
     assert not any(a.startswith("torch_dtype float32: vLLM's --dtype auto serves") for a in p.assumptions)
+
+
+def test_a_precision_given_over_a_quantized_config_is_said():
+    """A second trial: --precision fp32 on an fp8-quantized config was modelled fp32 throughout, the
+    quantization dropped without a word."""
+    import specsim
+    from specsim.architecture import ModelSpec
+
+    spec = ModelSpec.from_hf_config(_qwen3_8b_config(quantization_config={"quant_method": "fp8"}))
+    assert spec.weight_dtype == "fp8"
+    p = specsim.predict(spec, "eagle3", 3, hardware="H100 SXM", acceptance=0.7, precision="bf16")
+    note = [a for a in p.assumptions if a.startswith("precision='bf16' given: it replaces the config's "
+                                                     "quantization_config (quantization_config fp8:")]
+    assert len(note) == 1 and p.precision == "bf16"
+    q = specsim.predict(spec, "eagle3", 3, hardware="H100 SXM", acceptance=0.7)  # not given: the config's
+    assert not any("given: it replaces" in a for a in q.assumptions) and q.t_base_s < p.t_base_s

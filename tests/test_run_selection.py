@@ -501,4 +501,4 @@ def test_an_installed_copy_dry_runs_without_a_vllm_environment(tmp_path, monkeyp
         pytest.skip("the converted checkpoint is not here (make vllm-env)")
     text, data = runner.dry_run(d, runs_dir=tmp_path / "runs")
     assert "estimate:" in text and data["platform_reason"], data
-    assert f"run from {d}, where the matrix's relative paths resolve" in text
+    assert f"run from {d}, where relative paths in the parameter files resolve" in text

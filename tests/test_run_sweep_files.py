@@ -213,7 +213,7 @@ def test_list_form_link_vars_and_dotted_keys(tmp_path):
     assert m.groups[1].speculative_config == {"method": "ngram", "num_speculative_tokens": 2}
 
 
-def test_estimate_uses_recorded_run_times():
+def test_estimate_uses_recorded_run_times(tmp_path):
     m = load_matrix("cpu-validation")
     est = estimate_seconds(m)
     s, basis = est.cells["baseline-c1"]
@@ -232,8 +232,15 @@ def test_estimate_uses_recorded_run_times():
     assert "device-hours" in text and "vllm bench sweep serve --serve-cmd" in text
     # where to run it: the commands name models/... and data/... relative to the checkout (a new-user trial
     # pasted one elsewhere)
-    assert f"(no judges, probes or provenance; run from {project_data_path().parent}, where the matrix's relative " \
-           "paths resolve):" in text
+    assert f"(no judges, probes or provenance; the model and prompts as resolved; run from " \
+           f"{project_data_path().parent}, where relative paths in the parameter files resolve):" in text
+    # the model and prompts as resolved (--models-dir included): the command runs from anywhere (a second
+    # trial: with --models-dir it still printed models/..., which a fresh clone does not have)
+    m = load_matrix("smoke", models_dir=tmp_path / "elsewhere", check_paths=False)
+    cmd = m.vllm_sweep_commands()[0]
+    assert f"vllm serve {tmp_path / 'elsewhere' / 'smollm2-135m-instruct'} --dtype" in cmd
+    assert f"--model {tmp_path / 'elsewhere' / 'smollm2-135m-instruct'} --dataset-name" in cmd
+    assert f"--dataset-path {project_data_path('prompts', 'humaneval_custom.jsonl')} " in cmd
 
 
 def test_the_estimate_counts_runs_not_an_invocation_s_manifest_or_summary(tmp_path):

@@ -213,10 +213,20 @@ class SweepMatrix:
         ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment)."""
         sc = json.loads((self.root / SIDECAR).read_text())
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(dict(self.env).items())]
+        # the local model and prompts as load_matrix resolved them (--models-dir included), so the command
+        # runs from any directory; the served name follows the model path, so the bench's --model does too
+        local = {self.model: str(self.model_path)} if self.model_path is not None else {}
+        serve = [local.get(a, a) if i == 2 else a for i, a in enumerate(self.serve_cmd)]
+        bench = list(self.bench_cmd)
+        for i in range(3, len(bench) - 1):
+            if bench[i] == "--model" and bench[i + 1] in local:
+                bench[i + 1] = local[bench[i + 1]]
+            elif bench[i] == "--dataset-path" and self.prompts is not None:
+                bench[i + 1] = str(self.prompts)
         out = []
         for sw in sc.get("sweeps", []):
-            cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(self.serve_cmd),
-                   "--bench-cmd", shlex.join(self.bench_cmd),
+            cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve),
+                   "--bench-cmd", shlex.join(bench),
                    "--serve-params", str(self.root / sw["serve_params"]),
                    "--bench-params", str(self.root / sw["bench_params"])]
             if sw.get("link_vars"):
@@ -1525,8 +1535,9 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     cmds = m.vllm_sweep_commands()
     if cmds:
         base = project_dir() if is_source_checkout() else m.root  # where load_matrix resolved relative paths
-        lines += ["", f"the same sweeps with vLLM alone (no judges, probes or provenance; run from {base}, where the "
-                      "matrix's relative paths resolve):"] + [f"  {c}" for c in cmds]
+        lines += ["", f"the same sweeps with vLLM alone (no judges, probes or provenance; the model and prompts as "
+                      f"resolved; run from {base}, where relative paths in the parameter files resolve):"] + [
+                      f"  {c}" for c in cmds]
     return "\n".join(lines)
 
 

@@ -202,7 +202,8 @@ class Prediction:
             f"{self.precision} | concurrency={self.concurrency} ISL/OSL={self.isl}/{self.osl}",
             f"  throughput ratio    {self.throughput_ratio:6.3f}x  (bound with free drafting {self.speedup_bound:.3f}x)",
             (f"  MAL                 {self.mal:6.3f} tokens/step ((MAL - 1) / N = {self.acceptance_rate:.3f} accepted per proposed token)"
-             if self.drafted_fraction >= 1.0 and self.mean_proposal_tokens is None else
+             if (self.drafted_fraction >= 1.0 and self.mean_proposal_tokens is None)
+             or not (self.mean_proposal_tokens or self.num_speculative_tokens) else  # N = 0: no drafts
              f"  MAL                 {self.mal:6.3f} tokens/step over all steps; {self.drafted_fraction:.1%} of steps draft "
              f"{self.mean_proposal_tokens or self.num_speculative_tokens:.2f} tokens: per drafted step "
              f"{1 + (self.mal - 1) / self.drafted_fraction:.3f}, accepted per proposed token "

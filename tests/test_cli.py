@@ -562,3 +562,13 @@ def test_recommend_serves_a_config_file_target_by_its_directory(tmp_path, capsys
     assert rc == 0 and f"vllm serve {d.resolve()} --tensor-parallel-size" in out
     rc, out, _ = run([*argv, "--target", "lone.json"], capsys)
     assert rc == 0 and "vllm serve '<model directory of lone.json>' --tensor-parallel-size" in out
+
+
+def test_the_partial_drafting_summary_line_at_n_0_does_not_divide_by_zero():
+    """A schedule can give N = 0 at some concurrency: the per-drafted-step line would divide by N."""
+    import dataclasses
+
+    p = predict("Qwen3-8B", "ngram", 3, hardware="MI300X", acceptance=0.7, drafted_fraction=0.5)
+    assert "per drafted step" in p.summary()
+    q = dataclasses.replace(p, num_speculative_tokens=0)
+    assert "(MAL - 1) / N" in q.summary() and "per drafted step" not in q.summary()

@@ -235,6 +235,13 @@ def _compressed_tensors_weights(qc: Mapping[str, Any]) -> str:
                          "one kind for every config group)")
 
 
+#: how the assumptions :func:`_weight_dtypes` records begin: ``load_model`` drops them where the catalog
+#: states a serving precision, ``specsim.predict`` shows them where the config's precision is used
+WEIGHT_DTYPE_NOTES = ("weight dtype", "torch_dtype", "dtype ", "quantization_config")
+#: how the note of a float32 checkpoint modelled in bf16 (vLLM's --dtype auto) begins
+FLOAT32_DOWNCAST_NOTES = ("torch_dtype float32", "dtype float32")
+
+
 def _weight_dtypes(cfg: Mapping[str, Any], assumptions: list[str]) -> tuple[str, str, str]:
     """(weights, routed experts, embedding/lm_head) precision from torch_dtype + quantization_config.
 
@@ -1019,7 +1026,7 @@ def load_model(name: str) -> ModelSpec:
         if val not in BYTES_PER_WEIGHT:
             raise DataError(f"{match}: {fld} = {val!r} is not one of {list(BYTES_PER_WEIGHT)}")
     kept = tuple(a for a in spec.assumptions
-                 if not a.startswith(("weight dtype", "torch_dtype", "quantization_config")))
+                 if not a.startswith(WEIGHT_DTYPE_NOTES))
     note = (f"serving precision weights={w}, routed_experts={e}, embedding_lm_head={hd} "
             f"({sp.get('source', 'no source given')})")
     return replace(spec, weight_dtype=w, expert_weight_dtype=e, lm_head_dtype=hd, assumptions=kept + (note,),

@@ -19,7 +19,12 @@ import pandas as pd
 
 from specsim._checks import int_array, int_field
 from specsim.acceptance import Acceptance
-from specsim.architecture import ModelSpec, load_model
+from specsim.architecture import (
+    FLOAT32_DOWNCAST_NOTES,
+    WEIGHT_DTYPE_NOTES,
+    ModelSpec,
+    load_model,
+)
 from specsim.calibration import default_latency, stack_mismatch
 from specsim.drafters import draft_specs, get_drafter, unmodelled_config_fields
 from specsim.engine import (
@@ -461,13 +466,12 @@ def resolve_inputs(
     tgt = target if isinstance(target, ModelSpec) else _load_target(target)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     if precision is None:  # the weight precision read from a config (a catalog model states its serving precision)
-        notes = [a for a in getattr(tgt, "assumptions", ())
-                 if a.startswith(("weight dtype", "torch_dtype", "dtype ", "quantization_config"))]
-        downcast = any(a.startswith(("torch_dtype float32", "dtype float32")) for a in notes)
+        notes = [a for a in getattr(tgt, "assumptions", ()) if a.startswith(WEIGHT_DTYPE_NOTES)]
+        downcast = any(a.startswith(FLOAT32_DOWNCAST_NOTES) for a in notes)
         if downcast and "bf16" not in hw.peak_flops_per_s and getattr(tgt, "weight_dtype", None) == "bf16":
             # vLLM keeps float32 where the platform has no bf16 (a CPU without it): not a bf16 refusal
             precision = "fp32"
-            notes = [a for a in notes if not a.startswith(("torch_dtype float32", "dtype float32"))] + [
+            notes = [a for a in notes if not a.startswith(FLOAT32_DOWNCAST_NOTES)] + [
                 f"float32 checkpoint on {hw.name}, which has no bf16 peak: served and modelled in float32 (vLLM "
                 "downcasts float32 to the platform's preferred dtype only where it has one, vllm/config/model.py "
                 "_resolve_auto_dtype)"]

@@ -572,3 +572,17 @@ def test_the_partial_drafting_summary_line_at_n_0_does_not_divide_by_zero():
     assert "per drafted step" in p.summary()
     q = dataclasses.replace(p, num_speculative_tokens=0)
     assert "(MAL - 1) / N" in q.summary() and "per drafted step" not in q.summary()
+
+
+def test_an_acceptance_file_is_read_once_per_command(capsys, monkeypatch):
+    """predict reads --acceptance-from for the acceptance and again for the drafted share: once, so its
+    warnings are given once (a two-model scrape warned twice)."""
+    import specsim.cli._args as A
+
+    calls = []
+    real = A.read_counts
+    monkeypatch.setattr(A, "read_counts", lambda *a, **k: calls.append(a) or real(*a, **k))
+    argv = ["predict", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "-n", "3", "--hardware", "H100 SXM",
+            "--acceptance-from", str(NGRAM_BENCH)]
+    assert run(argv, capsys)[0] == 0 and len(calls) == 1
+    assert run(argv, capsys)[0] == 0 and len(calls) == 2  # a new command reads again

@@ -23,6 +23,7 @@ from specsim.cli._args import (
     add_drafting_args,
     baseline_from_args,
     check_baseline_point,
+    clear_read_cache,
     drafting_from_args,
     resolve_target,
 )
@@ -640,6 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     stderr, never a traceback.
     """
     args = build_parser().parse_args(argv)
+    clear_read_cache()  # read once per command, not across commands of one process (tests, notebooks)
     previous = warnings.showwarning
     warnings.showwarning = _show_warning
     try:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import os
 from pathlib import Path
 
 from specsim.acceptance import Acceptance
@@ -83,12 +85,38 @@ def resolve_target(target: str):
     return target
 
 
+def _file_key(path) -> tuple:
+    try:
+        st = os.stat(path)
+        return (os.fspath(path), st.st_size, st.st_mtime_ns)
+    except OSError:  # read_counts names the missing file
+        return (os.fspath(path), None, None)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_counts_cached(path_key: tuple, before_key: tuple | None):
+    return read_counts(path_key[0], before=None if before_key is None else before_key[0])
+
+
+def read_counts_once(path, before=None):
+    """:func:`specsim.vllm.detect.read_counts` of ``--acceptance-from`` (and ``--before``), read once per
+    command: the acceptance, the drafted share and ``recommend``'s check all use it, so the file is
+    parsed, and its warnings given, once (keyed by path, size and mtime, so a rewritten file is read
+    again)."""
+    return _read_counts_cached(_file_key(path), None if before is None else _file_key(before))
+
+
+def clear_read_cache() -> None:
+    """Forget what :func:`read_counts_once` read (called at the start of each ``specsim`` command)."""
+    _read_counts_cached.cache_clear()
+
+
 def acceptance_from_file(path: str, before: str | None = None, temperature: float | None = None) -> Acceptance:
     """``--acceptance-from FILE [--before FILE]``: the counts of any file ``specsim ingest`` reads into
     :meth:`Acceptance.from_counts` (labelled with the file and its format), at the temperature the
     file records for its run (``specsim.vllm.detect.run_temperature``) unless ``temperature``
     (``--profile-temperature``) is given; the two must agree when both are known."""
-    kind, counts = read_counts(path, before=before)
+    kind, counts = read_counts_once(path, before)
     recorded = run_temperature(path, kind)
     if temperature is None:
         temperature = recorded
@@ -179,7 +207,7 @@ def drafting_from_args(args, n_values) -> dict:
     if path is None or len(out) == 2:
         return out
     before = getattr(args, "before", None)
-    kind, counts = read_counts(path, before=before)
+    kind, counts = read_counts_once(path, before)
     d = read_drafting(path, kind, counts, before=before)
     method = args.method
     if method is None and args.speculative_config:

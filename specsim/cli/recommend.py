@@ -11,11 +11,12 @@ from specsim.cli._args import (
     add_stack_args,
     baseline_from_args,
     check_baseline_point,
+    read_counts_once,
     resolve_target,
 )
 from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
-from specsim.vllm.detect import read_counts, read_drafting
+from specsim.vllm.detect import read_drafting
 
 __all__ = ["add_recommend_parser", "add_stack_args", "recommend_cli"]
 
@@ -119,7 +120,7 @@ def recommend_cli(args, *, latency=None) -> int:
     if methods is not None and len(methods) == 1:
         methods = methods[0]
     if args.acceptance_from is not None:  # recommend assumes every step drafts: say where the file shows otherwise
-        kind, counts = read_counts(args.acceptance_from, before=args.before)
+        kind, counts = read_counts_once(args.acceptance_from, args.before)
         d = read_drafting(args.acceptance_from, kind, counts)
         if d is not None and d["drafted_fraction"] < PARTIAL_DRAFTING_WARN:
             print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "

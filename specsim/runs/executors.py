@@ -390,8 +390,7 @@ class LocalExecutor:
             self._drop_unclaimed(starting)
             # the runs it recorded before the error are kept (their files and tracebacks); the driver
             # records the others failed with this error (the staging directory used to be deleted)
-            self._done.append((tag, {"results": _recorded_in(staging), "staging": staging, "server_end": None,
-                                     "executor": {"kind": "local"}, "error": exc}))
+            self._done.append((tag, _left_in(staging, error=exc)))
         finally:  # the job failed before its server was taken over (serve_and_bench stops it)
             claimed = kw.get("server")
             if claimed is not None and claimed.stop_seconds is None:
@@ -428,10 +427,16 @@ def _stop_servers(servers) -> None:
             shutil.rmtree(srv.log_path.parent, ignore_errors=True)
 
 
-def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:
-    """What a job interrupted in this process leaves: its recorded runs in the staging directory."""
+def _left_in(staging: Path, **extra) -> dict:
+    """What a job that ended early in this process leaves: its recorded runs in the staging directory,
+    as the driver imports a finished job's (``extra``: ``interrupted`` / ``interrupt`` or ``error``)."""
     return {"results": _recorded_in(staging), "staging": staging, "server_end": None,
-            "executor": {"kind": "local"}, "interrupted": True, "interrupt": exc}
+            "executor": {"kind": "local"}, **extra}
+
+
+def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:
+    """What a job interrupted in this process leaves (:func:`_left_in`)."""
+    return _left_in(staging, interrupted=True, interrupt=exc)
 
 
 def _ray_module():

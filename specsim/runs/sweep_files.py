@@ -276,6 +276,12 @@ def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
                             str(name_or_path), names)
 
 
+def path_base(root: Path) -> Path:
+    """Where a matrix's relative paths (``models/...``, ``data/prompts/...``) resolve: the checkout in a
+    source checkout, else the matrix directory ``root``."""
+    return project_dir() if is_source_checkout() else root
+
+
 def _refuse_param_file(p: Path):
     raise SpecsimValueError("matrix", f"give the matrix directory or its {SIDECAR}, not a parameter file "
                             f"(the sidecar names the serve / bench parameter files)", str(p))
@@ -779,7 +785,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     name = sc["name"]
     if not isinstance(name, str) or not _NAME_RE.match(name):
         raise SpecsimValueError("name", "must match [A-Za-z0-9][A-Za-z0-9._-]*", name)
-    base = project_dir() if is_source_checkout() else root
+    base = path_base(root)
     platform = sc.get("platform", "auto")
     if platform not in PLATFORMS:
         raise SpecsimValueError("platform", "unknown platform", platform, PLATFORMS)
@@ -1375,7 +1381,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
         recs, note = usable(default), f"none in {rd}" + ("" if rd.is_dir() else ", which does not exist yet")
         rd, default = default, None
     cells, start, basis, hc, pr, judge_basis = from_records(recs)
-    n = len(recs)
+    n, borrowed = len(recs), 0
     if default is not None and ("no record" in {b for _, b in cells.values()} | set(judge_basis.values())
                                 or basis.startswith("no record")):
         # what the runs directory has no record like: from the checkout's runs (a resume of an invocation
@@ -1396,11 +1402,10 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
             start, basis = c_start, f"{c_basis} in {default}"
             took += 1
         if took:
-            n += len(ck)
+            n, borrowed = n + len(ck), len(ck)
             note = (f"{took} part(s) with no record like them there from the {len(ck)} in {default}"
                     + (f"; {note}" if note else ""))
-            return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note, n_borrowed=len(ck))
-    return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note)
+    return Estimate(cells, start, basis, hc, pr, n, judge_basis, str(rd), note, n_borrowed=borrowed)
 
 
 def _start_share(r: Mapping) -> float:
@@ -1534,7 +1539,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
               f"(health checks and probes on 1 GPU; recorded times are this CPU host's: a GPU host differs)"]
     cmds = m.vllm_sweep_commands()
     if cmds:
-        base = project_dir() if is_source_checkout() else m.root  # where load_matrix resolved relative paths
+        base = path_base(m.root)
         lines += ["", f"the same sweeps with vLLM alone (no judges, probes or provenance; the model and prompts as "
                       f"resolved; run from {base}, where relative paths in the parameter files resolve):"] + [
                       f"  {c}" for c in cmds]

@@ -271,13 +271,19 @@ def _read_bench(p: Path) -> SpecDecodeCounts:
         raise DataError(f"{p} belongs to a vllm bench sweep whose serve parameters use a dynamic "
                         f"num_speculative_tokens_per_batch_size schedule; read the sweep directory {root} "
                         "(its runs are checked for mixed draft lengths) or per-request metrics instead")
+    return _bench_counts(_bench_file_results(p), p)
+
+
+def _bench_file_results(p: Path) -> list[BenchResult]:
+    """The results of a bench JSON: a ``vllm bench sweep`` ``summary.json`` list, or a ``--save-result``
+    / ``--append-result`` file (:func:`read_bench_results`)."""
     with open(p, "rb") as fh:
         head = fh.read(256).lstrip()
     if head.startswith(b"["):  # vllm bench sweep summary.json: a list of results
         with open(p, encoding="utf-8", errors="replace") as fh:
             doc = json.load(fh)
-        return _bench_counts([read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(doc)], p)
-    return _bench_counts(read_bench_results(p), p)
+        return [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(doc)]
+    return read_bench_results(p)
 
 
 def _bench_log_counts(p: Path) -> SpecDecodeCounts:
@@ -410,22 +416,12 @@ def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts,
         return {**counts.drafting(snap.generation_tokens, snap.requests),
                 "source": f"{p}{'' if before is None else f' - {before}'} ({snap.generation_tokens} generated tokens, "
                           f"{snap.requests} finished requests)"}
-    if kind == "bench-log":  # the console's "Successful requests" / "Total generated tokens" (printed whole)
-        with warnings.catch_warnings():  # read_counts already warned of what it pooled
-            warnings.simplefilter("ignore", IngestWarning)
-            results = read_bench_logs(p)
-    elif kind == "bench":
-        with open(p, "rb") as fh:
-            is_list = fh.read(256).lstrip().startswith(b"[")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", IngestWarning)
-            if is_list:
-                with open(p, encoding="utf-8", errors="replace") as fh:
-                    results = [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(json.load(fh))]
-            else:
-                results = read_bench_results(p)
-    else:
+    if kind not in ("bench", "bench-log"):
         return None
+    with warnings.catch_warnings():  # read_counts already warned of what it pooled
+        warnings.simplefilter("ignore", IngestWarning)
+        # a bench-log's "Successful requests" / "Total generated tokens" are printed whole
+        results = read_bench_logs(p) if kind == "bench-log" else _bench_file_results(p)
     used = [r for r in results if r.spec is not None]  # the results whose counts were pooled
     try:
         gen = sum(int(r.raw["total_output_tokens"]) for r in used)

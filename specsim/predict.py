@@ -1175,7 +1175,7 @@ def predict(
         draft=draft, drafter=drafter, latency=latency, speculative_config=speculative_config,
         temperature=temperature, temperature_assumption=temperature_assumption,
     )
-    r = with_measured_table(r, draft_latency)
+    r = with_measured_table(r, draft_latency, tp=tp)
     tp = int_field("tp", tp)
     r, ep_warn = with_expert_parallel(r, tp=tp) if expert_parallel else (r, ())
     if r.num_speculative_tokens is None:
@@ -1236,7 +1236,7 @@ def predict(
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
-        + plausibility_warnings(vals, anchor),  # KV overflow: shown, not only recorded
+        + plausibility_warnings(vals, anchor) + table_scale_warning(r),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
         num_speculative_tokens_source=n_src,
@@ -1373,10 +1373,15 @@ class MeasuredTargetLatency:
         return f"MeasuredTargetLatency: {self.table.describe()}; prefills: {_describe(self.fallback)}"
 
 
-def with_measured_table(r: Scenario, draft_latency=None) -> Scenario:
+def with_measured_table(r: Scenario, draft_latency=None, *, tp: int = 1) -> Scenario:
     """When ``r.latency`` is a measured table (no roofline counts): time prefills and -- unless
     ``draft_latency`` is given -- draft passes with the hardware's stack calibration, so no term is
-    silently dropped (issue 9, item 4).  Other latency models are returned unchanged."""
+    silently dropped (issue 9, item 4).  Other latency models are returned unchanged.
+
+    The table's seconds are checked at ``tp`` against the hardware first (:func:`table_scale_check`:
+    a table in milliseconds or one faster than the datasheet raises ``SpecsimValueError``; one far
+    from the stack's estimate leaves a warning among the assumptions, see :func:`table_scale_warning`).
+    """
     lat = r.latency
     measured = hasattr(lat, "table") and not hasattr(lat, "counts") and not hasattr(lat, "pass_overhead_s")
     if not measured and draft_latency is None:
@@ -1387,10 +1392,100 @@ def with_measured_table(r: Scenario, draft_latency=None) -> Scenario:
     dl = draft_latency if draft_latency is not None else (fallback if measured else None)
     notes = ()
     if measured:
-        notes = ("target decode / verification steps from the measured latency table (latency=); prefills"
+        notes = table_scale_check(measured_table(lat).table, fallback, r.target, int(tp), r.precision)
+        notes += ("target decode / verification steps from the measured latency table (latency=); prefills"
                  + ("" if draft_latency is not None else " and draft passes") + " from the stack calibration "
                  + (getattr(getattr(fallback, "calibration", None), "file", "") or "datasheet priors").split("/")[-1],)
     return replace(r, latency=lat, draft_latency=dl, assumptions=r.assumptions + notes)
+
+
+#: a measured latency table whose median row is more than this many times the stack calibration's
+#: estimate is refused: a table in milliseconds reads ~1000x (measured probes on this project's CPU
+#: host read 0.6-3.5x, ``data/runs/*-verify-cost/verify_cost.csv``)
+TABLE_SCALE_REFUSED = 300.0
+#: ... and beyond this factor (either way) warned about
+TABLE_SCALE_WARNED = 30.0
+#: how the warning of :func:`table_scale_check` starts (kept among a scenario's assumptions by
+#: :func:`with_measured_table`, shown as a warning by :func:`table_scale_warning`)
+TABLE_SCALE_NOTE = "the measured latency table's forwards take a median"
+#: a row faster than this fraction of the datasheet floor (HBM bandwidth and peak FLOP/s at 100 %,
+#: no fixed cost) is refused: no run beats the hardware's datasheet; the margin covers the
+#: roofline's byte and FLOP counts being estimates
+TABLE_FLOOR_FRACTION = 0.5
+
+
+def table_scale_warning(r: Scenario) -> tuple[str, ...]:
+    """The warning :func:`table_scale_check` left among ``r.assumptions`` (empty when none): shown by
+    :func:`predict`, :func:`sweep` and ``specsim.recommend.recommend`` as a warning."""
+    return tuple(a for a in r.assumptions if a.startswith(TABLE_SCALE_NOTE))
+
+
+def datasheet_floor(hardware) -> "Roofline":
+    """The roofline of ``hardware`` at 100 % of its datasheet HBM bandwidth and peak FLOP/s, with no
+    fixed, per-layer or all-reduce latency: a lower bound on any measured forward
+    (:class:`specsim.latency.Roofline` with ``Efficiency(bandwidth=1, compute=1, fixed_s=0,
+    per_layer_s=0, allreduce_latency_s=0)``)."""
+    from specsim.latency import Efficiency, Roofline
+
+    return Roofline(hardware, Efficiency(bandwidth=1.0, compute=1.0, fixed_s=0.0, per_layer_s=0.0,
+                                         allreduce_latency_s=0.0), source="datasheet floor (100 % of peaks)")
+
+
+def table_scale_check(table: pd.DataFrame, stack, target, tp: int, precision) -> tuple[str, ...]:
+    """Check a measured latency table's seconds against the hardware, before they become a prediction.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        ``MeasuredLatency.table``: columns batch, q, context (tokens), seconds (one target forward).
+    stack : specsim.latency.Roofline
+        The hardware's stack calibration (:func:`specsim.calibration.default_latency`).
+    target : ModelSpec
+    tp : int
+    precision : str or None
+
+    Returns
+    -------
+    tuple of str
+        A warning when the median ratio of the table's seconds to the stack's estimate of the same
+        forwards lies beyond :data:`TABLE_SCALE_WARNED` either way; empty otherwise (and where the
+        stack cannot time the target, e.g. a precision without a datasheet peak).
+
+    Raises
+    ------
+    SpecsimValueError
+        ``latency``: the median ratio exceeds :data:`TABLE_SCALE_REFUSED` (seconds given in
+        milliseconds?), or a row is faster than :data:`TABLE_FLOOR_FRACTION` of the datasheet floor
+        (:func:`datasheet_floor`): a table of another model, TP, precision or hardware.
+    """
+    floor = datasheet_floor(stack.hardware)
+    rows = []
+    try:
+        for b, q, c, s in table[["batch", "q", "context", "seconds"]].itertuples(index=False):
+            kw = dict(tp=tp, precision=precision, batch=int(b), q=int(q), context=float(c))
+            rows.append((int(b), int(q), float(c), float(s), float(stack.forward_time(target, **kw)),
+                         float(floor.forward_time(target, **kw))))
+    except SpecsimValueError:
+        return ()
+    where = f"{getattr(target, 'name', 'the target')} at TP {tp} on {stack.hardware.name}"
+    ratio = float(np.median([s / st for *_, s, st, _ in rows]))
+    if ratio > TABLE_SCALE_REFUSED:
+        raise SpecsimValueError(
+            "latency", f"the measured latency table's forwards take a median {ratio:.3g}x the stack calibration's "
+            f"estimate for {where} (refused beyond {TABLE_SCALE_REFUSED:g}x): its `seconds` column must be seconds "
+            "per target forward (milliseconds read ~1000x)", ratio)
+    fast = [row for row in rows if row[3] < TABLE_FLOOR_FRACTION * row[5]]
+    if fast:
+        b, q, c, s, _, fl = min(fast, key=lambda row: row[3] / row[5])
+        raise SpecsimValueError(
+            "latency", f"the measured latency table's row batch {b}, q {q}, context {c:g} takes {s:.3g} s, "
+            f"{s / fl:.2g}x the datasheet floor {fl:.3g} s for {where} (HBM bandwidth and peak FLOP/s at 100 %, "
+            "no fixed cost): faster than the hardware allows -- a table of another model, TP, precision or "
+            "hardware, or in other units than seconds", s)
+    if not (1.0 / TABLE_SCALE_WARNED <= ratio <= TABLE_SCALE_WARNED):
+        return (f"{TABLE_SCALE_NOTE} {ratio:.3g}x the stack calibration's "
+                f"estimate for {where}: check that it is a table of this target, TP and precision in seconds",)
+    return ()
 
 
 def measured_table(latency):
@@ -1723,10 +1818,10 @@ def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict
     model, hardware, draft latency) of a sweep call: the wrapped latency objects are reused (kept
     alive in ``memo``), so each categorical combination costs a dict look-up and the caches keyed on
     the latency object keep hitting."""
-    key = (id(r.latency), r.hardware_name, id(draft_latency))
+    key = (id(r.latency), r.hardware_name, id(draft_latency), int(tp))
     hit = memo.get(key)
     if hit is None:
-        m = with_measured_table(r, draft_latency)
+        m = with_measured_table(r, draft_latency, tp=tp)
         hit = memo[key] = ((r.latency, draft_latency), m.latency, m.draft_latency,
                            m.assumptions[len(r.assumptions):])
     if hit[1] is not r.latency or hit[2] is not r.draft_latency or hit[3]:
@@ -1921,7 +2016,7 @@ def sweep(
         check_table_context(r, isl=I, osl=O)
         if vllm_version or platform:
             stack_warnings.update(dict.fromkeys(_stack_warning(r.latency, vllm_version, platform)))
-        stack_warnings.update(dict.fromkeys(ep_warn))
+        stack_warnings.update(dict.fromkeys(ep_warn + table_scale_warning(r)))
         if b is None:
             stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
         _check_partial(drafted_fraction, mean_proposal_tokens)

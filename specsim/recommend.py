@@ -36,6 +36,7 @@ from specsim.predict import (
     resolve_inputs,
     scaled_host_overhead,
     table_name,
+    table_scale_warning,
     with_expert_parallel,
     with_measured_table,
 )
@@ -1064,7 +1065,8 @@ def recommend(
                 raise
             excluded.append((meth, f"refused (as vLLM would refuse it): {e}"))
             continue
-        r = with_measured_table(r, draft_latency)  # as specsim.predict.predict
+        r = with_measured_table(r, draft_latency, tp=tp)  # as specsim.predict.predict
+        stack_warnings.update(dict.fromkeys(table_scale_warning(r)))
         check_table_context(r, isl=isl, osl=osl)
         if expert_parallel:
             r, ep_warn = with_expert_parallel(r, tp=tp)

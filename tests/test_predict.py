@@ -774,3 +774,62 @@ def test_tp_above_one_with_a_measured_table_does_not_warn_about_the_allreduce_pr
     p = predict("Llama-3.3-70B-Instruct", "eagle3", 3, hardware="B200", tp=8, acceptance=0.7, concurrency=8,
                 latency=MeasuredLatency(tab, model_name=tgt.name, tp=8))
     assert not any("all-reduce latency" in w for w in p.warnings)
+
+
+def test_a_latency_table_in_other_units_or_of_another_model_is_refused_not_predicted(tmp_path, capsys):
+    """A measured latency table in milliseconds (seconds x 1000) was taken as seconds, and one of a
+    smaller model than the target (faster than the hardware's datasheet allows) as this target's:
+    both gave a number.  Now both are refused naming ``latency``, a table far from the stack's
+    estimate is warned about (predict, sweep and recommend alike), and a real probe table of this
+    project's CPU host passes silently."""
+    from pathlib import Path
+
+    from specsim.architecture import load_model
+    from specsim.calibration import default_latency
+    from specsim.cli import main
+    from specsim.hardware import load_hardware
+    from specsim.latency import MeasuredLatency
+    from specsim.predict import TABLE_SCALE_NOTE, predict, sweep
+    from specsim.recommend import recommend
+
+    rl = default_latency(load_hardware("MI300X"))
+
+    def sampled(name):
+        m = load_model(name)
+        return pd.DataFrame([(b, q, c, float(rl.forward_time(m, tp=1, precision=None, batch=b, q=q, context=c)))
+                             for b in (1, 4, 16) for q in (1, 2, 4) for c in (512, 2048)],
+                            columns=["batch", "q", "context", "seconds"])
+
+    t = sampled("Qwen3-8B")
+    kw = dict(hardware="MI300X", concurrency=4, acceptance=0.7, isl=1024, osl=512)
+    ok = predict("Qwen3-8B", "eagle3", 3, latency=MeasuredLatency(t), **kw)
+    assert not any(TABLE_SCALE_NOTE in w for w in ok.warnings)
+    with pytest.raises(SpecsimValueError, match="milliseconds") as e:
+        predict("Qwen3-8B", "eagle3", 3, latency=MeasuredLatency(t.assign(seconds=1e3 * t["seconds"])), **kw)
+    assert e.value.field == "latency"
+    small = sampled("Llama-3.1-8B-Instruct")  # a 70B target's table taken from the 8B model
+    with pytest.raises(SpecsimValueError, match="datasheet floor") as e:
+        predict("Llama-3.3-70B-Instruct", "eagle3", 3, latency=MeasuredLatency(small), **kw)
+    assert e.value.field == "latency"
+    slow = MeasuredLatency(t.assign(seconds=50 * t["seconds"]))
+    p = predict("Qwen3-8B", "eagle3", 3, latency=slow, **kw)
+    assert any(w.startswith(TABLE_SCALE_NOTE) and "50" in w for w in p.warnings), p.warnings
+    df = sweep("Qwen3-8B", "eagle3", [1, 3], hardware="MI300X", concurrency=[4], acceptance=0.7, isl=1024, osl=512,
+               latency=slow)
+    assert any(w.startswith(TABLE_SCALE_NOTE) for w in df.attrs["warnings"]), df.attrs["warnings"]
+    rec = recommend("Qwen3-8B", "eagle3", hardware="MI300X", acceptance=0.7, isl=1024, osl=512,
+                    latency=slow, concurrency=[1, 4, 16], max_num_speculative_tokens=3)
+    assert any(w.startswith(TABLE_SCALE_NOTE) for w in rec.warnings), rec.warnings
+    # the CLI: exit 2 naming the field, no traceback
+    f = tmp_path / "ms.csv"
+    t.assign(seconds=1e3 * t["seconds"]).to_csv(f, index=False)
+    rc = main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--hardware", "MI300X",
+               "--acceptance", "0.7", "--concurrency", "4", "--isl", "1024", "--osl", "512", "--latency-table", str(f)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "latency" in err and "milliseconds" in err and "Traceback" not in err, err
+    # a real verification-cost probe (SmolLM2 on the 2-core CPU host, fp32) is in range: no warning
+    root = Path(__file__).resolve().parents[1]
+    probe = pd.read_csv(root / "data/runs/cpu-validation-fast-20261201T153000-verify-cost/verify_cost.csv")
+    cpu = predict("SmolLM2-135M-Instruct", "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", concurrency=4,
+                  acceptance=0.5, isl=384, osl=256, latency=MeasuredLatency(probe))
+    assert not any(TABLE_SCALE_NOTE in w for w in cpu.warnings)

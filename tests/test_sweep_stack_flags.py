@@ -16,14 +16,14 @@ MOE_ARGS = ["--target", "Qwen3.6-35B-A3B", "--method", "mtp", "--hardware", "MI3
 DENSE_ARGS = ["--target", "Qwen3-8B", "--method", "eagle3", "--hardware", "MI300X", "--acceptance", "0.7"]
 
 
-def _table():
-    """A measured latency table of Qwen3-8B on MI300X (TP 1), sampled from the shipped roofline."""
+def _table(model: str = "Qwen3-8B"):
+    """A measured latency table of ``model`` on MI300X (TP 1), sampled from the shipped roofline."""
     from specsim.architecture import load_model
     from specsim.calibration import default_latency
     from specsim.hardware import load_hardware
 
     rl = default_latency(load_hardware("MI300X"))
-    m = load_model("Qwen3-8B")
+    m = load_model(model)
     rows = [(b, q, c, float(rl.forward_time(m, tp=1, precision=None, batch=b, q=q, context=c)))
             for b in (1, 4, 16, 64) for q in (1, 2, 4, 8) for c in (256, 1024, 4096)]
     return pd.DataFrame(rows, columns=["batch", "q", "context", "seconds"])
@@ -90,7 +90,7 @@ def test_expert_parallel_refused_with_a_measured_table():
 
     with pytest.raises(SpecsimValueError, match="expert_parallel: needs a roofline latency model"):
         sweep("Qwen3.6-35B-A3B", "mtp", num_speculative_tokens=[1], hardware="MI300X", acceptance=0.7,
-              latency=MeasuredLatency(_table()), concurrency=[4], expert_parallel=True)
+              latency=MeasuredLatency(_table("Qwen3.6-35B-A3B")), concurrency=[4], expert_parallel=True)
 
 
 def test_cli_sweep_expert_parallel_equals_predict(capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from specsim._checks import int_array
-from specsim.architecture import load_model
+from specsim.architecture import ModelSpec, load_model
 from specsim.catalog import data_path
 from specsim.errors import DataError, SpecsimValueError
 from specsim.vllm.config import MTP_METHODS, SPECULATIVE_METHODS
@@ -820,6 +821,37 @@ def drafter_from_spec(spec: Mapping[str, Any], *, method: str | None = None,
         raise SpecsimValueError("draft_config", f"bad value ({exc})", draft_config) from exc
 
 
+def _drafter_knobs(draft_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``draft_config`` as :class:`Drafter` keyword arguments: vLLM's ``draft_tensor_parallel_size``
+    becomes ``draft_tp``; a key that is not one of :data:`_DRAFTER_KNOBS` raises
+    ``SpecsimValueError`` naming it (it used to reach ``Drafter`` as a TypeError)."""
+    out = {}
+    for k, v in dict(draft_config or {}).items():
+        key = "draft_tp" if k == "draft_tensor_parallel_size" else k
+        if key not in _DRAFTER_KNOBS:
+            raise SpecsimValueError(f"draft_config.{k}", "unknown key for this draft", v,
+                                    sorted(set(_DRAFTER_KNOBS) | {"draft_tensor_parallel_size"}))
+        out[key] = v
+    return out
+
+
+def _load_draft_model(draft_model: Any) -> Any:
+    """A ``draft_model`` draft: a shipped model name (:func:`specsim.architecture.load_model`), or an
+    existing path to a Hugging Face ``config.json`` or to a directory holding one
+    (``ModelSpec.from_hf_config``), as targets are given."""
+    if isinstance(draft_model, (str, os.PathLike)):
+        p = os.fspath(draft_model)
+        if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
+            return ModelSpec.from_hf_config(p)
+    try:
+        return load_model(str(draft_model))
+    except SpecsimValueError as exc:
+        if exc.field != "model":
+            raise
+        raise SpecsimValueError("draft", "neither a shipped model name nor a path to a Hugging Face config.json "
+                                "(or a directory holding one)", draft_model, exc.allowed) from None
+
+
 def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
                 draft_config: Mapping[str, Any] | None = None) -> Drafter:
     """Draft-cost strategy for a vLLM speculative ``method``.
@@ -860,16 +892,14 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
         return Drafter(method=method, kind="lookup", name=method, source="vLLM v1/spec_decode/ngram_proposer.py "
                        "(numba KMP, CPU); default lookup_s_per_request assumed", **knobs)
     if isinstance(draft_model, DraftNet):
-        return Drafter(method=method, kind=kind, draft=draft_model, name=draft_model.name, **dict(draft_config or {}))
+        return Drafter(method=method, kind=kind, draft=draft_model, name=draft_model.name,
+                       **_drafter_knobs(draft_config))
     if canon == "draft_model":
         if draft_model is None:
             raise SpecsimValueError("draft_model", "method 'draft_model' needs a draft model (ModelSpec or name)")
-        spec = draft_model if hasattr(draft_model, "step_weight_bytes") else None
-        if spec is None:
-
-            spec = load_model(str(draft_model))
+        spec = draft_model if hasattr(draft_model, "step_weight_bytes") else _load_draft_model(draft_model)
         return Drafter(method=method, kind="sequential", draft=spec, name=getattr(spec, "name", str(draft_model)),
-                       source="separate draft checkpoint (own weights and KV cache)", **dict(draft_config or {}))
+                       source="separate draft checkpoint (own weights and KV cache)", **_drafter_knobs(draft_config))
     if draft_model is None:
         if target is None:
             raise SpecsimValueError("target", f"needed to choose the default {method} draft (or pass draft_model)")

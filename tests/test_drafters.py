@@ -344,3 +344,33 @@ def test_draft_checkpoint_given_by_its_config_uses_its_own_dimensions(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(SpecsimValueError, match="config.json"):
         get_drafter("eagle3", draft_model=str(tmp_path), target=tgt)
+
+
+def test_draft_model_takes_draft_tensor_parallel_size_and_a_config_path(tmp_path):
+    """A new-user trial: ``speculative_config`` with method draft_model and
+    ``draft_tensor_parallel_size`` raised a TypeError traceback (it works for eagle3), and a draft
+    model given as a config.json path was refused as an "unknown model name" though targets take
+    paths.  The draft TP now times the draft on that many GPUs; a path loads like a target's; an
+    unknown draft names the field ``draft``."""
+    import json
+    from pathlib import Path
+
+    from specsim.predict import predict
+
+    kw = dict(hardware="H100", tp=4, concurrency=8, acceptance=0.7)
+    cfg = {"method": "draft_model", "model": "meta-llama/Llama-3.1-8B-Instruct", "num_speculative_tokens": 4}
+    full = predict("Llama-3.3-70B-Instruct", speculative_config=cfg, **kw)
+    one = predict("Llama-3.3-70B-Instruct", speculative_config={**cfg, "draft_tensor_parallel_size": 1}, **kw)
+    four = predict("Llama-3.3-70B-Instruct", speculative_config={**cfg, "draft_tensor_parallel_size": 4}, **kw)
+    assert four.t_draft_s == pytest.approx(full.t_draft_s)  # vLLM's default: the target's TP
+    assert one.t_draft_s > 2 * full.t_draft_s and one.throughput_ratio < full.throughput_ratio
+    d = tmp_path / "llama8b"
+    d.mkdir()
+    doc = json.loads((Path(__file__).resolve().parents[1] / "specsim/data/models/Llama-3.1-8B-Instruct.json").read_text())
+    (d / "config.json").write_text(json.dumps(doc["config"]))
+    for where in (d, d / "config.json"):
+        p = predict("Llama-3.3-70B-Instruct", speculative_config={**cfg, "model": str(where)}, **kw)
+        assert p.t_draft_s == pytest.approx(full.t_draft_s, rel=1e-9)
+    with pytest.raises(SpecsimValueError) as e:
+        predict("Llama-3.3-70B-Instruct", speculative_config={**cfg, "model": str(tmp_path / "none")}, **kw)
+    assert e.value.field == "draft" and "config.json" in str(e.value)

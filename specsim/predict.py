@@ -858,8 +858,20 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
     ------
     SpecsimValueError
         ``baseline.<metric>``: no factor in [1e-6, 1e6] matches -- the measurement is faster than
-        the target's forwards at k = 1e-6 without host time, or slower than k = 1e6 allows.
+        the target's forwards at k = 1e-6 without host time, or slower than k = 1e6 allows; or
+        the factor found is beyond :data:`ANCHOR_REFUSED` (a TPOT in milliseconds reads ~1000x), or
+        makes the target's decode forward at the baseline point faster than
+        :data:`TABLE_FLOOR_FRACTION` of the datasheet floor (:func:`datasheet_floor`: HBM bandwidth
+        and peak FLOP/s at 100 %) -- a baseline of another target, TP, precision or hardware.
     """
+    k, rec = _solve_anchor(r, b, tp=tp, point=point, overhead=overhead)
+    _check_anchor_physical(r, b, k, rec, tp=tp)
+    return k, rec
+
+
+def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int, int, int],
+                  overhead: SpecOverhead) -> tuple[float, dict[str, Any]]:
+    """:func:`anchor_target_time`'s solve, before its checks."""
     metric, measured = b.anchor_metric
     key = "baseline_tpot_s" if metric == "tpot_s" else "baseline_output_tok_per_s"
     c_b, i_b, o_b = point
@@ -900,6 +912,39 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
     raise SpecsimValueError(f"baseline.{metric}", f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
                             f"ISL/OSL {i_b}/{o_b} {how} (predicted baseline {_fmt_metric(metric, p1)} unanchored): "
                             "check that it is a baseline of this target, TP, precision and hardware", measured)
+
+
+#: an anchor factor beyond this on the target's forwards is refused: a TPOT given in milliseconds
+#: reads ~1000x; the warned range is :data:`ANCHOR_PLAUSIBLE`
+ANCHOR_REFUSED = 300.0
+
+
+def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapping[str, Any], *, tp: int) -> None:
+    """Refuse an anchor factor no run of this target on this hardware can have (see
+    :func:`anchor_target_time`, Raises)."""
+    metric, measured = b.anchor_metric
+    c_b, i_b, o_b = rec["concurrency"], rec["isl"], rec["osl"]
+    at = f"{_fmt_metric(metric, measured)} at concurrency {c_b}, ISL/OSL {i_b}/{o_b}"
+    if k > ANCHOR_REFUSED:
+        raise SpecsimValueError(
+            f"baseline.{metric}", f"the measured {at} makes the target's forwards {k:.3g}x the calibrated ones "
+            f"(refused beyond {ANCHOR_REFUSED:g}x): tpot_s is seconds per output token (milliseconds read ~1000x) "
+            "and output_tok_per_s the total over all requests", measured)
+    if rec["scaled"] == ANCHOR_SCOPES[1]:  # the forwards kept as calibrated
+        return
+    try:
+        kw = dict(tp=tp, precision=r.precision, batch=c_b, q=1, context=i_b + o_b / 2.0)
+        t = k * float(np.asarray(r.latency.forward_time(r.target, **kw)).reshape(-1)[0])
+        fl = float(np.asarray(datasheet_floor(load_hardware(r.hardware_name)).forward_time(r.target, **kw))
+                   .reshape(-1)[0])
+    except SpecsimValueError:  # a stack that cannot time this point (e.g. a precision without a peak)
+        return
+    if t < TABLE_FLOOR_FRACTION * fl:
+        raise SpecsimValueError(
+            f"baseline.{metric}", f"the measured {at} makes the target's decode forward {t * 1e3:.3g} ms, "
+            f"{t / fl:.2g}x the datasheet floor {fl * 1e3:.3g} ms for {getattr(r.target, 'name', 'the target')} at "
+            f"TP {tp} on {r.hardware_name} (HBM bandwidth and peak FLOP/s at 100 %): faster than the hardware allows "
+            "-- check that it is a baseline of this target, TP, precision and hardware, at this concurrency", measured)
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:
@@ -1236,7 +1281,8 @@ def predict(
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
-        + plausibility_warnings(vals, anchor) + table_scale_warning(r),  # KV overflow: shown, not only recorded
+        + plausibility_warnings(vals, anchor) + table_scale_warning(r)
+        + ((extrapolation_warning(r.acceptance, [n_used]),) if extrap else ()),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
         num_speculative_tokens_source=n_src,
@@ -1589,9 +1635,14 @@ def anchor_factor_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
     k = float(anchor["target_time_scale"])
     if ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
         return ()
+    c = int(anchor.get("concurrency", 1) or 1)
+    per_user = (f"; read as one request's rate (x concurrency {c}) it would scale them by about {k / c:.2g}: "
+                "output_tok_per_s is the total over all requests (vLLM's output throughput)"
+                if anchor.get("metric") == "output_tok_per_s" and c > 1
+                and ANCHOR_PLAUSIBLE[0] <= k / c <= ANCHOR_PLAUSIBLE[1] else "")
     return (f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
             f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
-            "precision and hardware; the speculative overheads are not scaled by the anchor",)
+            f"precision and hardware{per_user}; the speculative overheads are not scaled by the anchor",)
 
 
 def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tuple[str, ...]:
@@ -1868,7 +1919,9 @@ def sweep(
     ``mean_proposal_tokens`` are as in :func:`predict`; ``num_speculative_tokens``,
     ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
     vectorised numpy broadcast per categorical combination; ``num_speculative_tokens`` defaults to
-    1..15).  ``acceptance`` may be a dict ``{label: Acceptance}`` to sweep several profiles.
+    1..15).  ``acceptance`` may be a dict ``{label: Acceptance}`` (or ``{label: rate}``) or a list of
+    :class:`~specsim.acceptance.Acceptance` to sweep several profiles; a list of plain numbers is ONE
+    profile of per-position CUMULATIVE rates, as :func:`predict` and ``recommend`` read it.
     ``speculative_config`` (as in :func:`predict`) fixes method and N; with a
     ``num_speculative_tokens_per_batch_size`` schedule each concurrency row models the schedule's
     k at that batch size (:func:`scheduled_n`; column ``num_speculative_tokens_source`` =
@@ -1955,6 +2008,8 @@ def sweep(
 
     if isinstance(acceptance, Mapping):
         acc_items = list(acceptance.items())
+    elif _is_rate_list(acceptance):  # ONE profile of per-position cumulative rates, as predict() reads it
+        acc_items = [(None, acceptance)]
     else:
         acc_items = [(None, a) for a in as_list(acceptance)]
     if num_speculative_tokens is None:
@@ -2076,6 +2131,13 @@ def sweep(
 _EXTRAPOLATION_PREFIX = "acceptance extrapolated"
 
 
+def _is_rate_list(v) -> bool:
+    """Whether ``v`` is a non-empty list / tuple of plain numbers (per-position rates), not a list of
+    profiles."""
+    return isinstance(v, (list, tuple)) and len(v) > 0 and all(
+        isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool) for x in v)
+
+
 def extrapolation_warning(acceptance, ns, label=None) -> str:
     """The warning of a sweep whose N values ``ns`` reach beyond the positions ``acceptance`` measured
     (:func:`specsim.engine.acceptance_extrapolated`): their acceptance, hence their ratio, comes from the
@@ -2084,8 +2146,8 @@ def extrapolation_warning(acceptance, ns, label=None) -> str:
     ns = [int(n) for n in ns]
     shown = ", ".join(map(str, ns)) if len(ns) <= 6 else f"{ns[0]}..{ns[-1]} ({len(ns)} values)"
     prof = f" (profile {label})" if label else ""
-    return (f"{_EXTRAPOLATION_PREFIX} beyond the {m} measured position(s){prof} for N = {shown}: those rows "
-            "(acceptance_extrapolated=True) rest on the profile's parametric fit, not on measurements; measure "
+    return (f"{_EXTRAPOLATION_PREFIX} beyond the {m} measured position(s){prof} for N = {shown}: the predictions "
+            "there (acceptance_extrapolated=True) rest on the profile's parametric fit, not on measurements; measure "
             "acceptance at these N (or sweep N <= " + str(m) + ") before relying on them")
 
 

@@ -332,6 +332,32 @@ def test_best_n_within_measured_positions_not_flagged():
     assert best <= 3 and curve.attrs["best_n_extrapolated"] is False
 
 
+def test_a_list_of_rates_is_one_profile_in_predict_sweep_and_best_n_and_extrapolation_is_warned():
+    """A new-user trial: ``acceptance=[0.8, 0.6, 0.45]`` was one profile of cumulative rates in
+    predict (MAL 2.85) but three constant-rate profiles in sweep (three rows, all labelled None) and
+    best_n (best N 6, from the constant 0.8, no extrapolation warning).  Now sweep and best_n read it
+    as predict does, and predict also warns when N goes beyond the measured positions (sweep and
+    best_n did; predict only set acceptance_extrapolated)."""
+    rates = [0.8, 0.6, 0.45]
+    kw = dict(hardware="MI300X", concurrency=8)
+    p = predict("Qwen3-8B", "eagle3", 3, acceptance=rates, **kw)
+    df = sweep("Qwen3-8B", "eagle3", [3], acceptance=rates, **kw)
+    assert len(df) == 1 and df["mal"].iloc[0] == pytest.approx(p.mal) == pytest.approx(1 + sum(rates))
+    assert df["throughput_ratio"].iloc[0] == pytest.approx(p.throughput_ratio, rel=1e-12)
+    with pytest.warns(UserWarning, match="beyond the measured acceptance positions"):
+        best, curve = best_n("Qwen3-8B", "eagle3", acceptance=rates, **kw)
+    with pytest.warns(UserWarning):
+        ref, ref_curve = best_n("Qwen3-8B", "eagle3", acceptance=MEASURED3, **kw)
+    assert best == ref and len(curve) == len(ref_curve) == 15
+    # several profiles are still a list of Acceptance or a dict
+    two = sweep("Qwen3-8B", "eagle3", [3], acceptance=[MEASURED3, Acceptance.from_rates([0.7, 0.5, 0.3])], **kw)
+    assert len(two) == 2
+    assert not p.acceptance_extrapolated and not any("extrapolated" in w for w in p.warnings)
+    far = predict("Qwen3-8B", "eagle3", 5, acceptance=rates, **kw)
+    assert far.acceptance_extrapolated and any(w.startswith("acceptance extrapolated beyond the 3 measured")
+                                               and "N = 5" in w for w in far.warnings), far.warnings
+
+
 def test_cli_sweep_prints_the_extrapolation_warning_once(capsys):
     rc, out, err = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "2,5",
                         "--cumulative", "0.8,0.6,0.45"], capsys)

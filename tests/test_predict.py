@@ -696,6 +696,33 @@ def test_implausible_anchor_and_dominant_overhead_warn():
     assert not any("speculative overhead" in w for w in ok.warnings)
 
 
+def test_a_baseline_in_milliseconds_or_faster_than_the_hardware_is_refused():
+    """A new-user trial: baseline tpot_s=12 (12 ms meant) anchored the forwards at x 2040 and the
+    ratio rose 2.38 -> 2.88 with only the usual warning; a throughput faster than the datasheet was
+    anchored too.  Now both are refused naming the baseline's field (predict, sweep and recommend
+    share the anchor), and a per-request tok/s is named as the likely slip in the warning."""
+    from specsim.predict import ANCHOR_REFUSED, sweep
+    from specsim.recommend import recommend
+
+    kw = dict(hardware="H100", concurrency=8, acceptance=[0.8, 0.6, 0.45])
+    ok = predict("Qwen3-8B", "eagle3", 3, baseline={"tpot_s": 0.012}, **kw)
+    assert ok.target_time_scale < 3
+    for call in (lambda b: predict("Qwen3-8B", "eagle3", 3, baseline=b, **kw),
+                 lambda b: sweep("Qwen3-8B", "eagle3", [3], baseline=b, **kw),
+                 lambda b: recommend("Qwen3-8B", "eagle3", hardware="H100", acceptance=[0.8, 0.6, 0.45],
+                                     max_num_speculative_tokens=3, concurrency=[1, 8], baseline=b,
+                                     baseline_concurrency=8)):
+        with pytest.raises(SpecsimValueError, match="milliseconds") as e:
+            call({"tpot_s": 12.0})
+        assert e.value.field == "baseline.tpot_s" and f"{ANCHOR_REFUSED:g}x" in str(e.value)
+        with pytest.raises(SpecsimValueError, match="datasheet floor") as e:
+            call({"output_tok_per_s": 60000.0})
+        assert e.value.field == "baseline.output_tok_per_s"
+    per_user = predict("Qwen3-8B", "eagle3", 3, baseline={"output_tok_per_s": ok.baseline_output_tok_per_s / 8}, **kw)
+    assert any("one request's rate" in w for w in per_user.warnings), per_user.warnings
+    assert not any("one request's rate" in w for w in ok.warnings)
+
+
 def test_cli_latency_table_errors_name_the_flag(tmp_path, capsys):
     from specsim.cli import main
 

@@ -142,6 +142,17 @@ def _check_calibration(cal: dict) -> None:
                         f"got {sorted(terms) if isinstance(terms, dict) else terms!r}")
 
 
+def _concurrency_text(value) -> str:
+    """How a calibration's ``concurrency_inferred`` reads in its scope: a number inferred from the
+    published rows, the file's own words (B200: concurrencies published per row), or nothing where
+    the file records none (a transferred calibration: ``None``, which was printed as such)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f" at an inferred concurrency {value:g}"
+    if isinstance(value, str) and value.strip():
+        return f" at concurrencies {value.split(':', 1)[-1].strip()}"
+    return ""
+
+
 def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | None = None) -> Roofline:
     """Default latency model of ``hardware``: the shipped calibration, else datasheet priors.
 
@@ -183,7 +194,7 @@ def default_latency(hardware, target_name: str | None = None, *, is_moe: bool | 
         f"latency, host and speculative overheads from {name}"
         + (f", transferred from {cal['transferred_from']} ({cal.get('transfer_rule', 'see the file')})"
            if cal.get("transferred_from") else "")
-        + f": stack terms fitted on {what} at an inferred concurrency {cal.get('concurrency_inferred', '?')}, "
+        + f": stack terms fitted on {what}{_concurrency_text(cal.get('concurrency_inferred'))}, "
         "the same for every target; absolute times on other stacks are extrapolations; pass baseline= "
         "(a measured baseline) or latency= / overhead= measured on your stack")
     record = CalibrationRecord(

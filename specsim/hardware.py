@@ -113,8 +113,8 @@ class Hardware:
         peaks = self.peak_flops_per_s
         if precision in ("bf16", "fp16", "int4"):
             candidates = ["bf16"]
-        elif precision == "fp8":
-            candidates = ["fp8"]
+        elif precision == "fp8":  # without FP8 units: weight-only FP8 (vLLM's FP8 Marlin), bf16 math
+            candidates = ["fp8"] if self.kind == "cpu" else ["fp8", "bf16"]
         elif precision == "mxfp4":
             candidates = ["fp4", "fp8", "bf16"]
         else:  # fp32
@@ -158,8 +158,11 @@ class Hardware:
         Raises
         ------
         SpecsimValueError
-            Unknown precision, or one this hardware has no peak for (e.g. ``fp8`` on A100,
-            ``bf16`` on the CPU host).
+            Unknown precision, or one this hardware has no peak for (e.g. ``bf16`` or ``fp8`` on
+            the CPU host).  ``fp8`` on a GPU without FP8 units (A100) uses the bf16 peak: vLLM runs
+            FP8 checkpoints there weight-only with its FP8 Marlin kernel
+            (``vllm/model_executor/kernels/linear/scaled_mm/marlin.py``, "for GPUs that lack FP8
+            hardware support").
         """
         key = self.peak_dtype(precision)
         value = float(self.peak_flops_per_s[key])

@@ -288,6 +288,38 @@ def constant_acceptance(rate, *, temperature: float | None) -> Acceptance:
         raise SpecsimValueError("acceptance", f"a constant per-position acceptance rate {e.rule}", rate) from e
 
 
+#: matrix units a weight precision needs to multiply without dequantizing (:func:`weight_only_notes`)
+_MATRIX_UNITS = {"fp8": "FP8", "mxfp4": "FP4", "int4": "int4"}
+
+
+def weight_only_notes(hw: Hardware, target, precision: str | None) -> list[str]:
+    """The assumption a prediction carries when weights are stored in a precision ``hw`` has no
+    matrix units for (:func:`specsim.latency.native_precision`): they are read at their own width and
+    dequantized for the multiply, which runs at another peak (:meth:`Hardware.peak_dtype`), paying
+    the calibration's ``dequant_s_per_weight`` per element -- vLLM's Marlin kernels for GPUs that
+    lack the format (``vllm/model_executor/kernels/linear/scaled_mm/marlin.py``, FP8 Marlin;
+    ``MarlinMxFp4LinearKernel`` for MXFP4).  ``precision`` None: the target's weight dtypes.
+    Empty when every weight precision is native, or on a CPU host."""
+    from specsim.latency import native_precision
+
+    if getattr(hw, "kind", "gpu") == "cpu":
+        return []
+    dtypes = [precision] if precision is not None else [
+        getattr(target, "weight_dtype", None), getattr(target, "expert_weight_dtype", None)]
+    out = []
+    for d in dict.fromkeys(x for x in dtypes if x in _MATRIX_UNITS):
+        if native_precision(hw, d):
+            continue
+        try:
+            peak = hw.peak_dtype(d)
+        except SpecsimValueError:
+            continue
+        out.append(f"{d} weights on {hw.name}, which has no {_MATRIX_UNITS[d]} matrix units: modelled weight-only "
+                   f"({d} weight reads, dequantized for the multiply at the {peak} peak, dequant_s_per_weight per "
+                   "weight element; vLLM's Marlin kernels for GPUs that lack the format)")
+    return out
+
+
 def _load_target(target) -> ModelSpec:
     """A catalog name (``load_model``), or an existing path to a Hugging Face ``config.json`` or to a
     model directory holding one (``ModelSpec.from_hf_config``)."""
@@ -482,6 +514,7 @@ def resolve_inputs(
                            + "; ".join(a for a in tgt.assumptions if a.startswith("quantization_config"))
                            + "), which vLLM would serve as quantized")
     # precision None = the model's serving mix from specsim/data/models (e.g. int4 routed experts)
+    assumptions += weight_only_notes(hw, tgt, precision)
 
     # draft_tensor_parallel_size (checked against the target tp in check_feasibility) sets the
     # draft's TP: draft passes and draft memory use it
@@ -835,7 +868,9 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
        measurement, e.g. a host term fitted at one concurrency only) or needs an implausible
        k < ``ANCHOR_PLAUSIBLE[0]``; used when it has a solution;
     3. ``"target forwards, host terms dropped"``: faster than the calibrated target forwards
-       alone: host-side seconds x 1e-9 and k solved as in (1).
+       alone, or (1) would make the target's decode forward faster than the datasheet allows
+       (below :data:`TABLE_FLOOR_FRACTION` of :func:`datasheet_floor`) while (2) has no solution:
+       host-side seconds x 1e-9 and k solved as in (1).
 
     Each solve evaluates :func:`specsim.engine.evaluate` and finds the root of
     ``log(predicted / measured)`` in the log of the factor with :func:`scipy.optimize.brentq`
@@ -864,13 +899,30 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
         :data:`TABLE_FLOOR_FRACTION` of the datasheet floor (:func:`datasheet_floor`: HBM bandwidth
         and peak FLOP/s at 100 %) -- a baseline of another target, TP, precision or hardware.
     """
-    k, rec = _solve_anchor(r, b, tp=tp, point=point, overhead=overhead)
-    _check_anchor_physical(r, b, k, rec, tp=tp)
+    k_min = _physical_k_min(r, point, tp=tp)
+    k, rec = _solve_anchor(r, b, tp=tp, point=point, overhead=overhead, k_min=k_min)
+    _check_anchor_physical(r, b, k, rec, tp=tp, k_min=k_min)
     return k, rec
 
 
+def _physical_k_min(r: Scenario, point: tuple[int, int, int], *, tp: int) -> tuple[float, float, float]:
+    """The smallest factor on the target's forwards a run can have at the baseline ``point``
+    (:data:`TABLE_FLOOR_FRACTION` of the datasheet floor over the calibrated decode forward), with
+    that forward and the floor (seconds); ``(0, nan, nan)`` where the stack cannot time the point."""
+    c_b, i_b, o_b = point
+    kw = dict(tp=tp, precision=r.precision, batch=c_b, q=1, context=i_b + o_b / 2.0)
+    try:
+        t = float(np.asarray(r.latency.forward_time(r.target, **kw)).reshape(-1)[0])
+        fl = float(np.asarray(datasheet_floor(load_hardware(r.hardware_name)).forward_time(r.target, **kw))
+                   .reshape(-1)[0])
+    except SpecsimValueError:  # e.g. a precision without a datasheet peak
+        return 0.0, math.nan, math.nan
+    return (TABLE_FLOOR_FRACTION * fl / t if t > 0 else 0.0), t, fl
+
+
 def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int, int, int],
-                  overhead: SpecOverhead) -> tuple[float, dict[str, Any]]:
+                  overhead: SpecOverhead, k_min: tuple[float, float, float] = (0.0, math.nan, math.nan)
+                  ) -> tuple[float, dict[str, Any]]:
     """:func:`anchor_target_time`'s solve, before its checks."""
     metric, measured = b.anchor_metric
     key = "baseline_tpot_s" if metric == "tpot_s" else "baseline_output_tok_per_s"
@@ -900,13 +952,16 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
         log_s = _solve_log_scale(g_host, -1.0)
         if log_s is not None and log_s < 0.0:
             return 1.0, record(1.0, math.exp(log_s), ANCHOR_SCOPES[1])
-        if log_k is not None:  # the host terms cannot explain it: k on the forwards (warned as implausible)
+        if log_k is not None and math.exp(log_k) >= k_min[0]:
+            # the host terms cannot explain it: k on the forwards (warned as implausible)
             return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
         no_host = 1e-9
-        log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk), no_host) / measured),
-                                 start(predicted(1.0, no_host)))
-        if log_k is not None:
-            return math.exp(log_k), record(math.exp(log_k), no_host, ANCHOR_SCOPES[2])
+        log_k3 = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk), no_host) / measured),
+                                  start(predicted(1.0, no_host)))
+        if log_k3 is not None:
+            return math.exp(log_k3), record(math.exp(log_k3), no_host, ANCHOR_SCOPES[2])
+        if log_k is not None:  # below the datasheet floor either way: refused by the caller's check
+            return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
     how = ("is faster than the target's forwards allow even at x 1e-6 and without host time" if faster else
            "is slower than the target's forwards allow even at x 1e6")
     raise SpecsimValueError(f"baseline.{metric}", f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
@@ -919,7 +974,8 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
 ANCHOR_REFUSED = 300.0
 
 
-def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapping[str, Any], *, tp: int) -> None:
+def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapping[str, Any], *, tp: int,
+                           k_min: tuple[float, float, float]) -> None:
     """Refuse an anchor factor no run of this target on this hardware can have (see
     :func:`anchor_target_time`, Raises)."""
     metric, measured = b.anchor_metric
@@ -932,14 +988,8 @@ def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapp
             "and output_tok_per_s the total over all requests", measured)
     if rec["scaled"] == ANCHOR_SCOPES[1]:  # the forwards kept as calibrated
         return
-    try:
-        kw = dict(tp=tp, precision=r.precision, batch=c_b, q=1, context=i_b + o_b / 2.0)
-        t = k * float(np.asarray(r.latency.forward_time(r.target, **kw)).reshape(-1)[0])
-        fl = float(np.asarray(datasheet_floor(load_hardware(r.hardware_name)).forward_time(r.target, **kw))
-                   .reshape(-1)[0])
-    except SpecsimValueError:  # a stack that cannot time this point (e.g. a precision without a peak)
-        return
-    if t < TABLE_FLOOR_FRACTION * fl:
+    t, fl = k * k_min[1], k_min[2]
+    if k < k_min[0]:
         raise SpecsimValueError(
             f"baseline.{metric}", f"the measured {at} makes the target's decode forward {t * 1e3:.3g} ms, "
             f"{t / fl:.2g}x the datasheet floor {fl * 1e3:.3g} ms for {getattr(r.target, 'name', 'the target')} at "
@@ -948,7 +998,9 @@ def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapp
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:
-    terms = [f"{k} {v * 1e6:.4g} us" for k, v in asdict(ov).items() if v]
+    # a fitted term below a nanosecond (a bound hit in the fit) is zero for every purpose: printed so
+    terms = [f"{k} {v * 1e6:.4g} us" if abs(v) >= 1e-9 else f"{k} ~0 us ({v:.1e} s)"
+             for k, v in asdict(ov).items() if v]
     return ", ".join(terms) if terms else "zero"
 
 
@@ -1466,11 +1518,21 @@ def table_scale_warning(r: Scenario) -> tuple[str, ...]:
     return tuple(a for a in r.assumptions if a.startswith(TABLE_SCALE_NOTE))
 
 
-def datasheet_floor(hardware) -> "Roofline":
+def datasheet_floor(hardware):
     """The roofline of ``hardware`` at 100 % of its datasheet HBM bandwidth and peak FLOP/s, with no
     fixed, per-layer or all-reduce latency: a lower bound on any measured forward
     (:class:`specsim.latency.Roofline` with ``Efficiency(bandwidth=1, compute=1, fixed_s=0,
-    per_layer_s=0, allreduce_latency_s=0)``)."""
+    per_layer_s=0, allreduce_latency_s=0)``).
+
+    Parameters
+    ----------
+    hardware : Hardware
+
+    Returns
+    -------
+    specsim.latency.Roofline
+        ``forward_time`` gives the floor in seconds per forward.
+    """
     from specsim.latency import Efficiency, Roofline
 
     return Roofline(hardware, Efficiency(bandwidth=1.0, compute=1.0, fixed_s=0.0, per_layer_s=0.0,

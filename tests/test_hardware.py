@@ -111,9 +111,11 @@ def test_peak_flops_mapping():
     assert a100.peak_flops("mxfp4") == 312e12
     # fp32 on a GPU without an fp32 entry: bf16 / 2
     assert h100.peak_flops("fp32") == pytest.approx(989e12 / 2)
+    # fp8 on a GPU without FP8 units: weight-only FP8 (vLLM's FP8 Marlin kernel), bf16 math
+    assert a100.peak_flops("fp8") == 312e12
     with pytest.raises(SpecsimValueError) as ei:
-        a100.peak_flops("fp8")
-    assert ei.value.field == "precision" and "fp8" not in ei.value.allowed and "bf16" in ei.value.allowed
+        load_hardware("cpu-2core-avx2").peak_flops("fp8")
+    assert ei.value.field == "precision" and "fp8" not in ei.value.allowed and "fp32" in ei.value.allowed
     with pytest.raises(SpecsimValueError):
         h100.peak_flops("int8")
 

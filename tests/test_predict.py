@@ -718,6 +718,13 @@ def test_a_baseline_in_milliseconds_or_faster_than_the_hardware_is_refused():
         with pytest.raises(SpecsimValueError, match="datasheet floor") as e:
             call({"output_tok_per_s": 60000.0})
         assert e.value.field == "baseline.output_tok_per_s"
+    # a baseline faster than the calibration's host seconds allow: the forwards were scaled to 0.027x
+    # (below the datasheet floor); now the host terms are dropped and the forwards stay plausible
+    mm = dict(hardware="MI300X", tp=2, concurrency=4, isl=64, osl=16, acceptance=0.5)
+    p0 = predict("MiniMax-M2.5", "eagle3", 1, **mm)
+    fast = predict("MiniMax-M2.5", "eagle3", 1, baseline={"tpot_s": 0.5 * p0.baseline_tpot_s}, **mm)
+    assert fast.baseline_anchor["scaled"] == "target forwards, host terms dropped"
+    assert 1 / 3 <= fast.target_time_scale <= 3 and fast.baseline_tpot_s == pytest.approx(0.5 * p0.baseline_tpot_s)
     per_user = predict("Qwen3-8B", "eagle3", 3, baseline={"output_tok_per_s": ok.baseline_output_tok_per_s / 8}, **kw)
     assert any("one request's rate" in w for w in per_user.warnings), per_user.warnings
     assert not any("one request's rate" in w for w in ok.warnings)
@@ -860,3 +867,40 @@ def test_a_latency_table_in_other_units_or_of_another_model_is_refused_not_predi
     cpu = predict("SmolLM2-135M-Instruct", "ngram", 3, hardware="cpu-2core-avx2", precision="fp32", concurrency=4,
                   acceptance=0.5, isl=384, osl=256, latency=MeasuredLatency(probe))
     assert not any(TABLE_SCALE_NOTE in w for w in cpu.warnings)
+
+
+def test_fp8_on_a_gpu_without_fp8_units_is_weight_only_and_said():
+    """A new-user trial: precision fp8 on A100 was refused ("no peak FLOP/s") although vLLM serves FP8
+    checkpoints there weight-only (FP8 Marlin, "for GPUs that lack FP8 hardware support"), while mxfp4
+    on H100 was accepted with no word on how it is modelled.  Now both predict, at the bf16 / fp8
+    peak with 1-byte / 0.53-byte weight reads, and say so; native precisions carry no such note."""
+    kw = dict(concurrency=8, acceptance=0.7)
+    fp8 = predict("Qwen3-8B", "eagle3", 3, hardware="A100", precision="fp8", **kw)
+    bf16 = predict("Qwen3-8B", "eagle3", 3, hardware="A100", precision="bf16", **kw)
+    # half the weight bytes of a memory-bound decode: a faster baseline step than bf16
+    assert fp8.t_base_s < bf16.t_base_s
+    note = [a for a in fp8.assumptions if "no FP8 matrix units" in a]
+    assert note and "bf16 peak" in note[0] and "weight-only" in note[0]
+    assert not any("matrix units" in a for a in bf16.assumptions)
+    mx = predict("Qwen3-8B", "eagle3", 3, hardware="H100", precision="mxfp4", **kw)
+    assert any("no FP4 matrix units" in a and "fp8 peak" in a for a in mx.assumptions)
+    assert not any("matrix units" in a for a in predict("Qwen3-8B", "eagle3", 3, hardware="H100", precision="fp8",
+                                                         **kw).assumptions)
+    # a config's routed experts in mxfp4 (precision None) are named too
+    oss = predict("gpt-oss-20b", "eagle3", 3, hardware="A100", **kw)
+    assert any(a.startswith("mxfp4 weights on A100") for a in oss.assumptions)
+
+
+def test_calibration_scope_and_overhead_terms_print_no_none_and_no_femtoseconds():
+    """A new-user trial: a transferred calibration's scope read "at an inferred concurrency None",
+    and MI300X's fitted fixed_s (2.1e-15 s, a bound of the fit) printed as "fixed_s 2.077e-09 us"."""
+    from specsim.calibration import default_latency
+    from specsim.hardware import load_hardware
+
+    for hw in ("H100", "A100", "B200", "MI300X"):
+        scope = default_latency(load_hardware(hw)).calibration.scope
+        assert "None" not in scope, (hw, scope)
+    assert "at an inferred concurrency 64," in default_latency(load_hardware("MI300X")).calibration.scope
+    p = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", concurrency=8, acceptance=0.7)
+    src = p.term_sources["speculative_overhead"]
+    assert "fixed_s ~0 us (2.1e-15 s)" in src and "e-09 us" not in p.summary(), src

@@ -655,7 +655,9 @@ class Acceptance:
             for i in range(1, len(arr)):
                 if arr[i] > arr[i - 1]:
                     raise SpecsimValueError(
-                        f"rates[{i}]", "cumulative rates must not increase with position",
+                        f"rates[{i}]", "cumulative rates must not increase with position (per-position "
+                        "CONDITIONAL rates, P(position i accepted | i-1 accepted), may: pass kind='conditional', "
+                        "CLI --conditional)",
                         f"{arr[i]:g} > rates[{i - 1}] = {arr[i - 1]:g}")
             cum = arr
         else:

@@ -611,7 +611,9 @@ class MeasuredLatency:
             raise SpecsimValueError("table", f"batch, q, context, seconds must be numbers ({exc})") from None
         _grid(t["batch"].to_numpy(), t["q"].to_numpy(), t["context"].to_numpy())
         if not np.all(np.isfinite(t["seconds"])) or np.any(t["seconds"] <= 0):
-            raise SpecsimValueError("table.seconds", "must be finite and > 0", t["seconds"][t["seconds"] <= 0].tolist()[:3])
+            bad = t["seconds"][~(np.isfinite(t["seconds"]) & (t["seconds"] > 0))]
+            raise SpecsimValueError("table.seconds", f"must be finite and > 0 ({len(bad)} row(s) are not)",
+                                    bad.tolist()[:3])
         t = t.groupby(["batch", "q", "context"], as_index=False)["seconds"].mean()
         self.table = t
         self.model_name, self.tp, self.precision = model_name, tp, precision

@@ -751,6 +751,10 @@ def as_baseline(baseline) -> MeasuredBaseline | None:
                                     list(MeasuredBaseline.__dataclass_fields__))
         return MeasuredBaseline(**baseline)
     if isinstance(baseline, (str, os.PathLike)):
+        if not os.path.isfile(os.fspath(baseline)):
+            raise SpecsimValueError("baseline", "is not an existing file (a path to a vllm bench serve result of the "
+                                    "non-speculative baseline); a measured number goes in a dict: "
+                                    "{'tpot_s': seconds} or {'output_tok_per_s': total tok/s}", os.fspath(baseline))
         return MeasuredBaseline.from_bench(baseline)
     raise SpecsimValueError("baseline", "must be a MeasuredBaseline, a dict of its fields (tpot_s= seconds or "
                             "output_tok_per_s=, concurrency=, isl=, osl=) or a path to a vllm bench serve result "

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specsim.acceptance import Acceptance
@@ -424,3 +425,22 @@ def test_messages_show_plain_numbers_not_numpy_reprs(capsys):
     with pytest.raises(SpecsimValueError) as ei:
         sweep("Qwen3-8B", "eagle3", [3], acceptance=0.7, isl=[np.float64(0.5)])
     assert "np.float64" not in str(ei.value) and "array(" not in str(ei.value) and "[0.5]" in str(ei.value)
+
+
+def test_small_error_messages_name_the_value_and_the_fix():
+    """A new-user trial: a NaN in a latency table read "must be finite and > 0 (got [])" (the NaN
+    left out), ``baseline="600"`` raised a bare FileNotFoundError, and conditional rates passed as
+    cumulative gave no hint of ``kind="conditional"``."""
+    from specsim.latency import MeasuredLatency
+
+    with pytest.raises(SpecsimValueError) as e:
+        MeasuredLatency(pd.DataFrame(dict(batch=[1, 2], q=[1, 1], context=[5, 5], seconds=[np.nan, 0.1])))
+    assert e.value.field == "table.seconds" and np.isnan(e.value.value[0]) and "1 row(s)" in str(e.value)
+    with pytest.raises(SpecsimValueError) as e:
+        predict("Qwen3-8B", "eagle3", 3, hardware="H100", acceptance=0.7, baseline="600")
+    assert e.value.field == "baseline" and "tpot_s" in str(e.value) and "output_tok_per_s" in str(e.value)
+    with pytest.raises(SpecsimValueError) as e:
+        Acceptance.from_rates([0.8, 0.9, 0.7])
+    assert e.value.field == "rates[1]" and "kind='conditional'" in str(e.value)
+    assert Acceptance.from_rates([0.8, 0.9, 0.7], kind="conditional").mal(3) == pytest.approx(
+        1 + 0.8 + 0.72 + 0.504)

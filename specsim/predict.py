@@ -1722,9 +1722,34 @@ def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tup
     ov, work = vals.get("t_overhead_s", 0.0), vals.get("t_verify_s", 0.0) + vals.get("t_draft_s", 0.0)
     if ov > work > 0:
         out.append(f"the speculative overhead ({ov * 1e3:.3g} ms per step) exceeds draft + verification "
-                   f"({work * 1e3:.3g} ms): the calibration's per-sequence speculative terms were fitted at one "
-                   "load and dominate here -- an extrapolation; measure a run at this concurrency")
+                   f"({work * 1e3:.3g} ms): {_OVERHEAD_DOMINANT_WHY}; measure a run at this concurrency")
     return tuple(out)
+
+
+_OVERHEAD_DOMINANT_WHY = ("the calibration's per-sequence speculative terms were fitted at one load and dominate "
+                          "here -- an extrapolation")
+
+
+def overhead_dominant_concurrencies(out: Mapping[str, Any], concurrency, shape) -> list[int]:
+    """The concurrencies of a sweep's evaluation ``out`` (:func:`specsim.engine.evaluate` arrays
+    broadcast to ``shape``) at which the speculative overhead exceeds draft + verification, as
+    :func:`plausibility_warnings` warns for one prediction; sorted, empty when none."""
+    ov = np.broadcast_to(np.asarray(out["t_overhead_s"], dtype=float), shape)
+    work = np.broadcast_to(np.asarray(out["t_verify_s"], dtype=float) + np.asarray(out["t_draft_s"], dtype=float),
+                           shape)
+    hit = (ov > work) & (work > 0)
+    if not hit.any():
+        return []
+    return sorted({int(c) for c in np.broadcast_to(np.asarray(concurrency), shape)[hit].tolist()})
+
+
+def overhead_dominant_warning(concurrencies: list[int], what: str) -> str:
+    """The sweep / recommend form of :func:`plausibility_warnings`' overhead warning: the rows of
+    ``what`` at ``concurrencies``."""
+    shown = ", ".join(map(str, concurrencies)) if len(concurrencies) <= 8 else \
+        f"{concurrencies[0]}..{concurrencies[-1]} ({len(concurrencies)} values)"
+    return (f"the speculative overhead exceeds draft + verification for {what} at concurrency {shown}: "
+            f"{_OVERHEAD_DOMINANT_WHY}; measure a run at these concurrencies")
 
 
 def allreduce_prior_warning(latency, tp: int) -> tuple[str, ...]:
@@ -2175,6 +2200,9 @@ def sweep(
         cols["acceptance_extrapolated"] = ext[inv.reshape(-1)].reshape(n_nat.shape)
         if ext.any():
             stack_warnings.setdefault(extrapolation_warning(r.acceptance, uniq[ext].tolist(), cols["acceptance"]))
+        dominant = overhead_dominant_concurrencies(out, C, shape)
+        if dominant:
+            stack_warnings.setdefault(overhead_dominant_warning(dominant, f"{r.target.name}, {r.method}"))
         if r.speculative_config is not None:
             cols["num_speculative_tokens_source"] = ("schedule" if r.speculative_config.is_dynamic
                                                      else "speculative_config")

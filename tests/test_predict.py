@@ -904,3 +904,21 @@ def test_calibration_scope_and_overhead_terms_print_no_none_and_no_femtoseconds(
     p = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", concurrency=8, acceptance=0.7)
     src = p.term_sources["speculative_overhead"]
     assert "fixed_s ~0 us (2.1e-15 s)" in src and "e-09 us" not in p.summary(), src
+
+
+def test_sweep_warns_where_the_speculative_overhead_dominates_as_predict_does():
+    """A new-user trial: predict at concurrency 64 warned that the speculative overhead exceeds draft
+    + verification (an extrapolation of per-sequence terms), the sweep over the same points had
+    ``attrs["warnings"] == ()``.  The sweep now names the concurrencies, exactly those where predict
+    warns."""
+    from specsim.predict import sweep
+
+    cs = [1, 8, 64, 256]
+    df = sweep("Qwen3.6-35B-A3B", "mtp", [1, 3], concurrency=cs, acceptance=0.75)
+    warned = [c for c in cs if any("speculative overhead" in w for n in (1, 3) for w in
+                                   predict("Qwen3.6-35B-A3B", "mtp", n, concurrency=c, acceptance=0.75).warnings)]
+    assert warned and warned != cs
+    msgs = [w for w in df.attrs["warnings"] if w.startswith("the speculative overhead exceeds")]
+    assert len(msgs) == 1 and f"at concurrency {', '.join(map(str, warned))}:" in msgs[0], (warned, msgs)
+    quiet = sweep("Qwen3.6-35B-A3B", "mtp", [1, 3], concurrency=[c for c in cs if c not in warned], acceptance=0.75)
+    assert not any("speculative overhead" in w for w in quiet.attrs["warnings"])

@@ -939,10 +939,13 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
     def start(p: float) -> float:  # exact if every term scales
         return math.log(measured / p) if metric == "tpot_s" else math.log(p / measured)
 
+    other = next((m for m in _BASELINE_METRICS if m != metric and getattr(b, m) is not None), None)
+
     def record(k: float, host: float, scaled: str) -> dict[str, Any]:
         return {"metric": metric, "measured": measured, "predicted_unanchored": p1,
                 "predicted_anchored": predicted(k, host), "concurrency": c_b, "isl": i_b, "osl": o_b,
-                "target_time_scale": k, "host_time_scale": host, "scaled": scaled, "source": b.source}
+                "target_time_scale": k, "host_time_scale": host, "scaled": scaled, "source": b.source,
+                "also_measured": {other: float(getattr(b, other))} if other else None}
 
     p1 = predicted(1.0)
     log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk)) / measured), start(p1))
@@ -1694,19 +1697,44 @@ def anchor_scope_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
             "overhead=SpecOverhead(host_step_s=..., host_per_seq_s=...) for a firmer prediction",)
 
 
+#: a baseline giving both TPOT and output tok/s: ``output_tok_per_s x tpot_s / concurrency`` (each
+#: stream makes at most ~1 / TPOT tokens per second; prefill and queueing lower it) outside this
+#: range is warned about as inconsistent.  Above 1 only by the spread of TPOT across requests
+#: (a mean of rates vs. a mean of times), below only when prefill takes most of a request's time
+BASELINE_CONSISTENT = (0.25, 2.0)
+
+
+def _baseline_consistency(anchor: Mapping[str, Any]) -> tuple[str, ...]:
+    """The warning of a baseline whose TPOT and output tok/s do not describe one run (see
+    :data:`BASELINE_CONSISTENT`); empty when only one was given or they agree."""
+    also = anchor.get("also_measured") or {}
+    vals = {anchor["metric"]: float(anchor["measured"]), **{k: float(v) for k, v in also.items()}}
+    if set(vals) != set(_BASELINE_METRICS):
+        return ()
+    c = int(anchor.get("concurrency", 1) or 1)
+    x = vals["output_tok_per_s"] * vals["tpot_s"] / c
+    if BASELINE_CONSISTENT[0] <= x <= BASELINE_CONSISTENT[1]:
+        return ()
+    return (f"the baseline's output throughput {vals['output_tok_per_s']:.4g} tok/s and TPOT "
+            f"{vals['tpot_s'] * 1e3:.4g} ms at concurrency {c} are {x:.2g}x the throughput that TPOT allows "
+            f"(concurrency / TPOT = {c / vals['tpot_s']:.4g} tok/s; consistent {BASELINE_CONSISTENT[0]:g}-"
+            f"{BASELINE_CONSISTENT[1]:g}x): are both from one run, in seconds and total tok/s? anchored on "
+            f"{anchor['metric']}",)
+
+
 def anchor_factor_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
     """The warning of a baseline anchor whose factor on the target's forwards lies outside
     :data:`ANCHOR_PLAUSIBLE` (empty otherwise); ``anchor`` = ``Prediction.baseline_anchor``.  Shared by
     :func:`predict`, :func:`sweep` and ``specsim.recommend.recommend`` (the last two dropped it)."""
     k = float(anchor["target_time_scale"])
     if ANCHOR_PLAUSIBLE[0] <= k <= ANCHOR_PLAUSIBLE[1]:
-        return ()
+        return _baseline_consistency(anchor)
     c = int(anchor.get("concurrency", 1) or 1)
     per_user = (f"; read as one request's rate (x concurrency {c}) it would scale them by about {k / c:.2g}: "
                 "output_tok_per_s is the total over all requests (vLLM's output throughput)"
                 if anchor.get("metric") == "output_tok_per_s" and c > 1
                 and ANCHOR_PLAUSIBLE[0] <= k / c <= ANCHOR_PLAUSIBLE[1] else "")
-    return (f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
+    return _baseline_consistency(anchor) + (f"the measured baseline scales the target's forwards by {k:.3g} (plausible "
             f"{ANCHOR_PLAUSIBLE[0]:.2g}-{ANCHOR_PLAUSIBLE[1]:.2g}): check that it is a run of this target, TP, "
             f"precision and hardware{per_user}; the speculative overheads are not scaled by the anchor",)
 
@@ -2202,7 +2230,8 @@ def sweep(
             stack_warnings.setdefault(extrapolation_warning(r.acceptance, uniq[ext].tolist(), cols["acceptance"]))
         dominant = overhead_dominant_concurrencies(out, C, shape)
         if dominant:
-            stack_warnings.setdefault(overhead_dominant_warning(dominant, f"{r.target.name}, {r.method}"))
+            stack_warnings.setdefault(
+                overhead_dominant_warning(dominant, f"{r.target.name}, {r.method} on {r.hardware_name}"))
         if r.speculative_config is not None:
             cols["num_speculative_tokens_source"] = ("schedule" if r.speculative_config.is_dynamic
                                                      else "speculative_config")

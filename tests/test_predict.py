@@ -922,3 +922,29 @@ def test_sweep_warns_where_the_speculative_overhead_dominates_as_predict_does():
     assert len(msgs) == 1 and f"at concurrency {', '.join(map(str, warned))}:" in msgs[0], (warned, msgs)
     quiet = sweep("Qwen3.6-35B-A3B", "mtp", [1, 3], concurrency=[c for c in cs if c not in warned], acceptance=0.75)
     assert not any("speculative overhead" in w for w in quiet.attrs["warnings"])
+
+
+def test_a_baseline_whose_tpot_and_throughput_disagree_is_warned_about():
+    """A new-user trial: baseline tpot_s=0.012 with output_tok_per_s=75 at concurrency 8 (75 tok/s
+    allows a TPOT up to ~107 ms) anchored on the tok/s without comparing the two.  Every recorded
+    vllm bench serve result of this project lies within BASELINE_CONSISTENT (checked here on the
+    recorded runs), so only a pair from different runs or units is warned about."""
+    import glob
+    from pathlib import Path
+
+    from specsim.predict import BASELINE_CONSISTENT
+
+    kw = dict(hardware="H100", concurrency=8, acceptance=0.7)
+    bad = predict("Qwen3-8B", "eagle3", 3, baseline={"tpot_s": 0.012, "output_tok_per_s": 75.0}, **kw)
+    assert any("are 0.11x the throughput that TPOT allows" in w for w in bad.warnings), bad.warnings
+    good = predict("Qwen3-8B", "eagle3", 3, baseline={"tpot_s": 0.012, "output_tok_per_s": 600.0}, **kw)
+    assert not any("the throughput that TPOT allows" in w for w in good.warnings)
+    root = Path(__file__).resolve().parents[1]
+    seen = 0
+    for f in sorted(glob.glob(str(root / "data/runs/*/bench.json")))[:200]:
+        d = json.loads(Path(f).read_text())
+        if d.get("mean_tpot_ms") and d.get("output_throughput"):
+            x = d["output_throughput"] * d["mean_tpot_ms"] / 1e3 / (d.get("max_concurrency") or 1)
+            assert BASELINE_CONSISTENT[0] <= x <= BASELINE_CONSISTENT[1], (f, x)
+            seen += 1
+    assert seen >= 50

@@ -108,8 +108,14 @@ def test_diff_errors_counter_reset_and_mixed_servers():
     before, after = read_prometheus(p("metrics_ngram_before.txt")), read_prometheus(p("metrics_ngram.txt"))
     with pytest.raises(DataError, match="counter reset.*330 to 0"):
         diff_scrapes(after, before)
-    with pytest.raises(DataError, match="only one scrape"):
+    # the base server's scrape is of another server process (process_start_time_seconds 79 s apart)
+    with pytest.raises(DataError, match="different server processes"):
         diff_scrapes(read_prometheus(p("metrics_base.txt")), after)
+    # without the process start time, the missing spec-decode counters still tell
+    base_text = open(p("metrics_base.txt"), encoding="utf-8").read()
+    no_start = "".join(ln for ln in base_text.splitlines(keepends=True) if "process_start_time_seconds" not in ln)
+    with pytest.raises(DataError, match="only one scrape"):
+        diff_scrapes(no_start, after)
     # raw text works too, and two base scrapes diff to "not collected"
     text = open(p("metrics_base.txt"), encoding="utf-8").read()
     z = diff_scrapes(text, text)
@@ -757,7 +763,7 @@ def test_counters_of_different_models_are_pooled_with_a_warning(tmp_path):
     two.write_text(text + "\n".join(other) + "\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        read_counts(run / "metrics_a_after.prom")  # one model: no warning
+        read_counts(run / "metrics_a_after.prom", before=run / "metrics_a_before.prom")  # one model: no warning
         read_counts(run / "bench_a.json")
     with pytest.warns(IngestWarning, match=r"counters of 2 served models \(models/smollm2-135m-instruct, "
                                            r"org/other-model\) summed: their acceptance is mixed"):
@@ -772,3 +778,27 @@ def test_counters_of_different_models_are_pooled_with_a_warning(tmp_path):
     with warnings.catch_warnings():  # one model at two loads: acceptance does not depend on the load
         warnings.simplefilter("error")
         read_counts(appended)
+
+
+def test_scrapes_of_two_server_processes_are_refused_and_a_lone_scrape_says_it_counts_since_start():
+    """A new-user trial: ``--before`` taken from another cell's server (started 7 min later) was
+    differenced silently, MAL 2.593 where the run's own pair gives 3.092; and one scrape without
+    ``--before`` pooled the server's earlier cells (310 drafts against the run's 218) with no hint."""
+    from pathlib import Path
+
+    from specsim.vllm import IngestWarning
+    from specsim.vllm.detect import read_counts
+
+    runs = Path(__file__).resolve().parents[1] / "data" / "runs"
+    ngram = runs / "cpu-validation-20261129T104718-ngram-n3-c4"
+    other = runs / "cpu-validation-20261129T104718-selfdraft-n3-c4"
+    with pytest.raises(DataError, match=r"different server processes .* started 420 s after"):
+        read_counts(ngram / "metrics_after.prom", before=other / "metrics_before.prom")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, own = read_counts(ngram / "metrics_after.prom", before=ngram / "metrics_before.prom")
+    assert own.num_drafts == 218 and own.mal == pytest.approx(3.0917, abs=1e-4)
+    with pytest.warns(IngestWarning, match=r"counts every request since the server started \(its server process "
+                                           r"started 2026-11-29 10:53:29 UTC\).*--before"):
+        _, lone = read_counts(ngram / "metrics_after.prom")
+    assert lone.num_drafts == 310

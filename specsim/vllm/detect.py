@@ -240,6 +240,14 @@ def _read_metrics(path: Path, before: Path | None) -> SpecDecodeCounts:
     snap = read_prometheus(path)
     if before is not None:
         snap = diff_scrapes(read_prometheus(before), snap)
+    elif snap.spec_by_engine:
+        import datetime as _dt
+
+        started = ("" if snap.process_start_s is None else " (its server process started " + _dt.datetime.fromtimestamp(
+            snap.process_start_s, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") + ")")
+        warnings.warn(f"{path}: one /metrics scrape counts every request since the server started{started}: if it "
+                      "served other runs first, their drafts are pooled in; pass the scrape taken before this run "
+                      "(--before, before=) to count this run alone", IngestWarning, stacklevel=3)
     return snap.spec_counts()
 
 

@@ -71,6 +71,10 @@ class MetricsSnapshot:
     requests : int or None
         ``vllm:request_success`` summed over its label sets (finished requests, every
         ``finished_reason``); None when absent.
+    process_start_s : float or None
+        ``process_start_time_seconds`` (Unix seconds; prometheus_client's process collector in
+        the API server): which server process the counters belong to.  None when absent (and in a
+        difference of two scrapes).
     """
 
     spec_by_engine: Mapping[str, SpecDecodeCounts]
@@ -78,6 +82,7 @@ class MetricsSnapshot:
     prompt_tokens: int | None
     source: str = ""
     requests: int | None = None
+    process_start_s: float | None = None
 
     @property
     def status(self) -> str:
@@ -116,6 +121,13 @@ class MetricsSnapshot:
 _MODEL_NAME = re.compile(r"(?:^|,)model_name=([^,]*)")
 
 
+#: prometheus_client's process collector: the scraped process's start, Unix seconds
+_PROCESS_START = "process_start_time_seconds"
+#: two scrapes whose process start times differ by more are of different server processes (the
+#: collector reports the start to 0.01 s; one process reads the same value in every scrape)
+_SAME_PROCESS_S = 1.0
+
+
 def _label_key(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={labels[k]}" for k in sorted(labels)) or "(no labels)"
 
@@ -126,8 +138,12 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
     gen: int | None = None
     prompt: int | None = None
     requests: int | None = None
+    starts = set()
     for name, labels, pos, value in samples:
         what = f"{source}: {name}{{{_label_key(labels)}}}"
+        if name == _PROCESS_START:
+            starts.add(float(value))
+            continue
         if name == _GENERATION_TOKENS:
             gen = (gen or 0) + as_count(value, what)
             continue
@@ -174,7 +190,7 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
         by_engine[key] = SpecDecodeCounts(
             e["num_drafts"], e["num_draft_tokens"], e["num_accepted_tokens"],
             tuple(pos[i] for i in range(len(pos))), source=f"{source} {{{key}}}")
-    return MetricsSnapshot(by_engine, gen, prompt, source, requests)
+    return MetricsSnapshot(by_engine, gen, prompt, source, requests, min(starts) if len(starts) == 1 else None)
 
 
 def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSnapshot:
@@ -393,14 +409,22 @@ def diff_scrapes(before: MetricsSnapshot | str, after: MetricsSnapshot | str) ->
     Raises
     ------
     DataError
-        Counter reset (any counter decreased: server restarted), spec-decode counters in only
-        one of the two scrapes, an engine that disappeared, or N changed.
+        Scrapes of two server processes (``process_start_time_seconds`` differs by more than a
+        second), counter reset (any counter decreased: server restarted), spec-decode counters in
+        only one of the two scrapes, an engine that disappeared, or N changed.
     """
     if isinstance(before, str):
         before = parse_prometheus_text(before, source="before")
     if isinstance(after, str):
         after = parse_prometheus_text(after, source="after")
     where = f"{after.source} - {before.source}"
+    t0, t1 = before.process_start_s, after.process_start_s
+    if t0 is not None and t1 is not None and abs(t1 - t0) > _SAME_PROCESS_S:
+        first, then = sorted((("before", t0), ("after", t1)), key=lambda x: x[1])
+        raise DataError(f"{where}: the two scrapes are of different server processes (process_start_time_seconds "
+                        f"{t0:.0f} before, {t1:.0f} after: the {then[0]} scrape's server started "
+                        f"{then[1] - first[1]:.0f} s after the {first[0]} scrape's): their difference counts another "
+                        "server's traffic; give the scrape taken before this run on the same server")
     if bool(before.spec_by_engine) != bool(after.spec_by_engine):
         raise DataError(f"{where}: spec-decode counters present in only one scrape "
                         f"(before: {before.status}, after: {after.status}); not the same server?")

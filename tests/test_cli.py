@@ -586,3 +586,32 @@ def test_an_acceptance_file_is_read_once_per_command(capsys, monkeypatch):
             "--acceptance-from", str(NGRAM_BENCH)]
     assert run(argv, capsys)[0] == 0 and len(calls) == 1
     assert run(argv, capsys)[0] == 0 and len(calls) == 2  # a new command reads again
+
+
+def test_acceptance_from_a_run_of_another_model_is_warned_about_everywhere(capsys):
+    """A new-user trial: ``predict --target Qwen3-8B --acceptance-from`` a SmolLM2 self-draft run
+    (100 % acceptance) gave 3.03x with no warning, though its bench JSON records model_id.  Now
+    predict (also in --json), sweep and recommend warn; the run's own target does not."""
+    import json
+    from pathlib import Path
+
+    from specsim.cli import main
+
+    run = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-validation-20261129T104718-selfdraft-n3-c4"
+    acc = ["--acceptance-from", str(run / "bench.json"), "--profile-temperature", "0"]
+    assert main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--concurrency", "8",
+                 *acc, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("is a run of" in w and "smollm2-135m-instruct" in w and "Qwen3-8B" in w for w in out["warnings"])
+    scrape = ["--acceptance-from", str(run / "metrics_after.prom"), "--before", str(run / "metrics_before.prom"),
+              "--profile-temperature", "0"]
+    assert main(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--concurrency", "8", *scrape]) == 0
+    assert "is a run of" in capsys.readouterr().err
+    assert main(["recommend", "--target", "Qwen3-8B", "--method", "eagle3", *acc, "--max-n", "3"]) == 0
+    assert "is a run of" in capsys.readouterr().out
+    # the run's own target: no such warning
+    ngram = run.parent / "cpu-validation-20261129T104718-ngram-n3-c4" / "bench.json"
+    assert main(["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+                 "cpu-2core-avx2", "--precision", "fp32", "--concurrency", "4", "--isl", "109", "--osl", "115",
+                 "--acceptance-from", str(ngram), "--profile-temperature", "0", "--json"]) == 0
+    assert not any("is a run of" in w for w in json.loads(capsys.readouterr().out)["warnings"])

@@ -18,6 +18,7 @@ import pandas as pd
 
 from specsim.cli._args import (
     acceptance_from_args,
+    acceptance_model_warnings,
     add_acceptance_from_args,
     add_baseline_args,
     add_drafting_args,
@@ -97,6 +98,9 @@ def _cmd_predict(args) -> int:
         expert_parallel=args.expert_parallel,
         **drafting_from_args(args, _predicted_n(args)),
     )
+    extra = acceptance_model_warnings(args, pred.target)
+    if extra:  # shown with the prediction's own warnings (and in --json)
+        pred = dataclasses.replace(pred, warnings=pred.warnings + extra)
     print(pred.to_json(indent=2) if args.json else pred.summary())
     return 0
 
@@ -163,6 +167,8 @@ def _cmd_sweep(args) -> int:
             expert_parallel=args.expert_parallel, **drafting_from_args(args, _sweep_n(args) or _predicted_n(args)),
         )
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
+    df.attrs["warnings"] = tuple(df.attrs.get("warnings", ())) + tuple(
+        w for t in dict.fromkeys(df["target"]) for w in acceptance_model_warnings(args, t))
     for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
         # acceptance positions): stdout is the table
         print(f"specsim: WARNING: {w}", file=sys.stderr)

@@ -167,6 +167,47 @@ def acceptance_from_args(args, required: bool = True):
     return Acceptance.from_mal(mal_f, n_i, temperature=t)
 
 
+def _model_key(name: str) -> str:
+    """A model name / path / Hugging Face id reduced for comparison: its last path component,
+    lower-case, letters and digits only (``/work/models/smollm2-135m-instruct`` ==
+    ``SmolLM2-135M-Instruct``; ``Qwen/Qwen3-8B`` == ``Qwen3-8B``)."""
+    last = str(name).rstrip("/").split("/")[-1]
+    if last.lower() == "config.json":
+        last = str(name).rstrip("/").split("/")[-2] if "/" in str(name).rstrip("/") else last
+    return "".join(ch for ch in last.lower() if ch.isalnum())
+
+
+def acceptance_model_warnings(args, target) -> tuple[str, ...]:
+    """The warning of an ``--acceptance-from`` file whose run served another model than the target
+    predicted (acceptance is a property of the target-drafter pair and the data: it does not
+    transfer to another target); empty when no file is given, the file records no model
+    (:func:`specsim.vllm.detect.measured_models`) or it names the target (by name or Hugging Face
+    id, compared by :func:`_model_key`).  ``target``: the resolved target (``ModelSpec``) or its name."""
+    path = getattr(args, "acceptance_from", None)
+    if path is None:
+        return ()
+    from specsim.vllm.detect import measured_models
+
+    kind, _ = read_counts_once(path, getattr(args, "before", None))
+    models = measured_models(path, kind)
+    if not models:
+        return ()
+    from specsim.architecture import model_hf_id
+
+    name = getattr(target, "name", target)
+    try:
+        hf = model_hf_id(name)
+    except Exception:  # noqa: BLE001 - a name outside the catalog has no recorded id
+        hf = None
+    known = {_model_key(x) for x in (name, hf) if x}
+    other = [m for m in models if _model_key(m) not in known]
+    if not other:
+        return ()
+    return (f"{path} is a run of {', '.join(other)}, not of the target {name}: acceptance belongs to a target, "
+            "drafter and dataset and does not transfer to another target, yet the prediction uses that run's "
+            "acceptance as given; measure this target with its drafter",)
+
+
 #: below this drafted share of decode steps (measured by an --acceptance-from file) a prediction that assumes
 #: every step drafts is warned about (0.95: fewer steps drafting lowers the ratio by more than a few per cent)
 PARTIAL_DRAFTING_WARN = 0.95

@@ -1,11 +1,13 @@
 """``specsim recommend``: options and the command (layer 5, entry points)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from specsim.cli._args import (
     PARTIAL_DRAFTING_WARN,
     acceptance_from_args,
+    acceptance_model_warnings,
     add_acceptance_from_args,
     add_baseline_args,
     add_stack_args,
@@ -137,6 +139,9 @@ def recommend_cli(args, *, latency=None) -> int:
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
         expert_parallel=bool(getattr(args, "expert_parallel", False)),
     )
+    extra = acceptance_model_warnings(args, rec.target)
+    if extra:  # shown with the recommendation's own warnings (and in --json)
+        rec = dataclasses.replace(rec, warnings=tuple(rec.warnings) + extra)
     if args.config_only:
         for w in rec.warnings:  # stdout is the config alone
             print(f"specsim: WARNING: {w}", file=sys.stderr)

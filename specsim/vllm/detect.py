@@ -236,6 +236,27 @@ def _sweep_counts(path: Path) -> SpecDecodeCounts:
     return _pool(out, path, "sweep run")
 
 
+def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
+    """The model(s) a run's output says it served, as recorded: a ``vllm bench serve`` JSON's
+    ``model_id`` (every result of an appended file), a ``/metrics`` scrape's ``model_name`` labels
+    of the spec-decode counters; empty for the other formats (they do not record one) or an
+    unreadable file.  ``kind`` as :func:`read_counts` returns it."""
+    from specsim.vllm.prometheus import _MODEL_NAME
+
+    try:
+        if kind == "bench":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", IngestWarning)
+                return tuple(dict.fromkeys(str(r.raw["model_id"]) for r in read_bench_results(path)
+                                           if r.raw.get("model_id")))
+        if kind == "metrics":
+            snap = read_prometheus(path)
+            return tuple(dict.fromkeys(m.group(1) for k in snap.spec_by_engine for m in [_MODEL_NAME.search(k)] if m))
+    except (DataError, OSError, KeyError, TypeError):
+        return ()
+    return ()
+
+
 def _read_metrics(path: Path, before: Path | None) -> SpecDecodeCounts:
     snap = read_prometheus(path)
     if before is not None:

@@ -615,3 +615,33 @@ def test_acceptance_from_a_run_of_another_model_is_warned_about_everywhere(capsy
                  "cpu-2core-avx2", "--precision", "fp32", "--concurrency", "4", "--isl", "109", "--osl", "115",
                  "--acceptance-from", str(ngram), "--profile-temperature", "0", "--json"]) == 0
     assert not any("is a run of" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+
+
+def test_a_recorded_latency_table_of_another_model_is_warned_about(capsys):
+    """A new-user trial: ``--latency-table`` a recorded SmolLM2-135M CPU probe for Qwen3-8B on H100
+    gave 2.22x with no warning (a median 15.6x the stack's estimate, under the 30x warning then;
+    its provenance.json names the model).  Now both the scale and the recorded model are warned
+    about, in predict (also --json), sweep and recommend; the probe's own target gets neither."""
+    import json
+    from pathlib import Path
+
+    from specsim.cli import main
+
+    probe = (Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-validation-20261129T104718-verify-cost"
+             / "verify_cost.csv")
+    args = ["--target", "Qwen3-8B", "--method", "eagle3", "--hardware", "H100", "--acceptance", "0.7",
+            "--concurrency", "4", "--isl", "412", "--osl", "200", "--latency-table", str(probe)]
+    assert main(["predict", *args, "-n", "3", "--json"]) == 0
+    w = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("was measured on smollm2-135m-instruct" in x and "not on the target Qwen3-8B" in x for x in w), w
+    assert any("take a median 15.6x the stack calibration's estimate" in x for x in w), w
+    assert main(["sweep", *args, "-n", "3"]) == 0
+    assert "was measured on smollm2-135m-instruct" in capsys.readouterr().err
+    assert main(["recommend", *args[:6], *args[8:], "--max-n", "3"]) == 0
+    assert "was measured on smollm2-135m-instruct" in capsys.readouterr().out
+    own = ["--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware", "cpu-2core-avx2",
+           "--precision", "fp32", "--acceptance", "0.5", "--concurrency", "4", "--isl", "384", "--osl", "256",
+           "--latency-table", str(probe), "--json"]
+    assert main(["predict", *own]) == 0
+    w = json.loads(capsys.readouterr().out)["warnings"]
+    assert not any("was measured on" in x or "take a median" in x for x in w), w

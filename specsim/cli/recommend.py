@@ -139,7 +139,10 @@ def recommend_cli(args, *, latency=None) -> int:
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
         expert_parallel=bool(getattr(args, "expert_parallel", False)),
     )
-    extra = acceptance_model_warnings(args, rec.target)
+    from specsim.cli import _latency_table_model_warnings
+
+    extra = acceptance_model_warnings(args, rec.target) + _latency_table_model_warnings(
+        getattr(args, "latency_table", None), rec.target)
     if extra:  # shown with the recommendation's own warnings (and in --json)
         rec = dataclasses.replace(rec, warnings=tuple(rec.warnings) + extra)
     if args.config_only:

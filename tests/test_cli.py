@@ -645,3 +645,26 @@ def test_a_recorded_latency_table_of_another_model_is_warned_about(capsys):
     assert main(["predict", *own]) == 0
     w = json.loads(capsys.readouterr().out)["warnings"]
     assert not any("was measured on" in x or "take a median" in x for x in w), w
+
+
+def test_recommend_fills_isl_osl_from_the_baseline_run_as_predict_and_sweep_do(capsys):
+    """A new-user trial: ``recommend --baseline-from`` without --isl/--osl exited 2 ("--isl: differs
+    ... (got 1024)"): its parser defaulted them to 1024 where predict and sweep (and the help) take
+    the baseline run's.  Now left out, they are the run's mean ISL / OSL; given, they are checked."""
+    import json
+    from pathlib import Path
+
+    from specsim.cli import main
+
+    r = Path(__file__).resolve().parents[1] / "data" / "runs"
+    base = r / "cpu-validation-20261129T104718-baseline-c4" / "bench.json"
+    args = ["recommend", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "--hardware", "cpu-2core-avx2",
+            "--precision", "fp32", "--acceptance", "0.5", "--profile-temperature", "0", "--baseline-from", str(base),
+            "--max-n", "3", "--json"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    b = json.loads(base.read_text())
+    n = b["num_prompts"] if "num_prompts" in b else b["completed"]
+    assert (out["isl"], out["osl"]) == (round(b["total_input_tokens"] / n), round(b["total_output_tokens"] / n))
+    assert main([*args, "--isl", "1024"]) == 2 and "--isl: differs" in capsys.readouterr().err
+    assert main(args[:-5] + ["--json"]) == 0 and json.loads(capsys.readouterr().out)["isl"] == 1024  # no baseline

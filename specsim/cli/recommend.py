@@ -33,8 +33,10 @@ def add_recommend_parser(p) -> None:
     p.add_argument("--hardware", default="MI300X", help="accelerator: a name (specsim/data/hardware.csv) or a JSON spec file of its columns (specsim.hardware.hardware_from_file), default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
-    p.add_argument("--isl", type=int, default=1024, help="input tokens per request")
-    p.add_argument("--osl", type=int, default=1024, help="output tokens per request")
+    p.add_argument("--isl", type=int, default=None, help="input tokens per request (default 1024, or the "
+                   "--baseline-from run's mean)")
+    p.add_argument("--osl", type=int, default=None, help="output tokens per request (default 1024, or the "
+                   "--baseline-from run's mean)")
     p.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)),
                    help="comma-separated concurrencies to report (bands cover 1..max)")
     p.add_argument("--max-concurrency", type=int, help="upper end of the concurrency range (default: max of --concurrency)")
@@ -103,8 +105,9 @@ def recommend_cli(args, *, latency=None) -> int:
                                 [f">= {above[-1]}"])
     b = baseline_from_args(args)
     b_conc = args.baseline_concurrency
-    if b is not None:
-        check_baseline_point(b, concurrency=None, isl=args.isl, osl=args.osl, path=args.baseline_from)
+    isl, osl = args.isl, args.osl
+    if b is not None:  # ISL / OSL left out: the baseline run's (as predict and sweep fill them)
+        _, isl, osl = check_baseline_point(b, concurrency=None, isl=args.isl, osl=args.osl, path=args.baseline_from)
         if b.concurrency is not None:
             if b_conc is not None and b_conc != b.concurrency:
                 raise SpecsimValueError("--baseline-concurrency", f"conflicts with the max_concurrency "
@@ -118,6 +121,7 @@ def recommend_cli(args, *, latency=None) -> int:
         raise SpecsimValueError("--baseline-concurrency", "applies only with a measured baseline (" +
                                 ", ".join(("--baseline-tpot-ms", "--baseline-tok-per-s", "--baseline-from")) + ")",
                                 b_conc)
+    isl, osl = (1024 if isl is None else isl), (1024 if osl is None else osl)
     methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
     if methods is not None and len(methods) == 1:
         methods = methods[0]
@@ -130,8 +134,8 @@ def recommend_cli(args, *, latency=None) -> int:
                   "method are too high; use `specsim sweep --acceptance-from` (it takes the drafted share from the "
                   "file, or --drafted-fraction)", file=sys.stderr)
     rec = recommend(
-        resolve_target(args.target), methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=args.isl,
-        osl=args.osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
+        resolve_target(args.target), methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=isl,
+        osl=osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
         acceptance=acceptance_from_args(args, required=False), dataset=args.dataset, draft=args.draft, temperature=args.temperature,
         temperature_assumption=args.temperature_assumption, step_time_rel_error=args.step_time_rel_error,
         level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,

@@ -26,7 +26,7 @@ from specsim.architecture import (
     load_model,
 )
 from specsim.calibration import default_latency, stack_mismatch
-from specsim.drafters import draft_specs, get_drafter, unmodelled_config_fields
+from specsim.drafters import LOOKUP_METHODS, draft_specs, get_drafter, unmodelled_config_fields
 from specsim.engine import (
     Scenario,
     SpecOverhead,
@@ -1341,6 +1341,7 @@ def predict(
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
         + plausibility_warnings(vals, anchor) + table_scale_warning(r)
+        + partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens)
         + ((extrapolation_warning(r.acceptance, [n_used]),) if extrap else ()),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
@@ -1915,6 +1916,23 @@ def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
         raise SpecsimValueError("mean_proposal_tokens", "must be >= 1 token per drafted step", mean_proposal_tokens)
 
 
+def partial_drafting_warning(r: Scenario, drafted_fraction, mean_proposal_tokens) -> tuple[str, ...]:
+    """The warning of partial drafting (``drafted_fraction`` < 1 or ``mean_proposal_tokens``) given for
+    a method that drafts N tokens on every decode step: only lookup methods
+    (:data:`specsim.drafters.LOOKUP_METHODS`: vLLM's n-gram / suffix proposers) skip the steps whose
+    lookup finds nothing or propose fewer tokens; empty otherwise."""
+    if drafted_fraction >= 1.0 and mean_proposal_tokens is None:
+        return ()
+    if getattr(r.drafter, "kind", "") == "lookup":
+        return ()
+    what = " and ".join(x for x in (f"drafted_fraction={drafted_fraction:g}" if drafted_fraction < 1.0 else "",
+                                    "mean_proposal_tokens=" + f"{mean_proposal_tokens:g}"
+                                    if mean_proposal_tokens is not None else "") if x)
+    return (f"{what} given for {r.method}, which drafts N tokens on every decode step: only lookup methods "
+            f"({', '.join(LOOKUP_METHODS)}) skip steps or propose fewer tokens, so this models a run of {r.method} "
+            "that vLLM does not make",)
+
+
 def _partial_assumptions(drafted_fraction, mean_proposal_tokens) -> tuple[str, ...]:
     out = ()
     if drafted_fraction < 1.0:
@@ -2195,6 +2213,7 @@ def sweep(
         if b is None:
             stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
         _check_partial(drafted_fraction, mean_proposal_tokens)
+        stack_warnings.update(dict.fromkeys(partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens)))
         kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
         okey = (id(r.latency), id(r.target), r.hardware_name)
         if okey not in shared_overheads:  # depends on the latency model, target and hardware only

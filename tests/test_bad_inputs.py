@@ -444,3 +444,15 @@ def test_small_error_messages_name_the_value_and_the_fix():
     assert e.value.field == "rates[1]" and "kind='conditional'" in str(e.value)
     assert Acceptance.from_rates([0.8, 0.9, 0.7], kind="conditional").mal(3) == pytest.approx(
         1 + 0.8 + 0.72 + 0.504)
+
+
+def test_partial_drafting_for_a_method_that_always_drafts_is_warned_about():
+    """A new-user trial: ``--drafted-fraction 0.4`` with eagle3 changed the ratio silently, though the
+    help says it is for n-gram / suffix lookups (eagle3 drafts N tokens on every step)."""
+    kw = dict(acceptance=0.7, concurrency=4)
+    e = predict("Qwen3-8B", "eagle3", 3, drafted_fraction=0.4, **kw)
+    assert any(w.startswith("drafted_fraction=0.4 given for eagle3") for w in e.warnings), e.warnings
+    df = sweep("Qwen3-8B", "eagle3", [3], mean_proposal_tokens=2.0, concurrency=[4], acceptance=0.7)
+    assert any(w.startswith("mean_proposal_tokens=2 given for eagle3") for w in df.attrs["warnings"])
+    for ok in (predict("Qwen3-8B", "ngram", 3, drafted_fraction=0.4, **kw), predict("Qwen3-8B", "eagle3", 3, **kw)):
+        assert not any("given for" in w for w in ok.warnings)

@@ -971,9 +971,21 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
             return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
     how = ("is faster than the target's forwards allow even at x 1e-6 and without host time" if faster else
            "is slower than the target's forwards allow even at x 1e6")
-    raise SpecsimValueError(f"baseline.{metric}", f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
+    raise SpecsimValueError(*_baseline_field(b, metric, measured)[:1],
+                            f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
                             f"ISL/OSL {i_b}/{o_b} {how} (predicted baseline {_fmt_metric(metric, p1)} unanchored): "
-                            "check that it is a baseline of this target, TP, precision and hardware", measured)
+                            "check that it is a baseline of this target, TP, precision and hardware",
+                            _baseline_field(b, metric, measured)[1])
+
+
+def _baseline_field(b: MeasuredBaseline, metric: str, value: float) -> tuple[str, float]:
+    """The field (and value, in its units) an anchor refusal names: the command-line flag a baseline
+    came from (``--baseline-tpot-ms``: milliseconds), else ``baseline.<metric>``."""
+    if b.source == "--baseline-tpot-ms":
+        return b.source, value * 1e3
+    if b.source == "--baseline-tok-per-s":
+        return b.source, value
+    return f"baseline.{metric}", value
 
 
 #: an anchor factor beyond this on the target's forwards is refused: a TPOT given in milliseconds
@@ -988,20 +1000,21 @@ def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapp
     metric, measured = b.anchor_metric
     c_b, i_b, o_b = rec["concurrency"], rec["isl"], rec["osl"]
     at = f"{_fmt_metric(metric, measured)} at concurrency {c_b}, ISL/OSL {i_b}/{o_b}"
+    field_, value_ = _baseline_field(b, metric, measured)
     if k > ANCHOR_REFUSED:
         raise SpecsimValueError(
-            f"baseline.{metric}", f"the measured {at} makes the target's forwards {k:.3g}x the calibrated ones "
+            field_, f"the measured {at} makes the target's forwards {k:.3g}x the calibrated ones "
             f"(refused beyond {ANCHOR_REFUSED:g}x): tpot_s is seconds per output token (milliseconds read ~1000x) "
-            "and output_tok_per_s the total over all requests", measured)
+            "and output_tok_per_s the total over all requests", value_)
     if rec["scaled"] == ANCHOR_SCOPES[1]:  # the forwards kept as calibrated
         return
     t, fl = k * k_min[1], k_min[2]
     if k < k_min[0]:
         raise SpecsimValueError(
-            f"baseline.{metric}", f"the measured {at} makes the target's decode forward {t * 1e3:.3g} ms, "
+            field_, f"the measured {at} makes the target's decode forward {t * 1e3:.3g} ms, "
             f"{t / fl:.2g}x the datasheet floor {fl * 1e3:.3g} ms for {getattr(r.target, 'name', 'the target')} at "
             f"TP {tp} on {r.hardware_name} (HBM bandwidth and peak FLOP/s at 100 %): faster than the hardware allows "
-            "-- check that it is a baseline of this target, TP, precision and hardware, at this concurrency", measured)
+            "-- check that it is a baseline of this target, TP, precision and hardware, at this concurrency", value_)
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:

@@ -620,7 +620,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
             mal_hi = np.maximum(np.asarray(hi_acc.mal(ns), float), mal)
             notes.append(range_note or "acceptance: range given by the caller")
         else:
-            notes.append(f"acceptance: no interval ({e})")
+            notes.append(f"acceptance: no counts behind it ({e})")
     z = float(stats.norm.ppf(0.5 + level / 2.0))
     r_lat = None if rel_err is None else z * rel_err
     if r_lat is not None:

@@ -668,3 +668,29 @@ def test_recommend_fills_isl_osl_from_the_baseline_run_as_predict_and_sweep_do(c
     assert (out["isl"], out["osl"]) == (round(b["total_input_tokens"] / n), round(b["total_output_tokens"] / n))
     assert main([*args, "--isl", "1024"]) == 2 and "--isl: differs" in capsys.readouterr().err
     assert main(args[:-5] + ["--json"]) == 0 and json.loads(capsys.readouterr().out)["isl"] == 1024  # no baseline
+
+
+def test_cli_errors_name_the_flag_typed_and_what_the_file_is(tmp_path, capsys):
+    """A new-user trial's list: errors named library fields or printed raw OS errors.  Each now names
+    the flag (value in its own units) or says what the file is, exit 2, no traceback."""
+    from pathlib import Path
+
+    from specsim.cli import main
+
+    run = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-validation-20261129T104718-ngram-n3-c4"
+    base = ["--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--concurrency", "4"]
+    cases = [
+        (["predict", *base, "--acceptance", "0.7", "--baseline-tpot-ms", "0.0346"],
+         "--baseline-tpot-ms: the measured TPOT 0.035 ms", "(got 0.0346)"),
+        (["predict", *base, "--mal", "2.5@0"], "--mal (N of MAL@N): must be >= 1", "2.5@0"),
+        (["predict", *base, "--acceptance", "0.7", "--baseline-from", str(tmp_path)],
+         "--baseline-from: is a directory", "bench.json"),
+        (["sweep", *base, "--acceptance", "0.7", "--out", str(tmp_path)], "--out: cannot write the CSV there", ""),
+        (["predict", *base, "--acceptance", "0.7", "--baseline-tpot-ms", "5", "--baseline-tok-per-s", "100"],
+         "allowed: --baseline-tpot-ms, --baseline-tok-per-s, --baseline-from", ""),
+        (["ingest", str(run / "summary.json")], "is specsim's summary of a recorded run", "metrics_after.prom"),
+    ]
+    for argv, want, also in cases:
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and want in err and also in err and "Traceback" not in err, (argv, err)

@@ -23,10 +23,10 @@ from specsim.cli._args import (
     add_baseline_args,
     add_drafting_args,
     baseline_from_args,
-    _model_key,
     check_baseline_point,
     clear_read_cache,
     drafting_from_args,
+    latency_table_model_warnings,
     resolve_target,
 )
 from specsim.cli.recommend import add_recommend_parser, add_stack_args, recommend_cli
@@ -99,7 +99,7 @@ def _cmd_predict(args) -> int:
         expert_parallel=args.expert_parallel,
         **drafting_from_args(args, _predicted_n(args)),
     )
-    extra = acceptance_model_warnings(args, pred.target) + _latency_table_model_warnings(args.latency_table,
+    extra = acceptance_model_warnings(args, pred.target) + latency_table_model_warnings(args.latency_table,
                                                                                          pred.target)
     if extra:  # shown with the prediction's own warnings (and in --json)
         pred = dataclasses.replace(pred, warnings=pred.warnings + extra)
@@ -124,30 +124,6 @@ def _latency_table(path: str | None, tp: int):
         return MeasuredLatency(table, tp=tp, source=str(path))
     except SpecsimValueError as exc:
         raise SpecsimValueError("--latency-table", str(exc), path) from None
-
-
-def _latency_table_model_warnings(path: str | None, target) -> tuple[str, ...]:
-    """The warning of a ``--latency-table`` recorded by ``specsim run-matrix`` (a ``verify_cost.csv``
-    beside its ``provenance.json``) whose run measured another model than the target; empty
-    otherwise (tables without provenance included)."""
-    if not path:
-        return ()
-    prov = Path(path).resolve().parent / "provenance.json"
-    try:
-        doc = json.loads(prov.read_text())
-    except (OSError, ValueError):
-        return ()
-    measured = (doc.get("target") or {}).get("model") if isinstance(doc.get("target"), dict) else None
-    measured = measured or ((doc.get("model") or {}).get("path") if isinstance(doc.get("model"), dict) else None)
-    if not measured:
-        return ()
-    name = getattr(target, "name", target)
-    if _model_key(measured) == _model_key(name):
-        return ()
-    host = doc.get("host") or {}
-    on = f" on {host.get('cpu_model')} ({host.get('logical_cpus')} CPUs)" if host.get("cpu_model") else ""
-    return (f"--latency-table {path} was measured on {measured}{on} ({prov.name}), not on the target {name}: its "
-            "forward times are another model's",)
 
 
 def _int_list(s: str, field: str = "list") -> list[int]:
@@ -195,12 +171,15 @@ def _cmd_sweep(args) -> int:
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     df.attrs["warnings"] = tuple(df.attrs.get("warnings", ())) + tuple(
         w for t in dict.fromkeys(df["target"])
-        for w in acceptance_model_warnings(args, t) + _latency_table_model_warnings(args.latency_table, t))
+        for w in acceptance_model_warnings(args, t) + latency_table_model_warnings(args.latency_table, t))
     for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
         # acceptance positions): stdout is the table
         print(f"specsim: WARNING: {w}", file=sys.stderr)
     if args.out:
-        df.to_csv(args.out, index=False)
+        try:
+            df.to_csv(args.out, index=False)
+        except OSError as exc:
+            raise SpecsimValueError("--out", f"cannot write the CSV there ({exc.strerror or exc})", args.out) from None
         print(f"wrote {len(df)} rows to {args.out}")
     elif args.json:
         print(df.to_json(orient="records", indent=2, double_precision=15))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import functools
 import math
 import os
@@ -164,7 +165,11 @@ def acceptance_from_args(args, required: bool = True):
         mal_f, n_i = float(mal), int(n)
     except ValueError:
         raise SpecsimValueError("--mal", "takes MAL@N with a number MAL and an integer N, e.g. 3.2@4", args.mal) from None
-    return Acceptance.from_mal(mal_f, n_i, temperature=t)
+    try:
+        return Acceptance.from_mal(mal_f, n_i, temperature=t)
+    except SpecsimValueError as e:  # named as the flag the user typed (from_mal's own are "mal" and "n")
+        raise SpecsimValueError(f"--mal ({'N' if e.field == 'n' else 'MAL'} of MAL@N)", e.rule, args.mal,
+                                e.allowed) from e
 
 
 def _model_key(name: str) -> str:
@@ -206,6 +211,30 @@ def acceptance_model_warnings(args, target) -> tuple[str, ...]:
     return (f"{path} is a run of {', '.join(other)}, not of the target {name}: acceptance belongs to a target, "
             "drafter and dataset and does not transfer to another target, yet the prediction uses that run's "
             "acceptance as given; measure this target with its drafter",)
+
+
+def latency_table_model_warnings(path: str | None, target) -> tuple[str, ...]:
+    """The warning of a ``--latency-table`` recorded by ``specsim run-matrix`` (a ``verify_cost.csv``
+    beside its ``provenance.json``) whose run measured another model than the target; empty
+    otherwise (tables without provenance included)."""
+    if not path:
+        return ()
+    prov = Path(path).resolve().parent / "provenance.json"
+    try:
+        doc = json.loads(prov.read_text())
+    except (OSError, ValueError):
+        return ()
+    measured = (doc.get("target") or {}).get("model") if isinstance(doc.get("target"), dict) else None
+    measured = measured or ((doc.get("model") or {}).get("path") if isinstance(doc.get("model"), dict) else None)
+    if not measured:
+        return ()
+    name = getattr(target, "name", target)
+    if _model_key(measured) == _model_key(name):
+        return ()
+    host = doc.get("host") or {}
+    on = f" on {host.get('cpu_model')} ({host.get('logical_cpus')} CPUs)" if host.get("cpu_model") else ""
+    return (f"--latency-table {path} was measured on {measured}{on} ({prov.name}), not on the target {name}: its "
+            "forward times are another model's",)
 
 
 #: below this drafted share of decode steps (measured by an --acceptance-from file) a prediction that assumes
@@ -341,7 +370,8 @@ def baseline_from_args(args) -> MeasuredBaseline | None:
     metric = getattr(args, "baseline_metric", None)
     given = [f for f, v in zip(BASELINE_FLAGS, (tpot, tok, path)) if v is not None]
     if len(given) > 1:
-        raise SpecsimValueError(given[0], f"give at most one of {', '.join(BASELINE_FLAGS)}", None, given)
+        raise SpecsimValueError(given[0], f"give at most one of {', '.join(BASELINE_FLAGS)} (given: "
+                                f"{', '.join(given)})", None, list(BASELINE_FLAGS))
     if metric is not None and path is None:
         raise SpecsimValueError("--baseline-metric", "applies only with --baseline-from FILE", metric)
     if tpot is not None:
@@ -353,6 +383,9 @@ def baseline_from_args(args) -> MeasuredBaseline | None:
             raise SpecsimValueError("--baseline-tok-per-s", "must be a finite number of tokens/s > 0", tok)
         return MeasuredBaseline(output_tok_per_s=tok, source="--baseline-tok-per-s")
     if path is not None:
+        if Path(path).is_dir():
+            raise SpecsimValueError("--baseline-from", "is a directory: give the baseline run's vllm bench serve "
+                                    "JSON (a recorded run's bench.json)", path)
         if not Path(path).is_file():
             raise SpecsimValueError("--baseline-from", "no such file", path)
         return MeasuredBaseline.from_bench(path, field_prefix="--baseline-from",

@@ -13,6 +13,7 @@ from specsim.cli._args import (
     add_stack_args,
     baseline_from_args,
     check_baseline_point,
+    latency_table_model_warnings,
     read_counts_once,
     resolve_target,
 )
@@ -143,9 +144,7 @@ def recommend_cli(args, *, latency=None) -> int:
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
         expert_parallel=bool(getattr(args, "expert_parallel", False)),
     )
-    from specsim.cli import _latency_table_model_warnings
-
-    extra = acceptance_model_warnings(args, rec.target) + _latency_table_model_warnings(
+    extra = acceptance_model_warnings(args, rec.target) + latency_table_model_warnings(
         getattr(args, "latency_table", None), rec.target)
     if extra:  # shown with the recommendation's own warnings (and in --json)
         rec = dataclasses.replace(rec, warnings=tuple(rec.warnings) + extra)

@@ -295,6 +295,11 @@ def _is_golden_al(text: str) -> bool:
 
 
 def _read_bench(p: Path) -> SpecDecodeCounts:
+    doc = _first_json(p.read_text(errors="replace"))
+    if isinstance(doc, dict) and isinstance(doc.get("spec"), dict) and "scrape_matches_bench" in doc:
+        raise DataError(f"{p} is specsim's summary of a recorded run (summary.json), not a vllm bench serve result: "
+                        f"give the run's bench.json, or its metrics_after.prom with --before metrics_before.prom "
+                        "(the counts this summary was made from)")
     root = _scheduled_sweep_root(p)
     if root is not None:  # aggregate counters of a scheduled run mix draft lengths: the sweep reader checks
         raise DataError(f"{p} belongs to a vllm bench sweep whose serve parameters use a dynamic "

@@ -408,6 +408,12 @@ def test_sweep_takes_n_from_the_speculative_config_schedule(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [(r["concurrency"], r["num_speculative_tokens"]) for r in rows] == [(2, 2), (8, 0)]
     assert {r["num_speculative_tokens_source"] for r in rows} == {"schedule"}
+    # the table view says where N comes from, also when -n names the configured N (a new-user trial:
+    # -n was taken silently while the rows showed the schedule's k)
+    assert main(["sweep", "--target", "Qwen3-8B", "--speculative-config", cfg, "--acceptance", "0.7",
+                 "--concurrency", "2,8", "-n", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "N per row is the --speculative-config schedule's k" in err and "which -n 2 names" in err
 
 
 def test_readme_anchored_cpu_pair_says_it_is_an_upper_end(capsys, monkeypatch):

@@ -172,6 +172,12 @@ def _cmd_sweep(args) -> int:
     df.attrs["warnings"] = tuple(df.attrs.get("warnings", ())) + tuple(
         w for t in dict.fromkeys(df["target"])
         for w in acceptance_model_warnings(args, t) + latency_table_model_warnings(args.latency_table, t))
+    if "num_speculative_tokens_source" in df and (df["num_speculative_tokens_source"] == "schedule").any():
+        conf = sorted({int(x) for x in df["configured_num_speculative_tokens"]})
+        print(f"specsim: N per row is the --speculative-config schedule's k at that concurrency "
+              f"(num_speculative_tokens_per_batch_size; configured num_speculative_tokens "
+              f"{', '.join(map(str, conf))}{'' if args.n is None else ', which -n ' + str(args.n) + ' names'})",
+              file=sys.stderr)
     for w in df.attrs.get("warnings", ()):  # the whole sweep's warnings (stack mismatch, N beyond the measured
         # acceptance positions): stdout is the table
         print(f"specsim: WARNING: {w}", file=sys.stderr)

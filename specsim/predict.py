@@ -870,7 +870,8 @@ def anchor_target_time(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tupl
        ``host_time_scale`` in [1e-6, 1).  Tried only when the measurement is FASTER than the
        unanchored prediction and (1) has no solution (the host seconds alone exceed the
        measurement, e.g. a host term fitted at one concurrency only) or needs an implausible
-       k < ``ANCHOR_PLAUSIBLE[0]``; used when it has a solution;
+       k < ``ANCHOR_PLAUSIBLE[0]`` or one below the datasheet floor (see 3); used when it has a
+       solution;
     3. ``"target forwards, host terms dropped"``: faster than the calibrated target forwards
        alone, or (1) would make the target's decode forward faster than the datasheet allows
        (below :data:`TABLE_FLOOR_FRACTION` of :func:`datasheet_floor`) while (2) has no solution:
@@ -951,7 +952,7 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
     log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk)) / measured), start(p1))
     host_s = float(np.asarray(overhead.host_seconds(c_b)).reshape(-1)[0])
     faster = (measured < p1) if metric == "tpot_s" else (measured > p1)
-    if log_k is not None and not (faster and host_s > 0 and math.exp(log_k) < ANCHOR_PLAUSIBLE[0]):
+    if log_k is not None and not (faster and host_s > 0 and math.exp(log_k) < max(ANCHOR_PLAUSIBLE[0], k_min[0])):
         return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
     if faster and host_s > 0:
         def g_host(ls: float) -> float:  # flat above s = 1: the host terms are only ever scaled down
@@ -971,11 +972,10 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
             return math.exp(log_k), record(math.exp(log_k), 1.0, ANCHOR_SCOPES[0])
     how = ("is faster than the target's forwards allow even at x 1e-6 and without host time" if faster else
            "is slower than the target's forwards allow even at x 1e6")
-    raise SpecsimValueError(*_baseline_field(b, metric, measured)[:1],
-                            f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
+    field_, value_ = _baseline_field(b, metric, measured)
+    raise SpecsimValueError(field_, f"the measured {_fmt_metric(metric, measured)} at concurrency {c_b}, "
                             f"ISL/OSL {i_b}/{o_b} {how} (predicted baseline {_fmt_metric(metric, p1)} unanchored): "
-                            "check that it is a baseline of this target, TP, precision and hardware",
-                            _baseline_field(b, metric, measured)[1])
+                            "check that it is a baseline of this target, TP, precision and hardware", value_)
 
 
 def _baseline_field(b: MeasuredBaseline, metric: str, value: float) -> tuple[str, float]:
@@ -1511,7 +1511,9 @@ def with_measured_table(r: Scenario, draft_latency=None, *, tp: int = 1) -> Scen
     dl = draft_latency if draft_latency is not None else (fallback if measured else None)
     notes = ()
     if measured:
-        notes = table_scale_check(measured_table(lat).table, fallback, r.target, int(tp), r.precision)
+        tbl = getattr(measured_table(lat), "table", None)
+        if isinstance(tbl, pd.DataFrame):  # a MeasuredLatency (a duck-typed table object is not checked)
+            notes = table_scale_check(tbl, fallback, r.target, int(tp), r.precision)
         notes += ("target decode / verification steps from the measured latency table (latency=); prefills"
                  + ("" if draft_latency is not None else " and draft passes") + " from the stack calibration "
                  + (getattr(getattr(fallback, "calibration", None), "file", "") or "datasheet priors").split("/")[-1],)

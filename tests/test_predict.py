@@ -725,6 +725,13 @@ def test_a_baseline_in_milliseconds_or_faster_than_the_hardware_is_refused():
     fast = predict("MiniMax-M2.5", "eagle3", 1, baseline={"tpot_s": 0.5 * p0.baseline_tpot_s}, **mm)
     assert fast.baseline_anchor["scaled"] == "target forwards, host terms dropped"
     assert 1 / 3 <= fast.target_time_scale <= 3 and fast.baseline_tpot_s == pytest.approx(0.5 * p0.baseline_tpot_s)
+    # ... and where (1) gives a plausible-looking k that is below the datasheet floor while the host
+    # terms can explain the measurement, those are scaled instead of refusing (found by hypothesis)
+    h = dict(hardware="H100 SXM", concurrency=1, isl=64, osl=16, acceptance=0.5)
+    q0 = predict("Qwen3-8B", "eagle3", 1, **h)
+    q = predict("Qwen3-8B", "eagle3", 1, baseline={"tpot_s": 0.5 * q0.baseline_tpot_s}, **h)
+    assert q.baseline_anchor["scaled"] != "target forwards" and q.baseline_tpot_s == pytest.approx(
+        0.5 * q0.baseline_tpot_s)
     per_user = predict("Qwen3-8B", "eagle3", 3, baseline={"output_tok_per_s": ok.baseline_output_tok_per_s / 8}, **kw)
     assert any("one request's rate" in w for w in per_user.warnings), per_user.warnings
     assert not any("one request's rate" in w for w in ok.warnings)

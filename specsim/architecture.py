@@ -6,6 +6,7 @@ Details, derivations and sources: ``docs/modules/specsim.architecture.md``.
 from __future__ import annotations
 
 import json
+import os
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -1031,6 +1032,30 @@ def load_model(name: str) -> ModelSpec:
             f"({sp.get('source', 'no source given')})")
     return replace(spec, weight_dtype=w, expert_weight_dtype=e, lm_head_dtype=hd, assumptions=kept + (note,),
                    source=str(doc.get("source", "")), published=dict(doc.get("published") or {}))
+
+
+def load_model_or_config(value, *, field: str = "model") -> ModelSpec:
+    """A shipped model name (:func:`load_model`), or an existing path to a Hugging Face
+    ``config.json`` or to a model directory holding one (:meth:`ModelSpec.from_hf_config`; ``~``
+    expanded): how targets and ``draft_model`` drafts are given.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``field`` (as the caller names the input): neither a shipped name nor such a path (lists
+        the shipped names); a config the parser rejects keeps its own field.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        p = os.path.expanduser(os.fspath(value))
+        if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
+            return ModelSpec.from_hf_config(p)
+    try:
+        return load_model(value)
+    except SpecsimValueError as e:  # named as the caller spelled it (load_model's own field is "model")
+        if e.field != "model":
+            raise
+        raise SpecsimValueError(field, "neither a shipped model name nor a path to a Hugging Face config.json "
+                                "or a model directory holding one", e.value, e.allowed) from e
 
 
 def model_hf_id(name: str) -> str:

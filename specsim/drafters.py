@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from specsim._checks import int_array
-from specsim.architecture import ModelSpec, load_model
+from specsim.architecture import load_model_or_config
 from specsim.catalog import data_path
 from specsim.errors import DataError, SpecsimValueError
 from specsim.vllm.config import MTP_METHODS, SPECULATIVE_METHODS
@@ -835,23 +834,6 @@ def _drafter_knobs(draft_config: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _load_draft_model(draft_model: Any) -> Any:
-    """A ``draft_model`` draft: a shipped model name (:func:`specsim.architecture.load_model`), or an
-    existing path to a Hugging Face ``config.json`` or to a directory holding one
-    (``ModelSpec.from_hf_config``), as targets are given."""
-    if isinstance(draft_model, (str, os.PathLike)):
-        p = os.fspath(draft_model)
-        if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
-            return ModelSpec.from_hf_config(p)
-    try:
-        return load_model(str(draft_model))
-    except SpecsimValueError as exc:
-        if exc.field != "model":
-            raise
-        raise SpecsimValueError("draft", "neither a shipped model name nor a path to a Hugging Face config.json "
-                                "(or a directory holding one)", draft_model, exc.allowed) from None
-
-
 def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
                 draft_config: Mapping[str, Any] | None = None) -> Drafter:
     """Draft-cost strategy for a vLLM speculative ``method``.
@@ -863,7 +845,8 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
     draft_model : str or ModelSpec or DraftNet or dict, optional
         The draft: a checkpoint / spec name from ``specsim/data/drafters`` (e.g.
         ``"google/gemma-4-31B-it-assistant"``), a spec dict, a ``DraftNet``, or -- for
-        ``draft_model`` -- a ``ModelSpec`` or a model name for ``specsim.architecture.load_model``.
+        ``draft_model`` -- a ``ModelSpec``, a model name or a config.json path
+        (``specsim.architecture.load_model_or_config``).
         Default: ``default_draft(target.name, method)``.
     target : ModelSpec or str, optional
         The target; needed to pick the default draft.
@@ -897,7 +880,7 @@ def get_drafter(method: str, *, draft_model: Any = None, target: Any = None,
     if canon == "draft_model":
         if draft_model is None:
             raise SpecsimValueError("draft_model", "method 'draft_model' needs a draft model (ModelSpec or name)")
-        spec = draft_model if hasattr(draft_model, "step_weight_bytes") else _load_draft_model(draft_model)
+        spec = draft_model if hasattr(draft_model, "step_weight_bytes") else load_model_or_config(draft_model, field="draft")
         return Drafter(method=method, kind="sequential", draft=spec, name=getattr(spec, "name", str(draft_model)),
                        source="separate draft checkpoint (own weights and KV cache)", **_drafter_knobs(draft_config))
     if draft_model is None:

@@ -23,7 +23,7 @@ from specsim.architecture import (
     FLOAT32_DOWNCAST_NOTES,
     WEIGHT_DTYPE_NOTES,
     ModelSpec,
-    load_model,
+    load_model_or_config,
 )
 from specsim.calibration import default_latency, stack_mismatch
 from specsim.drafters import LOOKUP_METHODS, draft_specs, get_drafter, unmodelled_config_fields
@@ -298,8 +298,21 @@ def weight_only_notes(hw: Hardware, target, precision: str | None) -> list[str]:
     dequantized for the multiply, which runs at another peak (:meth:`Hardware.peak_dtype`), paying
     the calibration's ``dequant_s_per_weight`` per element -- vLLM's Marlin kernels for GPUs that
     lack the format (``vllm/model_executor/kernels/linear/scaled_mm/marlin.py``, FP8 Marlin;
-    ``MarlinMxFp4LinearKernel`` for MXFP4).  ``precision`` None: the target's weight dtypes.
-    Empty when every weight precision is native, or on a CPU host."""
+    ``MarlinMxFp4LinearKernel`` for MXFP4).
+
+    Parameters
+    ----------
+    hw : Hardware
+    target : ModelSpec
+        Its ``weight_dtype`` / ``expert_weight_dtype`` are used when ``precision`` is None.
+    precision : str or None
+        The precision predicted at (one of :data:`specsim.hardware.PRECISIONS`).
+
+    Returns
+    -------
+    list of str
+        One assumption per non-native weight precision; empty when every one is native, on a CPU
+        host, or where the hardware has no peak for it (refused elsewhere)."""
     from specsim.latency import native_precision
 
     if getattr(hw, "kind", "gpu") == "cpu":
@@ -321,19 +334,8 @@ def weight_only_notes(hw: Hardware, target, precision: str | None) -> list[str]:
 
 
 def _load_target(target) -> ModelSpec:
-    """A catalog name (``load_model``), or an existing path to a Hugging Face ``config.json`` or to a
-    model directory holding one (``ModelSpec.from_hf_config``)."""
-    if isinstance(target, (str, os.PathLike)):
-        p = os.path.expanduser(os.fspath(target))
-        if os.path.isfile(p) or os.path.isfile(os.path.join(p, "config.json")):
-            return ModelSpec.from_hf_config(p)
-    try:
-        return load_model(target)
-    except SpecsimValueError as e:  # named as the caller spelled it (load_model's own field is "model")
-        if e.field != "model":
-            raise
-        raise SpecsimValueError("target", "neither a shipped model name nor a path to a Hugging Face config.json "
-                                "or a model directory holding one", e.value, e.allowed) from e
+    """A catalog name or a config.json path (:func:`specsim.architecture.load_model_or_config`)."""
+    return load_model_or_config(target, field="target")
 
 
 def _fmt_mal(m: float) -> str:
@@ -1776,9 +1778,24 @@ _OVERHEAD_DOMINANT_WHY = ("the calibration's per-sequence speculative terms were
 
 
 def overhead_dominant_concurrencies(out: Mapping[str, Any], concurrency, shape) -> list[int]:
-    """The concurrencies of a sweep's evaluation ``out`` (:func:`specsim.engine.evaluate` arrays
-    broadcast to ``shape``) at which the speculative overhead exceeds draft + verification, as
-    :func:`plausibility_warnings` warns for one prediction; sorted, empty when none."""
+    """The concurrencies at which a sweep's speculative overhead exceeds draft + verification, as
+    :func:`plausibility_warnings` warns for one prediction.
+
+    Parameters
+    ----------
+    out : mapping
+        :func:`specsim.engine.evaluate` output: ``t_overhead_s``, ``t_verify_s``, ``t_draft_s``
+        (seconds per step), each broadcastable to ``shape``.
+    concurrency : array_like of int
+        The concurrency axis, broadcastable to ``shape``.
+    shape : tuple of int
+        The sweep's numeric grid (N, concurrency, ISL, OSL).
+
+    Returns
+    -------
+    list of int
+        Sorted concurrencies with at least one such point; empty when none.
+    """
     ov = np.broadcast_to(np.asarray(out["t_overhead_s"], dtype=float), shape)
     work = np.broadcast_to(np.asarray(out["t_verify_s"], dtype=float) + np.asarray(out["t_draft_s"], dtype=float),
                            shape)
@@ -1940,9 +1957,10 @@ def partial_drafting_warning(r: Scenario, drafted_fraction, mean_proposal_tokens
         return ()
     if getattr(r.drafter, "kind", "") == "lookup":
         return ()
-    what = " and ".join(x for x in (f"drafted_fraction={drafted_fraction:g}" if drafted_fraction < 1.0 else "",
-                                    "mean_proposal_tokens=" + f"{mean_proposal_tokens:g}"
-                                    if mean_proposal_tokens is not None else "") if x)
+    given = [f"drafted_fraction={drafted_fraction:g}"] if drafted_fraction < 1.0 else []
+    if mean_proposal_tokens is not None:
+        given.append(f"mean_proposal_tokens={mean_proposal_tokens:g}")
+    what = " and ".join(given)
     return (f"{what} given for {r.method}, which drafts N tokens on every decode step: only lookup methods "
             f"({', '.join(LOOKUP_METHODS)}) skip steps or propose fewer tokens, so this models a run of {r.method} "
             "that vLLM does not make",)

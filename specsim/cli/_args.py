@@ -107,9 +107,18 @@ def read_counts_once(path, before=None):
     return _read_counts_cached(_file_key(path), None if before is None else _file_key(before))
 
 
+@functools.lru_cache(maxsize=8)
+def _measured_models_cached(path_key: tuple, kind: str) -> tuple[str, ...]:
+    from specsim.vllm.detect import measured_models
+
+    return measured_models(path_key[0], kind)
+
+
 def clear_read_cache() -> None:
-    """Forget what :func:`read_counts_once` read (called at the start of each ``specsim`` command)."""
+    """Forget what :func:`read_counts_once` and :func:`acceptance_model_warnings` read (called at the
+    start of each ``specsim`` command)."""
     _read_counts_cached.cache_clear()
+    _measured_models_cached.cache_clear()
 
 
 def acceptance_from_file(path: str, before: str | None = None, temperature: float | None = None) -> Acceptance:
@@ -191,10 +200,8 @@ def acceptance_model_warnings(args, target) -> tuple[str, ...]:
     path = getattr(args, "acceptance_from", None)
     if path is None:
         return ()
-    from specsim.vllm.detect import measured_models
-
     kind, _ = read_counts_once(path, getattr(args, "before", None))
-    models = measured_models(path, kind)
+    models = _measured_models_cached(_file_key(path), kind)  # once per command, not once per target
     if not models:
         return ()
     from specsim.architecture import model_hf_id

@@ -295,17 +295,17 @@ def _is_golden_al(text: str) -> bool:
 
 
 def _read_bench(p: Path) -> SpecDecodeCounts:
-    doc = _first_json(p.read_text(errors="replace"))
-    if isinstance(doc, dict) and isinstance(doc.get("spec"), dict) and "scrape_matches_bench" in doc:
-        raise DataError(f"{p} is specsim's summary of a recorded run (summary.json), not a vllm bench serve result: "
-                        f"give the run's bench.json, or its metrics_after.prom with --before metrics_before.prom "
-                        "(the counts this summary was made from)")
     root = _scheduled_sweep_root(p)
     if root is not None:  # aggregate counters of a scheduled run mix draft lengths: the sweep reader checks
         raise DataError(f"{p} belongs to a vllm bench sweep whose serve parameters use a dynamic "
                         f"num_speculative_tokens_per_batch_size schedule; read the sweep directory {root} "
                         "(its runs are checked for mixed draft lengths) or per-request metrics instead")
-    return _bench_counts(_bench_file_results(p), p)
+    results = _bench_file_results(p)
+    if any(isinstance(r.raw.get("spec"), dict) and "scrape_matches_bench" in r.raw for r in results):
+        raise DataError(f"{p} is specsim's summary of a recorded run (summary.json), not a vllm bench serve result: "
+                        f"give the run's bench.json, or its metrics_after.prom with --before metrics_before.prom "
+                        "(the counts this summary was made from)")
+    return _bench_counts(results, p)
 
 
 def _bench_file_results(p: Path) -> list[BenchResult]:

@@ -190,7 +190,8 @@ def _build_snapshot(samples: Iterable[tuple[str, dict, int | None, Any]], source
         by_engine[key] = SpecDecodeCounts(
             e["num_drafts"], e["num_draft_tokens"], e["num_accepted_tokens"],
             tuple(pos[i] for i in range(len(pos))), source=f"{source} {{{key}}}")
-    return MetricsSnapshot(by_engine, gen, prompt, source, requests, min(starts) if len(starts) == 1 else None)
+    # one process per scrape; several values (a scrape of several processes) name none of them
+    return MetricsSnapshot(by_engine, gen, prompt, source, requests, starts.pop() if len(starts) == 1 else None)
 
 
 def parse_prometheus_text(text: str, *, source: str = "prometheus") -> MetricsSnapshot:

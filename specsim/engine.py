@@ -13,6 +13,53 @@ import numpy as np
 
 from specsim.errors import SpecsimValueError
 
+#: The smallest output length the step model describes.  vLLM samples a request's first output
+#: token in its prefill step (``vllm/v1/core/sched/scheduler.py`` schedules the prompt; the model
+#: runner samples from its last position), so a request of OSL tokens runs OSL - 1 decode steps
+#: without speculation and ``vllm bench serve`` times TPOT over them, ``(latency - TTFT) / (OSL - 1)``
+#: (``vllm/benchmarks/serve.py``).  At OSL 1 there is no decode step to speculate on.
+OSL_MIN = 2
+OSL_RULE = ("must be an integer >= 2 (tokens): vLLM samples a request's first output token in its "
+            "prefill step, so at OSL 1 there is no decode step to speculate on (the throughput ratio is "
+            "then at most 1: the prefill, plus the drafter's pass over the prompt)")
+
+
+def check_osl(osl, field: str = "osl") -> None:
+    """Refuse output lengths below :data:`OSL_MIN`.
+
+    Parameters
+    ----------
+    osl : int or array_like of int
+        Output tokens per request.
+    field : str
+        The field named in the error.
+
+    Raises
+    ------
+    SpecsimValueError
+        Any value below 2 (:data:`OSL_RULE` says why).
+    """
+    a = np.asarray(osl)
+    if a.size and np.any(a < OSL_MIN):
+        raise SpecsimValueError(field, OSL_RULE, osl if a.ndim == 0 else a.tolist())
+
+
+def decode_tokens(osl):
+    """Output tokens a request commits in decode steps: ``OSL - 1`` (the first comes from the
+    prefill step; :data:`OSL_MIN` gives the source).
+
+    Parameters
+    ----------
+    osl : array_like
+        Output tokens per request (>= 2).
+
+    Returns
+    -------
+    ndarray
+        ``OSL - 1`` as floats, same shape.
+    """
+    return np.asarray(osl, dtype=float) - 1.0
+
 
 @dataclass(frozen=True)
 class SpecOverhead:
@@ -297,6 +344,7 @@ def _step_counts(r: Scenario, n, concurrency, isl, osl, tp, *, draft_prefill: bo
     c = np.asarray(concurrency)
     isl = np.asarray(isl)
     osl = np.asarray(osl)
+    check_osl(osl)
     try:
         shape = np.broadcast_shapes(n.shape, c.shape, isl.shape, osl.shape)
     except ValueError:
@@ -603,16 +651,17 @@ def _plan_seconds(plan: dict, terms, smooth_p, shared: dict | None, broadcast: b
     t_prefill = k * hit[2]
     t_prefill_spec = t_prefill + plan["has_dpf"] * prefill("dpf")
     mal = plan["mal"]
-    cycle_base = c * t_prefill + osl * t_base
+    dec = decode_tokens(osl)
+    cycle_base = c * t_prefill + dec * t_base
     tput_base = _throughput(c, osl, t_prefill, t_base, 1.0)
     tput_spec = _throughput(c, osl, t_prefill_spec, t_step, mal)
     shape = np.broadcast_shapes(np.shape(tput_spec), np.shape(n), _plan_shape(plan))
     b = np.broadcast_to if broadcast else (lambda x, _shape: x)
-    tpot = (osl / mal) * t_step
+    tpot = (dec / mal) * t_step
     tpot = _into(np.add, tpot, (c - 1) * t_prefill_spec, tpot)
-    tpot = _into(np.divide, tpot, osl, tpot)
+    tpot = _into(np.divide, tpot, dec, tpot)
     bound = t_verify + t_host
-    bound = _into(np.multiply, osl / mal, bound, bound)
+    bound = _into(np.multiply, dec / mal, bound, bound)
     bound = _into(np.add, c * t_prefill, bound, bound)
     bound = _into(np.divide, cycle_base, bound, bound)
     return {
@@ -634,14 +683,14 @@ def _plan_seconds(plan: dict, terms, smooth_p, shared: dict | None, broadcast: b
         "baseline_output_tok_per_s": b(tput_base, shape),
         "throughput_ratio": b(tput_spec / tput_base, shape),
         "tpot_s": b(tpot, shape),
-        "baseline_tpot_s": b((osl * t_base + (c - 1) * t_prefill) / osl, shape),
+        "baseline_tpot_s": b((dec * t_base + (c - 1) * t_prefill) / dec, shape),
         "speedup_bound": b(bound, shape),
     }
 
 
 def _throughput(c, osl, t_prefill, t_step, mal):
     """:func:`output_throughput` on float arrays, the same arithmetic, temporaries reused."""
-    den = (osl / mal) * t_step
+    den = (decode_tokens(osl) / mal) * t_step
     den = _into(np.add, c * t_prefill, den, den)
     return _into(np.divide, c * osl, den, den)
 
@@ -655,6 +704,7 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
     c = np.asarray(concurrency)
     isl = np.asarray(isl)
     osl = np.asarray(osl)
+    check_osl(osl)
     n, c, isl, osl = np.broadcast_arrays(n, c, isl, osl)
     ctx = isl + osl / 2.0
     lat, tgt, prec = r.latency, r.target, r.precision
@@ -690,7 +740,8 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
     mal_drafted = np.where(n == 0, 1.0, mal_drafted)
     # tokens committed per step: steps without a draft (lookup miss) commit 1
     mal = 1.0 + f * (mal_drafted - 1.0)
-    cycle_base = c * t_prefill + osl * t_base
+    dec = decode_tokens(osl)
+    cycle_base = c * t_prefill + dec * t_base
     tput_base = output_throughput(c, osl, t_prefill, t_base, 1.0)
     tput_spec = output_throughput(c, osl, t_prefill_spec, t_step, mal)
     return {
@@ -711,10 +762,10 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
         "output_tok_per_s": tput_spec,
         "baseline_output_tok_per_s": tput_base,
         "throughput_ratio": tput_spec / tput_base,
-        "tpot_s": ((osl / mal) * t_step + (c - 1) * t_prefill_spec) / osl,
-        "baseline_tpot_s": (osl * t_base + (c - 1) * t_prefill) / osl,
+        "tpot_s": ((dec / mal) * t_step + (c - 1) * t_prefill_spec) / dec,
+        "baseline_tpot_s": (dec * t_base + (c - 1) * t_prefill) / dec,
         # free drafting and no speculative overhead (same prefill dilution as the ratio)
-        "speedup_bound": cycle_base / (c * t_prefill + (osl / mal) * (t_verify + t_host)),
+        "speedup_bound": cycle_base / (c * t_prefill + (dec / mal) * (t_verify + t_host)),
     }
 
 
@@ -745,17 +796,18 @@ def default_overhead(latency) -> SpecOverhead:
 def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
     """Aggregate output tokens/s of ``concurrency`` streams under continuous batching.
 
-    Each request costs one prefill (``t_prefill_s``, the extra time it adds to the engine) and
-    ``OSL / MAL`` decode steps of ``t_step_s``; the engine serves ``concurrency`` requests at a time:
-    ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``.  The baseline arm is ``mal = 1``.
-    Broadcasts over array arguments.
+    Each request costs one prefill (``t_prefill_s``, the extra time it adds to the engine), which
+    samples its first output token, and ``(OSL - 1) / MAL`` decode steps of ``t_step_s`` for the
+    rest (:data:`OSL_MIN` gives the vLLM source); the engine serves ``concurrency`` requests at a
+    time: ``tok/s = C * OSL / (C * t_prefill + ((OSL - 1) / MAL) * T_step)``.  The baseline arm is
+    ``mal = 1``.  Broadcasts over array arguments.
 
     Parameters
     ----------
     concurrency : array_like
         Concurrent requests C.
     osl : array_like
-        Output tokens per request.
+        Output tokens per request (>= 2).
     t_prefill_s, t_step_s : array_like
         Seconds per request prefill; seconds per decode (or speculative) step.
     mal : array_like
@@ -765,7 +817,14 @@ def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
     -------
     ndarray
         Output tokens/s.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``osl`` below 2 (:func:`check_osl`).
     """
     c = np.asarray(concurrency, dtype=float)
+    check_osl(osl)
     osl = np.asarray(osl, dtype=float)
-    return c * osl / (c * np.asarray(t_prefill_s, dtype=float) + (osl / np.asarray(mal, dtype=float)) * t_step_s)
+    return c * osl / (c * np.asarray(t_prefill_s, dtype=float)
+                      + (decode_tokens(osl) / np.asarray(mal, dtype=float)) * t_step_s)

@@ -33,6 +33,8 @@ from specsim.engine import (
     _evaluate_shared,
     _uses_plan,
     acceptance_extrapolated,
+    check_osl,
+    decode_tokens,
     default_overhead,
     evaluate,
     prefill_seconds,
@@ -76,12 +78,14 @@ class Prediction:
     output_tok_per_s, baseline_output_tok_per_s : float
         Aggregate output throughput of all ``concurrency`` streams.
     tpot_s, baseline_tpot_s : float
-        Time per output token of one stream: decode time plus the prefill stalls of the other
+        Time per output token of one stream as ``vllm bench serve`` times it, after the first
+        token (which the prefill samples): decode time plus the prefill stalls of the other
         ``concurrency - 1`` requests (in the speculative arm including the drafter's pass over
-        each prompt), divided by OSL.
+        each prompt), divided by OSL - 1.
     speedup_bound : float
         The ratio with free drafting and no speculative overhead (an upper bound of
-        ``throughput_ratio``): ``(C t_prefill + OSL T_base) / (C t_prefill + OSL T_verify / MAL)``,
+        ``throughput_ratio``): ``(C t_prefill + D T_base) / (C t_prefill + D T_verify / MAL)``,
+        ``D = OSL - 1``,
         i.e. ``MAL * T_base / T_verify`` without prefill.
     latency_calibrated : bool
         Whether the latency model was calibrated on measurements (else datasheet-only).
@@ -353,16 +357,17 @@ NEAR_ZERO_ACCEPTED_PER_STEP = 0.05
 def break_even_mal(out: Mapping[str, Any], concurrency, osl) -> np.ndarray:
     """MAL at which the throughput ratio is exactly 1, same step times and prefills (closed form).
 
-    Each request costs ``C * t_prefill + (OSL / MAL) * T_step`` seconds of engine time per batch
-    of C requests (:func:`specsim.engine.output_throughput`:
-    ``tok/s = C * OSL / (C * t_prefill + (OSL / MAL) * T_step)``).  Setting the speculative arm equal
+    Each batch of C requests costs ``C * t_prefill + (D / MAL) * T_step`` seconds of engine time,
+    ``D = OSL - 1`` the tokens committed by decode steps (the prefill samples the first;
+    :func:`specsim.engine.output_throughput`:
+    ``tok/s = C * OSL / (C * t_prefill + (D / MAL) * T_step)``).  Setting the speculative arm equal
     to the baseline arm (``MAL = 1``, ``T_base``, the target's prefill only) gives
 
-    ``MAL* = OSL * T_step / (C * OSL / tok_s_base - C * t_prefill_spec)``
+    ``MAL* = D * T_step / (C * OSL / tok_s_base - C * t_prefill_spec)``
 
-    where ``C * OSL / tok_s_base = C * t_prefill + OSL * T_base`` (the baseline's engine time per
+    where ``C * OSL / tok_s_base = C * t_prefill + D * T_base`` (the baseline's engine time per
     C requests) and the speculative arm's prefill (the target's plus the drafter's pass over the
-    prompt) is read back from the same dict: ``C * t_prefill_spec = C * OSL / tok_s - OSL * T_step / MAL``.
+    prompt) is read back from the same dict: ``C * t_prefill_spec = C * OSL / tok_s - D * T_step / MAL``.
     The ratio is increasing in MAL, so ``ratio < 1`` exactly when ``MAL < MAL*``.  Without
     prefill ``MAL* = T_step / T_base``.
 
@@ -382,13 +387,14 @@ def break_even_mal(out: Mapping[str, Any], concurrency, osl) -> np.ndarray:
     """
     c = np.asarray(concurrency, dtype=float)
     o = np.asarray(osl, dtype=float)
+    d = decode_tokens(o)
     t_step = np.asarray(out["t_step_s"], dtype=float)
     mal = np.asarray(out["mal"], dtype=float)
     cycle_base = c * o / np.asarray(out["baseline_output_tok_per_s"], dtype=float)
-    prefill_spec = c * o / np.asarray(out["output_tok_per_s"], dtype=float) - o * t_step / mal  # = C t_prefill_spec
+    prefill_spec = c * o / np.asarray(out["output_tok_per_s"], dtype=float) - d * t_step / mal  # = C t_prefill_spec
     den = cycle_base - prefill_spec
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, o * t_step / np.where(den > 0, den, 1.0), np.inf)
+        return np.where(den > 0, d * t_step / np.where(den > 0, den, 1.0), np.inf)
 
 
 def health_terms(out: Mapping[str, Any], concurrency, osl) -> dict[str, np.ndarray]:
@@ -1302,6 +1308,7 @@ def predict(
     concurrency = int_field("concurrency", concurrency)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
+    check_osl(osl)
     check_table_context(r, isl=isl, osl=osl)
     overhead, ov_src, ov_warn = resolve_overhead(r, overhead, latency_given=latency is not None)
     _check_partial(drafted_fraction, mean_proposal_tokens)
@@ -2194,6 +2201,7 @@ def sweep(
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
+    check_osl(osls)
     for name, v in (("target", target), ("method", method), ("hardware", hardware), ("tp", tp),
                     ("precision", precision), ("draft", draft)):
         if not as_list(v):

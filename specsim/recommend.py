@@ -17,7 +17,7 @@ from specsim._checks import int_field
 from specsim.architecture import ModelSpec, load_model, model_hf_id
 from specsim.calibration import stack_mismatch
 from specsim.drafters import list_draft_specs
-from specsim.engine import default_overhead, evaluate
+from specsim.engine import check_osl, decode_tokens, default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
@@ -595,7 +595,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     base_tpot = np.asarray(ev["baseline_tpot_s"], float)[0]
     cycle_base = cs * osl / np.asarray(ev["baseline_output_tok_per_s"], float)[0]
     cycle_spec = cs[None, :] * osl / np.asarray(ev["output_tok_per_s"], float)
-    p_spec = (cycle_spec - (osl / mal[:, None]) * t_step)[0]  # speculative-arm prefill, N-independent
+    dec = float(decode_tokens(osl))  # tokens from decode steps: the prefill samples the first
+    p_spec = (cycle_spec - (dec / mal[:, None]) * t_step)[0]  # speculative-arm prefill, N-independent
 
     # K = 0 with speculation enabled: one draft pass + per-step overhead (module docstring)
     ctx = isl + osl / 2.0
@@ -604,8 +605,8 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
                                              **({"draft_latency": r.draft_latency} if r.draft_latency is not None
                                                 else {})), float)
     t0 = t_base + draft0 + np.asarray(overhead.step_seconds(cs, 0), float)
-    ratio0 = cycle_base / (p_spec + osl * t0)
-    tpot0 = ((cs - 1) / cs * p_spec + osl * t0) / osl
+    ratio0 = cycle_base / (p_spec + dec * t0)
+    tpot0 = ((cs - 1) / cs * p_spec + dec * t0) / dec
 
     # intervals
     notes = []
@@ -635,13 +636,13 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         # rmse_rel is an RMS error of LOG step time (the fits minimise log residuals): a log-space band
         up = float(np.exp(0.0 if r_lat is None else r_lat))
         dn = 1.0 / up
-        ratio_lo = cycle_base / (p_spec + osl / ml[:, None] * t_step * up)
-        ratio_hi = cycle_base / (p_spec + osl / mh[:, None] * t_step * dn)
+        ratio_lo = cycle_base / (p_spec + dec / ml[:, None] * t_step * up)
+        ratio_hi = cycle_base / (p_spec + dec / mh[:, None] * t_step * dn)
         pre = (cs - 1) / cs * p_spec
-        tpot_lo = (pre + osl / mh[:, None] * t_step) * dn / osl
-        tpot_hi = (pre + osl / ml[:, None] * t_step) * up / osl
-        ratio0_lo = cycle_base / (p_spec + osl * t0 * up)
-        ratio0_hi = cycle_base / (p_spec + osl * t0 * dn)
+        tpot_lo = (pre + dec / mh[:, None] * t_step) * dn / dec
+        tpot_hi = (pre + dec / ml[:, None] * t_step) * up / dec
+        ratio0_lo = cycle_base / (p_spec + dec * t0 * up)
+        ratio0_hi = cycle_base / (p_spec + dec * t0 * dn)
         tpot0_lo, tpot0_hi = tpot0 * dn, tpot0 * up
         notes.append(f"combined at the corners (coverage >= {level:.2f}^2 when independent)")
     interval_note = "; ".join(notes) if have_iv else "no interval: " + "; ".join(notes)
@@ -976,6 +977,7 @@ def recommend(
     tp = int_field("tp", tp)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
+    check_osl(osl)
     try:
         report_cs = sorted({int(c) for c in concurrency})
     except (TypeError, ValueError):

@@ -94,9 +94,11 @@ def _const(*, concurrency=4, osl=100, n=3, alpha=0.7, **kw):
 @pytest.mark.parametrize("metric", ["tpot_s", "output_tok_per_s"])
 def test_anchor_factor_and_ratio_closed_form(metric):
     c, osl, n, alpha = 4, 100, 3, 0.7
+    d = osl - 1  # tokens from decode steps: the prefill samples the first
     p0 = _const()
-    # unanchored baseline: TPOT = (OSL T + (C-1) P) / OSL, tok/s = C OSL / (C P + OSL T)
-    assert p0.baseline_tpot_s == pytest.approx((osl * T + (c - 1) * P) / osl, rel=1e-12)
+    # unanchored baseline: TPOT = (D T + (C-1) P) / D, tok/s = C OSL / (C P + D T)
+    assert p0.baseline_tpot_s == pytest.approx((d * T + (c - 1) * P) / d, rel=1e-12)
+    assert p0.baseline_output_tok_per_s == pytest.approx(c * osl / (c * P + d * T), rel=1e-12)
     measured = 2.5 * getattr(p0, "baseline_" + metric) if metric == "tpot_s" else getattr(
         p0, "baseline_" + metric) / 2.5
     p = _const(baseline=MeasuredBaseline(**{metric: measured}))
@@ -108,7 +110,7 @@ def test_anchor_factor_and_ratio_closed_form(metric):
     # anchored ratio, by hand: target forwards x k, draft (N c T) and overhead unscaled
     k, mal = 2.5, 1 + alpha + alpha**2 + alpha**3
     t_step = n * 0.1 * T + k * T + O_FIX
-    expected = (c * k * P + osl * k * T) / (c * k * P + osl / mal * t_step)
+    expected = (c * k * P + d * k * T) / (c * k * P + d / mal * t_step)
     assert p.t_base_s == pytest.approx(k * T, rel=1e-12) and p.t_draft_s == pytest.approx(n * 0.1 * T, rel=1e-12)
     assert p.throughput_ratio == pytest.approx(expected, rel=1e-12)
     assert p.throughput_ratio != pytest.approx(p0.throughput_ratio, rel=1e-3)

@@ -68,6 +68,7 @@ class ConstDrafter:
 
 A, B, D, O = 10e-3, 20e-6, 0.6e-3, 0.31e-3  # seconds (no exact ties between N)
 ISL, OSL, ALPHA, NMAX, CMAX = 64, 256, 0.8, 10, 600
+DEC = OSL - 1  # tokens from decode steps: vLLM's prefill samples the first of OSL (specsim.engine.OSL_MIN)
 
 
 def _prefill(c, a=A, b=B, isl=ISL):
@@ -85,9 +86,10 @@ def brute_force(alpha=ALPHA, a=A, b=B, d=D, o=O, isl=ISL, osl=OSL, nmax=NMAX, cm
     mal = np.array([sum(alpha**k for k in range(n + 1)) for n in ns])
     t_pf = _prefill(cs, a, b, isl)
     T = a + b * cs[None, :] * ns[:, None] + d + o
-    base = cs * t_pf + osl * a
-    ratio = base / (cs * t_pf + osl / mal[:, None] * T)
-    ratio0 = base / (cs * t_pf + osl * (a + d + o))
+    dec = osl - 1  # the prefill samples the first output token
+    base = cs * t_pf + dec * a
+    ratio = base / (cs * t_pf + dec / mal[:, None] * T)
+    ratio0 = base / (cs * t_pf + dec * (a + d + o))
     best = ratio.argmax(axis=0)
     bratio = ratio.max(axis=0)
     sched = np.where(bratio >= ratio0, best + 1, 0)
@@ -188,8 +190,8 @@ def test_crossover_note_says_the_interval_in_plain_words(cmax, rel, words):
     z = stats.norm.ppf(0.975)
     bf = brute_force(cmax=cmax)
     cs = np.arange(1, cmax + 1)
-    lo_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * np.exp(z * rel))).max(axis=0)
-    hi_ratio = (bf["base"] / (bf["pf"] + OSL / bf["mal"][:, None] * bf["T"] * np.exp(-z * rel))).max(axis=0)
+    lo_ratio = (bf["base"] / (bf["pf"] + DEC / bf["mal"][:, None] * bf["T"] * np.exp(z * rel))).max(axis=0)
+    hi_ratio = (bf["base"] / (bf["pf"] + DEC / bf["mal"][:, None] * bf["T"] * np.exp(-z * rel))).max(axis=0)
 
     def first_below(r):
         ok = np.flatnonzero(r >= 1)
@@ -216,9 +218,9 @@ def test_interval_propagation_matches_independent_formula():
         c = p.concurrency
         t_pf = float(_prefill(c))
         T = A + B * c * k + D + O
-        base = c * t_pf + OSL * A
-        assert p.ratio_lo == pytest.approx(base / (c * t_pf + OSL / mlo[k - 1] * T * np.exp(z * rel)), rel=1e-10)
-        assert p.ratio_hi == pytest.approx(base / (c * t_pf + OSL / mhi[k - 1] * T * np.exp(-z * rel)), rel=1e-10)
+        base = c * t_pf + DEC * A
+        assert p.ratio_lo == pytest.approx(base / (c * t_pf + DEC / mlo[k - 1] * T * np.exp(z * rel)), rel=1e-10)
+        assert p.ratio_hi == pytest.approx(base / (c * t_pf + DEC / mhi[k - 1] * T * np.exp(-z * rel)), rel=1e-10)
         assert p.ratio_lo < p.throughput_ratio < p.ratio_hi
         assert p.tpot_lo_s < p.tpot_s < p.tpot_hi_s
         assert (p.mal_lo, p.mal_hi) == pytest.approx((mlo[k - 1], mhi[k - 1]))
@@ -558,7 +560,7 @@ def test_calibration_object_supplies_the_step_time_error():
     k, t_pf = p.num_speculative_tokens, A + B * (ISL - 1)
     T = A + B * k + D + O
     mal = sum(ALPHA**i for i in range(k + 1))  # constant acceptance: no acceptance interval
-    assert p.ratio_lo == pytest.approx((t_pf + OSL * A) / (t_pf + OSL / mal * T * np.exp(z * 0.04)), rel=1e-10)
+    assert p.ratio_lo == pytest.approx((t_pf + DEC * A) / (t_pf + DEC / mal * T * np.exp(z * 0.04)), rel=1e-10)
     assert "0.04" in m.interval_note
 
 
@@ -606,9 +608,9 @@ def test_crossover_note_reports_low_concurrency_losses():
     ns = np.arange(1, NMAX + 1)
     mal = np.array([sum(ALPHA**j for j in range(n + 1)) for n in ns])
     pf = np.where(cs == 1, a + k + b * ISL, b * ISL)
-    base = cs * pf + OSL * (a + k * cs + b * cs)
+    base = cs * pf + DEC * (a + k * cs + b * cs)
     T = a + k * cs[None, :] + b * cs[None, :] * (ns[:, None] + 1) + D + o
-    best = (base / (cs * pf + OSL / mal[:, None] * T)).max(axis=0)
+    best = (base / (cs * pf + DEC / mal[:, None] * T)).max(axis=0)
     assert best[0] < 1 <= best[-1]
     lo_end = int(cs[np.flatnonzero(best >= 1)[0] - 1])  # last concurrency of the low-c loss
     m = constructed(latency=lat, overhead=SpecOverhead(fixed_s=o), max_concurrency=cmax, concurrency=[1, cmax]).methods[0]
@@ -619,10 +621,10 @@ def test_crossover_note_reports_low_concurrency_losses():
     # with an interval, the low range is checked at the optimistic end too
     z = stats.norm.ppf(0.975)
     rel = 0.3
-    best_hi = (base / (cs * pf + OSL / mal[:, None] * T * np.exp(-z * rel))).max(axis=0)
+    best_hi = (base / (cs * pf + DEC / mal[:, None] * T * np.exp(-z * rel))).max(axis=0)
     m2 = constructed(latency=lat, overhead=SpecOverhead(fixed_s=o), max_concurrency=cmax, concurrency=[1, cmax],
                      step_time_rel_error=rel).methods[0]
-    best_lo = (base / (cs * pf + OSL / mal[:, None] * T * np.exp(z * rel))).max(axis=0)
+    best_lo = (base / (cs * pf + DEC / mal[:, None] * T * np.exp(z * rel))).max(axis=0)
     lo_end_p = int(cs[np.flatnonzero(best_lo >= 1)[0] - 1])  # the pessimistic end loses up to here
     assert f"(pessimistic end of the interval: < 1 at 1-{lo_end_p};" in m2.crossover_note
     if best_hi[0] >= 1:

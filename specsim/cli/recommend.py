@@ -36,8 +36,8 @@ def add_recommend_parser(p) -> None:
     p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
     p.add_argument("--isl", type=int, default=None, help="input tokens per request (default 1024, or the "
                    "--baseline-from run's mean)")
-    p.add_argument("--osl", type=int, default=None, help="output tokens per request (default 1024, or the "
-                   "--baseline-from run's mean)")
+    p.add_argument("--osl", type=int, default=None, help="output tokens per request, >= 2 (the prefill samples "
+                   "the first; default 1024, or the --baseline-from run's mean)")
     p.add_argument("--concurrency", default=",".join(map(str, DEFAULT_CONCURRENCY)),
                    help="comma-separated concurrencies to report (bands cover 1..max)")
     p.add_argument("--max-concurrency", type=int, help="upper end of the concurrency range (default: max of --concurrency)")

@@ -17,7 +17,7 @@ from specsim.acceptance import Acceptance
 from specsim.architecture import load_model
 from specsim.catalog import is_source_checkout, project_data_path
 from specsim.drafters import get_drafter
-from specsim.engine import Scenario, evaluate
+from specsim.engine import Scenario, check_osl, evaluate
 from specsim.errors import SpecsimValueError
 from specsim.hardware import load_hardware
 from specsim.published import PUBLISHED_METHODS
@@ -127,6 +127,7 @@ def model_curve(params, target: str, method: str, acceptance, *, n_values: Itera
     tp = int_field("tp", tp)
     isl = int_field("isl", isl)
     osl = int_field("osl", osl)
+    check_osl(osl)
     p = params
     c = int_field("concurrency", int(p.concurrency if concurrency is None else concurrency))
     spec = load_model(target)

@@ -286,15 +286,26 @@ def _fit_data(fam: _Family, data: _Data) -> tuple[np.ndarray, np.ndarray | None,
 # ---------------------------------------------------------------------------------------------
 # input validation helpers
 # ---------------------------------------------------------------------------------------------
+#: The highest sampling temperature vLLM accepts: ``SamplingParams`` refuses a temperature outside
+#: [0, 2] ("temperature must be in [0, 2]", ``vllm/sampling_params.py``, vLLM 0.32).
+VLLM_MAX_TEMPERATURE = 2.0
+TEMPERATURE_RULE = f"must be a finite number in [0, {VLLM_MAX_TEMPERATURE:g}] (0 = greedy; vLLM's SamplingParams " \
+                   f"refuses temperatures above {VLLM_MAX_TEMPERATURE:g})"
+
+
+def temperature_ok(t: Any) -> bool:
+    """Whether ``t`` is a sampling temperature vLLM accepts: a finite number (not a bool) in
+    [0, :data:`VLLM_MAX_TEMPERATURE`]."""
+    return (not isinstance(t, bool) and isinstance(t, (int, float, np.integer, np.floating))
+            and math.isfinite(float(t)) and 0.0 <= float(t) <= VLLM_MAX_TEMPERATURE)
+
+
 def _check_temperature(t: Any) -> float | None:
     if t is None:
         return None
-    if isinstance(t, bool) or not isinstance(t, (int, float, np.integer, np.floating)):
-        raise SpecsimValueError("temperature", "must be a number >= 0 or None", t)
-    t = float(t)
-    if not math.isfinite(t) or t < 0:
-        raise SpecsimValueError("temperature", "must be finite and >= 0", t)
-    return t
+    if not temperature_ok(t):
+        raise SpecsimValueError("temperature", TEMPERATURE_RULE + ", or None", t)
+    return float(t)
 
 
 def _check_label(label: Any) -> str | None:

@@ -37,8 +37,29 @@ class SpecsimValueError(SpecsimError, ValueError):
         if value is not None:
             msg += f" (got {_plain(value)!r})"
         if self.allowed is not None:
+            hint = _close_match(value, self.allowed)
+            if hint is not None:
+                msg += f"; did you mean {hint!r}?"
             msg += f"; allowed: {', '.join(map(str, self.allowed))}"
         super().__init__(msg)
+
+
+def _close_match(value: Any, allowed: list) -> str | None:
+    """The allowed string a mistyped string value most likely meant: the same letters in another
+    case (``EAGLE3`` -> ``eagle3``), else the closest by :func:`difflib.get_close_matches`
+    (cutoff 0.8: one or two letters off); None when nothing is close or the value is not a string."""
+    if not isinstance(value, str) or not value:
+        return None
+    names = [a for a in allowed if isinstance(a, str)]
+    if value in names:
+        return None
+    folded = [a for a in names if a.casefold() == value.casefold()]
+    if folded:
+        return folded[0]
+    import difflib
+
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def _plain(value: Any) -> Any:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from specsim._checks import int_array, int_field
-from specsim.acceptance import Acceptance
+from specsim.acceptance import TEMPERATURE_RULE, Acceptance, temperature_ok
 from specsim.architecture import (
     FLOAT32_DOWNCAST_NOTES,
     WEIGHT_DTYPE_NOTES,
@@ -483,9 +483,8 @@ def resolve_inputs(
     assumptions: list[str] = []
     draft_name = None
     cfg = None
-    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.number))
-                                    or not (np.isfinite(temperature) and temperature >= 0)):
-        raise SpecsimValueError("temperature", "must be a finite number >= 0 (0 = greedy)", temperature)
+    if temperature is not None and not temperature_ok(temperature):
+        raise SpecsimValueError("temperature", TEMPERATURE_RULE, temperature)
     if speculative_config is not None:
 
         cfg = parse_speculative_config(speculative_config)

@@ -36,7 +36,7 @@ def assert_exit_2_naming(argv, field, capsys):
 
 # --- #4: -n 1000000, far beyond the context -------------------------------------------------
 def test_row_4_n_beyond_the_context_refused(capsys):
-    err = assert_exit_2_naming([*BASE, "-n", "1000000", "--acceptance", "0.8"], "num_speculative_tokens", capsys)
+    err = assert_exit_2_naming([*BASE, "-n", "1000000", "--acceptance", "0.8"], "-n/--num-speculative-tokens", capsys)
     assert "max_position_embeddings is 40960" in err and "1000000" in err and "allowed: 1..40960" in err
 
 

@@ -66,17 +66,20 @@ def test_predict_speculative_config_and_mal_at_n(capsys):
 
 
 @pytest.mark.parametrize("extra,field", [
-    (["-n", "3", "--concurrency", "0", "--acceptance", "0.7"], "concurrency"),
-    (["-n", "0", "--acceptance", "0.7"], "num_speculative_tokens"),
+    # named as the flag the user typed (the library names them concurrency, num_speculative_tokens, ...)
+    (["-n", "3", "--concurrency", "0", "--acceptance", "0.7"], "--concurrency"),
+    (["-n", "0", "--acceptance", "0.7"], "-n/--num-speculative-tokens"),
     # named as the user spelled them (they read "alpha" / "model", the library's internal names)
-    (["-n", "3", "--acceptance", "1.5"], "acceptance"),
-    (["-n", "3", "--acceptance", "nan"], "acceptance"),
-    (["-n", "3", "--acceptance", "0.7", "--target", "Qwen3-8"], "target"),
+    (["-n", "3", "--acceptance", "1.5"], "--acceptance"),
+    (["-n", "3", "--acceptance", "nan"], "--acceptance"),
+    (["-n", "3", "--acceptance", "0.7", "--target", "Qwen3-8"], "--target"),
     (["-n", "3", "--conditional", "0.8,1.1"], r"--conditional[1]"),  # was rates[1]
     (["--acceptance", "0.7"], "-n/--num-speculative-tokens"),  # was num_speculative_tokens
     (["-n", "3", "--cumulative", "0.8,0.9"], r"--cumulative[1]"),
-    (["-n", "3", "--acceptance", "0.7", "--hardware", "TPU-v9"], "hardware"),
-    (["-n", "3", "--acceptance", "0.7", "--profile-temperature", "0", "--temperature", "0.8"], "temperature"),
+    (["-n", "3", "--acceptance", "0.7", "--hardware", "TPU-v9"], "--hardware"),
+    (["-n", "3", "--acceptance", "0.7", "--profile-temperature", "0", "--temperature", "0.8"], "--temperature"),
+    (["-n", "3", "--acceptance", "0.7", "--temperature", "2.5"], "--temperature"),  # vLLM refuses T > 2
+    (["-n", "3", "--acceptance", "0.7", "--osl", "1"], "--osl"),  # no decode step at OSL 1
 ])
 def test_predict_errors_exit_2_naming_the_field(capsys, extra, field):
     rc, out, err = run(["predict", *BASE, *extra], capsys)

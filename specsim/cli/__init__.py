@@ -50,9 +50,9 @@ def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> 
     p.add_argument("--precision", help="target weight precision: bf16, fp16, fp8, mxfp4, int4, fp32 (default: model's serving precision)")
     p.add_argument("--isl", type=int, default=None, help="input sequence length, tokens (default 1024, or the "
                                                            "--baseline-from run's mean)")
-    p.add_argument("--osl", type=int, default=None, help="output sequence length, tokens (default 1024, or the "
-                                                           "--baseline-from run's mean)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at")
+    p.add_argument("--osl", type=int, default=None, help="output sequence length, tokens, >= 2 (the prefill samples "
+                                                           "the first; default 1024, or the --baseline-from run's mean)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature to predict at, 0-2 as vLLM accepts")
     p.add_argument("--temperature-assumption", help="explicit assumption that the profile transfers to --temperature")
     g = p.add_argument_group("acceptance (exactly one)")
     g.add_argument("--acceptance", type=float, help="constant conditional acceptance rate per position")
@@ -651,6 +651,29 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"specsim: warning: {message}", file=sys.stderr)
 
 
+def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """The error's message with a library field (``osl``, ``method``, ``num_speculative_tokens``)
+    named as the flag the user typed (``--osl``, ...), when the command has that flag and the
+    refused value is the one given on the command line (a field of a file keeps its own name)."""
+    msg = str(e)
+    field = getattr(e, "field", None)
+    if not isinstance(e, SpecsimValueError) or not isinstance(field, str) or not msg.startswith(field + ":"):
+        return msg
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    sub = subs[0].choices.get(getattr(args, "command", None)) if subs else None
+    if sub is None:
+        return msg
+    flags = {a.dest: "/".join(a.option_strings) for a in sub._actions if a.option_strings}
+    given = getattr(args, field, None)
+    if field not in flags or given is None or e.value is None:
+        return msg
+    refused = e.value if isinstance(e.value, (list, tuple)) else [e.value]
+    typed = {str(given)} | {x.strip() for x in str(given).split(",")}
+    if not all(str(v) in typed for v in refused):
+        return msg
+    return flags[field] + msg[len(field):]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``specsim`` console script (and ``python -m specsim``).
 
@@ -672,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'specsim[{extra}]'", file=sys.stderr)
         return 2
     except SpecsimError as e:
-        print(f"specsim: error: {e}", file=sys.stderr)
+        print(f"specsim: error: {_as_typed(e, args, build_parser())}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
         try:

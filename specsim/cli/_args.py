@@ -8,7 +8,7 @@ import math
 import os
 from pathlib import Path
 
-from specsim.acceptance import Acceptance
+from specsim.acceptance import TEMPERATURE_RULE, Acceptance, temperature_ok
 from specsim.architecture import ModelSpec, load_model
 from specsim.errors import SpecsimValueError
 from specsim.predict import (
@@ -140,8 +140,8 @@ def acceptance_from_args(args, required: bool = True):
     """Build the Acceptance given on the command line (one of --acceptance, --cumulative,
     --conditional, --mal, --acceptance-from).  With ``required=False`` none given returns None."""
     t = args.profile_temperature
-    if t is not None and not (math.isfinite(t) and t >= 0):
-        raise SpecsimValueError("--profile-temperature", "must be a finite number >= 0 (0 = greedy)", t)
+    if t is not None and not temperature_ok(t):
+        raise SpecsimValueError("--profile-temperature", TEMPERATURE_RULE, t)
     mal_arg = getattr(args, "mal", None)
     from_file = getattr(args, "acceptance_from", None)
     before = getattr(args, "before", None)

@@ -703,3 +703,19 @@ def test_cli_errors_name_the_flag_typed_and_what_the_file_is(tmp_path, capsys):
         rc = main(argv)
         err = capsys.readouterr().err
         assert rc == 2 and want in err and also in err and "Traceback" not in err, (argv, err)
+
+
+@pytest.mark.parametrize("flag,typed,meant", [
+    ("--method", "EAGLE3", "eagle3"), ("--method", "eagel3", "eagle3"), ("--precision", "BF16", "bf16"),
+    ("--hardware", "MI300", "MI300X"),
+])
+def test_a_mistyped_name_gets_the_closest_allowed_one(capsys, flag, typed, meant):
+    """vLLM's method strings and specsim's precision names are lower case; the error names the one
+    meant before the long allowed list (a new-user trial typed EAGLE3 and BF16)."""
+    argv = ["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7", flag, typed]
+    rc, out, err = run(argv, capsys)
+    assert rc == 2 and out == ""
+    assert err.startswith(f"specsim: error: {flag}: ") and f"(got '{typed}'); did you mean '{meant}'?; allowed: " in err
+    # nothing close: no suggestion
+    rc, _, err = run([*argv[:-1], "zzzzzz"], capsys)
+    assert rc == 2 and "did you mean" not in err

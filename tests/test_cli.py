@@ -561,6 +561,48 @@ def test_partial_drafting_is_said_for_every_format_and_way_of_giving_n(capsys):
     assert "predicted with mean_proposal_tokens=2.988, --drafted-fraction 0.5 given" in err
 
 
+REAL = Path(__file__).parent / "data" / "samples"  # the project's copies of the real sample outputs
+
+
+@pytest.mark.parametrize("rel, steps, drafts, draft_tokens", [
+    # run=0.json of max_concurrency=1 (the =4 run is skipped: its schedule censors per-position counts):
+    # total_output_tokens 256, completed 4, spec_decode_accepted_tokens 86, num_drafts 38, draft_tokens 114
+    ("sweep/results/exp2", 256 - 4 - 86, 38, 114),
+    ("sweep/results/exp2/summary.csv", 256 - 4 - 86, 38, 114),
+    # 8 successful requests x output_tokens 64; their speculative_decoding payloads sum to 185 accepted
+    # (26+23+16+15+32+24+27+22), 106 spec steps (12+16+8+14+15+12+15+14), 318 draft tokens
+    ("gl/report.json", 8 * 64 - 8 - 185, 106, 318),
+    # vllm:generation_tokens 366, vllm:request_success 1 (stop) + 5 (length), accepted 145, drafts 75, draft tokens 221
+    ("offline/offline_result.json", 366 - 6 - 145, 75, 221),
+    # usage.completion_tokens 64 of one request; num_accepted_draft_tokens 5, num_spec_steps 6, num_draft_tokens 18
+    ("run/response_detailed.json", 64 - 1 - 5, 6, 18),
+])
+def test_the_drafted_share_is_read_from_every_format_that_records_the_totals(rel, steps, drafts, draft_tokens):
+    """A new-user trial: a GuideLLM report, sweep results, an LLM.get_metrics() dump and a response were said
+    not to record the run's output tokens and requests (each does), so an n-gram run's lookup misses were
+    taken to draft (sweep: 1.53x instead of ~1.31x)."""
+    from specsim.vllm.detect import read_counts, read_drafting
+
+    kind, counts = read_counts(REAL / rel)
+    d = read_drafting(REAL / rel, kind, counts)
+    assert d is not None, kind
+    assert d["decode_steps"] == steps and d["drafted_fraction"] == pytest.approx(drafts / steps)
+    assert d["mean_proposal_tokens"] == pytest.approx(draft_tokens / drafts)
+
+
+def test_predict_takes_the_drafted_share_of_a_sweep_and_a_guidellm_report(capsys):
+    base = ["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+            "cpu-2core-avx2", "--precision", "fp32", "--json"]
+    for rel, frac in (("sweep/results/exp2", 38 / 166), ("gl/report.json", 106 / 319)):
+        rc, out, err = run([*base, "--acceptance-from", str(REAL / rel)], capsys)
+        assert rc == 0, err
+        assert "does not record" not in err and f"{frac:.1%} of its" in err
+        assert json.loads(out)["drafted_fraction"] == pytest.approx(frac)
+        rc, out2, _ = run([*base, "--acceptance-from", str(REAL / rel), "--drafted-fraction", f"{frac!r}",
+                           "--mean-proposal-tokens", "3"], capsys)
+        assert json.loads(out)["throughput_ratio"] == pytest.approx(json.loads(out2)["throughput_ratio"], rel=1e-12)
+
+
 def test_recommend_serves_a_config_file_target_by_its_directory(tmp_path, capsys, monkeypatch):
     """`vllm serve f32` (the file's stem, taken for a hub id) was printed for `--target f32.json`."""
     d = _write_hf_config(tmp_path)

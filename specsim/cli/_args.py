@@ -254,7 +254,8 @@ def add_drafting_args(p) -> None:
     g = p.add_argument_group("partial drafting (n-gram / suffix lookups that miss)")
     g.add_argument("--drafted-fraction", type=float, default=None,
                    help="share of decode steps that carry a draft, in (0, 1] (default 1, or what the "
-                        "--acceptance-from vllm bench serve JSON measured: vLLM counts only steps that drafted)")
+                        "--acceptance-from file measured, when it records the run's output tokens and requests: "
+                        "vLLM counts only steps that drafted)")
     g.add_argument("--mean-proposal-tokens", type=float, default=None,
                    help="tokens proposed per drafted step, 1..N (default N, or the --acceptance-from file's at "
                         "its N)")
@@ -263,8 +264,9 @@ def add_drafting_args(p) -> None:
 def drafting_from_args(args, n_values) -> dict:
     """``drafted_fraction`` / ``mean_proposal_tokens`` keyword arguments of ``predict`` / ``sweep``:
     ``--drafted-fraction`` / ``--mean-proposal-tokens`` when given, else, for a lookup method
-    (:data:`specsim.drafters.LOOKUP_METHODS`: ngram, suffix), what an ``--acceptance-from`` ``vllm bench
-    serve`` JSON measured (:func:`specsim.vllm.detect.read_drafting`: vLLM counts a draft only on steps
+    (:data:`specsim.drafters.LOOKUP_METHODS`: ngram, suffix), what an ``--acceptance-from`` file that
+    records the run's output tokens and finished requests measured (every format but server logs and
+    speculators output; :func:`specsim.vllm.detect.read_drafting`: vLLM counts a draft only on steps
     that proposed one, so an n-gram run's lookup misses are not in its acceptance counts); its
     ``mean_proposal_tokens`` only when every N predicted is the file's N.  What was taken from the file
     is said on stderr; for another method (which drafts on every step) a file whose run drafted on
@@ -295,8 +297,10 @@ def drafting_from_args(args, n_values) -> dict:
             print(f"specsim: WARNING: {path} ({kind}) does not record the run's output tokens and finished requests, "
                   f"so the share of decode steps that drafted is unknown and every step is taken to draft: a "
                   f"{method} run's lookups that found nothing are in no counter, so the ratio is too high by as "
-                  "much as they were frequent; give --drafted-fraction, or --acceptance-from the run's vllm bench "
-                  "serve JSON or /metrics scrapes (with --before)", file=sys.stderr)
+                  "much as they were frequent; give --drafted-fraction, or --acceptance-from an output that "
+                  "records them (vllm bench serve JSON or console output, vllm bench sweep results, /metrics "
+                  "scrapes with --before, LLM.get_metrics() dump, GuideLLM report, per-request response)",
+                  file=sys.stderr)
         return out
     if method not in LOOKUP_METHODS:
         if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN and "drafted_fraction" not in out:

@@ -14,6 +14,7 @@ and returns the counts record with the format it was read as.  It keeps three an
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
@@ -223,17 +224,22 @@ def _bench_counts(results: list[BenchResult], path: Path, what: str = "result") 
     return _pool([r.spec for r in results], path, what)
 
 
-def _sweep_counts(path: Path) -> SpecDecodeCounts:
-    # per-position counts of a run under a dynamic schedule are censored: such runs are skipped
-    # (SweepRun.acceptance_counts), the rest pooled
+def _sweep_run_counts(path: Path) -> list:
+    """``(run, counts or None)`` of each run of a ``vllm bench sweep`` directory or ``summary.csv``:
+    per-position counts of a run under a dynamic schedule are censored, such runs get None
+    (:meth:`SweepRun.acceptance_counts`) and are not pooled."""
     runs = read_bench_sweep(path) if path.is_dir() else read_sweep_summary_runs(path)
     out = []
     for run in runs:
         try:
-            out.append(run.acceptance_counts())
+            out.append((run, run.acceptance_counts()))
         except NotCollectedError:
-            out.append(None)
-    return _pool(out, path, "sweep run")
+            out.append((run, None))
+    return out
+
+
+def _sweep_counts(path: Path) -> SpecDecodeCounts:
+    return _pool([c for _, c in _sweep_run_counts(path)], path, "sweep run")
 
 
 def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
@@ -412,15 +418,86 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
     return kind, counts
 
 
+def _count_or_none(v: Any) -> int | None:
+    """A whole, non-negative count (int, integral float, or its text), else None."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if math.isfinite(f) and f >= 0 and f == int(f) else None
+
+
+def _run_totals(p: Path, kind: str, before: str | os.PathLike | None) -> tuple[int, int, str] | None:
+    """``(output tokens, finished requests, where)`` of the run(s) whose counts :func:`read_counts`
+    pooled for ``p``, or None when the format does not record both (or a result lacks them)."""
+    if kind in ("metrics", "offline"):
+        if kind == "metrics":
+            snap = read_prometheus(p)
+            if before is not None:
+                snap = diff_scrapes(read_prometheus(before), snap)
+        else:
+            snap = parse_offline_metrics(p)
+        if snap.generation_tokens is None or snap.requests is None:
+            return None
+        names = ("generated tokens", "finished requests") if kind == "metrics" else \
+            ("vllm:generation_tokens", "vllm:request_success")
+        return (snap.generation_tokens, snap.requests,
+                f"{p}{'' if before is None else f' - {before}'} ({snap.generation_tokens} {names[0]}, "
+                f"{snap.requests} {names[1]})")
+    if kind == "response":
+        with open(p, encoding="utf-8-sig") as fh:
+            raw = json.load(fh)
+        gen = _count_or_none(((raw.get("usage") or {}) if isinstance(raw, dict) else {}).get("completion_tokens"))
+        # one request: vLLM sets metrics.speculative_decoding only for n == 1
+        return None if gen is None else (gen, 1, f"{p} (usage.completion_tokens {gen}, 1 request)")
+    if kind == "guidellm":
+        gen = req = 0
+        used = 0
+        for b in read_guidellm_report(p):  # the requests whose counts read_counts pooled
+            for s, reqs in b.requests.items():
+                toks = b.output_tokens.get(s, ())
+                if len(toks) != len(reqs) or any(t is None for t in toks):
+                    return None
+                gen += sum(toks)
+                req += len(reqs)
+            used += b.status == "collected"
+        return gen, req, f"{p} ({used} benchmark(s), {req} requests: {gen} output tokens)"
+    if kind == "sweep":
+        results = [run.result for run, c in _sweep_run_counts(p) if c is not None]  # the runs pooled
+        what = "sweep run(s)"
+    elif kind in ("bench", "bench-log"):
+        # a bench-log's "Successful requests" / "Total generated tokens" are printed whole
+        results = read_bench_logs(p) if kind == "bench-log" else _bench_file_results(p)
+        results = [r for r in results if r.spec is not None]  # the results whose counts were pooled
+        what = "result(s)"
+    else:
+        return None
+    gens = [_count_or_none(r.raw.get("total_output_tokens")) for r in results]
+    reqs = [_count_or_none(r.raw.get("completed")) for r in results]
+    if not results or None in gens or None in reqs:
+        return None
+    return sum(gens), sum(reqs), f"{p} ({len(results)} {what}: {sum(gens)} output tokens, {sum(reqs)} requests)"
+
+
 def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts,
                   before: str | os.PathLike | None = None) -> dict | None:
-    """How often the run of ``path`` drafted (:meth:`SpecDecodeCounts.drafting`), where its format
-    records the run's output tokens and completed requests: a ``vllm bench serve`` result JSON (kind
-    ``"bench"``; ``--append-result`` results and a sweep ``summary.json`` list pooled, as
-    :func:`read_counts` pools their counts) or console output (``"bench-log"``) and a Prometheus scrape (kind ``"metrics"``, differenced
-    with ``before``: ``vllm:generation_tokens`` and ``vllm:request_success``).  None for the other
-    formats (they do not hold both totals), and where the totals are missing or the run drafted
-    nothing.
+    """How often the run of ``path`` drafted (:meth:`SpecDecodeCounts.drafting`), from the run's
+    output tokens and finished requests, pooled over the same runs / requests as :func:`read_counts`
+    pooled the counts.  The formats that record both totals:
+
+    - ``"bench"``: a ``vllm bench serve`` result JSON's ``total_output_tokens`` and ``completed``
+      (``--append-result`` results and a sweep ``summary.json`` list summed); ``"bench-log"``: the
+      console output's "Total generated tokens" and "Successful requests";
+    - ``"sweep"``: each pooled run's ``total_output_tokens`` and ``completed`` (runs skipped for a
+      censoring schedule are left out of both);
+    - ``"metrics"`` (differenced with ``before``) and ``"offline"`` (``LLM.get_metrics()``):
+      ``vllm:generation_tokens`` and ``vllm:request_success``;
+    - ``"guidellm"``: each request's ``output_tokens`` over the requests carrying speculative metrics;
+    - ``"response"``: ``usage.completion_tokens`` of its one request.
+
+    Server logs and speculators output record neither.
 
     Parameters
     ----------
@@ -436,33 +513,19 @@ def read_drafting(path: str | os.PathLike, kind: str, counts: SpecDecodeCounts,
     Returns
     -------
     dict or None
-        ``decode_steps``, ``drafted_fraction``, ``mean_proposal_tokens`` and ``source``.
+        ``decode_steps``, ``drafted_fraction``, ``mean_proposal_tokens`` and ``source``; None for a
+        format without both totals, where a pooled result lacks them, or where the run drafted
+        nothing.
     """
     if not counts.num_drafts:
         return None
-    p = Path(path)
-    if kind == "metrics":
-        snap = read_prometheus(p)
-        if before is not None:
-            snap = diff_scrapes(read_prometheus(before), snap)
-        if snap.generation_tokens is None or snap.requests is None:
-            return None
-        return {**counts.drafting(snap.generation_tokens, snap.requests),
-                "source": f"{p}{'' if before is None else f' - {before}'} ({snap.generation_tokens} generated tokens, "
-                          f"{snap.requests} finished requests)"}
-    if kind not in ("bench", "bench-log"):
-        return None
     with warnings.catch_warnings():  # read_counts already warned of what it pooled
         warnings.simplefilter("ignore", IngestWarning)
-        # a bench-log's "Successful requests" / "Total generated tokens" are printed whole
-        results = read_bench_logs(p) if kind == "bench-log" else _bench_file_results(p)
-    used = [r for r in results if r.spec is not None]  # the results whose counts were pooled
-    try:
-        gen = sum(int(r.raw["total_output_tokens"]) for r in used)
-        req = sum(int(r.raw["completed"]) for r in used)
-    except (KeyError, TypeError, ValueError):
+        totals = _run_totals(Path(path), kind, before)
+    if totals is None:
         return None
-    return {**counts.drafting(gen, req), "source": f"{p} ({len(used)} result(s): {gen} output tokens, {req} requests)"}
+    gen, req, source = totals
+    return {**counts.drafting(gen, req), "source": source}
 
 
 _NAMESPACE_T = re.compile(r"Namespace\(.*?\btemperature=([-+0-9.eE]+|None)\b")

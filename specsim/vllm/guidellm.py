@@ -19,7 +19,7 @@ import json
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specsim.errors import DataError, NotCollectedError, SpecsimValueError
 from specsim.vllm.counts import IngestWarning, SpecDecodeCounts, as_count
@@ -54,6 +54,9 @@ class GuideLLMBenchmark:
     totals : dict str -> int
         ``metrics.request_totals`` (requests GuideLLM ran, sampled or not); empty when absent.
     source : str
+    output_tokens : dict str -> tuple of (int or None)
+        Status -> the output tokens (``output_tokens``) of each request in ``requests``, in the
+        same order; None where the report gives none.
     """
 
     index: int
@@ -62,6 +65,7 @@ class GuideLLMBenchmark:
     listed: Mapping
     totals: Mapping
     source: str = ""
+    output_tokens: Mapping = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -158,13 +162,13 @@ def read_guidellm_report(path: str | os.PathLike, *, source: str | None = None) 
         reqs = b.get("requests") or {}
         if not isinstance(reqs, dict):
             raise DataError(f"{bsrc}: 'requests' is not an object")
-        per_status, listed = {}, {}
+        per_status, listed, out_toks = {}, {}, {}
         for s in _STATUSES:
             lst = reqs.get(s) or []
             if not isinstance(lst, list):
                 raise DataError(f"{bsrc}: requests.{s} is not a list")
             listed[s] = len(lst)
-            got = []
+            got, toks = [], []
             for j, r in enumerate(lst):
                 rm = r.get("response_metrics") if isinstance(r, dict) else None
                 payload = rm.get("speculative_decoding") if isinstance(rm, dict) else None
@@ -173,10 +177,13 @@ def read_guidellm_report(path: str | os.PathLike, *, source: str | None = None) 
                 rid = ((r.get("info") or {}).get("request_id")) or r.get("request_id")
                 got.append(parse_request_spec_metrics(payload, source=f"{bsrc} {s}[{j}]",
                                                       request_id=rid))
+                ot = r.get("output_tokens")
+                toks.append(None if ot is None else as_count(ot, f"{bsrc} {s}[{j}]: output_tokens"))
             per_status[s] = tuple(got)
+            out_toks[s] = tuple(toks)
         totals = {}
         rt = (b.get("metrics") or {}).get("request_totals")
         if isinstance(rt, dict):
             totals = {s: as_count(rt[s], f"{bsrc}: request_totals.{s}") for s in _STATUSES if s in rt}
-        out.append(GuideLLMBenchmark(bi, str(strat), per_status, listed, totals, bsrc))
+        out.append(GuideLLMBenchmark(bi, str(strat), per_status, listed, totals, bsrc, out_toks))
     return out

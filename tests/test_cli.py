@@ -603,6 +603,29 @@ def test_predict_takes_the_drafted_share_of_a_sweep_and_a_guidellm_report(capsys
         assert json.loads(out)["throughput_ratio"] == pytest.approx(json.loads(out2)["throughput_ratio"], rel=1e-12)
 
 
+def test_a_baseline_run_of_another_model_is_warned_about_in_predict_sweep_and_recommend(tmp_path, capsys):
+    """A new-user trial: a bench JSON with model_id Qwen/Qwen3-8B anchored a SmolLM2 prediction silently (the
+    baseline sets every target forward's time), while --acceptance-from of another model was warned about."""
+    raw = json.loads((SAMPLES / "bench_base.json").read_text())
+    assert raw["model_id"] == "models/smollm2-135m-instruct"
+    other = tmp_path / "qwen_base.json"
+    other.write_text(json.dumps({**raw, "model_id": "Qwen/Qwen3-8B"}))
+    common = ["--target", "SmolLM2-135M-Instruct", "--hardware", "cpu-2core-avx2", "--precision", "fp32",
+              "--acceptance", "0.6"]
+    said = f"--baseline-from {other} is a run of Qwen/Qwen3-8B (its model_id), not of the target SmolLM2-135M-Instruct"
+    for cmd in (["predict", "--method", "ngram", "-n", "3", "--json"], ["sweep", "--method", "ngram", "-n", "3"],
+                ["recommend", "--method", "ngram", "--config-only"]):
+        rc, out, err = run([*cmd, *common, "--baseline-from", str(other)], capsys)
+        assert rc in (0, 1), err
+        text = out + err
+        assert said in text, cmd[0]
+        if cmd[0] == "predict":
+            assert any(w.startswith(said) for w in json.loads(out)["warnings"])
+        # the target's own baseline run: no such warning
+        rc, out, err = run([*cmd, *common, "--baseline-from", str(SAMPLES / "bench_base.json")], capsys)
+        assert rc in (0, 1) and "is a run of" not in out + err, cmd[0]
+
+
 def test_recommend_serves_a_config_file_target_by_its_directory(tmp_path, capsys, monkeypatch):
     """`vllm serve f32` (the file's stem, taken for a hub id) was printed for `--target f32.json`."""
     d = _write_hf_config(tmp_path)

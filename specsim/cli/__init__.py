@@ -23,6 +23,7 @@ from specsim.cli._args import (
     add_baseline_args,
     add_drafting_args,
     baseline_from_args,
+    baseline_model_warnings,
     check_baseline_point,
     clear_read_cache,
     drafting_from_args,
@@ -99,8 +100,8 @@ def _cmd_predict(args) -> int:
         expert_parallel=args.expert_parallel,
         **drafting_from_args(args, _predicted_n(args)),
     )
-    extra = acceptance_model_warnings(args, pred.target) + latency_table_model_warnings(args.latency_table,
-                                                                                         pred.target)
+    extra = (acceptance_model_warnings(args, pred.target) + baseline_model_warnings(args, pred.target)
+             + latency_table_model_warnings(args.latency_table, pred.target))
     if extra:  # shown with the prediction's own warnings (and in --json)
         pred = dataclasses.replace(pred, warnings=pred.warnings + extra)
     print(pred.to_json(indent=2) if args.json else pred.summary())
@@ -171,7 +172,8 @@ def _cmd_sweep(args) -> int:
     _warn_temperature(args.temperature, getattr(acc, "temperature", None))
     df.attrs["warnings"] = tuple(df.attrs.get("warnings", ())) + tuple(
         w for t in dict.fromkeys(df["target"])
-        for w in acceptance_model_warnings(args, t) + latency_table_model_warnings(args.latency_table, t))
+        for w in acceptance_model_warnings(args, t) + baseline_model_warnings(args, t)
+        + latency_table_model_warnings(args.latency_table, t))
     if "num_speculative_tokens_source" in df and (df["num_speculative_tokens_source"] == "schedule").any():
         conf = sorted({int(x) for x in df["configured_num_speculative_tokens"]})
         print(f"specsim: N per row is the --speculative-config schedule's k at that concurrency "

@@ -115,7 +115,8 @@ def _measured_models_cached(path_key: tuple, kind: str) -> tuple[str, ...]:
 
 
 def clear_read_cache() -> None:
-    """Forget what :func:`read_counts_once` and :func:`acceptance_model_warnings` read (called at the
+    """Forget what :func:`read_counts_once`, :func:`acceptance_model_warnings` and
+    :func:`baseline_model_warnings` read (called at the
     start of each ``specsim`` command)."""
     _read_counts_cached.cache_clear()
     _measured_models_cached.cache_clear()
@@ -202,22 +203,58 @@ def acceptance_model_warnings(args, target) -> tuple[str, ...]:
         return ()
     kind, _ = read_counts_once(path, getattr(args, "before", None))
     models = _measured_models_cached(_file_key(path), kind)  # once per command, not once per target
-    if not models:
-        return ()
-    from specsim.architecture import model_hf_id
-
-    name = getattr(target, "name", target)
-    try:
-        hf = model_hf_id(name)
-    except Exception:  # noqa: BLE001 - a name outside the catalog has no recorded id
-        hf = None
-    known = {_model_key(x) for x in (name, hf) if x}
-    other = [m for m in models if _model_key(m) not in known]
+    other, name = _other_models(models, target)
     if not other:
         return ()
     return (f"{path} is a run of {', '.join(other)}, not of the target {name}: acceptance belongs to a target, "
             "drafter and dataset and does not transfer to another target, yet the prediction uses that run's "
             "acceptance as given; measure this target with its drafter",)
+
+
+def _other_models(models, target) -> tuple[list[str], str]:
+    """The recorded ``models`` that are not ``target`` (by name or Hugging Face id, compared by
+    :func:`_model_key`), and the target's name."""
+    from specsim.architecture import model_hf_id
+
+    name = getattr(target, "name", target)
+    if not models:
+        return [], name
+    try:
+        hf = model_hf_id(name)
+    except Exception:  # noqa: BLE001 - a name outside the catalog has no recorded id
+        hf = None
+    known = {_model_key(x) for x in (name, hf) if x}
+    return [m for m in models if _model_key(m) not in known], name
+
+
+def baseline_model_warnings(args, target) -> tuple[str, ...]:
+    """The warning of a ``--baseline-from`` run (a ``vllm bench serve`` JSON) whose ``model_id`` is
+    another model than the target predicted: the baseline sets the time of every target forward, so
+    another model's run scales the whole prediction wrongly.  Empty when no file is given, it records
+    no ``model_id`` or it names the target (by name or Hugging Face id, compared by
+    :func:`_model_key`).
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The command's arguments (``baseline_from``).
+    target : ModelSpec or str
+        The resolved target, or its name.
+
+    Returns
+    -------
+    tuple of str
+    """
+    path = getattr(args, "baseline_from", None)
+    if path is None:
+        return ()
+    models = _measured_models_cached(_file_key(path), "bench")  # once per command, not once per target
+    other, name = _other_models(models, target)
+    if not other:
+        return ()
+    return (f"--baseline-from {path} is a run of {', '.join(other)} (its model_id), not of the target {name}: the "
+            "baseline sets the time of every target forward, so another model's run scales the whole prediction "
+            "wrongly; give the target's own non-speculative vllm bench serve run",)
 
 
 def latency_table_model_warnings(path: str | None, target) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from specsim.cli._args import (
     add_baseline_args,
     add_stack_args,
     baseline_from_args,
+    baseline_model_warnings,
     check_baseline_point,
     latency_table_model_warnings,
     read_counts_once,
@@ -144,8 +145,8 @@ def recommend_cli(args, *, latency=None) -> int:
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
         expert_parallel=bool(getattr(args, "expert_parallel", False)),
     )
-    extra = acceptance_model_warnings(args, rec.target) + latency_table_model_warnings(
-        getattr(args, "latency_table", None), rec.target)
+    extra = (acceptance_model_warnings(args, rec.target) + baseline_model_warnings(args, rec.target)
+             + latency_table_model_warnings(getattr(args, "latency_table", None), rec.target))
     if extra:  # shown with the recommendation's own warnings (and in --json)
         rec = dataclasses.replace(rec, warnings=tuple(rec.warnings) + extra)
     if args.config_only:

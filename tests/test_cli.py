@@ -691,6 +691,45 @@ def test_acceptance_from_a_run_of_another_model_is_warned_about_everywhere(capsy
     assert not any("is a run of" in w for w in json.loads(capsys.readouterr().out)["warnings"])
 
 
+@pytest.mark.parametrize("rel", [
+    "gl/report.json",  # benchmarks[0].config.backend.model
+    "offline/offline_result.json",  # model_name label of the vllm:spec_decode_* counters
+    "sweep/results/exp2",  # model_id of run=0.json (max_concurrency=1: the run pooled)
+    "sweep/results/exp2/summary.csv",  # its model_id column
+    "run/bench_a.log",  # Namespace(... model='models/smollm2-135m-instruct' ...)
+    "run/response_detailed.json",  # "model"
+])
+def test_every_format_that_names_its_model_is_read_for_the_model_check(rel):
+    """A new-user trial: --acceptance-from's model check covered bench JSON and /metrics only, though these
+    formats name the model served too (each names models/smollm2-135m-instruct, read by hand from the file)."""
+    from specsim.vllm.detect import measured_models, read_counts
+
+    kind, _ = read_counts(REAL / rel)
+    assert measured_models(REAL / rel, kind) == ("models/smollm2-135m-instruct",)
+
+
+def test_acceptance_from_another_model_is_warned_about_for_every_format_that_names_it(tmp_path, capsys):
+    """The same outputs with the model renamed to Qwen/Qwen3-8B (every other byte kept) warn for a SmolLM2
+    target; a server log, which names no model, does not."""
+    import shutil
+
+    shutil.copytree(REAL, tmp_path / "s")
+    for f in (tmp_path / "s").rglob("*"):
+        if f.is_file() and f.suffix in (".json", ".csv", ".log"):
+            f.write_text(f.read_text().replace("models/smollm2-135m-instruct", "Qwen/Qwen3-8B"))
+    base = ["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+            "cpu-2core-avx2", "--precision", "fp32", "--profile-temperature", "0", "--json"]
+    for rel in ("gl/report.json", "offline/offline_result.json", "sweep/results/exp2", "run/bench_a.log",
+                "run/response_detailed.json"):
+        path = tmp_path / "s" / rel
+        rc, out, err = run([*base, "--acceptance-from", str(path)], capsys)
+        assert rc == 0, err
+        assert any(w.startswith(f"{path} is a run of Qwen/Qwen3-8B, not of the target SmolLM2-135M-Instruct")
+                   for w in json.loads(out)["warnings"]), rel
+    rc, out, err = run([*base, "--acceptance-from", str(tmp_path / "s" / "run" / "server_a.log")], capsys)
+    assert rc == 0 and not any("is a run of" in w for w in json.loads(out)["warnings"])
+
+
 def test_a_recorded_latency_table_of_another_model_is_warned_about(capsys):
     """A new-user trial: ``--latency-table`` a recorded SmolLM2-135M CPU probe for Qwen3-8B on H100
     gave 2.22x with no warning (a median 15.6x the stack's estimate, under the 30x warning then;

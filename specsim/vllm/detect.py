@@ -242,25 +242,61 @@ def _sweep_counts(path: Path) -> SpecDecodeCounts:
     return _pool([c for _, c in _sweep_run_counts(path)], path, "sweep run")
 
 
+_NAMESPACE_MODEL = re.compile(r"Namespace\(.*?[(,\s]model='([^']+)'")
+
+
 def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
-    """The model(s) a run's output says it served, as recorded: a ``vllm bench serve`` JSON's
-    ``model_id`` (every result of an appended file), a ``/metrics`` scrape's ``model_name`` labels
-    of the spec-decode counters; empty for the other formats (they do not record one) or an
-    unreadable file.  ``kind`` as :func:`read_counts` returns it."""
+    """The model(s) a run's output says it served, as recorded, in order of first appearance.
+
+    - ``"bench"``: ``model_id`` of every result (an ``--append-result`` file, a sweep ``summary.json``);
+    - ``"bench-log"``: the ``model=`` of the console output's ``Namespace(...)`` line(s);
+    - ``"sweep"``: ``model_id`` of the runs whose counts are pooled (:func:`read_counts`);
+    - ``"metrics"``, ``"offline"``: the ``model_name`` labels of the spec-decode counters;
+    - ``"guidellm"``: each benchmark's ``config.backend.model``;
+    - ``"response"``: the response's ``model``.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file (or sweep directory).
+    kind : str
+        Its format, as :func:`read_counts` returns it.
+
+    Returns
+    -------
+    tuple of str
+        Empty for the other formats (server logs, speculators output: they do not record one) and
+        for an unreadable file.
+    """
     from specsim.vllm.prometheus import _MODEL_NAME
 
+    p = Path(path)
     try:
-        if kind == "bench":
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", IngestWarning)
-                return tuple(dict.fromkeys(str(r.raw["model_id"]) for r in read_bench_results(path)
-                                           if r.raw.get("model_id")))
-        if kind == "metrics":
-            snap = read_prometheus(path)
-            return tuple(dict.fromkeys(m.group(1) for k in snap.spec_by_engine for m in [_MODEL_NAME.search(k)] if m))
-    except (DataError, OSError, KeyError, TypeError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IngestWarning)
+            if kind == "bench":
+                names = [r.raw.get("model_id") for r in _bench_file_results(p)]
+            elif kind == "bench-log":
+                names = _NAMESPACE_MODEL.findall(_full_text(p, _sniff(p)))
+            elif kind == "sweep":
+                names = [run.result.raw.get("model_id") for run, c in _sweep_run_counts(p) if c is not None]
+            elif kind in ("metrics", "offline"):
+                snap = read_prometheus(p) if kind == "metrics" else parse_offline_metrics(p)
+                names = [m.group(1) for k in snap.spec_by_engine for m in [_MODEL_NAME.search(k)] if m]
+            elif kind in ("guidellm", "response"):
+                with open(p, encoding="utf-8-sig") as fh:
+                    doc = json.load(fh)
+                if kind == "response":
+                    names = [doc.get("model")]
+                else:
+                    names = [(((b or {}).get("config") or {}).get("backend") or {}).get("model")
+                             for b in doc.get("benchmarks") or [] if isinstance(b, dict)]
+            else:
+                return ()
+    except (DataError, NotCollectedError, SpecsimValueError, OSError, ValueError, KeyError, TypeError,
+            AttributeError):
         return ()
-    return ()
+    return tuple(dict.fromkeys(str(n) for n in names if isinstance(n, str) and n.strip()))
 
 
 def _read_metrics(path: Path, before: Path | None) -> SpecDecodeCounts:

@@ -619,3 +619,58 @@ def test_garbage_is_a_data_error(tmp_path, reader, content):
     p.write_bytes(content)
     with pytest.raises((DataError, NotCollectedError)):
         reader(p)
+
+
+# ---- compressed and byte-order-marked files (a new-user trial) ----
+
+def test_a_gzip_file_is_named_as_gzip_with_what_to_do(tmp_path):
+    """`ingest x.json.gz` said "binary data (NUL bytes)": it now says gzip (magic 1f 8b) and to gunzip it."""
+    import gzip
+
+    from specsim.vllm.detect import read_counts
+
+    f = tmp_path / "bench_a.json.gz"
+    f.write_bytes(gzip.compress(open(os.path.join(S, "run", "bench_a.json"), "rb").read()))
+    with pytest.raises(DataError, match=r"gzip-compressed \(it starts with the gzip magic bytes 1f 8b\).*gunzip "
+                                        r"bench_a\.json\.gz") as e:
+        read_counts(f)
+    assert "NUL" not in str(e.value)
+
+
+@pytest.mark.parametrize("rel", ["run/bench_a.json", "run/bench_appended.json", "gl/report.json",
+                                 "run/response_detailed.json", "offline/offline_result.json", "spec_eval/acceptance.csv"])
+def test_a_file_with_a_utf8_byte_order_mark_reads_as_without_it(tmp_path, rel):
+    """A JSON file starting with a UTF-8 BOM (an editor's or a Windows tool's save) was "not valid JSON
+    (truncated file?)": it now reads to the same counts, drafted share and recorded model as the file without."""
+    import dataclasses
+
+    from specsim.vllm.detect import measured_models, read_counts, read_drafting, run_temperature
+
+    src = os.path.join(S, rel)
+    f = tmp_path / os.path.basename(rel)
+    f.write_bytes(b"\xef\xbb\xbf" + open(src, "rb").read())
+    kind, counts = read_counts(src)
+    kb, cb = read_counts(f)
+    assert kb == kind and dataclasses.replace(cb, source=counts.source) == counts  # only the label differs
+    d, dbom = read_drafting(src, kind, counts), read_drafting(f, kind, counts)
+    assert (d is None) == (dbom is None) and (d is None or d["decode_steps"] == dbom["decode_steps"])
+    assert measured_models(f, kind) == measured_models(src, kind)
+    assert run_temperature(f, kind) == run_temperature(src, kind)
+
+
+def test_a_sweep_and_a_summary_list_with_byte_order_marks_read_as_without(tmp_path):
+    from specsim.vllm.detect import read_counts, read_drafting
+
+    shutil.copytree(os.path.join(S, "sweep"), tmp_path / "sweep")
+    for f in (tmp_path / "sweep").rglob("*.json"):
+        f.write_bytes(b"\xef\xbb\xbf" + f.read_bytes())
+    kind, c = read_counts(tmp_path / "sweep" / "results" / "exp2")
+    assert kind == "sweep" and (c.num_drafts, c.num_accepted_tokens) == (38, 86)  # run=0.json of max_concurrency=1
+    assert read_drafting(tmp_path / "sweep" / "results" / "exp2", kind, c)["decode_steps"] == 256 - 4 - 86
+    # a vllm bench sweep summary.json-style list of results, BOM first
+    lst = tmp_path / "summary.json"
+    lst.write_bytes(b"\xef\xbb\xbf[" + open(os.path.join(S, "run", "bench_a.json"), "rb").read() + b"]")
+    kind, c = read_counts(lst)
+    assert kind == "bench" and (c.num_drafts, c.num_accepted_tokens) == (357, 672)
+    assert read_drafting(lst, kind, c)["decode_steps"] == 1580 - 16 - 672
+

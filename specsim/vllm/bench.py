@@ -92,7 +92,7 @@ def _load_results(path: str, src: str) -> list:
     """Every JSON object of a ``--save-result`` file (one) or an ``--append-result`` file (several,
     one per line: ``vllm/benchmarks/serve.py`` writes ``"\\n"`` then ``json.dump`` for each run)."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not JSON: dropped
             text = fh.read()
     except UnicodeDecodeError as exc:
         raise DataError(f"{src}: not a text file ({exc})") from exc

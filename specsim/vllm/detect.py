@@ -91,6 +91,9 @@ def _sniff(path: Path) -> str:
     if not head.strip():
         raise DataError(f"{path}: empty file (no bytes{' but whitespace' if head else ''}): not a vLLM "
                         f"output; formats read: {_allowed()}")
+    if head[:2] == b"\x1f\x8b":
+        raise DataError(f"{path}: gzip-compressed (it starts with the gzip magic bytes 1f 8b), not a vLLM text "
+                        f"output: decompress it first (gunzip {path.name}) and give the file it holds")
     if b"\x00" in head:
         raise DataError(f"{path}: binary data (NUL bytes), not a vLLM text output; formats read: {_allowed()}")
     text = head.decode("utf-8", errors="replace").lstrip("\ufeff")
@@ -354,9 +357,9 @@ def _bench_file_results(p: Path) -> list[BenchResult]:
     """The results of a bench JSON: a ``vllm bench sweep`` ``summary.json`` list, or a ``--save-result``
     / ``--append-result`` file (:func:`read_bench_results`)."""
     with open(p, "rb") as fh:
-        head = fh.read(256).lstrip()
+        head = fh.read(256).lstrip().removeprefix(b"\xef\xbb\xbf").lstrip()  # a byte-order mark dropped
     if head.startswith(b"["):  # vllm bench sweep summary.json: a list of results
-        with open(p, encoding="utf-8", errors="replace") as fh:
+        with open(p, encoding="utf-8-sig", errors="replace") as fh:
             doc = json.load(fh)
         return [read_bench_result(d, source=f"{p.name}[{i}]") for i, d in enumerate(doc)]
     return read_bench_results(p)
@@ -589,7 +592,7 @@ def run_temperature(path: str | os.PathLike, kind: str) -> float | None:
             return vals.pop() if len(vals) == 1 and "None" not in temps else None
         if kind in ("bench", "guidellm") and path.is_file():
             with open(path, "rb") as fh:
-                text = fh.read().decode("utf-8", errors="replace")
+                text = fh.read().decode("utf-8", errors="replace").lstrip("\ufeff")
             if kind == "bench":
                 t = _number_or_none((_first_json(text) or {}).get("temperature"))
                 return t

@@ -147,7 +147,7 @@ def read_guidellm_report(path: str | os.PathLike, *, source: str | None = None) 
     p = os.fspath(path)
     src = source or os.path.basename(p)
     try:
-        with open(p, encoding="utf-8") as fh:
+        with open(p, encoding="utf-8-sig") as fh:  # a leading byte-order mark dropped
             raw = json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{src}: not valid JSON (truncated file?): {exc}") from exc

@@ -222,7 +222,7 @@ def read_response_spec_metrics(data: str | os.PathLike | Mapping, *,
         path = os.fspath(data)
         src = source or os.path.basename(path)
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark dropped
                 raw = json.load(fh)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DataError(f"{src}: not valid JSON (truncated file?): {exc}") from exc

@@ -59,7 +59,7 @@ def read_speculators_acceptance(path: str | os.PathLike, *, source: str | None =
     p = os.fspath(path)
     src = source or os.path.basename(p)
     try:
-        with open(p, encoding="utf-8", newline="") as fh:
+        with open(p, encoding="utf-8-sig", newline="") as fh:  # a BOM (spreadsheet export) dropped
             table = list(csv.reader(fh))
     except (UnicodeDecodeError, csv.Error) as exc:
         raise DataError(f"{src}: not a readable CSV: {exc}") from exc

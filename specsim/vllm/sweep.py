@@ -162,7 +162,7 @@ def _int(v: Any, what: str) -> int:
 
 def _load_json(path: Path, src: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark dropped
             return json.load(fh)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DataError(f"{src}: not valid JSON (truncated file?): {exc}") from exc

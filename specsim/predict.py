@@ -65,7 +65,9 @@ class Prediction:
         (unconditional) per-position rates -- not the conditional per-position rate (alpha) of
         ``Acceptance.conditional``.  It equals vLLM's ``spec_decode_acceptance_rate`` / 100 (accepted
         / draft tokens, what ``specsim ingest`` and ``SpecDecodeCounts.acceptance_rate`` report) only
-        when every step drafts N tokens (``drafted_fraction=1``, no ``mean_proposal_tokens``).
+        when every step drafts N tokens (``drafted_fraction=1``, no ``mean_proposal_tokens``);
+        vLLM's rate in every case is the property ``accepted_per_proposed_token`` (also in
+        :meth:`to_dict` / ``--json``), its MAL ``mal_per_drafted_step``.
     t_base_s, t_step_s : float
         Seconds per engine step.  Baseline decode step (target forward + host, ``t_host_s``);
         speculative step ``t_step_s`` = ``t_draft_s + t_verify_s + t_overhead_s + t_host_s``.
@@ -190,9 +192,33 @@ class Prediction:
     drafted_fraction: float = 1.0
     mean_proposal_tokens: float | None = None
 
+    @property
+    def mal_per_drafted_step(self) -> float | None:
+        """Tokens committed per DRAFTED step, ``1 + (mal - 1) / drafted_fraction``: vLLM's "Mean
+        acceptance length" (``1 + accepted / num_drafts``); equal to ``mal`` when every step drafts.
+        None at N = 0 (nothing drafted)."""
+        if not (self.mean_proposal_tokens or self.num_speculative_tokens) or self.drafted_fraction <= 0:
+            return None
+        return 1.0 + (self.mal - 1.0) / self.drafted_fraction
+
+    @property
+    def accepted_per_proposed_token(self) -> float | None:
+        """Accepted share of the proposed draft tokens, ``(mal - 1) / (drafted_fraction *
+        mean_proposal_tokens)`` (``mean_proposal_tokens`` None: N): vLLM's acceptance rate
+        (``spec_decode_acceptance_rate`` / 100, accepted / draft tokens); equal to
+        ``acceptance_rate`` when every step drafts N tokens.  None at N = 0."""
+        k = self.mean_proposal_tokens or self.num_speculative_tokens
+        if not k or self.drafted_fraction <= 0:
+            return None
+        return (self.mal - 1.0) / (self.drafted_fraction * k)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None)."""
+        """Plain-Python dict (JSON-serialisable: a non-finite ``break_even_mal`` becomes None), with
+        the two per-drafted-step properties (``mal_per_drafted_step``,
+        ``accepted_per_proposed_token``) beside the fields."""
         d = asdict(self)
+        d["mal_per_drafted_step"] = self.mal_per_drafted_step
+        d["accepted_per_proposed_token"] = self.accepted_per_proposed_token
         d["assumptions"] = list(self.assumptions)
         d["warnings"] = list(self.warnings)
         if not math.isfinite(d["break_even_mal"]):
@@ -215,8 +241,8 @@ class Prediction:
              or not (self.mean_proposal_tokens or self.num_speculative_tokens) else  # N = 0: no drafts
              f"  MAL                 {self.mal:6.3f} tokens/step over all steps; {self.drafted_fraction:.1%} of steps draft "
              f"{self.mean_proposal_tokens or self.num_speculative_tokens:.2f} tokens: per drafted step "
-             f"{1 + (self.mal - 1) / self.drafted_fraction:.3f}, accepted per proposed token "
-             f"{(self.mal - 1) / (self.drafted_fraction * (self.mean_proposal_tokens or self.num_speculative_tokens)):.3f}"),
+             f"{self.mal_per_drafted_step:.3f}, accepted per proposed token "
+             f"{self.accepted_per_proposed_token:.3f}"),
             f"  output throughput   {self.output_tok_per_s:10.1f} tok/s  (baseline {self.baseline_output_tok_per_s:.1f})",
             f"  TPOT                {self.tpot_s * 1e3:8.3f} ms     (baseline {self.baseline_tpot_s * 1e3:.3f} ms)",
             f"  step time           {self.t_step_s * 1e3:8.3f} ms = draft {self.t_draft_s * 1e3:.3f} + verification "

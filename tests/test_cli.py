@@ -823,3 +823,28 @@ def test_a_mistyped_name_gets_the_closest_allowed_one(capsys, flag, typed, meant
     # nothing close: no suggestion
     rc, _, err = run([*argv[:-1], "zzzzzz"], capsys)
     assert rc == 2 and "did you mean" not in err
+
+
+def test_json_carries_vllms_acceptance_rate_and_mal_beside_the_all_step_ones(capsys):
+    """A new-user trial: with the drafted share of a real n-gram run applied, --json gave ``mal``
+    1.753 and ``acceptance_rate`` 0.251 (over ALL decode steps) and no figure comparable with what
+    vLLM reports for the same run.  The file's own numbers (vllm bench serve, n-gram N = 3):
+    accepted / draft tokens 672 / 1067 and 1 + accepted / drafts = 1 + 672 / 357."""
+    raw = json.loads((REAL / "run" / "bench_a.json").read_text())
+    rc, out, _ = run(["predict", "--acceptance-from", str(REAL / "run" / "bench_a.json"), "--target",
+                      "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware", "cpu-2core-avx2",
+                      "--precision", "fp32", "--concurrency", "4", "--isl", "256", "--osl", "64",
+                      "--profile-temperature", "0", "--json"], capsys)
+    assert rc == 0
+    d = json.loads(out)
+    assert d["accepted_per_proposed_token"] == pytest.approx(672 / 1067, rel=1e-9)
+    assert d["accepted_per_proposed_token"] == pytest.approx(raw["spec_decode_acceptance_rate"] / 100, rel=1e-9)
+    assert d["mal_per_drafted_step"] == pytest.approx(1 + 672 / 357, rel=1e-9)
+    assert d["mal_per_drafted_step"] == pytest.approx(raw["spec_decode_acceptance_length"], rel=1e-9)
+    assert d["acceptance_rate"] == pytest.approx((d["mal"] - 1) / 3, rel=1e-12) and d["acceptance_rate"] < 0.3
+    # every step drafting N: the two views coincide
+    rc, out, _ = run(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7",
+                      "--json"], capsys)
+    d = json.loads(out)
+    assert d["mal_per_drafted_step"] == pytest.approx(d["mal"]) and \
+        d["accepted_per_proposed_token"] == pytest.approx(d["acceptance_rate"])

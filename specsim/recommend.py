@@ -32,6 +32,8 @@ from specsim.predict import (
     check_feasibility,
     check_table_context,
     measured_table,
+    overhead_dominant_concurrencies,
+    overhead_dominant_warning,
     precision_label,
     resolve_inputs,
     scaled_host_overhead,
@@ -581,7 +583,7 @@ def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] 
 
 
 def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
-                   acc_range, range_note, report_cs, memory) -> MethodRecommendation:
+                   acc_range, range_note, report_cs, memory) -> tuple[MethodRecommendation, list[int]]:
     from scipy import stats
 
 
@@ -752,7 +754,15 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     if have_iv:
         grid["ratio_lo"] = np.vstack([ratio0_lo[None, :], ratio_lo]).reshape(-1)
         grid["ratio_hi"] = np.vstack([ratio0_hi[None, :], ratio_hi]).reshape(-1)
-    return MethodRecommendation(
+    # concurrencies whose RECOMMENDED N rests on a speculative overhead above draft + verification
+    # (predict warns per point, sweep per grid: specsim.predict.plausibility_warnings)
+    on = sched >= 1
+    dominant = []
+    if on.any():
+        pick = {k: np.asarray(ev[k], float)[np.maximum(sched, 1) - 1, np.arange(cs.size)][on]
+                for k in ("t_overhead_s", "t_verify_s", "t_draft_s")}
+        dominant = overhead_dominant_concurrencies(pick, cs[on], (int(on.sum()),))
+    rec = MethodRecommendation(
         method=r.method, draft_model=model, bands=tuple(bands), points=points, schedule=schedule,
         speculative_config=cfg, static_configs=statics, crossover_concurrency=cross, crossover_range=cross_rng,
         crossover_note=cnote, memory=memory, interval_note=interval_note,
@@ -761,6 +771,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         assumptions=tuple(dict.fromkeys(assumptions)), grid=grid, cumulative=tuple(float(x) for x in cum),
         extrapolated_from=meas,
     )
+    return rec, dominant
 
 
 #: SpecsimValueError fields with which specsim.predict refuses a deployment vLLM would refuse
@@ -1130,9 +1141,13 @@ def recommend(
         m_report = report_cs if cap is None else sorted({min(c, cap) for c in report_cs})
         _check_table_range(r, m_cs, n_max, concurrency_given=not default_cs,
                            max_concurrency_given=max_concurrency is not None, capped=cap is not None)
-        m = _recommend_one(r, tp=tp, isl=isl, osl=osl, cs=m_cs, n_max=n_max, overhead=ov, level=float(level),
-                           flat_tolerance=float(flat_tolerance), rel_err=rel, rel_src=rel_src,
-                           acc_range=rng, range_note=rnote, report_cs=m_report, memory=mem)
+        m, dominant = _recommend_one(r, tp=tp, isl=isl, osl=osl, cs=m_cs, n_max=n_max, overhead=ov,
+                                     level=float(level), flat_tolerance=float(flat_tolerance), rel_err=rel,
+                                     rel_src=rel_src, acc_range=rng, range_note=rnote, report_cs=m_report,
+                                     memory=mem)
+        if dominant:
+            stack_warnings.setdefault(overhead_dominant_warning(
+                dominant, f"{tgt.name}, {r.method} on {hw.name} at its recommended N"))
         if cap is not None:
             m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
         if anchor_note is not None:

@@ -316,3 +316,26 @@ def test_cli_recommend_with_the_flags(tmp_path, capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "measured latency table" in out["methods"][0]["latency_label"]
+
+
+def test_recommend_warns_of_overhead_dominance_where_predict_does_at_the_recommended_n():
+    """predict warns per point and sweep per grid when the speculative overhead exceeds draft +
+    verification; recommend gave no such warning (a note of an earlier session).  It now names the
+    concurrencies whose RECOMMENDED N predict would warn about, and only those."""
+    from specsim.predict import overhead_dominant_warning, predict
+    from specsim.recommend import recommend
+
+    kw = dict(hardware="MI300X", acceptance=0.7)
+    cs = [1, 4, 8, 32]
+    rec = recommend("Qwen3-8B", "eagle3", concurrency=cs, max_concurrency=32, max_num_speculative_tokens=5,
+                    check_memory=False, **kw)
+    m = rec.methods[0]
+    sched = {c: k for lo, hi, k in m.schedule for c in range(lo, hi + 1)}
+    want = [c for c in range(1, 33) if sched[c] >= 1 and any(
+        "speculative overhead" in w for w in predict("Qwen3-8B", "eagle3", sched[c], concurrency=c, **kw).warnings)]
+    assert want, "the case must exercise the warning (Qwen3-8B EAGLE-3 on MI300X warns from concurrency 8)"
+    assert overhead_dominant_warning(want, "Qwen3-8B, eagle3 on MI300X at its recommended N") in rec.warnings
+    # a case with no such point gives none
+    quiet = recommend("Qwen3-8B", "eagle3", concurrency=[1], max_concurrency=1, max_num_speculative_tokens=5,
+                      check_memory=False, **kw)
+    assert not any("speculative overhead" in w for w in quiet.warnings)

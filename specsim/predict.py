@@ -1837,6 +1837,40 @@ def overhead_dominant_concurrencies(out: Mapping[str, Any], concurrency, shape) 
     return sorted({int(c) for c in np.broadcast_to(np.asarray(concurrency), shape)[hit].tolist()})
 
 
+def below_break_even_warning(df: pd.DataFrame) -> str | None:
+    """The sweep form of :func:`health_warnings`' "below break-even" warning: how many rows of a
+    sweep predict speculation slower than none (``throughput_ratio`` < 1, i.e. ``mal`` below
+    ``break_even_mal``), and where.
+
+    Parameters
+    ----------
+    df : pandas.DataFrame
+        A :func:`sweep` frame (``throughput_ratio``, ``num_speculative_tokens``, ``concurrency``,
+        ``target``, ``method``, ``hardware``).
+
+    Returns
+    -------
+    str or None
+        The warning; None when no row is below 1.
+    """
+    low = df[np.isfinite(df["throughput_ratio"]) & (df["throughput_ratio"] < 1.0)]
+    if low.empty:
+        return None
+
+    def values(col) -> str:
+        v = sorted({x.item() if hasattr(x, "item") else x for x in low[col]}, key=str)
+        return ", ".join(map(str, v)) if len(v) <= 8 else f"{len(v)} values"
+
+    def ints(col) -> str:
+        v = sorted({int(x) for x in low[col]})
+        return ", ".join(map(str, v)) if len(v) <= 8 else f"{v[0]}..{v[-1]} ({len(v)} values)"
+
+    return (f"below break-even: the throughput ratio is < 1 in {len(low)} of {len(df)} rows ({values('target')}, "
+            f"{values('method')} on {values('hardware')}; N {ints('num_speculative_tokens')}; concurrency "
+            f"{ints('concurrency')}): speculation is predicted slower than no speculation there (mal below "
+            f"break_even_mal)")
+
+
 def overhead_dominant_warning(concurrencies: list[int], what: str) -> str:
     """The sweep / recommend form of :func:`plausibility_warnings`' overhead warning: the rows of
     ``what`` at ``concurrencies``."""
@@ -2326,6 +2360,9 @@ def sweep(
         cols["kv_cache_fits"] = kv_fits
         combos.append(cols)
     df = _sweep_frame(combos, shape, fresh)
+    below = below_break_even_warning(df)
+    if below is not None:
+        stack_warnings.setdefault(below)
     df.attrs["warnings"] = tuple(stack_warnings)
     ext_n = sorted({int(n) for n in df.loc[df["acceptance_extrapolated"], "num_speculative_tokens"]}) \
         if "acceptance_extrapolated" in df else []

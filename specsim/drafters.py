@@ -28,6 +28,10 @@ _KIND = {"mtp": "sequential", "eagle": "sequential", "eagle3": "sequential", "dr
          "suffix": "lookup"}
 MODELED_METHODS = tuple(m for m in VLLM_METHODS if m in _KIND or m in VLLM_MTP_TYPES)
 KINDS = ("sequential", "parallel", "parallel_markov", "lookup")
+#: precision strings that are a model dtype (not a quantization): a separate draft checkpoint runs at
+#: the target's dtype (vllm/config/speculative.py builds the draft ModelConfig with
+#: ``dtype=self.target_model_config.dtype``); behind a quantized target (fp8, mxfp4, int4) it runs bf16
+DTYPE_PRECISIONS = ("bf16", "fp16", "fp32")
 #: methods whose proposer can come back empty (a prompt / suffix lookup that finds no match): only for
 #: these do some decode steps carry no draft (vllm/v1/spec_decode/ngram_proposer.py, suffix_decoding.py)
 LOOKUP_METHODS = tuple(m for m, k in _KIND.items() if k == "lookup")
@@ -267,8 +271,11 @@ class Drafter:
     name, source, assumptions
         Provenance of the draft spec (``specsim/data/drafters/*.json``).
     precision : str or None
-        Draft weight precision; None = the target's precision for native MTP (same checkpoint),
-        bf16 for separate draft checkpoints.
+        Draft checkpoint's weight precision (None: bf16, or for native MTP the target's).  A
+        quantized one (fp8, mxfp4, int4) runs as stored; a dtype (bf16 / fp16 / fp32) is cast to
+        the target's dtype when the target has one: vLLM builds the draft's ModelConfig with
+        ``dtype=self.target_model_config.dtype`` (``vllm/config/speculative.py``); see
+        :meth:`draft_precision`.
     draft_tp : int or None
         Draft TP degree (vLLM ``draft_tensor_parallel_size``); None = the target's TP.
     draft_pass_overhead_s : float or None
@@ -339,11 +346,33 @@ class Drafter:
         return dataclasses.replace(self, **changes)
 
     def draft_precision(self, target_precision: str | None) -> str:
-        if self.precision is not None:
-            return self.precision
-        if target_precision is None:  # target at its serving mix: draft layers run at bf16
-            return "bf16"
-        return target_precision if self.shares_target_weights else "bf16"
+        """The precision the draft's layers run at.
+
+        A quantized draft checkpoint (:attr:`precision` fp8, mxfp4, int4) runs as stored.  A draft
+        stored in a dtype (:attr:`precision` in :data:`DTYPE_PRECISIONS`, or unset) runs at the
+        target's dtype when the target's ``precision`` is one (vLLM casts it:
+        ``dtype=self.target_model_config.dtype``, ``vllm/config/speculative.py``); behind a
+        quantized target, or the target's serving mix (``target_precision`` None), it runs at its
+        stored dtype (bf16 when unset).  Native MTP without a set precision shares the target's.
+
+        Parameters
+        ----------
+        target_precision : str or None
+            The target's precision string (``bf16``, ``fp16``, ``fp32``, ``fp8``, ``mxfp4``,
+            ``int4``) or None.
+
+        Returns
+        -------
+        str
+            A precision string.
+        """
+        if self.precision is not None and self.precision not in DTYPE_PRECISIONS:
+            return self.precision  # a quantized draft checkpoint
+        if self.precision is None and self.shares_target_weights and target_precision is not None:
+            return target_precision
+        if target_precision in DTYPE_PRECISIONS:
+            return target_precision
+        return self.precision or "bf16"
 
     def _pass(self, lat: Any, net: Any, *, batch, q, context, tp: int, precision: str, overhead: float | None):
         bd = lat.breakdown(net, tp=tp, precision=precision, batch=batch, q=q, context=context)

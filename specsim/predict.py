@@ -1988,8 +1988,8 @@ def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: 
 @contextlib.contextmanager
 def _draft_precision_named(r: Scenario):
     """Re-raise a hardware's "no peak FLOP/s for this precision" refusal that concerns the DRAFT's
-    precision (``Drafter.draft_precision``: bf16 for a drafter with its own weights, whatever the
-    target's ``precision`` is) under the field ``drafter.precision``, instead of blaming the
+    precision (``Drafter.draft_precision``: a quantized draft checkpoint as stored, bf16 for a draft
+    behind a quantized target) under the field ``drafter.precision``, instead of blaming the
     ``precision`` the user asked for the target (which that hardware supports)."""
     try:
         yield
@@ -2001,8 +2001,9 @@ def _draft_precision_named(r: Scenario):
             raise
         name = getattr(r.drafter, "name", None) or getattr(r.drafter, "method", "draft")
         raise SpecsimValueError(
-            "drafter.precision", f"the draft ({name}) runs its layers at {dprec} (a drafter with its own weights "
-            f"runs bf16 unless its precision is set; the target's precision={r.precision!r} does not apply to it), "
+            "drafter.precision", f"the draft ({name}) runs its layers at {dprec} (a quantized draft checkpoint "
+            f"runs as stored; one stored in a dtype runs at the target's dtype, bf16 behind a quantized target; "
+            f"the target's precision={r.precision!r} does not make it {r.precision}), "
             f"and {exc.rule}: give a drafter with a supported precision (drafter=get_drafter(...)"
             ".with_params(precision=...)) or other hardware", dprec, exc.allowed) from exc
 

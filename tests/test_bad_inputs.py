@@ -392,14 +392,34 @@ def test_cli_concurrency_beyond_int64_refused(capsys):
     assert_exit_2_naming([*BASE, "-n", "3", "--acceptance", "0.7", "--concurrency", str(2**63)], "concurrency: ", capsys)
 
 
-# --- fp32 target on hardware whose only matrix dtype is fp32: the draft's bf16 named as such -----------
-def test_fp32_target_blames_the_draft_precision_not_precision():
+# --- fp32 target on hardware whose only matrix dtype is fp32 -------------------------------------------
+def test_a_separate_draft_runs_at_the_targets_dtype_and_a_set_bf16_draft_is_blamed_by_name():
+    """vLLM builds a separate draft's ModelConfig with the target's dtype (vllm/config/speculative.py:
+    ``dtype=self.target_model_config.dtype``).  specsim ran every separate draft at bf16, so an fp32
+    target on a CPU without bf16 was refused (EAGLE-3 and draft_model alike); the draft now runs
+    fp32 there (its checkpoint's bf16 cast), bf16 still behind a quantized target, and a quantized draft
+    the hardware cannot run is blamed by name."""
+    from specsim.drafters import get_drafter
+
+    p = predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+    fp32 = get_drafter("eagle3", target="Qwen3-8B").with_params(precision="fp32")
+    q = predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32", drafter=fp32)
+    assert p.t_draft_s == q.t_draft_s > 0
+    own = predict("SmolLM2-135M-Instruct", "draft_model", 3, draft="SmolLM2-135M-Instruct",
+                  hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+    assert own.t_draft_s > 0
+    assert get_drafter("eagle3", target="Qwen3-8B").draft_precision("fp8") == "bf16"
+    assert get_drafter("eagle3", target="Qwen3-8B").draft_precision("fp16") == "fp16"
+    assert get_drafter("eagle3", target="Qwen3-8B").precision == "bf16"  # the checkpoint's stored dtype
+    # a quantized draft checkpoint runs as stored: on a CPU without fp8 it is blamed by name
+    fp8 = get_drafter("eagle3", target="Qwen3-8B").with_params(precision="fp8")
+    assert fp8.draft_precision("fp32") == "fp8"
     with pytest.raises(SpecsimValueError) as ei:
-        predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+        predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32", drafter=fp8)
     e = ei.value
-    assert e.field == "drafter.precision" and e.value == "bf16" and "precision='fp32'" in str(e)
+    assert e.field == "drafter.precision" and e.value == "fp8" and "precision='fp32'" in str(e)
     with pytest.raises(SpecsimValueError) as ei:
-        sweep("Qwen3-8B", "eagle3", [3], hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32")
+        sweep("Qwen3-8B", "eagle3", [3], hardware="cpu-2core-avx2", acceptance=0.7, precision="fp32", drafter=fp8)
     assert ei.value.field == "drafter.precision"
     with pytest.raises(SpecsimValueError) as ei:  # a bf16 target there is still the target's precision
         predict("Qwen3-8B", "eagle3", 3, hardware="cpu-2core-avx2", acceptance=0.7)

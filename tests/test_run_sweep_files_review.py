@@ -394,7 +394,7 @@ def test_dry_run_json_keeps_the_cli_keys_and_adds_each_cell_settings():
 
 
 def test_general_output_len_sets_the_cell_output_length(tmp_path):
-    m = load_matrix(_smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "output_len": 16}}))
+    m = load_matrix(_smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "temperature": 0, "output_len": 16}}))
     assert {c.output_len for c in m.cells()} == {16}
 
 

@@ -323,15 +323,37 @@ def test_a_bare_dataset_path_of_a_local_file_dataset_is_checked(tmp_path):
     """A new-user trial: ``"dataset_path": "humaneval_custom.jsonl"`` (no such file) passed the check as if
     it were a hub id, though ``--dataset-name custom`` reads a local file only; vLLM then failed per cell."""
     root = project_data_path().parent
-    d = _smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "dataset_path": "humaneval_custom.jsonl"}})
+    d = _smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "temperature": 0, "dataset_path": "humaneval_custom.jsonl"}})
     e = _refused(d)
     assert e.field == "bench_params.json['c4'].dataset_path" and e.value == str(root / "humaneval_custom.jsonl"), e
     assert "local path does not exist" in str(e)
     # the same file, named as it exists, passes; so does a hub id where the dataset takes one (hf)
-    d = _smoke(tmp_path / "ok", bench={"c4": {"max_concurrency": 4, "num_prompts": 4,
+    d = _smoke(tmp_path / "ok", bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "temperature": 0,
                                               "dataset_path": "data/prompts/humaneval_custom.jsonl"}})
     assert sweep_files.load_matrix(d).cells()[0].params["dataset_path"] == str(
         root / "data" / "prompts" / "humaneval_custom.jsonl")
-    d = _smoke(tmp_path / "hf", bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "dataset_name": "hf",
+    d = _smoke(tmp_path / "hf", bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "temperature": 0, "dataset_name": "hf",
                                               "dataset_path": "likaixin/InstructCoder"}})
     assert sweep_files.load_matrix(d).cells()[0].params["dataset_path"] == "likaixin/InstructCoder"
+
+
+# ---- 15. a cell must give its temperature ------------------------------------------------------------------------
+# vLLM 0.32's `vllm bench serve` sends no temperature when --temperature is not given (vllm/benchmarks/serve.py:
+# "vllm bench serve no longer sets temperature==0 (greedy) ... include --temperature=0"): the server samples at
+# its default. A new-user trial: such a cell was recorded as greedy (temperature 0.0) though it was sampled.
+
+def test_a_cell_without_a_temperature_is_refused_naming_the_cell_and_file(tmp_path):
+    e = _refused(_smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4}}))
+    assert e.field == "bench_params.json['c4'].temperature", str(e)
+    assert "cell baseline/c4 gives no temperature" in e.rule and '"temperature": 0 for greedy' in e.rule, str(e)
+    assert "bench_params.json" in e.rule and e.allowed == [">= 0 and <= 2"], str(e)
+
+
+def test_a_temperature_from_the_record_or_bench_cmd_is_the_cells(tmp_path):
+    m = load_matrix(_smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4, "temperature": 0.5}}))
+    assert {c.temperature for c in m.cells()} == {0.5}
+    m = load_matrix(_smoke(tmp_path / "cmd", bench={"c4": {"max_concurrency": 4, "num_prompts": 4}},
+                           sidecar={"bench_cmd": BENCH_CMD + " --temperature 0.7"}))
+    assert {c.temperature for c in m.cells()} == {0.7}
+    # the cell's own command sends it: what is recorded is what the client sends
+    assert all("--temperature" in bench_command(m, c) for c in m.cells())

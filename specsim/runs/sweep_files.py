@@ -37,7 +37,8 @@ neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.
 values of the wrong kind, outside an option's choices or its range (``tensor_parallel_size >= 1``,
 ``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
 one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
-parameter files, a ``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
+parameter files, a cell with no ``temperature`` (``vllm bench serve`` would send none: the server's default
+sampling, not greedy), a ``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
 options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
 positional one, a bench ``model`` other than the served one, integers vLLM would not parse (``size``
 options as vLLM's ``human_readable_int``) or a ``max_model_len`` beyond the local model's config, seeds
@@ -929,6 +930,16 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 if any(c["bench"] == bname for c in g["cells"]):
                     raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
                                             "in two sweeps", bname)
+                if "temperature" not in bp and "temperature" not in bench_base:
+                    # vLLM 0.32's `vllm bench serve` sends no temperature then (vllm/benchmarks/serve.py:
+                    # "no longer sets temperature==0 (greedy) ... include --temperature=0"): the server samples
+                    # at its default, and a record of T=0 (or any T) would be wrong. vLLM's own sweep on these
+                    # files sends none either, so the cell is refused rather than given a temperature
+                    raise SpecsimValueError(
+                        f"{bwhere}.temperature", f"cell {sname}/{bname} gives no temperature and bench_cmd has no "
+                        f"--temperature: vLLM 0.32's `vllm bench serve` then sends none and the server samples at "
+                        f"its default (not greedy); give \"temperature\": 0 for greedy (or the temperature to sample "
+                        f"at) in {sw['bench_params']}, or --temperature in bench_cmd", None, [">= 0 and <= 2"])
                 g["cells"].append({"bench": bname, "params": bp})
                 n_cells += 1
         if not n_cells:
@@ -1058,7 +1069,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         for c in g["cells"]:
             bp = c["params"]
             key = f"{sname}/{c['bench']}"
-            temp = _as_float(bp.get("temperature", bench_base.get("temperature", 0.0)), f"{key}: temperature")
+            temp = _as_float(bp.get("temperature", bench_base.get("temperature")), f"{key}: temperature")  # given: above
             conc = bp.get("max_concurrency", bench_base.get("max-concurrency"))
             nprompts = bp.get("num_prompts", bench_base.get("num-prompts"))
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)

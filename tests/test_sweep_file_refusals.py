@@ -357,3 +357,48 @@ def test_a_temperature_from_the_record_or_bench_cmd_is_the_cells(tmp_path):
     assert {c.temperature for c in m.cells()} == {0.7}
     # the cell's own command sends it: what is recorded is what the client sends
     assert all("--temperature" in bench_command(m, c) for c in m.cells())
+
+
+# ---- 16. serve_cmd's --speculative-config ------------------------------------------------------------------------
+# A new-user trial: a --speculative-config inside serve_cmd was not checked (an unknown method, a negative N and
+# text that is not JSON passed --dry-run) and the servers were labelled "no speculation".
+
+_SC = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}'
+
+
+@pytest.mark.parametrize("sc,field,allowed", [
+    ('{"method": "ngrxm", "num_speculative_tokens": 3}', "serve_cmd --speculative-config.method", "ngram"),
+    ('{"method": "ngram", "num_speculative_tokens": -3}', "serve_cmd --speculative-config.num_speculative_tokens",
+     None),
+    ("method=ngram", "serve_cmd --speculative-config", None),
+    ("[3]", "serve_cmd --speculative-config", None),
+])
+def test_a_bad_speculative_config_in_serve_cmd_is_refused(tmp_path, sc, field, allowed):
+    d = _smoke(tmp_path, serve={"spec": {}}, sidecar={"serve_cmd": f"{SERVE_CMD} --speculative-config '{sc}'",
+                                                      "baseline": None})
+    e = _refused(d)
+    assert e.field == field, str(e)
+    if allowed is not None:
+        assert allowed in e.allowed, str(e)
+    if field == "serve_cmd --speculative-config":
+        assert "JSON object" in e.rule, str(e)
+
+
+def test_serve_cmds_speculative_config_labels_the_servers_unless_a_record_replaces_it(tmp_path):
+    d = _smoke(tmp_path, serve={"cmd": {}, "rec": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 5}},
+                                "dotted": {"speculative_config.method": "ngram",
+                                           "speculative_config.num_speculative_tokens": 2}},
+               sidecar={"serve_cmd": f"{SERVE_CMD} --speculative-config '{_SC}'", "baseline": None})
+    m = load_matrix(d)
+    got = {g.name: (g.spec.method, g.spec.num_speculative_tokens, g.speculative_config) for g in m.groups}
+    assert got == {"cmd": ("ngram", 3, json.loads(_SC)),
+                   # a record's config replaces serve_cmd's whole (vLLM: param_sweep.py, argparse_utils.py)
+                   "rec": ("ngram", 5, {"method": "ngram", "num_speculative_tokens": 5}),
+                   "dotted": ("ngram", 2, {"method": "ngram", "num_speculative_tokens": 2})}
+    text = dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
+    assert "no speculation" not in text and f"spec {json.dumps(json.loads(_SC), sort_keys=True)}" in text, text
+    # the command run has one --speculative-config: the record's replaces serve_cmd's in place
+    cmd = next(g for g in sweep_files.dry_run_json(m, estimate_seconds(m, tmp_path / "no-runs"))["servers"]
+               if g["name"] == "rec")["command"]
+    assert cmd.count("--speculative-config") == 1
+    assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {"method": "ngram", "num_speculative_tokens": 5}

@@ -38,7 +38,7 @@ values of the wrong kind, outside an option's choices or its range (``tensor_par
 ``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
 one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
 parameter files, a cell with no ``temperature`` (``vllm bench serve`` would send none: the server's default
-sampling, not greedy), a ``--speculative-config`` vLLM would refuse (:func:`specsim.vllm.config.parse_speculative_config`),
+sampling, not greedy), a ``--speculative-config`` vLLM would refuse, in a record or in ``serve_cmd`` (:func:`specsim.vllm.config.parse_speculative_config`),
 options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
 positional one, a bench ``model`` other than the served one, integers vLLM would not parse (``size``
 options as vLLM's ``human_readable_int``) or a ``max_model_len`` beyond the local model's config, seeds
@@ -830,6 +830,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     model = serve_cmd[2]
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
+    base_spec = _serve_cmd_spec(serve_base, need)
 
     def served(value: Any, where: str) -> str:
         """A bench ``--model`` / ``--served-model-name``: the served model (the bench must talk to it), as
@@ -1036,8 +1037,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if not _NAME_RE.match(sname):
             raise SpecsimValueError(f"serve record {sname!r}", "names must match [A-Za-z0-9][A-Za-z0-9._-]*", sname)
         sp = g["params"]
+        # a record's speculative_config (whole or by dotted fields) replaces serve_cmd's whole: vLLM's sweep
+        # replaces serve_cmd's --speculative-config by a whole one (param_sweep.py apply_to_cmd) and appends
+        # dotted fields, which vLLM's parser gathers into one --speculative-config placed last, so argparse
+        # keeps that one alone (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args)
         cfg = sp.get("speculative_config")
-        if isinstance(cfg, dict):
+        if cfg is None and base_spec is not None:
+            cfg = dict(base_spec)  # checked (and its draft path resolved) by _serve_cmd_spec
+        elif isinstance(cfg, dict):
             cfg = dict(cfg)
             if isinstance(cfg.get("model"), str):
                 p = need(cfg["model"], f"serve record {sname!r}: speculative_config.model")
@@ -1112,6 +1119,31 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
         timeout_s=timeout_s, seed=seed, bench_client=bench_client,
         concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
+
+
+def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:
+    """serve_cmd's ``--speculative-config`` as a checked object (its local draft ``model`` resolved by
+    ``need``), or None when serve_cmd gives none.  vLLM 0.32 reads the option with ``json.loads``
+    (vllm/engine/arg_utils.py), so text that is not a JSON object is refused, and the object is checked
+    as a serve record's is (:func:`_check_spec_config`)."""
+    text = serve_base.get("speculative-config")
+    if text is None:
+        return None
+    where = "serve_cmd --speculative-config"
+    try:
+        cfg = json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError as exc:
+        raise SpecsimValueError(where, f"must be a JSON object, as vLLM 0.32 parses it ({exc}); quote it in "
+                                "serve_cmd, e.g. --speculative-config '{\"method\": \"ngram\", "
+                                "\"num_speculative_tokens\": 3}'", text) from None
+    if not isinstance(cfg, dict):
+        raise SpecsimValueError(where, "must be a JSON object", text)
+    if isinstance(cfg.get("model"), str):
+        p = need(cfg["model"], f"{where}.model")
+        if p is not None:
+            cfg["model"] = str(p)
+    _check_spec_config(where, cfg)
+    return cfg
 
 
 def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:

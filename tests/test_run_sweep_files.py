@@ -547,6 +547,33 @@ def test_option_tables_match_the_installed_vllm():
     assert sys.version_info >= (3, 11)
 
 
+_GEN_SHORT = '''
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.benchmarks.serve import add_cli_args
+def shorts(p):
+    return {o[1:]: [x for x in a.option_strings if x.startswith("--")][0][2:] for a in p._actions if a.dest != "help"
+            for o in a.option_strings if not o.startswith("--") and any(x.startswith("--") for x in a.option_strings)}
+sp = make_arg_parser(FlexibleArgumentParser())
+bp = FlexibleArgumentParser(); add_cli_args(bp)
+json.dump({"serve": shorts(sp), "bench_serve": shorts(bp)}, sys.stdout, sort_keys=True)
+'''
+
+
+@pytest.mark.vllm
+def test_short_option_tables_match_the_installed_vllm():
+    """specsim.runs.vllm_args's short options (-tp, -pp, -dp, -q ...) are vLLM 0.32's own aliases (regenerated)."""
+    from specsim.runs.vllm_args import BENCH_SERVE_SHORT_OPTIONS, SERVE_SHORT_OPTIONS
+
+    r = subprocess.run([str(vllm_python()), "-c", _GEN_SHORT], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["serve"] == SERVE_SHORT_OPTIONS and d["bench_serve"] == BENCH_SERVE_SHORT_OPTIONS
+    assert SERVE_SHORT_OPTIONS["tp"] == "tensor-parallel-size" and len(SERVE_SHORT_OPTIONS) > 20
+
+
 def test_estimate_shares_the_start_of_servers_started_together(tmp_path):
     """A server started with another (``server_start.started_together`` = 2) costs half its recorded
     start; a matrix that starts servers two at a time is estimated from such records when there are

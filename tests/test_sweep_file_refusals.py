@@ -402,3 +402,52 @@ def test_serve_cmds_speculative_config_labels_the_servers_unless_a_record_replac
                if g["name"] == "rec")["command"]
     assert cmd.count("--speculative-config") == 1
     assert json.loads(cmd[cmd.index("--speculative-config") + 1]) == {"method": "ngram", "num_speculative_tokens": 5}
+
+
+# ---- 17. short options of serve_cmd / bench_cmd --------------------------------------------------------------------
+# A new-user trial: `-tp 2` in serve_cmd was not read (1 GPU counted, Ray asked for 1, the GPU-hours too low), `-zz 9`
+# passed, and a record's tensor_parallel_size was appended beside `-tp 2`. vLLM 0.32's aliases
+# (vllm/engine/arg_utils.py: -tp, -pp, -dp, -q, -sc, -cc ...) are read as their long options.
+
+@pytest.mark.parametrize("opts,gpus", [("-tp 2", 2), ("-tp=2", 2), ("-tp 2 -pp 2", 4), ("-dp 3", 3),
+                                       ("--tensor-parallel-size 2 -dp 2", 4)])
+def test_short_parallel_options_in_serve_cmd_count_the_gpus(tmp_path, opts, gpus):
+    m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} {opts}"}))
+    assert {g.gpus for g in m.groups} == {gpus}
+    servers = sweep_files.dry_run_json(m, estimate_seconds(m, tmp_path / "no-runs"))["servers"]
+    assert {s["gpus"] for s in servers} == {gpus}
+
+
+@pytest.mark.parametrize("sidecar,field,allowed", [
+    ({"serve_cmd": f"{SERVE_CMD} -zz 9"}, "serve_cmd.vllm serve: -zz", "-tp (--tensor-parallel-size)"),
+    ({"serve_cmd": f"{SERVE_CMD} -t 2"}, "serve_cmd.vllm serve: -t", "-pp (--pipeline-parallel-size)"),
+    ({"bench_cmd": f"{BENCH_CMD} -n 4"}, "bench_cmd.vllm bench serve: -n", None),
+])
+def test_unknown_short_options_are_refused(tmp_path, sidecar, field, allowed):
+    e = _refused(_smoke(tmp_path, sidecar=sidecar))
+    assert e.field == field and "not a short option" in e.rule, str(e)
+    if allowed is None:  # vllm bench serve has no short option
+        assert e.allowed is None and "it has none" in e.rule, str(e)
+    else:
+        assert allowed in e.allowed, str(e)
+
+
+def test_a_records_value_replaces_serve_cmds_short_option(tmp_path):
+    m = load_matrix(_smoke(tmp_path, serve={"baseline": {}, "tp4": {"tensor_parallel_size": 4}},
+                           sidecar={"serve_cmd": f"{SERVE_CMD} -tp 2"}))
+    assert {g.name: g.gpus for g in m.groups} == {"baseline": 2, "tp4": 4}
+    cmd = next(s for s in sweep_files.dry_run_json(m, estimate_seconds(m, tmp_path / "no-runs"))["servers"]
+               if s["name"] == "tp4")["command"]
+    assert "-tp" not in cmd and cmd.count("--tensor-parallel-size") == 1
+    assert cmd[cmd.index("--tensor-parallel-size") + 1] == "4"
+
+
+def test_short_values_are_checked_as_the_long_options_are(tmp_path):
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} -tp 0"}))
+    assert e.field == "serve_cmd.vllm serve: --tensor-parallel-size" and e.allowed == [">= 1"], str(e)
+    e = _refused(_smoke(tmp_path / "sc", serve={"spec": {}}, sidecar={
+        "serve_cmd": SERVE_CMD + """ -sc '{"method": "ngrxm", "num_speculative_tokens": 3}'""", "baseline": None}))
+    assert e.field == "serve_cmd --speculative-config.method", str(e)
+    # -O3 is vLLM's --optimization-level 3 (vllm/utils/argparse_utils.py)
+    m = load_matrix(_smoke(tmp_path / "o", sidecar={"serve_cmd": f"{SERVE_CMD} -O3 -q fp8"}))
+    assert m.serve_cmd[-4:] == ("--optimization-level", "3", "--quantization", "fp8")

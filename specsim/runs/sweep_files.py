@@ -36,7 +36,8 @@ Everything is checked by :func:`load_matrix` before any server starts: unknown k
 neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.runs.vllm_args`),
 values of the wrong kind, outside an option's choices or its range (``tensor_parallel_size >= 1``,
 ``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
-one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
+short options vLLM 0.32 does not have (the ones it has, ``-tp 2`` ..., are read as their long options:
+:func:`_long_options`), one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
 parameter files, a cell with no ``temperature`` (``vllm bench serve`` would send none: the server's default
 sampling, not greedy), a ``--speculative-config`` vLLM would refuse, in a record or in ``serve_cmd`` (:func:`specsim.vllm.config.parse_speculative_config`),
 options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
@@ -66,9 +67,11 @@ from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONS,
+    BENCH_SERVE_SHORT_OPTIONS,
     MAX_INT,
     MAX_SEED,
     SERVE_OPTIONS,
+    SERVE_SHORT_OPTIONS,
     SIZE_OR_AUTO,
     bounds_of,
     bounds_text,
@@ -519,6 +522,56 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
     return out
 
 
+def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str], where: str) -> list[str]:
+    """``cmd`` (the options after ``vllm serve MODEL`` / ``vllm bench serve``) with each short option written as
+    the long option it is an alias of (``-tp 2`` -> ``--tensor-parallel-size 2``, ``-tp=2`` ->
+    ``--tensor-parallel-size=2``; for ``vllm serve`` also ``-O3`` / ``-O=3`` / ``-O 3`` -> ``--optimization-level
+    3`` as vllm/utils/argparse_utils.py reads them), so a record's option replaces it as it replaces the long
+    spelling (:func:`apply_record`) and it is counted (GPUs) and checked as the long one is.
+
+    Raises
+    ------
+    SpecsimValueError
+        A short option the command of vLLM 0.32 does not have (``shorts``: :data:`SERVE_SHORT_OPTIONS`,
+        :data:`BENCH_SERVE_SHORT_OPTIONS`), naming the token and listing the short options there are.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(cmd):
+        tok = cmd[i]
+        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1:
+            name, eq, val = tok[1:].partition("=")
+            if table is SERVE_OPTIONS and name.startswith("O"):  # -O3, -O=3, -O 3 (FlexibleArgumentParser)
+                if name != "O" or eq:
+                    out += ["--optimization-level", val if eq else name[1:]]
+                    i += 1
+                    continue
+                if i + 1 < len(cmd) and cmd[i + 1] in ("0", "1", "2", "3"):
+                    out += ["--optimization-level", cmd[i + 1]]
+                    i += 2
+                    continue
+            if name not in shorts:
+                allowed = [f"-{k} (--{v})" for k, v in sorted(shorts.items())]
+                if table is SERVE_OPTIONS:
+                    allowed.append("-O<level> (--optimization-level)")
+                raise SpecsimValueError(f"{where}: {tok}", f"not a short option of `{where.split('.')[-1]}` in vLLM "
+                                        "0.32" + ("" if allowed else " (it has none: give the long --option)"),
+                                        tok, allowed or None)
+            if eq:  # as two tokens, so that a record's value replaces it (apply_record)
+                out += [f"--{shorts[name]}", val]
+                i += 1
+                continue
+            tok = f"--{shorts[name]}"
+        out.append(tok)
+        i += 1
+        opt, eq, _ = tok[2:].partition("=") if tok.startswith("--") else ("", "", "")
+        kind = table.get(opt)
+        if kind is not None and not eq and (kind[0] if isinstance(kind, tuple) else kind) != "flag" and i < len(cmd):
+            out.append(cmd[i])  # an option's value ("--max-model-len -1"), never read as an option
+            i += 1
+    return out
+
+
 def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
     if isinstance(value, str):
         try:
@@ -828,6 +881,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if len(serve_cmd) < 3 or serve_cmd[2].startswith("-"):
         raise SpecsimValueError("serve_cmd", "must name the model right after 'vllm serve'", sc["serve_cmd"])
     model = serve_cmd[2]
+    serve_cmd[3:] = _long_options(serve_cmd[3:], SERVE_OPTIONS, SERVE_SHORT_OPTIONS, "serve_cmd.vllm serve")
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
     base_spec = _serve_cmd_spec(serve_base, need)
@@ -846,6 +900,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if "bench_cmd" not in sc:
             raise SpecsimValueError("bench_cmd", "is required when sweeps are given")
         bench_cmd = _split_cmd(sc["bench_cmd"], "bench_cmd", ("vllm", "bench", "serve"))
+        bench_cmd[3:] = _long_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, BENCH_SERVE_SHORT_OPTIONS,
+                                      "bench_cmd.vllm bench serve")
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
         # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
         # --model; --model then only names the tokenizer): checked here when no bench record can change it

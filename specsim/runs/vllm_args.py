@@ -15,7 +15,8 @@ vLLM's checks elsewhere and specsim's rules, each with its source) let a paramet
 """
 from __future__ import annotations
 
-__all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_BOUNDS", "SERVE_BOUNDS_EXTRA",
+__all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_SHORT_OPTIONS",
+           "BENCH_SERVE_SHORT_OPTIONS", "SERVE_BOUNDS", "SERVE_BOUNDS_EXTRA",
            "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
            "human_readable_int"]
 
@@ -430,6 +431,40 @@ SERVE_OPTIONS: dict[str, str | tuple[str, tuple[str, ...]]] = {
     'worker-cls': 'str',
     'worker-extension-cls': 'str',
 }
+
+#: ``vllm serve``'s short options (without the leading ``-``) -> the long option each is an alias of, read from
+#: the same parser's actions (``option_strings``; vllm/engine/arg_utils.py ``add_cli_args``: ``-tp``, ``-pp``,
+#: ``-dp``, ``-q``, ``-sc``, ``-cc`` ...); ``tests/test_run_sweep_files.py`` regenerates it there and compares.
+#: vLLM's parser also reads ``-O<level>`` / ``-O=<level>`` / ``-O <0-3>`` as ``--optimization-level``
+#: (vllm/utils/argparse_utils.py ``FlexibleArgumentParser.parse_args``), not an argparse alias
+SERVE_SHORT_OPTIONS: dict[str, str] = {
+    'ac': 'attention-config',
+    'asc': 'api-server-count',
+    'cc': 'compilation-config',
+    'dc': 'diffusion-config',
+    'dcp': 'decode-context-parallel-size',
+    'dp': 'data-parallel-size',
+    'dpa': 'data-parallel-address',
+    'dpb': 'data-parallel-backend',
+    'dpe': 'data-parallel-external-lb',
+    'dph': 'data-parallel-hybrid-lb',
+    'dpl': 'data-parallel-size-local',
+    'dpm': 'data-parallel-multi-port-external-lb',
+    'dpn': 'data-parallel-rank',
+    'dpp': 'data-parallel-rpc-port',
+    'dpr': 'data-parallel-start-rank',
+    'ep': 'enable-expert-parallel',
+    'n': 'nnodes',
+    'pcp': 'prefill-context-parallel-size',
+    'pp': 'pipeline-parallel-size',
+    'q': 'quantization',
+    'r': 'node-rank',
+    'sc': 'speculative-config',
+    'tp': 'tensor-parallel-size',
+}
+
+#: ``vllm bench serve``'s short options: none in vLLM 0.32 (vllm/benchmarks/serve.py ``add_cli_args``)
+BENCH_SERVE_SHORT_OPTIONS: dict[str, str] = {}
 
 #: ``vllm bench serve`` options (without the leading ``--``)
 BENCH_SERVE_OPTIONS: dict[str, str | tuple[str, tuple[str, ...]]] = {

@@ -265,6 +265,42 @@ def test_cli_interrupt_prints_one_line_and_exits_130(monkeypatch, capsys):
                    "resume with --stamp 20261201T120000 --resume\n")
 
 
+def _greedy_results(tmp_path, identical: int):
+    """RunResults of a smoke invocation whose ngram cell's greedy check compared 4 outputs, ``identical`` equal."""
+    from specsim.runs.recorder import RunResult
+
+    out = []
+    for rid, chk in (("smoke-G-baseline-c4", None),
+                     ("smoke-G-ngram-n3-c4", {"compared": 4, "identical": identical, "all_identical": identical == 4,
+                                              "first_mismatch": None if identical == 4 else 1,
+                                              "baseline_run_id": "smoke-G-baseline-c4"})):
+        d = tmp_path / rid
+        d.mkdir()
+        prov = {"status": "ok", **({"checks": {"greedy_identical_to_baseline": chk}} if chk else {})}
+        (d / "provenance.json").write_text(json.dumps(prov))
+        out.append(RunResult(rid, d, "ok"))
+    return out
+
+
+def test_cli_a_failed_greedy_check_is_in_the_last_line_and_the_exit_status(tmp_path, monkeypatch, capsys):
+    """A new-user trial: a cell whose outputs differed from the baseline's (the greedy-identity check failed) left
+    the final line at '2 runs: 2 ok' and the exit status 0."""
+    import specsim.cli as cli
+
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: _greedy_results(tmp_path, 3))
+    assert main(["run-matrix", "--matrix", "smoke", "--stamp", "G", "--runs-dir", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith("2 runs: 2 ok; greedy check FAILED in 1 (smoke-G-ngram-n3-c4)\n"), out
+    assert ("specsim: the greedy-identity check failed in 1 of 2 runs (smoke-G-ngram-n3-c4: 3/4 outputs identical "
+            "to smoke-G-baseline-c4): their outputs differ from the baseline's") in err, err
+    # a check that passed: the line and the status as before
+    monkeypatch.setattr(cli, "run_matrix", lambda m, **kw: _greedy_results(tmp_path / "ok", 4))
+    (tmp_path / "ok").mkdir()
+    assert main(["run-matrix", "--matrix", "smoke", "--stamp", "G", "--runs-dir", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("2 runs: 2 ok\n") and "greedy check" not in out and not err, (out, err)
+
+
 def _git(repo: Path, *a: str) -> str:
     return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *a], cwd=repo, check=True,
                           capture_output=True, text=True).stdout

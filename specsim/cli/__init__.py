@@ -323,6 +323,7 @@ def _cmd_run_matrix(args) -> int:
         MatrixInterrupted,
         check_runs_dir,
         dry_run,
+        greedy_check_failures,
         matrix_changes,
         new_stamp,
         selectable_names,
@@ -395,6 +396,8 @@ def _cmd_run_matrix(args) -> int:
     except KeyboardInterrupt:  # before any run started
         print("specsim: interrupted before any run started; nothing recorded", file=sys.stderr)
         return 130
+    # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too
+    greedy_failed = greedy_check_failures(results)
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
     else:
@@ -402,6 +405,8 @@ def _cmd_run_matrix(args) -> int:
 
         n_kept = sum(r.kept for r in results)
         print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items()))
+              + (f"; greedy check FAILED in {len(greedy_failed)} ({', '.join(rid for rid, _ in greedy_failed)})"
+                 if greedy_failed else "")
               + (("; all kept from earlier (--resume): nothing ran" if n_kept == len(results) else
                   f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else "")
               + f"\nrecorded under {rd} as {m.name}-{stamp}-*: "
@@ -410,11 +415,16 @@ def _cmd_run_matrix(args) -> int:
               + f"`--stamp {stamp} --resume` re-runs what failed")
     # the matrix went on past them (each is recorded with its error); the exit status still says so, as a
     # test runner's does, so that a script or CI job does not take a matrix with failed cells for a clean one
+    if greedy_failed:  # speculative decoding changed greedy outputs: not a clean matrix either
+        print(f"specsim: the greedy-identity check failed in {len(greedy_failed)} of {len(results)} runs ("
+              + "; ".join(f"{rid}: {why}" for rid, why in greedy_failed) + "): their outputs differ from the "
+              "baseline's (checks.json in each run; the runs are recorded ok, and --resume keeps them)",
+              file=sys.stderr)
     if failed := [r.run_id for r in results if r.status == "failed"]:
         print(f"specsim: {len(failed)} of {len(results)} runs failed ({', '.join(failed)}; the error is in each "
               f"run's provenance.json and runs.csv); re-run them with --stamp {stamp} --resume", file=sys.stderr)
         return 1
-    return 0
+    return 1 if greedy_failed else 0
 
 
 def _cmd_validate(args) -> int:
@@ -604,7 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
                                           "them under data/runs/",
                        epilog="exit status: 0 every run recorded ok, invalid or skipped (a verdict); 1 some run "
                               "failed (recorded with its error; the matrix went on: re-run them with --stamp STAMP "
-                              "--resume); 2 a refused matrix or option (nothing started); 130 / 143 interrupted "
+                              "--resume) or a greedy-identity check failed (the run is recorded ok, its outputs "
+                              "differ from the baseline's: checks.json); 2 a refused matrix or option (nothing started); 130 / 143 interrupted "
                               "(SIGINT / SIGTERM)")
     p.add_argument("--matrix", default="cpu-validation",
                    help="a shipped matrix name (data/matrices/NAME: cpu-validation -- the default, the full ~21 min "

@@ -1016,6 +1016,34 @@ def _rel_prompts(prompts: Path | None) -> str | None:
 SPEEDUP_CONTENDED_FRACTION = CONTENDED_FRACTION
 
 
+def greedy_check_failures(results: Sequence[RunResult]) -> list[tuple[str, str]]:
+    """The runs of ``results`` whose greedy-identity check failed: their outputs differ from the baseline's.
+
+    Such a run is recorded ``ok`` (the check is a verdict, recorded in its provenance ``checks`` and
+    ``checks.json``, as a health check's verdict is), so the status alone does not show it.
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+        What :func:`run_matrix` returned (kept runs included: their recorded check is read too).
+
+    Returns
+    -------
+    list of (str, str)
+        ``(run_id, what differed)``, e.g. ``("smoke-X-ngram-n3-c4", "3/4 outputs identical to smoke-X-baseline-c4")``,
+        in the order of ``results``.
+    """
+    out = []
+    for r in results:
+        if r.status != "ok" or r.path is None:
+            continue
+        chk = (_recorded_prov(Path(r.path)).get("checks") or {}).get("greedy_identical_to_baseline")
+        if isinstance(chk, dict) and not chk.get("all_identical", True):
+            out.append((r.run_id, f"{chk.get('identical')}/{chk.get('compared')} outputs identical to "
+                                  f"{chk.get('baseline_run_id')}"))
+    return out
+
+
 def matrix_table(runs_dir: str | os.PathLike, prefix: str):
     """One row per recorded bench run whose id starts with ``prefix`` (a matrix invocation).
 

@@ -451,3 +451,23 @@ def test_short_values_are_checked_as_the_long_options_are(tmp_path):
     # -O3 is vLLM's --optimization-level 3 (vllm/utils/argparse_utils.py)
     m = load_matrix(_smoke(tmp_path / "o", sidecar={"serve_cmd": f"{SERVE_CMD} -O3 -q fp8"}))
     assert m.serve_cmd[-4:] == ("--optimization-level", "3", "--quantization", "fp8")
+
+
+# ---- 18. the greedy judge compares cells of one seed --------------------------------------------------------------
+# A new-user trial: cells {"ngram-n3/*": {"seed": 7}} were judged against the baseline's seed-0 outputs; with the
+# random dataset the seed picks other prompts, so the check compared outputs of different prompts.
+
+def test_a_cell_with_another_seed_than_its_baseline_gets_no_greedy_judge_and_says_why(tmp_path):
+    m = load_matrix(_smoke(tmp_path, sidecar={"cells": {"ngram-n3/*": {"seed": 7}}}))
+    c = next(c for c in m.cells() if c.serve == "ngram-n3")
+    assert (c.seed, c.baseline) == (7, None)
+    assert c.no_judge.startswith("no greedy judge: seed 7 differs from the baseline's 0 (baseline/c4)"), c.no_judge
+    text = dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
+    assert "greedy vs baseline" not in text and "seed 7 differs from the baseline's 0" in text, text
+    # one seed for both (the sidecar's cells, or the baseline's bench record too): the judge stays
+    m = load_matrix(_smoke(tmp_path / "same", sidecar={"cells": {"*": {"seed": 7}}}))
+    c = next(c for c in m.cells() if c.serve == "ngram-n3")
+    assert (c.seed, c.baseline, c.no_judge) == (7, "baseline", None)
+    m = load_matrix(_smoke(tmp_path / "rec", sidecar={"cells": {"baseline/*": {"seed": 3}}}))
+    c = next(c for c in m.cells() if c.serve == "ngram-n3")
+    assert (c.seed, c.baseline) == (0, None) and "seed 0 differs from the baseline's 3" in c.no_judge

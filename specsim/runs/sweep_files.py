@@ -47,7 +47,7 @@ numpy cannot take, a speculative ``baseline``, record names unusable as run ids,
 vLLM's ``--link-vars`` text, unbalanced quotes, local paths that do not exist.  A record's option replaces the same option
 of ``serve_cmd`` / ``bench_cmd`` as vLLM's sweep does (:func:`apply_record`); a serve record that
 changes what the target computes (another model, dtype, parallelism ...) gets no greedy-identity judge
-(``BenchCell.no_judge`` says why).
+(``BenchCell.no_judge`` says why), and so does a cell whose seed differs from its baseline cell's.
 """
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ class BenchCell:
     ``seed`` are the cell's own.  ``baseline``: the serve record whose outputs this cell's must equal
     (the greedy-identity judge), or None; ``no_judge``: why a temperature-0 speculative cell has no
     such judge (its serve record changes what the target computes, e.g. another ``model`` or
-    ``tensor_parallel_size``), else None.
+    ``tensor_parallel_size``, or its seed differs from its baseline cell's), else None.
     """
 
     serve: str
@@ -1089,6 +1089,20 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     run_labels: set[str] = set()
     long_ok = any(str(e.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "")).strip().lower() in ("1", "true")
                   for e in (env, os.environ))
+
+    def overrides(key: str) -> dict[str, Any]:
+        """The sidecar's ``cells`` settings of the cell ``<serve>/<bench>`` (later patterns win)."""
+        over: dict[str, Any] = {}
+        for pat, cfg_c in cells_cfg.items():
+            if fnmatch.fnmatch(key, pat):
+                over.update(cfg_c)
+        return over
+
+    def seed_of(key: str, bp: Mapping[str, Any]) -> Any:
+        """A cell's seed: its bench record's, else the sidecar's ``cells``, bench_cmd's, the sidecar's (each
+        checked above)."""
+        return bp.get("seed", overrides(key).get("seed", bench_base.get("seed", seed)))
+
     for sname, g in groups.items():
         if not _NAME_RE.match(sname):
             raise SpecsimValueError(f"serve record {sname!r}", "names must match [A-Za-z0-9][A-Za-z0-9._-]*", sname)
@@ -1138,11 +1152,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
             olen = bp.get("output_len", bench_base.get("output-len",
                           bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
-            over: dict[str, Any] = {}
-            for pat, cfg_c in cells_cfg.items():
-                if fnmatch.fnmatch(key, pat):
-                    over.update(cfg_c)
-            cell_seed = bp.get("seed", over.get("seed", bench_base.get("seed", seed)))  # each checked above
+            over = overrides(key)
+            cell_seed = seed_of(key, bp)
             rl = f"{sname}-{c['bench']}"
             if rl in run_labels:
                 raise SpecsimValueError(f"{key}", "two cells give the same run id", rl)
@@ -1154,6 +1165,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             if judged and changes:  # not greedy-identical to the baseline by construction
                 judged, no_judge = False, ("no greedy judge: serve record changes the target's "
                                            + ", ".join(f"{k} ({a} in {baseline} -> {b})" for k, a, b in changes))
+            if judged:  # another seed: other prompts (random datasets, shuffling), so other outputs
+                bcell = next(x for x in groups[baseline]["cells"] if x["bench"] == c["bench"])
+                bseed = seed_of(f"{baseline}/{c['bench']}", bcell["params"])
+                if int(bseed) != int(cell_seed):
+                    judged, no_judge = False, (f"no greedy judge: seed {int(cell_seed)} differs from the baseline's "
+                                               f"{int(bseed)} ({baseline}/{c['bench']}): the bench would sample "
+                                               "other prompts (random datasets, shuffling), so outputs need not "
+                                               "match; give both cells one seed for the judge")
             cells.append(BenchCell(
                 serve=sname, bench=c["bench"], params=bp, run_label=rl, label=label, temperature=temp,
                 concurrency=None if conc is None else int(conc), num_prompts=None if nprompts is None else int(nprompts),

@@ -105,9 +105,10 @@ def test_peak_flops_mapping():
     for p in ("bf16", "fp16", "int4"):
         assert mi300.peak_flops(p) == 1307.4e12
     assert mi300.peak_flops("fp8") == 2614.9e12
-    # mxfp4: fp4 peak where present, else fp8, else bf16
+    # mxfp4: fp4 peak where present, else bf16 (vLLM's W4A16 kernels: Marlin, OAI Triton, AITER a16w4)
     assert mi355.peak_flops("mxfp4") == 10.1e15
-    assert mi300.peak_flops("mxfp4") == 2614.9e12
+    assert mi300.peak_flops("mxfp4") == 1307.4e12
+    assert h100.peak_flops("mxfp4") == 989e12
     assert a100.peak_flops("mxfp4") == 312e12
     # fp32 on a GPU without an fp32 entry: bf16 / 2
     assert h100.peak_flops("fp32") == pytest.approx(989e12 / 2)

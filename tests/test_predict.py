@@ -892,8 +892,9 @@ def test_a_latency_table_in_other_units_or_of_another_model_is_refused_not_predi
 def test_fp8_on_a_gpu_without_fp8_units_is_weight_only_and_said():
     """A new-user trial: precision fp8 on A100 was refused ("no peak FLOP/s") although vLLM serves FP8
     checkpoints there weight-only (FP8 Marlin, "for GPUs that lack FP8 hardware support"), while mxfp4
-    on H100 was accepted with no word on how it is modelled.  Now both predict, at the bf16 / fp8
-    peak with 1-byte / 0.53-byte weight reads, and say so; native precisions carry no such note."""
+    on H100 was accepted with no word on how it is modelled.  Now both predict, at the bf16 peak
+    (weight-only, as vLLM's kernels run them) with 1-byte / 0.53-byte weight reads, and say so; native
+    precisions carry no such note."""
     kw = dict(concurrency=8, acceptance=0.7)
     fp8 = predict("Qwen3-8B", "eagle3", 3, hardware="A100", precision="fp8", **kw)
     bf16 = predict("Qwen3-8B", "eagle3", 3, hardware="A100", precision="bf16", **kw)
@@ -903,7 +904,11 @@ def test_fp8_on_a_gpu_without_fp8_units_is_weight_only_and_said():
     assert note and "bf16 peak" in note[0] and "weight-only" in note[0]
     assert not any("matrix units" in a for a in bf16.assumptions)
     mx = predict("Qwen3-8B", "eagle3", 3, hardware="H100", precision="mxfp4", **kw)
-    assert any("no FP4 matrix units" in a and "fp8 peak" in a for a in mx.assumptions)
+    # vLLM runs MXFP4 without FP4 units as W4A16 (Marlin / OAI Triton on Hopper): the bf16 peak, not fp8
+    assert any("no FP4 matrix units" in a and "bf16 peak" in a for a in mx.assumptions)
+    from specsim.hardware import load_hardware
+    assert load_hardware("H100").peak_dtype("mxfp4") == load_hardware("MI300X").peak_dtype("mxfp4") == "bf16"
+    assert load_hardware("MI355X").peak_dtype("mxfp4") == "fp4"
     assert not any("matrix units" in a for a in predict("Qwen3-8B", "eagle3", 3, hardware="H100", precision="fp8",
                                                          **kw).assumptions)
     # a config's routed experts in mxfp4 (precision None) are named too

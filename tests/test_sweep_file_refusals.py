@@ -471,3 +471,20 @@ def test_a_cell_with_another_seed_than_its_baseline_gets_no_greedy_judge_and_say
     m = load_matrix(_smoke(tmp_path / "rec", sidecar={"cells": {"baseline/*": {"seed": 3}}}))
     c = next(c for c in m.cells() if c.serve == "ngram-n3")
     assert (c.seed, c.baseline) == (0, None) and "seed 0 differs from the baseline's 3" in c.no_judge
+
+
+# ---- vLLM's --spec-method / --spec-model / --spec-tokens shortcuts -----------------------------------
+# vLLM 0.32 folds them into the speculative config (vllm/engine/arg_utils.py create_speculative_config);
+# specsim labels and judges a server by its speculative_config alone, so a server given only the
+# shortcuts was labelled "no speculation" (a new-user trial's follow-up): refused, naming the field.
+
+@pytest.mark.parametrize("kw,field", [
+    ({"serve": {"baseline": {}, "ngram-n3": {"spec_method": "ngram", "spec_tokens": 3}}},
+     "serve record 'ngram-n3': spec_method"),
+    ({"serve": {"baseline": {}, "ngram-n3": {"speculative_config": SPEC, "spec-tokens": 3}}},
+     "serve record 'ngram-n3': spec_tokens"),  # record keys are read in vLLM's _ spelling
+    ({"sidecar": {"serve_cmd": SERVE_CMD + " --spec-method ngram --spec-tokens 3"}}, "serve_cmd: spec-method"),
+])
+def test_spec_shortcuts_are_refused_pointing_at_the_speculative_config(tmp_path, kw, field):
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and "--speculative-config" in e.rule and "labels" in e.rule, str(e)

@@ -885,6 +885,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
     base_spec = _serve_cmd_spec(serve_base, need)
+    _refuse_spec_shortcuts(serve_base, "serve_cmd")
 
     def served(value: Any, where: str) -> str:
         """A bench ``--model`` / ``--served-model-name``: the served model (the bench must talk to it), as
@@ -1107,6 +1108,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if not _NAME_RE.match(sname):
             raise SpecsimValueError(f"serve record {sname!r}", "names must match [A-Za-z0-9][A-Za-z0-9._-]*", sname)
         sp = g["params"]
+        _refuse_spec_shortcuts(sp, f"serve record {sname!r}")
         # a record's speculative_config (whole or by dotted fields) replaces serve_cmd's whole: vLLM's sweep
         # replaces serve_cmd's --speculative-config by a whole one (param_sweep.py apply_to_cmd) and appends
         # dotted fields, which vLLM's parser gathers into one --speculative-config placed last, so argparse
@@ -1219,6 +1221,25 @@ def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:
             cfg["model"] = str(p)
     _check_spec_config(where, cfg)
     return cfg
+
+
+#: vLLM 0.32's shortcuts into the speculative config (vllm/engine/arg_utils.py
+#: ``create_speculative_config``: --spec-method / --spec-model / --spec-tokens fill its method / model /
+#: num_speculative_tokens) and the field each fills
+SPEC_SHORTCUTS = {"spec-method": "method", "spec-model": "model", "spec-tokens": "num_speculative_tokens"}
+
+
+def _refuse_spec_shortcuts(params: Mapping[str, Any], where: str) -> None:
+    """Refuse vLLM's ``--spec-method`` / ``--spec-model`` / ``--spec-tokens`` in serve_cmd or a serve
+    record: vLLM folds them into the speculative config, but specsim names, labels and judges a server
+    by its ``speculative_config`` alone, so such a server would be recorded as not speculating."""
+    given = [k for k in params if _canon(str(k)) in SPEC_SHORTCUTS]
+    if given:
+        k = _canon(str(given[0]))
+        raise SpecsimValueError(f"{where}: {given[0]}", f"give the speculative config as one --speculative-config / "
+                                f"speculative_config object (its field {SPEC_SHORTCUTS[k]!r}): vLLM 0.32 folds --{k} "
+                                "into it, but specsim labels, records and judges a server by that object alone",
+                                params[given[0]])
 
 
 def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:

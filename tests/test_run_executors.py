@@ -1204,3 +1204,31 @@ def test_an_orphaned_guardian_removes_its_status_file(tmp_path):
     st = json.loads(next((tmp_path / "copy").glob("guard-*.json")).read_text())
     assert st["orphaned"] is True
     _wait_for(lambda: not list((tmp_path / "tmp").glob("specsim-guard-*")), 10)
+
+
+def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():
+    """A new-user trial: ``--executor ray --ray-address 127.0.0.1:1`` printed Ray's "Failed to connect
+    to GCS" for more than 3 minutes and recorded nothing.  One TCP connection attempt refuses it."""
+    import socket as _socket
+
+    from specsim.errors import RunError
+    from specsim.runs.executors import RayExecutor, check_ray_address
+
+    with _socket.socket() as s:  # a port nothing listens on: bind, read it, close
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for addr in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(RunError) as ei:
+            check_ray_address(addr, timeout_s=2.0)
+        assert f"--ray-address {addr!r}" in str(ei.value) and "nothing accepts connections" in str(ei.value)
+    with pytest.raises(RunError, match="give host:port"):
+        check_ray_address("headnode")
+    check_ray_address(None)
+    check_ray_address("auto")
+    with _socket.socket() as srv:  # a listening port passes
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        check_ray_address(f"127.0.0.1:{srv.getsockname()[1]}", timeout_s=2.0)
+    pytest.importorskip("ray")
+    with pytest.raises(RunError, match="nothing accepts connections"):
+        RayExecutor(Path("/nonexistent-runs"), address=f"127.0.0.1:{port}")

@@ -607,6 +607,48 @@ def _slurm_job(job: dict) -> dict:
                                  "submitit_job_id": submitit_id, "resources": job.get("slurm_resources")})
 
 
+#: seconds to wait for a TCP connection to a ``--ray-address`` before refusing it
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a ``host:port`` / ``ray://host:port`` Ray address nothing accepts TCP connections on.
+
+    ``ray.init(address=...)`` retries an unreachable GCS address for minutes, printing Ray's own
+    "Failed to connect to GCS" lines and never raising (a new-user trial waited 200 s); one TCP
+    connection attempt tells the same in seconds.  ``None`` (a local cluster) and ``"auto"`` (Ray
+    finds a cluster started on this machine, or raises at once) are not checked.
+
+    Parameters
+    ----------
+    address : str or None
+        ``--ray-address``.
+    timeout_s : float
+        Seconds for the connection attempt.
+
+    Raises
+    ------
+    RunError
+        The address has no port, or the connection is refused or times out (names
+        ``--ray-address``).
+    """
+    if address is None or address == "auto":
+        return
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise RunError(f"--ray-address {address!r}: give host:port of the Ray head (e.g. 10.0.0.5:6379, or "
+                       "ray://10.0.0.5:10001 for Ray Client), 'auto' for a cluster started on this machine, or "
+                       "leave it out to start a local one")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise RunError(f"--ray-address {address!r}: nothing accepts connections at {host}:{port} ({exc}; waited up "
+                       f"to {timeout_s:g} s). Start a cluster there (`ray start --head --port {port}`) or give its "
+                       "address, or leave --ray-address out to start a local one") from exc
+
+
 class RayExecutor:
     """Runs each job as a Ray task (``ray.init(address)``; a local cluster when ``address`` is None).
 
@@ -624,8 +666,9 @@ class RayExecutor:
     MissingExtraError
         No ``ray`` package (``pip install 'specsim[ray]'``).
     RunError
-        ``address`` names no running Ray cluster (Ray's ConnectionError, reworded with specsim's
-        ``--ray-address``).
+        ``address`` names no running Ray cluster: nothing accepts connections there
+        (:func:`check_ray_address`, before Ray's own minutes of retries) or Ray's ConnectionError,
+        reworded with specsim's ``--ray-address``.
     """
 
     kind = "ray"
@@ -637,6 +680,7 @@ class RayExecutor:
         self.platform = platform
         self._started = False
         if not self.ray.is_initialized():
+            check_ray_address(address)
             try:
                 self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
                               **(init_kwargs or {}))

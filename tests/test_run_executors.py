@@ -1232,3 +1232,31 @@ def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():
     pytest.importorskip("ray")
     with pytest.raises(RunError, match="nothing accepts connections"):
         RayExecutor(Path("/nonexistent-runs"), address=f"127.0.0.1:{port}")
+
+
+def test_server_start_timeout_comes_from_the_sidecar(fake_env, monkeypatch):
+    """A new-user trial: the server start timeout was fixed at 600 s (executors.py) with no setting,
+    so a large model that compiles and captures CUDA graphs for longer could not be run.  The
+    sidecar's ``server_start_timeout_s`` now reaches every server (default 600 s), and a
+    non-positive value is refused before anything starts."""
+    from specsim.errors import RunError, SpecsimValueError
+    from specsim.runs import executors
+    from specsim.runs.sweep_files import load_matrix
+
+    seen = []
+
+    def capture(server_cmd, plans, **kw):
+        seen.append(kw["health_timeout_s"])
+        raise RunError("captured (no server started)")
+
+    monkeypatch.setattr(executors, "serve_and_bench", capture)
+    d = _matrix(fake_env["tmp"], sidecar={"server_start_timeout_s": 1234})
+    assert load_matrix(d, check_paths=False).server_start_timeout_s == 1234
+    run_matrix(d, runs_dir=fake_env["tmp"] / "runs", install=fake_env["install"], stamp="S", progress=False,
+               only=["baseline", "ngram-n2"])
+    assert seen and set(seen) == {1234}
+    (fake_env["tmp"] / "plain").mkdir()
+    assert load_matrix(_matrix(fake_env["tmp"] / "plain"), check_paths=False).server_start_timeout_s == 600.0
+    with pytest.raises(SpecsimValueError) as ei:
+        load_matrix(_matrix(fake_env["tmp"], sidecar={"server_start_timeout_s": 0}), check_paths=False)
+    assert ei.value.field == "server_start_timeout_s"

@@ -838,7 +838,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         def server_part(g: ServeGroup) -> dict:
             """What starting ``g``'s server takes: the start of its job (a job is made only once the
             baseline has run; the server part is enough to start the server ahead)."""
-            return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"])}
+            return {**job_base("group"), "group": g.name, "server_cmd": _serve_cmd(install, m, g, settings["server_args"]),
+                    "health_timeout_s": m.server_start_timeout_s}
 
         def skip_of(c) -> tuple[str | None, str | None, list[str]]:
             """(reason, cause, failed verdicts' run ids) to skip cell ``c`` behind a health check guarding

@@ -28,7 +28,8 @@ cell, as vLLM's sweep runs it; ``persistent``: one client per server running vLL
 (how many servers the local executor starts at once, 1 to 4, default 1: their start-ups overlap,
 their benches still run one server at a time after all of them are healthy; each bench run records
 ``server_start``), ``timeout_s`` and ``seed`` (every cell's default; ``cells`` overrides
-them per ``<serve>/<bench>`` pattern), ``env`` (extra environment of every vLLM process) and
+them per ``<serve>/<bench>`` pattern), ``server_start_timeout_s`` (seconds from a server's launch
+to ``/health`` answering, default 600), ``env`` (extra environment of every vLLM process) and
 ``platform`` (``auto``, ``cpu``, ``cuda``, ``rocm``: see :mod:`specsim.runs.platforms`).
 /metrics before / after, provenance and atomic never-overwrite recording apply to every cell.
 
@@ -91,7 +92,10 @@ SIDECAR = "specsim.json"
 #: every key a sidecar may have
 SIDECAR_KEYS = ("name", "description", "serve_cmd", "bench_cmd", "sweeps", "baseline", "health_checks",
                 "probes", "timeout_s", "seed", "cells", "env", "platform", "bench_client",
-                "concurrent_server_starts")
+                "concurrent_server_starts", "server_start_timeout_s")
+#: seconds a server may take from launch to answering ``/health`` unless the sidecar's
+#: ``server_start_timeout_s`` says otherwise (a large model with compilation and CUDA graphs may need more)
+DEFAULT_SERVER_START_TIMEOUT_S = 600.0
 #: the most servers ``concurrent_server_starts`` may start at once (each holds its weights and KV cache
 #: in memory while it waits)
 MAX_CONCURRENT_SERVER_STARTS = 4
@@ -202,6 +206,7 @@ class SweepMatrix:
     seed: int = 0
     bench_client: str = "process"
     concurrent_server_starts: int = 1
+    server_start_timeout_s: float = DEFAULT_SERVER_START_TIMEOUT_S
     files: tuple[str, ...] = ()
     local_paths: tuple[Path, ...] = ()
 
@@ -844,6 +849,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     if platform not in PLATFORMS:
         raise SpecsimValueError("platform", "unknown platform", platform, PLATFORMS)
     timeout_s = _pos_number(sc.get("timeout_s", _DEFAULT_TIMEOUT_S), "timeout_s")
+    start_timeout_s = _pos_number(sc.get("server_start_timeout_s", DEFAULT_SERVER_START_TIMEOUT_S),
+                                  "server_start_timeout_s")
     bench_client = sc.get("bench_client", "process")
     if bench_client not in BENCH_CLIENTS:
         raise SpecsimValueError("bench_client", "unknown bench client", bench_client, BENCH_CLIENTS)
@@ -1195,7 +1202,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         dtype=str(serve_base.get("dtype", "auto")), prompts=prompts,
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
         timeout_s=timeout_s, seed=seed, bench_client=bench_client,
-        concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)))
+        concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)),
+        server_start_timeout_s=start_timeout_s)
 
 
 def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:

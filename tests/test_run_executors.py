@@ -158,8 +158,9 @@ def _matrix(tmp: Path, *, extra_serve: dict | None = None, env: dict | None = No
     (d / "specsim.json").write_text(json.dumps({
         "name": "fake", "description": "stand-in vllm",
         "serve_cmd": "vllm serve org/hub-model --dtype float32 --max-num-seqs 4",
+        # --disable-shuffle: the prompts do not depend on the seed, so the seed-7 cells keep their greedy judge
         "bench_cmd": f"vllm bench serve --backend vllm --model org/hub-model --dataset-name custom "
-                     f"--dataset-path {prompts} --custom-output-len 8 --seed 0",
+                     f"--dataset-path {prompts} --disable-shuffle --custom-output-len 8 --seed 0",
         "sweeps": [{"serve_params": "serve_params.json", "bench_params": "bench_params.json"}],
         "baseline": "baseline",
         "health_checks": {"t-health": {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3},

@@ -455,22 +455,38 @@ def test_short_values_are_checked_as_the_long_options_are(tmp_path):
 
 # ---- 18. the greedy judge compares cells of one seed --------------------------------------------------------------
 # A new-user trial: cells {"ngram-n3/*": {"seed": 7}} were judged against the baseline's seed-0 outputs; with the
-# random dataset the seed picks other prompts, so the check compared outputs of different prompts.
+# random dataset the seed picks other prompts, so the check compared outputs of different prompts.  A file
+# dataset is shuffled with the seed unless --disable-shuffle (vllm/benchmarks/datasets/datasets.py): the
+# shipped smoke matrix disables it, so there the seed picks no prompt and the judge stays (a review).
+SHUFFLED = BENCH_CMD.replace(" --disable-shuffle", "")
+
 
 def test_a_cell_with_another_seed_than_its_baseline_gets_no_greedy_judge_and_says_why(tmp_path):
-    m = load_matrix(_smoke(tmp_path, sidecar={"cells": {"ngram-n3/*": {"seed": 7}}}))
+    assert SHUFFLED != BENCH_CMD
+    m = load_matrix(_smoke(tmp_path, sidecar={"cells": {"ngram-n3/*": {"seed": 7}}, "bench_cmd": SHUFFLED}))
     c = next(c for c in m.cells() if c.serve == "ngram-n3")
     assert (c.seed, c.baseline) == (7, None)
     assert c.no_judge.startswith("no greedy judge: seed 7 differs from the baseline's 0 (baseline/c4)"), c.no_judge
     text = dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
     assert "greedy vs baseline" not in text and "seed 7 differs from the baseline's 0" in text, text
     # one seed for both (the sidecar's cells, or the baseline's bench record too): the judge stays
-    m = load_matrix(_smoke(tmp_path / "same", sidecar={"cells": {"*": {"seed": 7}}}))
+    m = load_matrix(_smoke(tmp_path / "same", sidecar={"cells": {"*": {"seed": 7}}, "bench_cmd": SHUFFLED}))
     c = next(c for c in m.cells() if c.serve == "ngram-n3")
     assert (c.seed, c.baseline, c.no_judge) == (7, "baseline", None)
-    m = load_matrix(_smoke(tmp_path / "rec", sidecar={"cells": {"baseline/*": {"seed": 3}}}))
+    m = load_matrix(_smoke(tmp_path / "rec", sidecar={"cells": {"baseline/*": {"seed": 3}}, "bench_cmd": SHUFFLED}))
     c = next(c for c in m.cells() if c.serve == "ngram-n3")
     assert (c.seed, c.baseline) == (0, None) and "seed 0 differs from the baseline's 3" in c.no_judge
+    # the random dataset (vLLM's default) generates its prompts from the seed, shuffling or not
+    rnd = SHUFFLED.replace("--dataset-name custom", "--dataset-name random").replace(
+        " --dataset-path data/prompts/humaneval_custom.jsonl", "").replace("--custom-output-len", "--random-output-len")
+    m = load_matrix(_smoke(tmp_path / "rnd", sidecar={"cells": {"ngram-n3/*": {"seed": 7}},
+                                                      "bench_cmd": rnd + " --disable-shuffle"}))
+    c = next(c for c in m.cells() if c.serve == "ngram-n3")
+    assert c.baseline is None and "seed 7 differs" in c.no_judge
+    # a file dataset with --disable-shuffle (the shipped matrices): the seed picks no prompt, the judge stays
+    m = load_matrix(_smoke(tmp_path / "fixed", sidecar={"cells": {"ngram-n3/*": {"seed": 7}}}))
+    c = next(c for c in m.cells() if c.serve == "ngram-n3")
+    assert (c.seed, c.baseline, c.no_judge) == (7, "baseline", None)
 
 
 # ---- vLLM's --spec-method / --spec-model / --spec-tokens shortcuts -----------------------------------
@@ -488,3 +504,33 @@ def test_a_cell_with_another_seed_than_its_baseline_gets_no_greedy_judge_and_say
 def test_spec_shortcuts_are_refused_pointing_at_the_speculative_config(tmp_path, kw, field):
     e = _refused(_smoke(tmp_path, **kw))
     assert e.field == field and "--speculative-config" in e.rule and "labels" in e.rule, str(e)
+
+
+# ---- a temperature given in extra_body -----------------------------------------------------------------
+# vLLM 0.32's bench serve sends extra_body = {**sampling_params, **extra_body} (vllm/benchmarks/serve.py):
+# a temperature in --extra-body / a record's extra_body overrides --temperature.  specsim read only the
+# latter (a review): {"temperature": 0, "extra_body": {"temperature": 0.8}} was recorded and judged greedy.
+
+def test_the_temperature_in_extra_body_is_the_one_recorded_and_judged(tmp_path):
+    def cell(m):
+        return next(c for c in m.cells() if c.serve == "ngram-n3")
+
+    c = cell(load_matrix(_smoke(tmp_path / "a", bench={"c4": {**C4, "extra_body": {"temperature": 0.8}}})))
+    assert c.temperature == 0.8 and c.baseline is None
+    c = cell(load_matrix(_smoke(tmp_path / "b", bench={"c4": {"max_concurrency": 4, "num_prompts": 4,
+                                                              "extra_body": {"temperature": 0}}})))
+    assert c.temperature == 0.0 and c.baseline == "baseline"  # no longer refused as "gives no temperature"
+    c = cell(load_matrix(_smoke(tmp_path / "c", sidecar={
+        "bench_cmd": BENCH_CMD + """ --extra-body '{"temperature": 0.5}'"""})))
+    assert c.temperature == 0.5
+    e = _refused(_smoke(tmp_path / "d", bench={"c4": {**C4, "extra_body": {"temperature": 3}}}))
+    assert e.field.endswith("extra_body.temperature"), str(e)
+
+
+def test_matrix_files_with_a_byte_order_mark_are_read(tmp_path):
+    d = _smoke(tmp_path)
+    for f in ("serve_params.json", "bench_params.json", "specsim.json"):
+        p = d / f
+        p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
+    m = load_matrix(d)
+    assert m.name and m.cells()

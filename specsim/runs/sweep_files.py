@@ -302,7 +302,7 @@ def _refuse_param_file(p: Path):
 
 def _read_json(path: Path, what: str) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark, as editors on Windows write
     except FileNotFoundError:
         raise SpecsimValueError(what, "file not found", str(path)) from None
     if not text.strip():
@@ -995,7 +995,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 if any(c["bench"] == bname for c in g["cells"]):
                     raise SpecsimValueError(f"{sw['bench_params']}[{bname!r}]", f"cell {sname}/{bname} appears "
                                             "in two sweeps", bname)
-                if "temperature" not in bp and "temperature" not in bench_base:
+                if _cell_temperature(bp, bench_base) is None:
                     # vLLM 0.32's `vllm bench serve` sends no temperature then (vllm/benchmarks/serve.py:
                     # "no longer sets temperature==0 (greedy) ... include --temperature=0"): the server samples
                     # at its default, and a record of T=0 (or any T) would be wrong. vLLM's own sweep on these
@@ -1155,7 +1155,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         for c in g["cells"]:
             bp = c["params"]
             key = f"{sname}/{c['bench']}"
-            temp = _as_float(bp.get("temperature", bench_base.get("temperature")), f"{key}: temperature")  # given: above
+            temp = _as_float(_cell_temperature(bp, bench_base), f"{key}: temperature")  # given: above
+            if not 0.0 <= temp <= 2.0:  # one given in extra_body escapes the option's own range check
+                raise SpecsimValueError(f"{key}: extra_body.temperature", "must lie in [0, 2] (vLLM's "
+                                        "SamplingParams refuses others)", temp)
             conc = bp.get("max_concurrency", bench_base.get("max-concurrency"))
             nprompts = bp.get("num_prompts", bench_base.get("num-prompts"))
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
@@ -1174,7 +1177,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             if judged and changes:  # not greedy-identical to the baseline by construction
                 judged, no_judge = False, ("no greedy judge: serve record changes the target's "
                                            + ", ".join(f"{k} ({a} in {baseline} -> {b})" for k, a, b in changes))
-            if judged:  # another seed: other prompts (random datasets, shuffling), so other outputs
+            if judged and _seed_picks_prompts(bp, bench_base):  # another seed: other prompts, other outputs
                 bcell = next(x for x in groups[baseline]["cells"] if x["bench"] == c["bench"])
                 bseed = seed_of(f"{baseline}/{c['bench']}", bcell["params"])
                 if int(bseed) != int(cell_seed):
@@ -1248,6 +1251,39 @@ def _refuse_spec_shortcuts(params: Mapping[str, Any], where: str) -> None:
                                 f"speculative_config object (its field {SPEC_SHORTCUTS[k]!r}): vLLM 0.32 folds --{k} "
                                 "into it, but specsim labels, records and judges a server by that object alone",
                                 params[given[0]])
+
+
+def _seed_picks_prompts(bp: Mapping[str, Any], bench_base: Mapping[str, Any]) -> bool:
+    """Whether a cell's seed decides which prompts its bench sends (vLLM 0.32,
+    vllm/benchmarks/datasets/datasets.py): a generated dataset (``random*``, ``prefix_repetition``;
+    ``random`` is the default ``--dataset-name``) always; a file dataset unless ``--disable-shuffle``
+    (it is shuffled with the seed otherwise)."""
+    name = str(bp.get("dataset_name", bench_base.get("dataset-name", "random")))
+    if name.startswith("random") or name == "prefix_repetition":
+        return True
+    return not bool(bp.get("disable_shuffle", bench_base.get("disable-shuffle", False)))
+
+
+def _extra_body(value: Any) -> Mapping[str, Any]:
+    """An ``extra_body`` / ``--extra-body`` value as a mapping (JSON text parsed; anything else empty)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _cell_temperature(bp: Mapping[str, Any], bench_base: Mapping[str, Any]) -> Any:
+    """The temperature a cell's requests carry, as vLLM 0.32's ``vllm bench serve`` sends it: its
+    ``extra_body`` overrides the sampling parameters (``extra_body = {**sampling_params, **extra_body}``,
+    vllm/benchmarks/serve.py), the record's ``extra_body`` replacing bench_cmd's ``--extra-body`` (vLLM's
+    sweep replaces an option whole); else the record's ``temperature``, else bench_cmd's; None when
+    none gives one (the server's default then applies)."""
+    body = _extra_body(bp["extra_body"] if "extra_body" in bp else bench_base.get("extra-body"))
+    if "temperature" in body:
+        return body["temperature"]
+    return bp.get("temperature", bench_base.get("temperature"))
 
 
 def _check_spec_config(where: str, cfg: Mapping[str, Any]) -> None:

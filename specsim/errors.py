@@ -45,21 +45,33 @@ class SpecsimValueError(SpecsimError, ValueError):
 
 
 def _close_match(value: Any, allowed: list) -> str | None:
-    """The allowed string a mistyped string value most likely meant: the same letters in another
-    case (``EAGLE3`` -> ``eagle3``), else the closest by :func:`difflib.get_close_matches`
-    (cutoff 0.8: one or two letters off); None when nothing is close or the value is not a string."""
+    """The allowed string a mistyped string value surely meant, or None: the same letters in another
+    case (``EAGLE3`` -> ``eagle3``), the same letters with two neighbours swapped (``eagel3``), or
+    the one allowed name that extends the value by a word or a letter (``H100`` -> ``H100 SXM``,
+    ``MI300`` -> ``MI300X``).  A value one letter or digit away from an allowed name is NOT matched:
+    such pairs are often distinct products, formats or methods (``MI250X`` / ``MI350X``, ``mxfp8`` /
+    ``mxfp4``, vLLM's ``eagle`` / ``eagle3``)."""
     if not isinstance(value, str) or not value:
         return None
     names = [a for a in allowed if isinstance(a, str)]
     if value in names:
         return None
-    folded = [a for a in names if a.casefold() == value.casefold()]
-    if folded:
-        return folded[0]
-    import difflib
+    v = value.casefold()
+    for rule in (lambda a: a == v, lambda a: _one_swap(a, v),
+                 lambda a: len(v) >= 3 and a.startswith(v) and (a[len(v)] == " " or (len(a) == len(v) + 1
+                                                                                    and a[-1].isalpha()))):
+        hits = [a for a in names if rule(a.casefold())]
+        if len(hits) == 1:
+            return hits[0]
+    return None
 
-    close = difflib.get_close_matches(value, names, n=1, cutoff=0.8)
-    return close[0] if close else None
+
+def _one_swap(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with two neighbouring characters swapped."""
+    if len(a) != len(b):
+        return False
+    diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+    return len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
 
 
 def _plain(value: Any) -> Any:

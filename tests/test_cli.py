@@ -825,6 +825,27 @@ def test_a_mistyped_name_gets_the_closest_allowed_one(capsys, flag, typed, meant
     assert rc == 2 and "did you mean" not in err
 
 
+@pytest.mark.parametrize("argv", [
+    # one letter or digit off is often another real thing: no suggestion (a review)
+    ["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7", "--hardware", "MI250X"],
+    ["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7", "--precision", "mxfp8"],
+    ["recommend", "--target", "Qwen3-8B", "--method", "eagle"],  # vLLM's eagle is not eagle3
+])
+def test_a_real_name_one_letter_off_gets_no_suggestion(capsys, argv):
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and "did you mean" not in err, err
+
+
+def test_a_flag_left_at_its_default_keeps_the_library_name(capsys):
+    """A review: Kimi-K2.5 without --tp was refused as "--tp: ... (got 1)", as if the user had typed it."""
+    rc, _, err = run(["predict", "--target", "Kimi-K2.5", "--method", "eagle3", "-n", "3", "--acceptance", "0.7"],
+                     capsys)
+    assert rc == 2 and err.startswith("specsim: error: tp: "), err
+    rc, _, err = run(["predict", "--target", "Kimi-K2.5", "--method", "eagle3", "-n", "3", "--acceptance", "0.7",
+                      "--tp", "1"], capsys)
+    assert rc == 2 and err.startswith("specsim: error: --tp: "), err
+
+
 def test_json_carries_vllms_acceptance_rate_and_mal_beside_the_all_step_ones(capsys):
     """A new-user trial: with the drafted share of a real n-gram run applied, --json gave ``mal``
     1.753 and ``acceptance_rate`` 0.251 (over ALL decode steps) and no figure comparable with what

@@ -664,10 +664,12 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"specsim: warning: {message}", file=sys.stderr)
 
 
-def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser,
+              argv: list[str]) -> str:
     """The error's message with a library field (``osl``, ``method``, ``num_speculative_tokens``)
-    named as the flag the user typed (``--osl``, ...), when the command has that flag and the
-    refused value is the one given on the command line (a field of a file keeps its own name)."""
+    named as the flag the user typed (``--osl``, ...), when the command has that flag, the flag is
+    in ``argv`` and the refused value is the one given there (a field of a file, or a flag left at
+    its default, keeps the library's name)."""
     msg = str(e)
     field = getattr(e, "field", None)
     if not isinstance(e, SpecsimValueError) or not isinstance(field, str) or not msg.startswith(field + ":"):
@@ -676,15 +678,18 @@ def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.Argume
     sub = subs[0].choices.get(getattr(args, "command", None)) if subs else None
     if sub is None:
         return msg
-    flags = {a.dest: "/".join(a.option_strings) for a in sub._actions if a.option_strings}
+    actions = {a.dest: a for a in sub._actions if a.option_strings}
     given = getattr(args, field, None)
-    if field not in flags or given is None or e.value is None:
+    if field not in actions or given is None or e.value is None:
         return msg
+    typed_flags = {t.split("=", 1)[0] for t in argv if t.startswith("-")}
+    if not typed_flags & set(actions[field].option_strings):
+        return msg  # the default, not typed
     refused = e.value if isinstance(e.value, (list, tuple)) else [e.value]
     typed = {str(given)} | {x.strip() for x in str(given).split(",")}
     if not all(str(v) in typed for v in refused):
         return msg
-    return flags[field] + msg[len(field):]
+    return "/".join(actions[field].option_strings) + msg[len(field):]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -694,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     collected), 2 bad input, a missing optional extra or an OS error -- with a one-line message on
     stderr, never a traceback.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     clear_read_cache()  # read once per command, not across commands of one process (tests, notebooks)
     previous = warnings.showwarning
@@ -708,7 +714,7 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'specsim[{extra}]'", file=sys.stderr)
         return 2
     except SpecsimError as e:
-        print(f"specsim: error: {_as_typed(e, args, build_parser())}", file=sys.stderr)
+        print(f"specsim: error: {_as_typed(e, args, build_parser(), argv)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
         try:

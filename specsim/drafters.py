@@ -273,8 +273,8 @@ class Drafter:
     precision : str or None
         Draft checkpoint's weight precision (None: bf16, or for native MTP the target's).  A
         quantized one (fp8, mxfp4, int4) runs as stored; a dtype (bf16 / fp16 / fp32) is cast to
-        the target's dtype when the target has one: vLLM builds the draft's ModelConfig with
-        ``dtype=self.target_model_config.dtype`` (``vllm/config/speculative.py``); see
+        the target's dtype (bf16 behind a quantized target): vLLM builds the draft's ModelConfig
+        with ``dtype=self.target_model_config.dtype`` (``vllm/config/speculative.py``); see
         :meth:`draft_precision`.
     draft_tp : int or None
         Draft TP degree (vLLM ``draft_tensor_parallel_size``); None = the target's TP.
@@ -350,10 +350,10 @@ class Drafter:
 
         A quantized draft checkpoint (:attr:`precision` fp8, mxfp4, int4) runs as stored.  A draft
         stored in a dtype (:attr:`precision` in :data:`DTYPE_PRECISIONS`, or unset) runs at the
-        target's dtype when the target's ``precision`` is one (vLLM casts it:
-        ``dtype=self.target_model_config.dtype``, ``vllm/config/speculative.py``); behind a
-        quantized target, or the target's serving mix (``target_precision`` None), it runs at its
-        stored dtype (bf16 when unset).  Native MTP without a set precision shares the target's.
+        target's dtype (vLLM casts it: ``dtype=self.target_model_config.dtype``,
+        ``vllm/config/speculative.py``): the target's ``precision`` when that is a dtype, bf16 behind
+        a quantized target (its activation dtype) or the serving mix (``target_precision`` None).
+        Native MTP without a set precision shares the target's.
 
         Parameters
         ----------
@@ -372,7 +372,7 @@ class Drafter:
             return target_precision
         if target_precision in DTYPE_PRECISIONS:
             return target_precision
-        return self.precision or "bf16"
+        return "bf16"
 
     def _pass(self, lat: Any, net: Any, *, batch, q, context, tp: int, precision: str, overhead: float | None):
         bd = lat.breakdown(net, tp=tp, precision=precision, batch=batch, q=q, context=context)

@@ -410,6 +410,9 @@ def test_a_separate_draft_runs_at_the_targets_dtype_and_a_set_bf16_draft_is_blam
     assert own.t_draft_s > 0
     assert get_drafter("eagle3", target="Qwen3-8B").draft_precision("fp8") == "bf16"
     assert get_drafter("eagle3", target="Qwen3-8B").draft_precision("fp16") == "fp16"
+    # a draft stored in fp32 is cast too: to the quantized target's bf16 activations (a review)
+    stored32 = get_drafter("eagle3", target="Qwen3-8B").with_params(precision="fp32")
+    assert [stored32.draft_precision(t) for t in ("fp8", "mxfp4", None, "fp16")] == ["bf16", "bf16", "bf16", "fp16"]
     assert get_drafter("eagle3", target="Qwen3-8B").precision == "bf16"  # the checkpoint's stored dtype
     # a quantized draft checkpoint runs as stored: on a CPU without fp8 it is blamed by name
     fp8 = get_drafter("eagle3", target="Qwen3-8B").with_params(precision="fp8")

@@ -32,6 +32,7 @@ from specsim.engine import (
     SpecOverhead,
     _evaluate_shared,
     _uses_plan,
+    OSL_MIN,
     acceptance_extrapolated,
     check_osl,
     decode_tokens,
@@ -718,7 +719,8 @@ class MeasuredBaseline:
         SpecsimValueError
             The run had speculative decoding (``spec_decode_*`` counters present: not a baseline),
             no fixed concurrency (``max_concurrency`` null or a finite ``request_rate``), no completed
-            request, or lacks the measurement anchored on.
+            request, a mean output length below 2 tokens (no decode step), or lacks the measurement
+            anchored on.
         DataError
             Not a ``vllm bench serve`` result (as the reader).
         """
@@ -767,9 +769,15 @@ class MeasuredBaseline:
             key = "output_throughput" if want == "output_tok_per_s" else "mean_tpot_ms"
             raise SpecsimValueError(f"{field_prefix}.{key}", f"missing or not a positive number in {res.source}",
                                     raw.get(key))
+        osl = mean_len("total_output_tokens")
+        if osl is not None and osl < OSL_MIN:
+            raise SpecsimValueError(f"{field_prefix}.total_output_tokens", f"gives {raw.get('total_output_tokens')} "
+                                    f"output tokens over {done} requests in {res.source}, a mean OSL of {osl}: "
+                                    "its requests have no decode step (the prefill samples the first token), so it "
+                                    "cannot anchor a decode model; use a run with at least 2 output tokens per "
+                                    "request", osl)
         return cls(tpot_s=tpot_s, output_tok_per_s=tok_s, concurrency=conc, isl=mean_len("total_input_tokens"),
-                   osl=mean_len("total_output_tokens"), metric=want,
-                   source=f"vllm bench serve result {res.source}")
+                   osl=osl, metric=want, source=f"vllm bench serve result {res.source}")
 
 
 def as_baseline(baseline) -> MeasuredBaseline | None:

@@ -869,3 +869,19 @@ def test_json_carries_vllms_acceptance_rate_and_mal_beside_the_all_step_ones(cap
     d = json.loads(out)
     assert d["mal_per_drafted_step"] == pytest.approx(d["mal"]) and \
         d["accepted_per_proposed_token"] == pytest.approx(d["acceptance_rate"])
+
+
+def test_a_baseline_run_without_decode_steps_is_refused_naming_the_file(capsys, tmp_path):
+    """A review: a baseline whose mean output length rounds to 1 was refused as "osl: must be ..." (or,
+    with --osl 64, told to give --osl 1, which is refused): no flag or file named the cause."""
+    raw = json.loads((REAL / "run" / "bench_a.json").read_text())
+    base = {k: v for k, v in raw.items() if not k.startswith("spec_decode")}
+    base["total_output_tokens"] = base["completed"]  # one output token per request
+    f = tmp_path / "one_token.json"
+    f.write_text(json.dumps(base))
+    for extra in ([], ["--osl", "64"]):
+        rc, _, err = run(["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3",
+                          "--hardware", "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7",
+                          "--baseline-from", str(f), *extra], capsys)
+        assert rc == 2 and err.startswith("specsim: error: --baseline-from.total_output_tokens: "), err
+        assert "mean OSL of 1" in err and "--osl 1" not in err

@@ -33,7 +33,7 @@ test: $(VENV)/.installed vllm-env
 # measured run time); validate-cpu-full runs the matrix the recorded 2026-11-29 runs came from
 STAMP := $(shell date -u +%Y%m%dT%H%M%S)
 
-# run-matrix exits 1 when a run failed (each recorded with its error): the runs recorded are still
+# run-matrix exits 1 when a run failed (each recorded with its error) or a greedy-identity check failed: the runs recorded are still
 # validated, and make then fails with that status; an interrupt (130 / 143) or a refusal (2) stops here
 validate-cpu: $(VENV)/.installed vllm-env
 	rc=0; $(BIN)/specsim run-matrix --matrix cpu-validation-fast --stamp $(STAMP) || rc=$$?; \

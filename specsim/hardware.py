@@ -116,9 +116,10 @@ class Hardware:
         elif precision == "fp8":  # without FP8 units: weight-only FP8 (vLLM's FP8 Marlin), bf16 math
             candidates = ["fp8"] if self.kind == "cpu" else ["fp8", "bf16"]
         elif precision == "mxfp4":
-            # without FP4 units vLLM serves MXFP4 as W4A16 (bf16 activations): MarlinMxFp4LinearKernel,
-            # the Marlin / OAI-Triton MoE backends on Hopper and Ampere, AITER's Triton a16w4 MoE on
-            # gfx942 (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py): never an FP8 multiply
+            # without FP4 units vLLM serves MXFP4 as W4A16 by default (bf16 activations):
+            # MarlinMxFp4LinearKernel, the Marlin / OAI-Triton MoE backends on Hopper and Ampere, AITER's
+            # Triton a16w4 MoE on gfx942 (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py); its W4A8
+            # AITER_MXFP4_FP8 backend serves checkpoints that declare static FP8 input scales, not modelled
             candidates = ["fp4", "bf16"]
         else:  # fp32
             candidates = ["fp32"] if (self.kind == "cpu" or "fp32" in peaks) else ["bf16"]

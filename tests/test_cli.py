@@ -885,3 +885,13 @@ def test_a_baseline_run_without_decode_steps_is_refused_naming_the_file(capsys, 
                           "--baseline-from", str(f), *extra], capsys)
         assert rc == 2 and err.startswith("specsim: error: --baseline-from.total_output_tokens: "), err
         assert "mean OSL of 1" in err and "--osl 1" not in err
+
+
+def test_baseline_from_an_appended_file_says_what_to_do_on_the_command_line(capsys):
+    """A new-user trial: --baseline-from a --append-result file (two runs) answered with the library's
+    hint (read_bench_results / index=), which the command line has no flag for."""
+    f = REAL / "run" / "bench_appended.json"
+    rc, _, err = run(["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+                      "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7", "--baseline-from", str(f)], capsys)
+    assert rc == 2 and err.startswith("specsim: error: --baseline-from: holds 2 results"), err
+    assert "index=" not in err and "sed -n Np" in err

@@ -436,6 +436,14 @@ def baseline_from_args(args) -> MeasuredBaseline | None:
                                     "JSON (a recorded run's bench.json)", path)
         if not Path(path).is_file():
             raise SpecsimValueError("--baseline-from", "no such file", path)
+        from specsim.vllm.bench import read_bench_results
+
+        n = len(read_bench_results(path))
+        if n > 1:  # the library's message points at index=, which the command line has no flag for
+            raise SpecsimValueError("--baseline-from", f"holds {n} results, one per line (vllm bench serve "
+                                    "--append-result): the baseline is one run; save the line of the run you "
+                                    f"mean alone, e.g. `sed -n Np {path} > baseline.json` for the one on line N",
+                                    path)
         return MeasuredBaseline.from_bench(path, field_prefix="--baseline-from",
                                            metric={"tpot": "tpot_s", "tok_per_s": "output_tok_per_s"}.get(metric))
     return None

@@ -252,7 +252,8 @@ class Prediction:
             + f"  (baseline step {self.t_base_s * 1e3:.3f} ms)",
             f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
             f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (the ratio is < 1 at a MAL below it; this MAL "
-            f"{self.mal:.3f})",
+            f"{self.mal:.3f}" + ("; below 1: the speculative step is timed no dearer than the baseline step, so any "
+                                 "acceptance pays" if self.break_even_mal < 1.0 else "") + ")",
             f"  step cost           {self.verify_cost_in_baseline_steps:6.3f} baseline steps (verification alone "
             f"{self.verification_cost_in_baseline_steps:.3f})",
             f"  latency model       {lat}: {self.latency_description}",
@@ -653,6 +654,10 @@ class MeasuredBaseline:
         quantity the throughput ratio is made of).
     source : str
         Where the numbers come from (shown in the prediction).
+    failed_requests, completed_requests : int, optional
+        Requests of the run that failed / completed (``vllm bench serve``'s ``failed``,
+        ``completed``); a run with failures is warned about: its throughput is not that of a
+        healthy deployment.
 
     Raises
     ------
@@ -668,6 +673,8 @@ class MeasuredBaseline:
     osl: int | None = None
     metric: str | None = None
     source: str = "argument"
+    failed_requests: int | None = None
+    completed_requests: int | None = None
 
     def __post_init__(self):
         for name in _BASELINE_METRICS:
@@ -776,8 +783,12 @@ class MeasuredBaseline:
                                     "its requests have no decode step (the prefill samples the first token), so it "
                                     "cannot anchor a decode model; use a run with at least 2 output tokens per "
                                     "request", osl)
+        failed = raw.get("failed")
+        failed = int(failed) if isinstance(failed, (int, float)) and not isinstance(failed, bool) and failed > 0 \
+            else None
         return cls(tpot_s=tpot_s, output_tok_per_s=tok_s, concurrency=conc, isl=mean_len("total_input_tokens"),
-                   osl=osl, metric=want, source=f"vllm bench serve result {res.source}")
+                   osl=osl, metric=want, source=f"vllm bench serve result {res.source}", failed_requests=failed,
+                   completed_requests=int(done))
 
 
 def as_baseline(baseline) -> MeasuredBaseline | None:
@@ -987,7 +998,8 @@ def _solve_anchor(r: Scenario, b: MeasuredBaseline, *, tp: int, point: tuple[int
         return {"metric": metric, "measured": measured, "predicted_unanchored": p1,
                 "predicted_anchored": predicted(k, host), "concurrency": c_b, "isl": i_b, "osl": o_b,
                 "target_time_scale": k, "host_time_scale": host, "scaled": scaled, "source": b.source,
-                "also_measured": {other: float(getattr(b, other))} if other else None}
+                "also_measured": {other: float(getattr(b, other))} if other else None,
+                "failed_requests": b.failed_requests, "completed_requests": b.completed_requests}
 
     p1 = predicted(1.0)
     log_k = _solve_log_scale(lambda lk: math.log(predicted(math.exp(lk)) / measured), start(p1))
@@ -1764,8 +1776,19 @@ BASELINE_CONSISTENT = (0.25, 2.0)
 
 
 def _baseline_consistency(anchor: Mapping[str, Any]) -> tuple[str, ...]:
-    """The warning of a baseline whose TPOT and output tok/s do not describe one run (see
-    :data:`BASELINE_CONSISTENT`); empty when only one was given or they agree."""
+    """The warnings of a baseline whose TPOT and output tok/s do not describe one run (see
+    :data:`BASELINE_CONSISTENT`), or whose run had failed requests; empty otherwise."""
+    failed = anchor.get("failed_requests")
+    out: tuple[str, ...] = ()
+    if failed:
+        done = anchor.get("completed_requests")
+        out = (f"the baseline run ({anchor.get('source')}) had {failed} failed request(s)"
+               + (f" beside {done} completed" if done else "") + ": its throughput is not that of a healthy "
+               "deployment (errors, timeouts or preemption); anchor on a run without failures",)
+    return out + _tpot_tok_consistency(anchor)
+
+
+def _tpot_tok_consistency(anchor: Mapping[str, Any]) -> tuple[str, ...]:
     also = anchor.get("also_measured") or {}
     vals = {anchor["metric"]: float(anchor["measured"]), **{k: float(v) for k, v in also.items()}}
     if set(vals) != set(_BASELINE_METRICS):
@@ -1798,11 +1821,26 @@ def anchor_factor_warning(anchor: Mapping[str, Any]) -> tuple[str, ...]:
             f"precision and hardware{per_user}; the speculative overheads are not scaled by the anchor",)
 
 
+#: a verification forward timed this much faster (relatively) than the q = 1 forward is warned about:
+#: above the run-to-run noise of the CPU validation (3.7 % median) -- the recorded CPU probes' q > 1
+#: rows lie up to 19 % below their q = 1 row at batch 1, where the forward is flat in q
+VERIFY_FASTER_TOLERANCE = 0.05
+
+
 def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tuple[str, ...]:
-    """Warnings on numbers a reader should not take at face value: an anchor factor far from 1, and a
+    """Warnings on numbers a reader should not take at face value: an anchor factor far from 1, a
     speculative overhead larger than draft + verification together (per-sequence stack terms fitted
-    at one load, extrapolated)."""
+    at one load, extrapolated), and a verification forward (q = N + 1) timed faster than the decode
+    forward (q = 1) it replaces by more than :data:`VERIFY_FASTER_TOLERANCE` -- no kernel does more
+    work in less time; a measured latency table's noise does (it can put the break-even MAL below 1)."""
     out = []
+    fwd1 = vals.get("t_base_s", 0.0) - vals.get("t_host_s", 0.0)
+    tv = vals.get("t_verify_s", 0.0)
+    if 0.0 < tv < fwd1 * (1.0 - VERIFY_FASTER_TOLERANCE):
+        out.append(f"the target's verification forward (q = N + 1: {tv * 1e3:.4g} ms) is timed faster than its decode "
+                   f"forward (q = 1: {fwd1 * 1e3:.4g} ms): more tokens cannot take less time, so the latency model "
+                   "(a measured table's noise between its q rows?) credits speculation with a saving no step has; "
+                   "repeat the measurement or smooth the table")
     if anchor is not None:
         out.extend(anchor_factor_warning(anchor))
         out.extend(anchor_scope_warning(anchor))

@@ -895,3 +895,43 @@ def test_baseline_from_an_appended_file_says_what_to_do_on_the_command_line(caps
                       "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7", "--baseline-from", str(f)], capsys)
     assert rc == 2 and err.startswith("specsim: error: --baseline-from: holds 2 results"), err
     assert "index=" not in err and "sed -n Np" in err
+
+
+def test_a_latency_table_whose_q_rows_fall_below_q1_is_warned_and_break_even_below_1_explained(capsys):
+    """The ingest trial: a recorded CPU probe printed "break-even MAL 0.988" with no word.  The recorded
+    probe 20261202T052250 times q = 4 at 32.38 ms and q = 1 at 39.93 ms (batch 1, its file): read
+    literally, verifying 4 tokens is 19 % cheaper than decoding 1, which the prediction credits to
+    speculation."""
+    import pandas as pd
+
+    d = Path(__file__).resolve().parents[1] / "data" / "runs" / "cpu-validation-fast-20261202T052250-verify-cost"
+    t = pd.read_csv(d / "verify_cost.csv")
+    q1, q4 = (float(t[(t.batch == 1) & (t.q == q)].seconds.iloc[0]) for q in (1, 4))
+    assert q4 < q1 * 0.95
+    argv = ["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+            "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7", "--latency-table",
+            str(d / "verify_cost.csv"), "--isl", "480", "--osl", "64"]
+    rc, out, _ = run([*argv, "--concurrency", "1"], capsys)
+    assert rc == 0
+    assert f"(q = N + 1: {q4 * 1e3:.4g} ms) is timed faster than its decode forward (q = 1: {q1 * 1e3:.4g} ms)" in out
+    assert "below 1: the speculative step is timed no dearer than the baseline step" in out
+    rc, out, _ = run([*argv, "--concurrency", "16"], capsys)  # q rows ascend at batch 16: no such warning
+    assert rc == 0 and "timed faster than its decode forward" not in out and "below 1:" not in out
+
+
+def test_a_baseline_run_with_failed_requests_is_warned_about(capsys, tmp_path):
+    """The ingest trial: a baseline run with 8 of 16 requests failed anchored the prediction with no word."""
+    raw = json.loads((REAL / "run" / "bench_a.json").read_text())
+    base = {k: v for k, v in raw.items() if not k.startswith("spec_decode")}
+    assert base["failed"] == 0
+    ok, bad = tmp_path / "ok.json", tmp_path / "failed.json"
+    ok.write_text(json.dumps(base))
+    bad.write_text(json.dumps({**base, "failed": 8, "completed": 8}))
+    argv = ["--target", "SmolLM2-135M-Instruct", "--method", "ngram", "--hardware", "cpu-2core-avx2", "--precision",
+            "fp32", "--acceptance", "0.7"]
+    rc, out, _ = run(["predict", *argv, "-n", "3", "--baseline-from", str(bad)], capsys)
+    assert rc == 0 and "had 8 failed request(s) beside 8 completed" in out
+    rc, out, _ = run(["predict", *argv, "-n", "3", "--baseline-from", str(ok)], capsys)
+    assert rc == 0 and "failed request" not in out
+    rc, _, err = run(["sweep", *argv, "-n", "1,3", "--baseline-from", str(bad)], capsys)
+    assert rc == 0 and "had 8 failed request(s)" in err

@@ -534,3 +534,24 @@ def test_matrix_files_with_a_byte_order_mark_are_read(tmp_path):
         p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())
     m = load_matrix(d)
     assert m.name and m.cells()
+
+
+def test_an_output_length_the_servers_context_cannot_hold_is_refused(tmp_path):
+    """The run-matrix trial: custom_output_len 100000 with --max-model-len 2048 was accepted (and
+    estimated at 4305 s), though vLLM refuses every request whose prompt + max_tokens exceeds it."""
+    e = _refused(_smoke(tmp_path, bench={"c4": {**C4, "custom_output_len": 100000}}))
+    assert e.field.endswith("/c4: output length"), str(e)
+    assert "max_model_len 2048" in str(e)
+    assert load_matrix(_smoke(tmp_path / "ok", bench={"c4": {**C4, "custom_output_len": 256}})).cells()
+
+
+def test_the_dry_run_warns_of_cells_estimated_beyond_their_timeout(tmp_path):
+    """The run-matrix trial: cells estimated at 11008 s with timeout_s 600 got no word in --dry-run."""
+    m = load_matrix(_smoke(tmp_path, sidecar={"timeout_s": 1}))
+    est = estimate_seconds(m, tmp_path / "no-runs")
+    over = [c.run_label for c in m.cells() if est.cells[c.run_label][0] > 1]
+    assert over
+    text = dry_run_text(m, est)
+    assert f"WARNING: {len(over)} cell(s) are estimated beyond their timeout_s" in text and over[0] in text
+    m = load_matrix(_smoke(tmp_path / "ok"))
+    assert "beyond their timeout_s" not in dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))

@@ -1164,6 +1164,13 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
             olen = bp.get("output_len", bench_base.get("output-len",
                           bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
+            ctx = None if mml is None else (mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True))
+            if olen is not None and ctx is not None and ctx > 0 and int(olen) >= ctx:
+                # vLLM refuses a request whose prompt + max_tokens exceeds max_model_len: every request fails
+                raise SpecsimValueError(f"{key}: output length", f"{int(olen)} output tokens cannot fit the server's "
+                                        f"max_model_len {ctx} beside any prompt: vLLM refuses every such request; "
+                                        "lower the output length or raise --max-model-len", int(olen),
+                                        [f"< {ctx} minus the prompt's tokens"])
             over = overrides(key)
             cell_seed = seed_of(key, bp)
             rl = f"{sname}-{c['bench']}"
@@ -1707,6 +1714,12 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     for p in m.probes:
         lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s "
                      f"({est.judge_basis.get(p.name, 'recorded')})")
+    over = [(c.run_label, est.cells[c.run_label][0], c.timeout_s) for c in m.cells()
+            if est.cells[c.run_label][0] > c.timeout_s]
+    if over:
+        shown = "; ".join(f"{r} {s:.0f} s > {t:g} s" for r, s, t in over[:5]) + (" ..." if len(over) > 5 else "")
+        lines += ["", f"WARNING: {len(over)} cell(s) are estimated beyond their timeout_s and would be recorded "
+                      f"failed: {shown}; raise timeout_s (sidecar or cells) or shorten the cells"]
     tot = est.total_seconds(m)
     gpu_s = _gpu_seconds(m, est)
     where = ("wall on one host" if local else

@@ -2252,7 +2252,10 @@ def sweep(
         t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s, baseline_tpot_s,
         speedup_bound, latency_calibrated, acceptance_extrapolated``, same units and meanings;
         ``acceptance_rate`` is ``(mal - 1) / N``, the mean CUMULATIVE per-position rate, see
-        :class:`Prediction`), ``t_prefill_spec_s`` (seconds: the speculative arm's prefill of one
+        :class:`Prediction`), ``mal_per_drafted_step`` and ``accepted_per_proposed_token`` (vLLM's
+        own MAL and acceptance rate, per DRAFTED step: the :class:`Prediction` properties; equal to
+        ``mal`` / ``acceptance_rate`` when every step drafts N tokens; NaN at N = 0),
+        ``t_prefill_spec_s`` (seconds: the speculative arm's prefill of one
         request, ``t_prefill_s`` plus the drafter's pass over the prompt where it has one;
         ``specsim.engine.evaluate``), the
         health checks ``break_even_mal, verify_cost_in_baseline_steps,
@@ -2407,6 +2410,14 @@ def sweep(
         cols["kv_cache_fits"] = kv_fits
         combos.append(cols)
     df = _sweep_frame(combos, shape, fresh)
+    # vLLM's own figures per DRAFTED step (Prediction.mal_per_drafted_step / accepted_per_proposed_token)
+    mal_minus_1 = df["mal"].to_numpy(float) - 1.0
+    proposed = (np.full(len(df), float(mean_proposal_tokens)) if mean_proposal_tokens is not None
+                else df["num_speculative_tokens"].to_numpy(float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df["mal_per_drafted_step"] = np.where(proposed > 0, 1.0 + mal_minus_1 / drafted_fraction, np.nan)
+        df["accepted_per_proposed_token"] = np.where(proposed > 0, mal_minus_1 / (drafted_fraction * proposed),
+                                                     np.nan)
     below = below_break_even_warning(df)
     if below is not None:
         stack_warnings.setdefault(below)

@@ -935,3 +935,19 @@ def test_a_baseline_run_with_failed_requests_is_warned_about(capsys, tmp_path):
     assert rc == 0 and "failed request" not in out
     rc, _, err = run(["sweep", *argv, "-n", "1,3", "--baseline-from", str(bad)], capsys)
     assert rc == 0 and "had 8 failed request(s)" in err
+
+
+def test_sweep_rows_carry_vllms_per_drafted_step_figures_as_predict_does():
+    """predict gained vLLM's per-drafted-step MAL and acceptance rate; sweep's rows had only the all-step ones."""
+    from specsim.predict import predict, sweep
+
+    kw = dict(hardware="cpu-2core-avx2", precision="fp32", acceptance=0.7, drafted_fraction=0.4,
+              mean_proposal_tokens=2.5, concurrency=[4])
+    df = sweep("SmolLM2-135M-Instruct", "ngram", num_speculative_tokens=[3, 5], **kw)
+    for row in df.itertuples():
+        p = predict("SmolLM2-135M-Instruct", "ngram", int(row.num_speculative_tokens), **{**kw, "concurrency": 4})
+        assert row.mal_per_drafted_step == pytest.approx(p.mal_per_drafted_step, rel=1e-12)
+        assert row.accepted_per_proposed_token == pytest.approx(p.accepted_per_proposed_token, rel=1e-12)
+    full = sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], acceptance=0.7)
+    assert full["mal_per_drafted_step"].iloc[0] == pytest.approx(full["mal"].iloc[0])
+    assert full["accepted_per_proposed_token"].iloc[0] == pytest.approx(full["acceptance_rate"].iloc[0])

@@ -1261,3 +1261,20 @@ def test_server_start_timeout_comes_from_the_sidecar(fake_env, monkeypatch):
     with pytest.raises(SpecsimValueError) as ei:
         load_matrix(_matrix(fake_env["tmp"], sidecar={"server_start_timeout_s": 0}), check_paths=False)
     assert ei.value.field == "server_start_timeout_s"
+
+
+def test_the_dry_run_refuses_an_unreachable_ray_address_as_the_run_does(capsys):
+    """The run-matrix trial: `--dry-run --executor ray --ray-address 127.0.0.1:1` gave rc 0 and never
+    mentioned the address, which the run then waited on."""
+    import socket as _socket
+
+    from specsim.cli import main
+
+    pytest.importorskip("ray")
+    with _socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    rc = main(["run-matrix", "--matrix", "smoke", "--dry-run", "--executor", "ray", "--ray-address",
+               f"127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "nothing accepts connections" in err and f"--ray-address '127.0.0.1:{port}'" in err

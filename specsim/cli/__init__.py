@@ -366,6 +366,10 @@ def _cmd_run_matrix(args) -> int:
         check_slurm_parameters(slurm_kw.get("cluster"), slurm)  # before a dry run or any start
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
     check_runs_dir(runs_dir, "--runs-dir")
+    if args.executor == "ray" and args.ray_address:  # before a dry run or any start, as the run checks it
+        from specsim.runs.executors import check_ray_address
+
+        check_ray_address(args.ray_address)
     if args.dry_run:  # the same selection and checks as the run: --only, --stamp / --resume, --platform
         text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume, runs_dir=runs_dir,
                              executor=args.executor, platform=args.platform)

@@ -802,3 +802,16 @@ def test_scrapes_of_two_server_processes_are_refused_and_a_lone_scrape_says_it_c
                                            r"started 2026-11-29 10:53:29 UTC\).*--before"):
         _, lone = read_counts(ngram / "metrics_after.prom")
     assert lone.num_drafts == 310
+
+
+def test_a_sweep_run_left_out_of_the_pool_is_named_with_the_reason():
+    """The ingest trial: the sweep sample's pool said "(1 of 2 sweep runs without usable spec-decode
+    counts skipped)" without saying which run (its max_concurrency=4 combination) or why (a dynamic
+    num_speculative_tokens schedule that censors the per-position counts)."""
+    from specsim.vllm.detect import read_counts
+
+    kind, c = read_counts(os.path.join(SAMPLES, "sweep", "results"))
+    assert kind == "sweep"
+    assert "1 of 2 sweep runs without usable spec-decode counts skipped: " in c.source
+    assert "BENCH--max_concurrency=4/run=0.json" in c.source.split("skipped: ", 1)[1]
+    assert "dynamic schedule" in c.source

@@ -200,9 +200,11 @@ def _full_text(path: Path, head: str) -> str:
         return fh.read().decode("utf-8", errors="replace")
 
 
-def _pool(counts: list[SpecDecodeCounts | None], path: Path, what: str) -> SpecDecodeCounts:
+def _pool(counts: list[SpecDecodeCounts | None], path: Path, what: str,
+          why_skipped: list[str] | None = None) -> SpecDecodeCounts:
     """Several results of one file pooled (sum of counts; acceptance per position does not depend on
-    the load).  Results without spec-decode counts are skipped; none at all is not collected."""
+    the load).  Results without spec-decode counts are skipped (``why_skipped``: which and why, named
+    in the source); none at all is not collected."""
     got = [c for c in counts if c is not None]
     if not got:
         raise NotCollectedError(f"{path}: none of its {len(counts)} {what} has speculative-decoding counts "
@@ -213,8 +215,9 @@ def _pool(counts: list[SpecDecodeCounts | None], path: Path, what: str) -> SpecD
                         "(read them with the format's reader in specsim.vllm and pick)")
     out = got[0] if len(got) == 1 else sum(got[1:], got[0])
     if len(got) < len(counts):
+        named = f": {'; '.join(why_skipped)}" if why_skipped else ""
         out = replace(out, source=f"{out.source} ({len(counts) - len(got)} of {len(counts)} {what}s without "
-                                  "usable spec-decode counts skipped)")
+                                  f"usable spec-decode counts skipped{named})")
     return out
 
 
@@ -231,18 +234,24 @@ def _sweep_run_counts(path: Path) -> list:
     """``(run, counts or None)`` of each run of a ``vllm bench sweep`` directory or ``summary.csv``:
     per-position counts of a run under a dynamic schedule are censored, such runs get None
     (:meth:`SweepRun.acceptance_counts`) and are not pooled."""
+    return [(run, c) for run, c, _ in _sweep_run_counts_why(path)]
+
+
+def _sweep_run_counts_why(path: Path) -> list:
+    """:func:`_sweep_run_counts` with, per run not pooled, why (the reader's reason)."""
     runs = read_bench_sweep(path) if path.is_dir() else read_sweep_summary_runs(path)
     out = []
     for run in runs:
         try:
-            out.append((run, run.acceptance_counts()))
-        except NotCollectedError:
-            out.append((run, None))
+            out.append((run, run.acceptance_counts(), None))
+        except NotCollectedError as exc:
+            out.append((run, None, str(exc)))  # names the run file
     return out
 
 
 def _sweep_counts(path: Path) -> SpecDecodeCounts:
-    return _pool([c for _, c in _sweep_run_counts(path)], path, "sweep run")
+    rows = _sweep_run_counts_why(path)
+    return _pool([c for _, c, _ in rows], path, "sweep run", [w for _, _, w in rows if w])
 
 
 _NAMESPACE_MODEL = re.compile(r"Namespace\(.*?[(,\s]model='([^']+)'")

@@ -951,3 +951,15 @@ def test_sweep_rows_carry_vllms_per_drafted_step_figures_as_predict_does():
     full = sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], acceptance=0.7)
     assert full["mal_per_drafted_step"].iloc[0] == pytest.approx(full["mal"].iloc[0])
     assert full["accepted_per_proposed_token"].iloc[0] == pytest.approx(full["acceptance_rate"].iloc[0])
+
+
+def test_a_gzipped_baseline_file_is_named_as_gzip(capsys, tmp_path):
+    """The ingest fix named gzip for ingest / --acceptance-from; --baseline-from still said "not a text file"."""
+    import gzip
+
+    raw = json.loads((REAL / "run" / "bench_a.json").read_text())
+    f = tmp_path / "base.json.gz"
+    f.write_bytes(gzip.compress(json.dumps({k: v for k, v in raw.items() if not k.startswith("spec_decode")}).encode()))
+    rc, _, err = run(["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
+                      "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7", "--baseline-from", str(f)], capsys)
+    assert rc == 2 and "gzip-compressed" in err and "gunzip base.json.gz" in err, err

@@ -95,6 +95,10 @@ def _load_results(path: str, src: str) -> list:
         with open(path, encoding="utf-8-sig") as fh:  # a leading byte-order mark is not JSON: dropped
             text = fh.read()
     except UnicodeDecodeError as exc:
+        with open(path, "rb") as fh:
+            if fh.read(2) == b"\x1f\x8b":
+                raise DataError(f"{src}: gzip-compressed (it starts with the gzip magic bytes 1f 8b): decompress "
+                                f"it first (gunzip {os.path.basename(path)}) and give the JSON it holds") from exc
         raise DataError(f"{src}: not a text file ({exc})") from exc
     dec = json.JSONDecoder()
     out, i, n = [], 0, len(text)

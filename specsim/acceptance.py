@@ -294,8 +294,19 @@ TEMPERATURE_RULE = f"must be a finite number in [0, {VLLM_MAX_TEMPERATURE:g}] (0
 
 
 def temperature_ok(t: Any) -> bool:
-    """Whether ``t`` is a sampling temperature vLLM accepts: a finite number (not a bool) in
-    [0, :data:`VLLM_MAX_TEMPERATURE`]."""
+    """Whether ``t`` is a sampling temperature vLLM accepts.
+
+    Parameters
+    ----------
+    t : Any
+        The value given (dimensionless; 0 = greedy).
+
+    Returns
+    -------
+    bool
+        True for a finite number (not a bool) in [0, :data:`VLLM_MAX_TEMPERATURE`]; the bound is
+        vLLM 0.32's ``SamplingParams`` check (``vllm/sampling_params.py``).
+    """
     return (not isinstance(t, bool) and isinstance(t, (int, float, np.integer, np.floating))
             and math.isfinite(float(t)) and 0.0 <= float(t) <= VLLM_MAX_TEMPERATURE)
 

@@ -202,13 +202,18 @@ def acceptance_model_warnings(args, target) -> tuple[str, ...]:
     if path is None:
         return ()
     kind, _ = read_counts_once(path, getattr(args, "before", None))
-    models = _measured_models_cached(_file_key(path), kind)  # once per command, not once per target
+    return _other_model_warning(
+        _measured_models_cached(_file_key(path), kind), target,  # models read once per command, not per target
+        lambda other, name: f"{path} is a run of {other}, not of the target {name}: acceptance belongs to a target, "
+                            "drafter and dataset and does not transfer to another target, yet the prediction uses "
+                            "that run's acceptance as given; measure this target with its drafter")
+
+
+def _other_model_warning(models, target, text) -> tuple[str, ...]:
+    """``(text(other models joined, target name),)`` when ``models`` name another model than
+    ``target`` (:func:`_other_models`), else empty."""
     other, name = _other_models(models, target)
-    if not other:
-        return ()
-    return (f"{path} is a run of {', '.join(other)}, not of the target {name}: acceptance belongs to a target, "
-            "drafter and dataset and does not transfer to another target, yet the prediction uses that run's "
-            "acceptance as given; measure this target with its drafter",)
+    return (text(", ".join(other), name),) if other else ()
 
 
 def _other_models(models, target) -> tuple[list[str], str]:
@@ -248,13 +253,11 @@ def baseline_model_warnings(args, target) -> tuple[str, ...]:
     path = getattr(args, "baseline_from", None)
     if path is None:
         return ()
-    models = _measured_models_cached(_file_key(path), "bench")  # once per command, not once per target
-    other, name = _other_models(models, target)
-    if not other:
-        return ()
-    return (f"--baseline-from {path} is a run of {', '.join(other)} (its model_id), not of the target {name}: the "
-            "baseline sets the time of every target forward, so another model's run scales the whole prediction "
-            "wrongly; give the target's own non-speculative vllm bench serve run",)
+    return _other_model_warning(
+        _measured_models_cached(_file_key(path), "bench"), target,  # models read once per command, not per target
+        lambda other, name: f"--baseline-from {path} is a run of {other} (its model_id), not of the target {name}: "
+                            "the baseline sets the time of every target forward, so another model's run scales the "
+                            "whole prediction wrongly; give the target's own non-speculative vllm bench serve run")
 
 
 def latency_table_model_warnings(path: str | None, target) -> tuple[str, ...]:

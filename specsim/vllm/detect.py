@@ -231,14 +231,9 @@ def _bench_counts(results: list[BenchResult], path: Path, what: str = "result") 
 
 
 def _sweep_run_counts(path: Path) -> list:
-    """``(run, counts or None)`` of each run of a ``vllm bench sweep`` directory or ``summary.csv``:
-    per-position counts of a run under a dynamic schedule are censored, such runs get None
-    (:meth:`SweepRun.acceptance_counts`) and are not pooled."""
-    return [(run, c) for run, c, _ in _sweep_run_counts_why(path)]
-
-
-def _sweep_run_counts_why(path: Path) -> list:
-    """:func:`_sweep_run_counts` with, per run not pooled, why (the reader's reason)."""
+    """``(run, counts or None, why not pooled or None)`` of each run of a ``vllm bench sweep`` directory
+    or ``summary.csv``: per-position counts of a run under a dynamic schedule are censored, such runs
+    get None and the reader's reason (:meth:`SweepRun.acceptance_counts`) and are not pooled."""
     runs = read_bench_sweep(path) if path.is_dir() else read_sweep_summary_runs(path)
     out = []
     for run in runs:
@@ -250,7 +245,7 @@ def _sweep_run_counts_why(path: Path) -> list:
 
 
 def _sweep_counts(path: Path) -> SpecDecodeCounts:
-    rows = _sweep_run_counts_why(path)
+    rows = _sweep_run_counts(path)
     return _pool([c for _, c, _ in rows], path, "sweep run", [w for _, _, w in rows if w])
 
 
@@ -291,7 +286,7 @@ def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
             elif kind == "bench-log":
                 names = _NAMESPACE_MODEL.findall(_full_text(p, _sniff(p)))
             elif kind == "sweep":
-                names = [run.result.raw.get("model_id") for run, c in _sweep_run_counts(p) if c is not None]
+                names = [run.result.raw.get("model_id") for run, c, _ in _sweep_run_counts(p) if c is not None]
             elif kind in ("metrics", "offline"):
                 snap = read_prometheus(p) if kind == "metrics" else parse_offline_metrics(p)
                 names = [m.group(1) for k in snap.spec_by_engine for m in [_MODEL_NAME.search(k)] if m]
@@ -513,7 +508,7 @@ def _run_totals(p: Path, kind: str, before: str | os.PathLike | None) -> tuple[i
             used += b.status == "collected"
         return gen, req, f"{p} ({used} benchmark(s), {req} requests: {gen} output tokens)"
     if kind == "sweep":
-        results = [run.result for run, c in _sweep_run_counts(p) if c is not None]  # the runs pooled
+        results = [run.result for run, c, _ in _sweep_run_counts(p) if c is not None]  # the runs pooled
         what = "sweep run(s)"
     elif kind in ("bench", "bench-log"):
         # a bench-log's "Successful requests" / "Total generated tokens" are printed whole

@@ -815,3 +815,38 @@ def test_a_sweep_run_left_out_of_the_pool_is_named_with_the_reason():
     assert "1 of 2 sweep runs without usable spec-decode counts skipped: " in c.source
     assert "BENCH--max_concurrency=4/run=0.json" in c.source.split("skipped: ", 1)[1]
     assert "dynamic schedule" in c.source
+
+
+def test_failed_sweep_runs_and_servers_are_named(tmp_path):
+    """vLLM's sweep with --continue-on-error writes run=K.failure.json (a bench that raised) and
+    SERVE-<name>-failure.json (a server that did not start); those runs have no run=K.json and are
+    not in summary.csv, and ingest pooled what was left without a word of them."""
+    import shutil
+
+    from specsim.vllm.counts import IngestWarning
+    from specsim.vllm.detect import read_counts
+
+    exp = tmp_path / "exp2"
+    shutil.copytree(os.path.join(SAMPLES, "sweep", "results", "exp2"), exp)
+    comb = exp / "SERVE--specsim-recommended-ngram-BENCH--max_concurrency=1"
+    (comb / "run=1.failure.json").write_text(json.dumps(
+        {"run_number": 1, "error_type": "CalledProcessError",
+         "error": "Command '['vllm', 'bench', 'serve']' returned non-zero exit status 1.\nmore",
+         "serve_overrides": {}, "bench_overrides": {"max_concurrency": 1}}))
+    (exp / "SERVE-ngram5-failure.json").write_text(json.dumps(
+        {"error_type": "TimeoutError", "error": "server not ready in 300 s", "serve_overrides": {}}))
+    for path in (exp, exp / "summary.csv"):
+        with pytest.warns(IngestWarning) as rec:
+            kind, c = read_counts(path)
+        said = " ".join(str(w.message) for w in rec)
+        assert kind == "sweep"
+        assert "2 run(s) or server(s) of this sweep failed" in said
+        assert ("max_concurrency=1/run=1.failure.json: CalledProcessError: Command '['vllm', 'bench', "
+                "'serve']' returned non-zero exit status 1.;") in said
+        assert "exp2/SERVE-ngram5-failure.json: TimeoutError: server not ready in 300 s" in said
+    # a sweep whose every run failed: the error names the failures, not "not a sweep directory"
+    for f in exp.rglob("run=*.json"):
+        if not f.name.endswith("failure.json"):
+            f.unlink()
+    with pytest.raises(DataError, match=r"no run=K\.json files .*2 failed \(.*CalledProcessError"):
+        read_counts(exp)

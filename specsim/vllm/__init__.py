@@ -50,6 +50,7 @@ from specsim.vllm.sweep import (
     read_bench_sweep,
     read_sweep_summary_csv,
     read_sweep_summary_runs,
+    sweep_failures,
 )
 
 __all__ = [
@@ -82,6 +83,7 @@ __all__ = [
     "read_bench_result",
     "read_bench_results",
     "read_bench_sweep",
+    "sweep_failures",
     "read_counts",
     "read_golden_al",
     "read_guidellm_report",

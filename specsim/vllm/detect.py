@@ -37,7 +37,7 @@ from specsim.vllm.speculators import (
     read_speculators_acceptance,
     read_speculators_eval_log,
 )
-from specsim.vllm.sweep import read_bench_sweep, read_sweep_summary_runs
+from specsim.vllm.sweep import read_bench_sweep, read_sweep_summary_runs, sweep_failures
 
 __all__ = ["KINDS", "detect_kind", "read_counts", "read_drafting", "run_temperature"]
 
@@ -246,6 +246,10 @@ def _sweep_run_counts(path: Path) -> list:
 
 def _sweep_counts(path: Path) -> SpecDecodeCounts:
     rows = _sweep_run_counts(path)
+    failed = sweep_failures(path)
+    if failed:  # vLLM's --continue-on-error: a failed run has no run=K.json and is not in summary.csv
+        warnings.warn(f"{path}: {len(failed)} run(s) or server(s) of this sweep failed and are not in the counts: "
+                      f"{'; '.join(failed)}", IngestWarning, stacklevel=3)
     return _pool([c for _, c, _ in rows], path, "sweep run", [w for _, _, w in rows if w])
 
 

@@ -40,7 +40,7 @@ from specsim.vllm.bench import BenchResult, read_bench_result
 from specsim.vllm.counts import SpecDecodeCounts
 from specsim.vllm.schedule import SCHEDULE_FIELD, expand_schedule, validate_schedule
 
-__all__ = ["SweepRun", "read_bench_sweep", "read_sweep_summary_csv", "read_sweep_summary_runs"]
+__all__ = ["SweepRun", "read_bench_sweep", "read_sweep_summary_csv", "read_sweep_summary_runs", "sweep_failures"]
 
 _RUN = re.compile(r"^run=(\d+)\.json$")
 
@@ -200,7 +200,8 @@ def read_bench_sweep(path: str | os.PathLike, *, serve_params: str | os.PathLike
     -------
     list of SweepRun
         Sorted by combination directory, then run number (``warmup.json`` and
-        ``*.failure.json`` are not measured runs and are skipped).
+        ``*.failure.json`` are not measured runs and are skipped; :func:`sweep_failures` names the
+        failed ones).
 
     Raises
     ------
@@ -219,8 +220,9 @@ def read_bench_sweep(path: str | os.PathLike, *, serve_params: str | os.PathLike
     files = sorted((f for f in root.rglob("run=*.json") if _RUN.match(f.name)),
                    key=lambda f: (str(f.parent), int(_RUN.match(f.name).group(1))))
     if not files:
-        raise DataError(f"{root}: no run=K.json files (not a vllm bench sweep output directory, or "
-                        f"no run finished)")
+        failed = sweep_failures(root)
+        why = f": {len(failed)} failed ({'; '.join(failed)})" if failed else " (or no run finished)"
+        raise DataError(f"{root}: no run=K.json files (not a vllm bench sweep output directory{why})")
     out: list[SweepRun] = []
     for f in files:
         comb = f.parent.name
@@ -250,6 +252,47 @@ def read_bench_sweep(path: str | os.PathLike, *, serve_params: str | os.PathLike
         _ = run.schedule  # validate the schedule now (SpecsimValueError names the entry)
         out.append(run)
     _check_summaries(out, root)
+    return out
+
+
+def sweep_failures(path: str | os.PathLike) -> list[str]:
+    """The runs and servers a ``vllm bench sweep serve`` directory records as failed.
+
+    With ``--continue-on-error`` vLLM writes ``run=K.failure.json`` beside a combination's runs for a
+    bench that raised (``warmup.failure.json`` for its warm-up) and ``SERVE-<name>-failure.json`` in
+    the experiment directory for a server that did not start; the failed runs have no
+    ``run=K.json`` and are not in ``summary.csv`` (``vllm/benchmarks/sweep/serve.py`` 0.32.0,
+    ``run_comb`` and ``run_combs``).
+
+    Parameters
+    ----------
+    path : path-like
+        The sweep output directory, an experiment directory or a combination directory (searched
+        through), or an experiment's ``summary.csv`` (its experiment directory and combination
+        directories are searched).
+
+    Returns
+    -------
+    list of str
+        One line per failure file, sorted: ``<directory>/<file>: <error_type>: <error>`` (the error's
+        first line; a file that is not such JSON is named as unreadable).  Empty where nothing failed.
+    """
+    root = Path(path)
+    if root.is_dir():
+        found = root.rglob("*failure.json")
+    else:
+        exp = root.parent
+        found = [*exp.glob("SERVE-*failure.json"), *exp.glob("SERVE--*/*failure.json")]
+    out = []
+    for f in sorted(found):
+        where = f"{f.parent.name}/{f.name}"
+        try:
+            doc = json.loads(f.read_text(encoding="utf-8-sig"))
+            lines = str(doc.get("error") or "").strip().splitlines()
+            err = f"{doc['error_type']}: {lines[0]}" if lines else str(doc["error_type"])
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            err = "unreadable failure record"
+        out.append(f"{where}: {err}")
     return out
 
 

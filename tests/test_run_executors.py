@@ -93,7 +93,9 @@ FAKE_VLLM = textwrap.dedent('''
             pass
         if os.environ.get("FAKE_BENCH_SLEEP_NTH") == str(nth):  # only the nth bench of the log is slow
             time.sleep(30)
-        texts = [f"out{i}" for i in range(n)]
+        # a bench at seed FAKE_GREEDY_DIFF_SEED writes outputs that differ from the baseline's
+        texts = [f"out{i}" + ("x" if opt("--seed") == os.environ.get("FAKE_GREEDY_DIFF_SEED") else "")
+                 for i in range(n)]
         json.dump({"num_prompts": n, "completed": n, "failed": 0, "generated_texts": texts,
                    "input_lens": [5] * n, "output_lens": [3] * n, "errors": [""] * n},
                   open(os.path.join(opt("--result-dir"), opt("--result-filename")), "w"))
@@ -830,6 +832,23 @@ def test_the_progress_bar_shows_a_health_checks_verdict_not_only_its_status(fake
     (bar,) = bars
     assert any(p.endswith("t-health: ok, verdict FAILED") for p in bar.postfixes), bar.postfixes
     assert not any("verdict" in p for p in bar.postfixes if "t-health" not in p)  # cells: status only
+
+
+def test_the_progress_bar_shows_a_greedy_difference_and_keeps_it_in_view(fake_env, monkeypatch, bars):
+    """A run whose outputs differ from the baseline's under greedy decoding (a correctness failure) is
+    recorded ok, and the bar said only 'ngram-n3-c1: ok', then moved on."""
+    m = _matrix(fake_env["tmp"], env={"FAKE_GREEDY_DIFF_SEED": "7"})  # the ngram-n3 cells run at seed 7
+    results = run_matrix(m, runs_dir=fake_env["tmp"] / "runs", install=fake_env["install"], stamp="G1",
+                         progress=True)
+    (bar,) = bars
+    assert [r for r in results if r.run_id.endswith("ngram-n3-c1")][0].status == "ok"
+    at = [i for i, p in enumerate(bar.postfixes) if "ngram-n3-c1: ok" in p]
+    assert len(at) == 1
+    assert bar.postfixes[at[0]].endswith("ngram-n3-c1: ok, greedy outputs DIFFER (0/2 identical to the baseline)"
+                                         "; greedy outputs differ in 1 run(s) so far"), bar.postfixes[at[0]]
+    later = bar.postfixes[at[0] + 1:]
+    assert later and all(p.endswith("; greedy outputs differ in 1 run(s) so far") for p in later), later
+    assert not any("greedy" in p for p in bar.postfixes[:at[0]])  # nothing before the difference
 
 
 def test_a_resume_with_every_run_recorded_starts_no_cluster(fake_env, monkeypatch, bars):

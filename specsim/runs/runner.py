@@ -734,7 +734,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         total_s = sub_estimate(est, todo).total_seconds(todo)  # the bar's total: what this invocation runs
         n_total = sel.n_runs()
         bar = _bar(total_s, n_total, m.name, progress and not nothing_to_run)  # no bar for nothing to run
-        done = {"n": 0}
+        done = {"n": 0, "greedy_differs": 0}
 
         def tick(r: RunResult, est_s: float, kept: bool = False) -> None:
             results.append(dataclasses.replace(r, kept=True) if kept else r)
@@ -742,12 +742,20 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 kept_ids.add(r.run_id)
             done["n"] += 1
             if bar is not None:
-                # a health check's run is ok whatever its verdict: the verdict is what the reader wants
-                hv = _recorded_prov(r.path).get("health") if r.status == "ok" and r.path is not None else None
+                # a health check's or a greedy judge's run is ok whatever its verdict: the verdict is what
+                # the reader wants, and a greedy difference stays on the bar (it is a correctness failure)
+                prov = _recorded_prov(r.path) if r.status == "ok" and r.path is not None else {}
+                hv, chk = prov.get("health"), (prov.get("checks") or {}).get("greedy_identical_to_baseline")
                 verdict = "" if not isinstance(hv, dict) else (", verdict passed" if hv.get("passed")
                                                                else ", verdict FAILED")
+                if isinstance(chk, dict) and not chk.get("all_identical", True):
+                    done["greedy_differs"] += 1
+                    verdict += (f", greedy outputs DIFFER ({chk.get('identical')}/{chk.get('compared')} "
+                                "identical to the baseline)")
+                tally = (f"; greedy outputs differ in {done['greedy_differs']} run(s) so far"
+                         if done["greedy_differs"] else "")
                 bar.set_postfix_str(f"{done['n']}/{n_total} runs; {r.run_id[len(prefix) + 1:]}: "
-                                    f"{r.status}{verdict}{' (kept)' if kept else ''}")
+                                    f"{r.status}{verdict}{' (kept)' if kept else ''}{tally}")
                 if not kept:
                     _advance(bar, est_s)
 

@@ -455,6 +455,41 @@ def test_guidellm_without_spec_metrics_and_sampled(tmp_path):
         read_guidellm_report(p)
 
 
+def test_guidellm_warning_names_why_the_counts_are_partial(tmp_path):
+    """Every request listed (8 of 8, request_totals.successful = 8) but two without speculative
+    metrics: the warning said "lists 8 of 8 requests ... (GuideLLM request sampling?)"; it names
+    the two requests and their status, and names sampling only where a status is sampled."""
+    raw = json.loads(_text(s("gl", "report.json")))
+    succ = raw["benchmarks"][0]["requests"]["successful"]
+    assert len(succ) == raw["benchmarks"][0]["metrics"]["request_totals"]["successful"] == 8
+    for r in succ[5:]:
+        r["response_metrics"] = None
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(raw), encoding="utf-8")
+    (b,) = read_guidellm_report(p)
+    assert not b.complete
+    with pytest.warns(IngestWarning) as rec:
+        c = b.spec_counts()
+    assert c.num_drafts == sum(r["response_metrics"]["speculative_decoding"]["num_spec_steps"]
+                               for r in succ[:5] if r["response_metrics"])
+    (msg,) = [str(w.message) for w in rec]
+    assert msg == ("r.json[0]: the counts cover the 5 requests carrying speculative metrics only: "
+                   "successful: 3 of 8 listed requests carry no response_metrics.speculative_decoding")
+    assert "sampling" not in msg and "8 of 8" not in msg
+    # sampled (5 of 8 listed) and one of the listed without metrics: both causes, each once
+    raw["benchmarks"][0]["requests"]["successful"] = succ[3:]
+    p.write_text(json.dumps(raw), encoding="utf-8")
+    (b,) = read_guidellm_report(p)
+    with pytest.warns(IngestWarning) as rec:
+        b.spec_counts()
+    (msg,) = [str(w.message) for w in rec]
+    assert msg == ("r.json[0]: the counts cover the 2 requests carrying speculative metrics only: "
+                   "successful: the report lists 5 of 8 requests (request_totals; GuideLLM request "
+                   "sampling); successful: 3 of 5 listed requests carry no "
+                   "response_metrics.speculative_decoding")
+    assert b.gaps(("errored", "incomplete")) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # (f) speculators scripts/evaluate
 # ---------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ in the payload of ``specsim.vllm.per_request`` (field definitions there, vLLM 0.
 
 GuideLLM may keep only a reservoir sample of the requests (``sample_requests``;
 ``guidellm/benchmark/schemas/accumulator.py``): the report's request lists are then shorter than
-``metrics.request_totals`` and the summed counts cover the sample only — :attr:`GuideLLMBenchmark.complete`
-says which.
+``metrics.request_totals`` and the summed counts cover the sample only; listed requests without
+the payload are left out too.  :attr:`GuideLLMBenchmark.complete` says whether the counts cover every
+request, :meth:`GuideLLMBenchmark.gaps` which are missing and why.
 """
 from __future__ import annotations
 
@@ -71,8 +72,50 @@ class GuideLLMBenchmark:
     def complete(self) -> bool:
         """True when every request GuideLLM counted is listed (no reservoir sampling) and each
         listed request carries speculative metrics."""
-        full = all(self.listed.get(s, 0) == self.totals.get(s, self.listed.get(s, 0)) for s in _STATUSES)
-        return full and all(len(self.requests[s]) == self.listed[s] for s in _STATUSES)
+        return not self.gaps()
+
+    def gaps(self, statuses: tuple = _STATUSES) -> list[str]:
+        """Why the requests with speculative metrics of these statuses are not all the requests
+        GuideLLM ran; empty when they are.
+
+        Two causes, each named with its status and counts:
+
+        - reservoir sampling: a status lists fewer requests than ``metrics.request_totals`` counts
+          (GuideLLM ``sample_requests``, ``guidellm/benchmark/schemas/accumulator.py``); a status
+          listing more than its total is named as such;
+        - listed requests without ``response_metrics.speculative_decoding``: vLLM 0.32.0 sends
+          it, streaming, on the final usage chunk only (``stream_options.include_usage``) and
+          never for ``n > 1`` (``vllm/entrypoints/openai/chat_completion/serving.py``,
+          ``build_spec_decoding_metrics`` in ``vllm/entrypoints/generate/base/serving.py``), so a
+          request cut off before that chunk (errored, incomplete) has none; GuideLLM copies
+          ``response["metrics"]`` as received (``guidellm/backends/openai/request_handlers.py``).
+
+        Parameters
+        ----------
+        statuses : tuple of str
+            Request statuses to check (default all three).
+
+        Returns
+        -------
+        list of str
+            One phrase per cause and status, e.g. ``"successful: the report lists 3 of 8
+            requests (request_totals; GuideLLM request sampling)"``.
+        """
+        out = []
+        for s in statuses:
+            if s not in _STATUSES:
+                raise SpecsimValueError("statuses", "unknown request status", s, _STATUSES)
+            n_listed, n_spec = self.listed.get(s, 0), len(self.requests.get(s, ()))
+            if s in self.totals and n_listed < self.totals[s]:
+                out.append(f"{s}: the report lists {n_listed} of {self.totals[s]} requests "
+                           f"(request_totals; GuideLLM request sampling)")
+            elif s in self.totals and n_listed > self.totals[s]:
+                out.append(f"{s}: the report lists {n_listed} requests but request_totals.{s} "
+                           f"is {self.totals[s]}")
+            if n_spec < n_listed:
+                out.append(f"{s}: {n_listed - n_spec} of {n_listed} listed requests carry no "
+                           f"response_metrics.speculative_decoding")
+        return out
 
     @property
     def status(self) -> str:
@@ -93,7 +136,9 @@ class GuideLLMBenchmark:
         Warns
         -----
         IngestWarning
-            When the report is not :attr:`complete` (the counts cover the listed requests only).
+            When some request of these statuses is missing from the counts (unlisted, reservoir
+            sampling, or listed without speculative metrics): the message names which, by
+            status, from :meth:`gaps`.
 
         Raises
         ------
@@ -102,12 +147,11 @@ class GuideLLMBenchmark:
             ``--per-request-spec-decode-metrics`` or without speculative decoding).
         """
         reqs = self.all_requests(statuses)
-        if reqs and not self.complete:
+        gaps = self.gaps(statuses)
+        if reqs and gaps:
             warnings.warn(
-                f"{self.source}: the report lists {sum(self.listed.values())} of "
-                f"{sum(self.totals.values()) or sum(self.listed.values())} requests and "
-                f"{len(self.all_requests())} carry speculative metrics: the counts cover those "
-                f"only (GuideLLM request sampling?)", IngestWarning, stacklevel=2)
+                f"{self.source}: the counts cover the {len(reqs)} requests carrying speculative "
+                f"metrics only: {'; '.join(gaps)}", IngestWarning, stacklevel=2)
         if not reqs:
             raise NotCollectedError(
                 f"{self.source}: no request carries response_metrics.speculative_decoding (vllm "

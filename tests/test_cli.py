@@ -166,6 +166,21 @@ def test_ingest_bench_json_and_not_collected(capsys):
     assert "not collected" in out
 
 
+def test_ingest_v0_log_warns_that_its_counts_are_rebuilt(capsys):
+    """``specsim ingest`` on a V0 log printed rebuilt counts (accepted 420; the line logs 470) silently."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")  # shown as the CLI shows them, whatever pytest's -W says
+        rc, out, err = run(["ingest", str(SAMPLES / "specdecoding_v0_synthetic.log")], capsys)
+        assert rc == 0 and "(log): MAL 2.680, drafts 250, draft tokens 1000, accepted 420" in out
+        assert err.startswith("specsim: warning: specdecoding_v0_synthetic.log: vLLM V0 'Speculative "
+                              "metrics:' line(s)")
+        assert "670 - 250 = 420 accepted (logged accepted 470)" in err
+        rc, _, err = run(["ingest", str(SAMPLES / "specdecoding_v1_0.9.2_synthetic.log")], capsys)
+        assert rc == 0 and err == ""
+
+
 def test_ingest_missing_file_exit_2(capsys):
     rc, _, err = run(["ingest", "/nonexistent/metrics.txt"], capsys)
     assert rc == 2 and "paths" in err

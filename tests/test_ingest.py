@@ -282,6 +282,35 @@ def test_v0_cumulative_lines():
         parse_spec_decode_log(mixed).total()
 
 
+def test_v0_log_says_its_counts_are_rebuilt():
+    """A V0 log was read silently: ingest printed "accepted 420" where the line logs "Number of
+    accepted tokens: 470", with no word that drafts and the accepted prefix are rebuilt or that
+    per-position acceptance is missing.  One IngestWarning now says so, with the last line's
+    numbers (k = 4: 1000 / 4 = 250 drafts, emitted 670 - 250 = 420); V1 logs get none."""
+    with pytest.warns(IngestWarning) as rec:
+        log = read_spec_decode_log(p("specdecoding_v0_synthetic.log"))
+    v0 = [str(w.message) for w in rec if "V0" in str(w.message)]
+    assert len(v0) == 1 and len(rec) == 1
+    msg = v0[0]
+    assert msg.startswith("specdecoding_v0_synthetic.log: vLLM V0 'Speculative metrics:' line(s) "
+                          "(cumulative since start; the last line of each engine is its total)")
+    assert ("drafts = Number of draft tokens / Number of speculative tokens, accepted = Number of "
+            "emitted tokens - drafts (V0's Number of accepted tokens counts accepted tokens at any "
+            "position, not the prefix)") in msg
+    assert ("line 2: 1000 / 4 = 250 drafts, 670 - 250 = 420 accepted (logged accepted 470); "
+            "per-position acceptance is not in V0 lines: not available") in msg
+    tot = log.total()
+    assert (tot.num_drafts, tot.num_accepted_tokens) == (250, 420)
+    with pytest.warns(IngestWarning, match=r"line 1: 53716 / 4 = 13429 drafts, 34244 - 13429 = 20815 "
+                                           r"accepted \(logged accepted 32594\)"):
+        read_spec_decode_log(p("hist_v0_vllm7301.log"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_spec_decode_log(p("specdecoding_v1_0.9.2_synthetic.log"))
+        read_spec_decode_log(p("specdecoding_log_lines.txt"))
+        read_spec_decode_log(p("hist_v1_pre15902.log"))
+
+
 def test_truncated_and_malformed_logs():
     with pytest.raises(DataError, match=r"truncated_synthetic.log:2: .*matches no known"):
         read_spec_decode_log(p("specdecoding_truncated_synthetic.log"))

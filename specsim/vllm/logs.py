@@ -593,7 +593,8 @@ def parse_spec_decode_log(text: str | Iterable[str], *, source: str = "log",
       Number of speculative tokens: k, Number of accepted tokens: a, Number of draft tokens: t,
       Number of emitted tokens: e.`` -- cumulative since start; v0 always drafts k tokens, so
       drafts = t / k, and prefix-accepted tokens = e - drafts (v0's "accepted" counts accepted
-      tokens at any position); no per-position counts.
+      tokens at any position); no per-position counts.  Reading v0 lines issues one
+      IngestWarning saying so, with the last line's numbers.
 
     A per-position list cut with ``...`` (lines quoted in issues) is read as far as it goes and
     flagged (``LogRecord.elided``, an IngestWarning): N and the per-position counts are then
@@ -624,6 +625,13 @@ def parse_spec_decode_log(text: str | Iterable[str], *, source: str = "log",
         True: a line with the marker that matches no layout (truncated, edited) or whose numbers
         disagree raises DataError naming the line. False: it is skipped; the result's ``skipped``
         lists (line number, reason) and one IngestWarning names the line numbers.
+
+    Warns
+    -----
+    IngestWarning
+        Lines skipped (lenient mode), drafts known only within rounding, per-position lists cut
+        with ``...``, and v0 lines (their counts are rebuilt, not logged: drafts = t / k,
+        accepted prefix = e - drafts; no per-position acceptance).
 
     Returns
     -------
@@ -704,6 +712,21 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
     if elided:
         warnings.warn(f"{source}: per-position list cut with '...' on line(s) {elided[:20]}: read as "
                       f"far as printed; N and per-position counts unknown", IngestWarning, stacklevel=3)
+    v0 = [r for r in records if r.format == FORMAT_V0]
+    if v0:
+        last = v0[-1]
+        c, lg = last.counts, last.logged
+        warnings.warn(
+            f"{source}: vLLM V0 'Speculative metrics:' line(s) (cumulative since start; the last "
+            f"line of each engine is its total): counts rebuilt from the logged totals, as V0 "
+            f"drafts k tokens per sequence and emits the accepted prefix + 1 per sequence: "
+            f"drafts = Number of draft tokens / Number of speculative tokens, accepted = Number "
+            f"of emitted tokens - drafts (V0's Number of accepted tokens counts accepted tokens at "
+            f"any position, not the prefix); line {last.line_no}: {c.num_draft_tokens} / "
+            f"{c.num_speculative_tokens} = {c.num_drafts} drafts, {lg['num_emitted_tokens']} - "
+            f"{c.num_drafts} = {c.num_accepted_tokens} accepted (logged accepted "
+            f"{lg['num_accepted_tokens_any_position']}); per-position acceptance is not in V0 "
+            f"lines: not available", IngestWarning, stacklevel=3)
     note = ""
     if not records and configured is not None:
         note = (f"speculative decoding is configured (line {configured}) but the log has no "

@@ -713,6 +713,7 @@ def test_acceptance_from_a_run_of_another_model_is_warned_about_everywhere(capsy
     "sweep/results/exp2/summary.csv",  # its model_id column
     "run/bench_a.log",  # Namespace(... model='models/smollm2-135m-instruct' ...)
     "run/response_detailed.json",  # "model"
+    "spec_eval/eval.log",  # GuideLLM's "OpenAIHTTPBackend backend validated with model" line (wrapped)
 ])
 def test_every_format_that_names_its_model_is_read_for_the_model_check(rel):
     """A new-user trial: --acceptance-from's model check covered bench JSON and /metrics only, though these
@@ -735,14 +736,15 @@ def test_acceptance_from_another_model_is_warned_about_for_every_format_that_nam
     base = ["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
             "cpu-2core-avx2", "--precision", "fp32", "--profile-temperature", "0", "--json"]
     for rel in ("gl/report.json", "offline/offline_result.json", "sweep/results/exp2", "run/bench_a.log",
-                "run/response_detailed.json"):
+                "run/response_detailed.json", "spec_eval/eval.log"):
         path = tmp_path / "s" / rel
         rc, out, err = run([*base, "--acceptance-from", str(path)], capsys)
         assert rc == 0, err
         assert any(w.startswith(f"{path} is a run of Qwen/Qwen3-8B, not of the target SmolLM2-135M-Instruct")
                    for w in json.loads(out)["warnings"]), rel
-    rc, out, err = run([*base, "--acceptance-from", str(tmp_path / "s" / "run" / "server_a.log")], capsys)
-    assert rc == 0 and not any("is a run of" in w for w in json.loads(out)["warnings"])
+    for rel in ("run/server_a.log", "spec_eval/acceptance.csv"):  # neither names a model
+        rc, out, err = run([*base, "--acceptance-from", str(tmp_path / "s" / rel)], capsys)
+        assert rc == 0 and not any("is a run of" in w for w in json.loads(out)["warnings"]), rel
 
 
 def test_a_recorded_latency_table_of_another_model_is_warned_about(capsys):

@@ -529,6 +529,28 @@ def test_speculators_bad_csv(tmp_path):
         read_speculators_eval_log(p)
 
 
+def test_speculators_eval_log_names_the_served_model(tmp_path):
+    """The evaluation log holds GuideLLM's console output: "OpenAIHTTPBackend backend validated with
+    model" then, wrapped by the console, "models/smollm2-135m-instruct" (eval.log lines 3-4); the
+    model check of --acceptance-from read no model from it.  A name on the same line, a name folded
+    over two lines, one per subset (repeated) and a run that resolved no model are read as such."""
+    from specsim.vllm.speculators import speculators_eval_log_models
+
+    text = _text(s("spec_eval", "eval.log"))
+    assert "backend validated with model \nmodels/smollm2-135m-instruct\n  {'kind'" in text
+    assert speculators_eval_log_models(s("spec_eval", "eval.log")) == ("models/smollm2-135m-instruct",)
+    p = tmp_path / "eval.log"
+    p.write_text("\u2714 OpenAIHTTPBackend backend validated with model Qwen/Qwen3-8B\n  {'kind': 'openai_http'}\n"
+                 "\u2714 OpenAIHTTPBackend backend validated with model \nRedHatAI/Llama-3.1-8B-Instr\nuct\n"
+                 "\u2714 Tokenizer resolved, using model 'x' as\ntokenizer\n"
+                 "\u2714 OpenAIHTTPBackend backend validated with model Qwen/Qwen3-8B\n"
+                 "\u2714 OpenAIHTTPBackend backend validated with model \n  {'kind': 'openai_http', 'model': ''}\n",
+                 encoding="utf-8")
+    assert speculators_eval_log_models(p) == ("Qwen/Qwen3-8B", "RedHatAI/Llama-3.1-8B-Instruct")
+    p.write_text("no such line\n", encoding="utf-8")
+    assert speculators_eval_log_models(p) == ()
+
+
 # ---------------------------------------------------------------------------------------------
 # (g) InferenceX golden AL
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from specsim.vllm.prometheus import diff_scrapes, parse_offline_metrics, read_pr
 from specsim.vllm.speculators import (
     read_speculators_acceptance,
     read_speculators_eval_log,
+    speculators_eval_log_models,
 )
 from specsim.vllm.sweep import read_bench_sweep, read_sweep_summary_runs, sweep_failures
 
@@ -264,7 +265,9 @@ def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
     - ``"sweep"``: ``model_id`` of the runs whose counts are pooled (:func:`read_counts`);
     - ``"metrics"``, ``"offline"``: the ``model_name`` labels of the spec-decode counters;
     - ``"guidellm"``: each benchmark's ``config.backend.model``;
-    - ``"response"``: the response's ``model``.
+    - ``"response"``: the response's ``model``;
+    - ``"speculators-log"``: the model GuideLLM's console output in the log says it sent requests
+      to (:func:`specsim.vllm.speculators.speculators_eval_log_models`).
 
     Parameters
     ----------
@@ -276,8 +279,8 @@ def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
     Returns
     -------
     tuple of str
-        Empty for the other formats (server logs, speculators output: they do not record one) and
-        for an unreadable file.
+        Empty for the other formats (server logs, speculators' ``acceptance.csv``: they do not
+        record one) and for an unreadable file.
     """
     from specsim.vllm.prometheus import _MODEL_NAME
 
@@ -302,6 +305,8 @@ def measured_models(path: str | os.PathLike, kind: str) -> tuple[str, ...]:
                 else:
                     names = [(((b or {}).get("config") or {}).get("backend") or {}).get("model")
                              for b in doc.get("benchmarks") or [] if isinstance(b, dict)]
+            elif kind == "speculators-log":
+                names = list(speculators_eval_log_models(p))
             else:
                 return ()
     except (DataError, NotCollectedError, SpecsimValueError, OSError, ValueError, KeyError, TypeError,

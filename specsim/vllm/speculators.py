@@ -8,6 +8,10 @@ acceptance_at_pos_0 .. acceptance_at_pos_{N-1}`` (counts written as floats such 
 ``acceptance_length`` = 1 + accepted / drafts; ``acceptance_at_pos_i`` = accepted_per_pos[i] /
 drafts, the unconditional per-position rate as vLLM's counters define it,
 ``vllm/v1/spec_decode/metrics.py``).  The log prints the same numbers rounded to 4 decimals.
+
+The CSV names no model.  The log holds GuideLLM's console output of each subset's run, whose
+``<Backend> backend validated with model <model>`` line names the model the server was sent
+requests as (the served target), see :func:`speculators_eval_log_models`.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import re
 from specsim.errors import DataError
 from specsim.vllm.counts import SpecDecodeCounts, as_count
 
-__all__ = ["read_speculators_acceptance", "read_speculators_eval_log"]
+__all__ = ["read_speculators_acceptance", "read_speculators_eval_log", "speculators_eval_log_models"]
 
 _POS = re.compile(r"^acceptance_at_pos_(\d+)$")
 
@@ -179,3 +183,46 @@ def read_speculators_eval_log(path: str | os.PathLike, *, source: str | None = N
         raise DataError(f"{src}: no '{_REPORT}' block (not a speculators evaluation log, or the "
                         f"run did not finish)")
     return out
+
+
+_VALIDATED = re.compile(r"backend validated with model(?:\s(.*))?$")
+
+
+def speculators_eval_log_models(path: str | os.PathLike) -> tuple[str, ...]:
+    """The served model(s) a speculators evaluation log names, in order of first appearance.
+
+    speculators' ``scripts/evaluate`` runs GuideLLM per subset and its log holds GuideLLM's console
+    output (``tests/data/samples/spec_eval/eval.log``, GuideLLM 0.8.1).  GuideLLM prints
+    ``"{Backend} backend validated with model {model}"`` once per run
+    (``guidellm/benchmark/entrypoints.py`` ``resolve_backend``), ``model`` being its ``--model``
+    or else the server's first ``/v1/models`` entry (``guidellm/backends/openai/http.py``
+    ``default_model``): the name the vLLM server serves, i.e. the verifier / target model (or its
+    ``--served-model-name``).  The console (rich) wraps long lines, so the name may continue on the
+    next unindented line(s) without spaces; the details that follow are indented by two spaces
+    (``guidellm/utils/console.py`` ``print_update_details``).  No speculator / draft model is
+    named in the log.
+
+    Parameters
+    ----------
+    path : path-like
+
+    Returns
+    -------
+    tuple of str
+        Empty when no such line names a model (GuideLLM resolved none, or not such a log).
+    """
+    with open(os.fspath(path), encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().splitlines()
+    names = []
+    for i, line in enumerate(lines):
+        m = _VALIDATED.search(line)
+        if not m:
+            continue
+        name = (m.group(1) or "").strip()
+        for cont in lines[i + 1:]:
+            if not cont.strip() or cont[:1].isspace() or any(ch.isspace() for ch in cont.strip()):
+                break
+            name += cont.strip()
+        if name:
+            names.append(name)
+    return tuple(dict.fromkeys(names))

@@ -948,6 +948,16 @@ def test_run_matrix_exits_1_when_a_run_failed_and_names_the_resume(fake_env):
     failed = ", ".join(f"fake-E1-{s}-t0.8-c2" for s in ("baseline", "ngram-n2", "ngram-n3"))
     assert f"specsim: 3 of 7 runs failed ({failed}; the error is in each run's provenance.json and runs.csv); " \
            "re-run them with --stamp E1 --resume" in err
+    # the manifest's runs.csv holds each run's whole error, as its provenance.json does (it kept the first
+    # line, cut at 300 characters, with its double quotes turned into single ones)
+    import pandas as pd
+
+    table = pd.read_csv(tmp / "runs" / "fake-E1-manifest" / "runs.csv", keep_default_na=False)
+    assert list(table.columns) == ["run_id", "status", "error", "kept"] and len(table) == 7
+    for row in table.itertuples():
+        assert row.error == (_prov(tmp / "runs" / row.run_id).get("error") or ""), row.run_id
+    errs = table.loc[table.status == "failed", "error"]
+    assert len(errs) == 3 and all("\n" in e and "Error: connection refused" in e for e in errs), list(errs)
     proc = _cli(fake_env, tmp, "E1", matrix=m, args=("--resume",))  # what the line says to do
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, (out, err)

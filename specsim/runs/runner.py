@@ -1169,12 +1169,14 @@ def matrix_table(runs_dir: str | os.PathLike, prefix: str):
 
 
 def _record_manifest(run_id: str, runs_dir: Path, results: list[RunResult], common: dict) -> None:
+    import pandas as pd
+
     with contextlib.suppress(RunError):
         with RunRecorder(run_id, runs_dir, {**common, "kind": "manifest"}) as rec:
-            with open(rec.path / "runs.csv", "w") as f:
-                f.write("run_id,status,error,kept\n")
-                for r in results:
-                    err = (r.error or "").splitlines()[0][:300].replace('"', "'") if r.error else ""
-                    f.write(f'{r.run_id},{r.status},"{err}",{str(r.kept).lower()}\n')
+            # the whole error (a failed bench's names the log's last lines after its first line), quoted by pandas
+            pd.DataFrame({"run_id": [r.run_id for r in results], "status": [r.status for r in results],
+                          "error": [r.error or "" for r in results],
+                          "kept": [str(r.kept).lower() for r in results]},
+                         columns=["run_id", "status", "error", "kept"]).to_csv(rec.path / "runs.csv", index=False)
             with contextlib.suppress(Exception):
                 matrix_table(runs_dir, run_id[: run_id.rindex("-manifest")]).to_csv(rec.path / "summary.csv", index=False)

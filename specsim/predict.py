@@ -1287,7 +1287,8 @@ def predict(
         measured ``num_drafts / decode steps``: steps without a suffix match draft nothing).
     mean_proposal_tokens : float, optional
         Mean proposed tokens per drafted step (vLLM ``num_draft_tokens / num_drafts``; below N
-        for ``ngram``).  Default N; at most N (the proposal length used at ``concurrency``).
+        for ``ngram``).  Default N; at most N (the proposal length used at ``concurrency``) and at
+        least the acceptance profile's MAL - 1 at that N (vLLM accepts only proposed tokens).
     baseline : MeasuredBaseline, dict or path, optional
         A measured NON-speculative baseline of this deployment: TPOT (``tpot_s``, seconds) or
         output tok/s (``output_tok_per_s``) at the concurrency and ISL/OSL predicted at, as a
@@ -1363,6 +1364,7 @@ def predict(
         raise SpecsimValueError("mean_proposal_tokens", f"must be <= N = {n_used}, the proposal length used at "
                                 f"concurrency {concurrency} (vLLM's num_draft_tokens / num_drafts never exceeds it)",
                                 mean_proposal_tokens)
+    _check_proposal_covers_acceptance(r.acceptance, [n_used], mean_proposal_tokens)
     n_src, n_notes = _n_source(r, concurrency, n_used)
     r, anchor, a_notes, overhead = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency,
                                              isl=isl, osl=osl, overhead=overhead)
@@ -2061,6 +2063,31 @@ def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
         raise SpecsimValueError("mean_proposal_tokens", "must be >= 1 token per drafted step", mean_proposal_tokens)
 
 
+def _check_proposal_covers_acceptance(acceptance, ns, mean_proposal_tokens) -> None:
+    """Refuse ``mean_proposal_tokens`` below the tokens the acceptance profile accepts per drafted step.
+
+    vLLM counts a drafted step's accepted tokens among its proposed ones (``num_accepted_tokens <=
+    num_draft_tokens``, ``vllm/v1/spec_decode/metrics.py``), so ``MAL per drafted step - 1 <=
+    mean_proposal_tokens``; a smaller value would predict more than every proposed token accepted
+    (``accepted_per_proposed_token`` above 1).
+
+    Raises
+    ------
+    SpecsimValueError
+        Naming ``mean_proposal_tokens``, the first N where the profile's MAL needs more, and that MAL.
+    """
+    if mean_proposal_tokens is None or acceptance is None:
+        return
+    for n in sorted({int(n) for n in np.ravel(ns) if int(n) > 0}):
+        need = float(acceptance.mal(n)) - 1.0
+        if need > float(mean_proposal_tokens) * (1 + 1e-9):
+            raise SpecsimValueError(
+                "mean_proposal_tokens", f"is below the {need:.4g} tokens the acceptance profile accepts per drafted "
+                f"step at N = {n} (MAL {need + 1:.4g}): vLLM counts accepted tokens among the proposed ones "
+                "(num_accepted_tokens <= num_draft_tokens), so it must be at least MAL - 1; give the "
+                "num_draft_tokens / num_drafts and the acceptance of the same run", mean_proposal_tokens)
+
+
 def partial_drafting_warning(r: Scenario, drafted_fraction, mean_proposal_tokens) -> tuple[str, ...]:
     """The warning of partial drafting (``drafted_fraction`` < 1 or ``mean_proposal_tokens``) given for
     a method that drafts N tokens on every decode step: only lookup methods
@@ -2371,6 +2398,7 @@ def sweep(
                                       resolve_overhead(r, overhead, latency_given=latency is not None)[0])
         ov = shared_overheads[okey][1]
         n_used = scheduled_n(r, cs).reshape(C.shape) if r.speculative_config is not None else N
+        _check_proposal_covers_acceptance(r.acceptance, n_used, mean_proposal_tokens)
         if b is not None:
             k, anchor_rec = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
             r = replace(r, target_time_scale=k)

@@ -300,6 +300,23 @@ def test_predict_refuses_a_mean_proposal_above_n():
     assert e.value.field == "mean_proposal_tokens" and "<= N = 3" in str(e.value)
 
 
+def test_a_mean_proposal_below_what_the_acceptance_accepts_is_refused():
+    """A new-user trial: mean_proposal_tokens=1 with a profile accepting 1.85 tokens per drafted step at N = 3
+    predicted accepted_per_proposed_token 1.85 (more tokens accepted than proposed) without a word."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")  # MAL 2.85 at N = 3: 1.85 accepted per drafted step
+    edge = predict("Qwen3-8B", "ngram", 3, acceptance=acc, mean_proposal_tokens=1.85)
+    assert edge.accepted_per_proposed_token == pytest.approx(1.0)
+    for bad in (1.0, 1.84):
+        with pytest.raises(SpecsimValueError) as e:
+            predict("Qwen3-8B", "ngram", 3, acceptance=acc, mean_proposal_tokens=bad)
+        assert e.value.field == "mean_proposal_tokens" and "1.85 tokens" in str(e.value) and "N = 3" in str(e.value)
+    # sweep: every N of the grid (N = 1 and 2 accept 0.8 and 1.4; N = 3 needs 1.85)
+    df = sweep("Qwen3-8B", "ngram", [1, 2], acceptance=acc, mean_proposal_tokens=1.5)
+    assert (df["accepted_per_proposed_token"] <= 1.0).all()
+    with pytest.raises(SpecsimValueError, match=r"mean_proposal_tokens: is below the 1\.85 tokens .* at N = 3"):
+        sweep("Qwen3-8B", "ngram", [1, 2, 3], acceptance=acc, mean_proposal_tokens=1.5)
+
+
 # --- best_n / sweep choosing N beyond the measured acceptance positions -------------------------------
 MEASURED3 = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
 

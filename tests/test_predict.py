@@ -537,6 +537,27 @@ def test_partial_drafts_closed_form(f, mean_prop, n, alpha):
         assert any("draft" in s for s in p.assumptions)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rates=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=6), f=st.floats(0.05, 1.0),
+       share=st.floats(0.0, 1.0))
+def test_partial_drafts_never_accept_more_than_proposed(rates, f, share):
+    """Per drafted step vLLM accepts at most the proposed tokens: accepted_per_proposed_token <= 1 and
+    mal_per_drafted_step <= 1 + mean_proposal_tokens, or mean_proposal_tokens is refused (by name)."""
+    cum = np.minimum.accumulate(np.asarray(rates))
+    acc = Acceptance.from_rates(cum.tolist(), "cumulative")
+    n = len(cum)
+    mean_prop = 1.0 + share * (n - 1)  # in [1, N]
+    try:
+        p = predict("Qwen3-8B", "ngram", n, hardware="MI300X", concurrency=4, acceptance=acc, drafted_fraction=f,
+                    mean_proposal_tokens=mean_prop)
+    except SpecsimValueError as e:
+        assert e.field == "mean_proposal_tokens" and float(cum.sum()) > mean_prop
+        return
+    assert float(cum.sum()) <= mean_prop * (1 + 1e-9)
+    assert p.accepted_per_proposed_token <= 1.0 + 1e-9
+    assert p.mal_per_drafted_step <= 1.0 + mean_prop + 1e-9
+
+
 @pytest.mark.parametrize("kw,field", [({"drafted_fraction": 0.0}, "drafted_fraction"),
                                       ({"drafted_fraction": 1.5}, "drafted_fraction"),
                                       ({"mean_proposal_tokens": 0.5}, "mean_proposal_tokens")])

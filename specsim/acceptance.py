@@ -648,7 +648,8 @@ class Acceptance:
             ``spec_decode_per_position_acceptance_rates``) and as the published per-position AR
             tables give them.  ``"conditional"``: alpha_k = P(A >= k | A >= k-1); say so
             explicitly.  Example: vLLM's rates ``[0.8, 0.6, 0.45, 0.3]`` are cumulative, MAL(4) =
-            1 + 0.8 + 0.6 + 0.45 + 0.3 = 3.15; read as conditional they would give 2.203.
+            1 + 0.8 + 0.6 + 0.45 + 0.3 = 3.15; read as conditional they would give
+            1 + 0.8 + 0.48 + 0.216 + 0.0648 = 2.5608.
         temperature, label
             As in ``from_counts``.
         num_drafts : int, optional

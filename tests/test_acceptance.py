@@ -551,3 +551,16 @@ def test_from_rates_default_is_vllm_cumulative():
     assert Acceptance.from_rates(rates, kind="conditional").mal(7) == pytest.approx(2.203, abs=1e-3)
     # cumulative rates must not increase: a conditional list passed without kind is refused, not misread
     raises_field("rates[1]", Acceptance.from_rates, [0.5, 0.9], rule="must not increase")
+
+
+def test_the_from_rates_docstring_example_holds():
+    """Its conditional reading said 2.203; the rates [0.8, 0.6, 0.45, 0.3] read as conditional give 2.5608."""
+    import re
+
+    doc = " ".join(Acceptance.from_rates.__doc__.split())
+    cum, cond = (float(x) for x in re.search(r"= ([\d.]+); read as conditional they would give .*= ([\d.]+)\.",
+                                              doc).groups())
+    rates = [0.8, 0.6, 0.45, 0.3]
+    assert Acceptance.from_rates(rates, "cumulative").mal(4) == pytest.approx(cum, abs=1e-12)
+    assert Acceptance.from_rates(rates, "conditional").mal(4) == pytest.approx(cond, abs=1e-12)
+    assert cond == pytest.approx(1 + 0.8 + 0.8 * 0.6 + 0.8 * 0.6 * 0.45 + 0.8 * 0.6 * 0.45 * 0.3, abs=1e-12)

@@ -7,6 +7,7 @@ Each case was found by a new-user review (a copy of the shipped smoke matrix wit
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -555,3 +556,180 @@ def test_the_dry_run_warns_of_cells_estimated_beyond_their_timeout(tmp_path):
     assert f"WARNING: {len(over)} cell(s) are estimated beyond their timeout_s" in text and over[0] in text
     m = load_matrix(_smoke(tmp_path / "ok"))
     assert "beyond their timeout_s" not in dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
+
+
+# ---- dotted options in serve_cmd / bench_cmd -----------------------------------------------------------------
+# vLLM 0.32's parser reads `--speculative-config.method ngram --speculative-config.num_speculative_tokens 3` (also
+# `--speculative_config.method=ngram`, `-sc.method ngram`, `--speculative-config.num-speculative-tokens=3`) as one
+# --speculative-config object (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args); specsim refused
+# them as unknown options. They are read as vLLM reads them: the servers are named, labelled and checked by them.
+
+_SC_OBJ = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+
+
+@pytest.mark.parametrize("opts", [
+    "--speculative-config.method ngram --speculative-config.num_speculative_tokens 3 "
+    "--speculative-config.prompt_lookup_max 4 --speculative-config.prompt_lookup_min 2",
+    # '_' in the option's name is '-' (argparse_utils.py); '-' in the object's keys is '_' (arg_utils.py
+    # create_speculative_config); a value is JSON ("ngram" is not: the text)
+    "--speculative_config.method=ngram --speculative-config.num-speculative-tokens=3 "
+    "--speculative-config.prompt-lookup-max 4 --speculative_config.prompt_lookup_min=2",
+    "-sc.method ngram -sc.num_speculative_tokens=3 -sc.prompt_lookup_max 4 -sc.prompt_lookup_min 2",
+])
+def test_a_dotted_speculative_config_in_serve_cmd_names_and_labels_the_servers(tmp_path, opts):
+    m = load_matrix(_smoke(tmp_path, serve={"spec": {}}, sidecar={"serve_cmd": f"{SERVE_CMD} {opts}",
+                                                                  "baseline": None}))
+    (g,) = m.groups
+    assert (g.spec.method, g.spec.num_speculative_tokens, g.speculative_config) == ("ngram", 3, _SC_OBJ)
+    est = estimate_seconds(m, tmp_path / "no-runs")
+    text = dry_run_text(m, est)
+    assert "no speculation" not in text and f"spec {json.dumps(_SC_OBJ, sort_keys=True)}" in text, text
+    # the command run gives the object as vLLM's parser gathers it: one --speculative-config, placed last
+    (server,) = sweep_files.dry_run_json(m, est)["servers"]
+    cmd = server["command"]
+    assert cmd.count("--speculative-config") == 1 and cmd[-2] == "--speculative-config", cmd
+    assert not [t for t in cmd if t.startswith("-") and "." in t], cmd
+    assert {k.replace("-", "_"): v for k, v in json.loads(cmd[-1]).items()} == _SC_OBJ
+
+
+@pytest.mark.parametrize("opts,field,rule,allowed", [
+    ("--speculative-config.method ngrxm --speculative-config.num_speculative_tokens 3",
+     "serve_cmd --speculative-config.method", "unknown speculative method", "ngram"),
+    ("-sc.method ngram -sc.num_speculative_tokens=3 -sc.prompt_lookup_mx 4",
+     "serve_cmd --speculative-config.prompt_lookup_mx", "unknown speculative_config key", "prompt_lookup_max"),
+    ("--speculative-config.method ngram --speculative-config.num_speculative_tokens -3",
+     "serve_cmd --speculative-config.num_speculative_tokens", ">= 1", None),
+    # vLLM would keep the later of the two spellings (arg_utils.py), or of a field given twice (with a warning)
+    ("--speculative-config.method ngram --speculative-config.num_speculative_tokens 3 "
+     "--speculative-config.num-speculative-tokens 4",
+     "serve_cmd --speculative-config.num-speculative-tokens", "given twice", None),
+    ("--speculative-config.method ngram --speculative-config.method ngram",
+     "serve_cmd.vllm serve: --speculative-config.method", "given twice", None),
+    # vLLM would silently drop the whole object and keep the fields alone
+    ("""--speculative-config '{"method": "ngram", "num_speculative_tokens": 2}' """
+     "--speculative-config.num_speculative_tokens 3", "serve_cmd.vllm serve: --speculative-config", "both whole", None),
+    ("--speculative-confg.method ngram", "serve_cmd.vllm serve: --speculative-confg.method",
+     "a dotted name gives a field", "speculative-config"),
+    ("--max-model-len.auto 1", "serve_cmd.vllm serve: --max-model-len.auto", "is a size option", "speculative-config"),
+    ("--speculative-config.method", "serve_cmd.vllm serve: --speculative-config.method", "needs a value", None),
+    # vLLM gathers -sc.* and --speculative-config.* into two objects and keeps the one placed last alone
+    ("-sc.method ngram --speculative-config.num_speculative_tokens 3",
+     "serve_cmd.vllm serve: --speculative-config.num_speculative_tokens", "two spellings", None),
+])
+def test_a_dotted_option_vllm_would_refuse_is_refused(tmp_path, opts, field, rule, allowed):
+    e = _refused(_smoke(tmp_path, serve={"spec": {}}, sidecar={"serve_cmd": f"{SERVE_CMD} {opts}", "baseline": None}))
+    assert e.field == field and rule in e.rule, str(e)
+    if allowed is not None:
+        assert allowed in e.allowed, str(e)
+
+
+def test_a_baseline_given_a_dotted_speculative_config_by_serve_cmd_is_refused(tmp_path):
+    e = _refused(_smoke(tmp_path, serve={"baseline": {}},
+                        sidecar={"serve_cmd": f"{SERVE_CMD} -sc.method ngram -sc.num_speculative_tokens 3"}))
+    assert e.field == "baseline" and "non-speculative" in e.rule and "speculative-config" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("kw,field,rule", [
+    # vLLM's sweep appends the record's whole object; vLLM's parser places serve_cmd's fields after it
+    ({"serve": {"rec": {"speculative_config": SPEC}}}, "serve_params.json['rec'].speculative_config",
+     "would be ignored"),
+    ({"serve": {"rec": {"speculative_config.num_speculative_tokens": 5}}},
+     "serve_params.json['rec'].speculative_config.num_speculative_tokens", "merge"),
+    ({"sidecar": {"bench_cmd": f"{BENCH_CMD} --extra-body.temperature 0.5"},
+      "bench": {"c4": {**C4, "extra_body": {"temperature": 0}}}}, "bench_params.json['c4'].extra_body",
+     "would be ignored"),
+])
+def test_a_record_may_not_give_an_option_the_command_gives_by_dotted_fields(tmp_path, kw, field, rule):
+    sidecar = {"serve_cmd": f"{SERVE_CMD} -sc.method ngram -sc.num_speculative_tokens 3", "baseline": None,
+               **kw.pop("sidecar", {})}
+    e = _refused(_smoke(tmp_path, sidecar=sidecar, **{"serve": {"rec": {}}, **kw}))
+    assert e.field == field and rule in e.rule and "whole in" in e.rule, str(e)
+
+
+def test_a_dotted_extra_body_in_bench_cmd_gives_the_cells_temperature(tmp_path):
+    m = load_matrix(_smoke(tmp_path, bench={"c4": {"max_concurrency": 4, "num_prompts": 4}},
+                           sidecar={"bench_cmd": f"{BENCH_CMD} --extra-body.temperature 0.5"}))
+    assert {c.temperature for c in m.cells()} == {0.5}
+    for c in m.cells():
+        cmd = bench_command(m, c)
+        assert cmd.count("--extra-body") == 1 and cmd[cmd.index("--extra-body") + 1] == '{"temperature": 0.5}', cmd
+
+
+def test_options_spelled_with_underscores_in_serve_cmd_are_read_as_vllm_reads_them(tmp_path):
+    m = load_matrix(_smoke(tmp_path, serve={"baseline": {}, "tp4": {"tensor_parallel_size": 4}},
+                           sidecar={"serve_cmd": f"{SERVE_CMD} --tensor_parallel_size 2 --max_num_seqs=8"}))
+    assert {g.name: g.gpus for g in m.groups} == {"baseline": 2, "tp4": 4}
+    cmd = next(s for s in sweep_files.dry_run_json(m, estimate_seconds(m, tmp_path / "no-runs"))["servers"]
+               if s["name"] == "tp4")["command"]
+    assert cmd.count("--tensor-parallel-size") == 1 and cmd[cmd.index("--tensor-parallel-size") + 1] == "4", cmd
+    assert "--max-num-seqs=8" in cmd and not [t for t in cmd if t.startswith("--") and "_" in t], cmd
+
+
+def test_a_records_dotted_values_are_read_as_vllm_reads_the_sweeps_command_line(tmp_path):
+    """vLLM's sweep writes ``--speculative-config.num_speculative_tokens 3`` for ``"3"`` (param_sweep.py), which
+    vLLM's parser reads as the integer 3; a whole object's ``-`` keys are ``_`` (arg_utils.py)."""
+    m = load_matrix(_smoke(tmp_path, serve={"baseline": {}, "ngram-n3": {
+        "speculative_config.method": "ngram", "speculative_config.num_speculative_tokens": "3",
+        "speculative_config.prompt_lookup_max": "4", "speculative_config.prompt-lookup-min": 2}}))
+    g = next(g for g in m.groups if g.name == "ngram-n3")
+    assert (g.spec.method, g.spec.num_speculative_tokens, g.speculative_config) == ("ngram", 3, _SC_OBJ)
+    m = load_matrix(_smoke(tmp_path / "w", serve={"baseline": {}, "ngram-n3": {"speculative_config": {
+        "method": "ngram", "num-speculative-tokens": 3, "prompt_lookup_max": 4, "prompt-lookup-min": 2}}}))
+    g = next(g for g in m.groups if g.name == "ngram-n3")
+    assert (g.spec.method, g.spec.num_speculative_tokens, g.speculative_config) == ("ngram", 3, _SC_OBJ)
+    assert next(c for c in g.cells).baseline == "baseline"
+
+
+_PARSE_DOTTED = '''
+import json, shlex, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = FlexibleArgumentParser()
+p.add_argument("--speculative-config", "-sc", type=json.loads)
+p.add_argument("--compilation-config", "-cc", type=json.loads)
+p.add_argument("--max-num-seqs", type=int)
+p.add_argument("--seed", type=int)
+p.add_argument("--enforce-eager", action="store_true")
+out = []
+for line in json.loads(sys.argv[1]):
+    ns = p.parse_args(shlex.split(line))
+    out.append({"speculative-config": ns.speculative_config, "compilation-config": ns.compilation_config,
+                "max-num-seqs": ns.max_num_seqs})
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.vllm
+def test_dotted_options_are_read_as_the_installed_vllms_parser_reads_them(tmp_path):
+    """The objects specsim gathers from dotted options equal those vLLM's own FlexibleArgumentParser makes."""
+    import subprocess
+
+    from vllm_env import vllm_python
+
+    lines = [
+        "--speculative-config.method ngram --speculative-config.num_speculative_tokens 3 --max_num_seqs 4",
+        "--speculative_config.method=ngram --speculative-config.num-speculative-tokens=1k --compilation-config.mode 3 "
+        "--compilation-config.cudagraph_capture_sizes+ 1,2 --compilation_config.cudagraph_capture_sizes+=4",
+        # two lists given for one field are joined, as with '+'
+        "-cc.mode 3 -cc.cudagraph_capture_sizes [1] -cc.cudagraph_capture_sizes=[2] -sc.method=ngram "
+        "-sc.num_speculative_tokens=2",
+        "-sc.method ngram -sc.num_speculative_tokens 2 -sc.prompt_lookup_max 1_000 --compilation-config.x.y true "
+        "--compilation-config.x.z null --compilation-config.backend '\"inductor\"' --compilation-config.a 1.5K "
+        "--compilation-config.b -1 --compilation-config.c '[1, 2]' --compilation-config.d 2k",
+        "--enforce-eager --speculative-config.method=ngram --seed 1 --speculative-config.num_speculative_tokens 2",
+    ]
+    r = subprocess.run([str(vllm_python()), "-c", _PARSE_DOTTED, json.dumps(lines)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = json.loads(r.stdout.strip().splitlines()[-1])
+
+    def last(cmd, opt):
+        return cmd[max(i for i, t in enumerate(cmd) if t == opt) + 1] if opt in cmd else None
+
+    for k, (line, w) in enumerate(zip(lines, want)):
+        m = load_matrix(_smoke(tmp_path / str(k), serve={"spec": {}}, sidecar={"serve_cmd": f"{SERVE_CMD} {line}",
+                                                                                "baseline": None}))
+        got = {opt: json.loads(v) if (v := last(m.serve_cmd, f"--{opt}")) is not None else None
+               for opt in ("speculative-config", "compilation-config", "max-num-seqs")}
+        assert got == {**w, "max-num-seqs": w["max-num-seqs"] or 32}, line  # 32: the smoke serve_cmd's own
+        # the object specsim labels by is vLLM's after create_speculative_config ('-' in keys read as '_')
+        assert m.groups[0].speculative_config == {k.replace("-", "_"): v for k, v in w["speculative-config"].items()}

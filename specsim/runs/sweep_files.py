@@ -38,7 +38,8 @@ neither ``vllm serve`` nor ``vllm bench serve`` of vLLM 0.32 has (:mod:`specsim.
 values of the wrong kind, outside an option's choices or its range (``tensor_parallel_size >= 1``,
 ``max_concurrency >= 1``, ``0 <= temperature <= 2`` ...: :func:`specsim.runs.vllm_args.bounds_of`),
 short options vLLM 0.32 does not have (the ones it has, ``-tp 2`` ..., are read as their long options:
-:func:`_long_options`), one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
+:func:`_long_options`; dotted options such as ``--speculative-config.method ngram`` and ``_`` spellings
+are read as vLLM's parser reads them: :func:`_flexible_options`), one option given twice (whole and by dotted field, or in two spellings), a JSON key given twice, empty
 parameter files, a cell with no ``temperature`` (``vllm bench serve`` would send none: the server's default
 sampling, not greedy), a ``--speculative-config`` vLLM would refuse, in a record or in ``serve_cmd`` (:func:`specsim.vllm.config.parse_speculative_config`),
 options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
@@ -433,8 +434,16 @@ def _suggest(opt: str, table: Mapping) -> list[str]:
     return difflib.get_close_matches(opt, list(table), n=5, cutoff=0.6)
 
 
-def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Sequence[str], cmd: str) -> dict:
-    """Validate one parameter record; returns it with dotted keys folded into their JSON option."""
+def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Sequence[str], cmd: str,
+                  cmd_dotted: Mapping[str, str] | None = None) -> dict:
+    """Validate one parameter record; returns it with dotted keys folded into their JSON option.
+
+    A dotted key's value is read as vLLM 0.32 reads the text ``vllm bench sweep`` writes for it
+    (:func:`_record_field_text`, :func:`_put_field`: ``"3"`` is 3, a list of strings its Python text).
+    ``cmd_dotted`` (:func:`_flexible_options`): the options serve_cmd / bench_cmd gives by dotted fields;
+    a record may not give them (vLLM's sweep would append a whole one before those fields, which vLLM's
+    parser places last, so the record's would be ignored; or merge a record's fields into the command's
+    field by field, which specsim does not reproduce)."""
     folded: dict[str, Any] = {}
     given: dict[str, list[str]] = {}  # option -> the keys giving it (whole or dotted), in file order
     for key, value in rec.items():
@@ -458,6 +467,15 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
             raise SpecsimValueError(f"{where}.{key}", _SERVE_MODEL_RULE, key)
         if opt in owned:
             raise SpecsimValueError(f"{where}.{key}", f"--{opt} is set by specsim's runner", key)
+        if cmd_dotted and opt in cmd_dotted:
+            base = "serve_cmd" if table is SERVE_OPTIONS else "bench_cmd"
+            what = ("vLLM's sweep would merge this record's fields into those field by field" if dot else
+                    f"vLLM's sweep would append this whole --{opt} and vLLM's parser puts {base}'s fields after "
+                    "it, so this one would be ignored")
+            raise SpecsimValueError(f"{where}.{key}", f"{base} gives --{opt} by dotted fields ({cmd_dotted[opt]!r}); "
+                                    f"{what} (vllm/benchmarks/sweep/param_sweep.py apply_to_cmd, {_DOTTED_SRC}), "
+                                    f"which specsim does not reproduce: give --{opt} whole in {base} (--{opt} "
+                                    "'{...}'), which a record's replaces, or in the records alone", key)
         # one option given twice (``max_num_seqs`` and ``max-num-seqs``; whole and by field, in either
         # order): vLLM's sweep would pass both and the result would depend on the keys' order
         earlier = given.setdefault(opt, [])
@@ -473,16 +491,8 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
             if kind != "json":
                 raise SpecsimValueError(f"{where}.{key}", f"dotted keys address fields of a JSON option; "
                                         f"--{opt} is a {kind} option", key)
-            node = folded.setdefault(head.replace("-", "_"), {})
-            parts = rest.split(".")
-            for p in parts[:-1]:
-                node = node.setdefault(p, {})
-                if not isinstance(node, dict):
-                    raise SpecsimValueError(f"{where}.{key}", f"field {p!r} of --{opt} is given both as a value "
-                                            "and by sub-field", key)
-            if parts[-1] in node:
-                raise SpecsimValueError(f"{where}.{key}", f"field {parts[-1]!r} of --{opt} is given twice", key)
-            node[parts[-1]] = value
+            _put_field(folded.setdefault(head.replace("-", "_"), {}), rest, _record_field_text(value),
+                       f"{where}.{key}", opt)
             continue
         _check_value(f"{where}.{key}", opt, table[opt], value, table)
         if isinstance(value, str) and (table[opt] == "json"):
@@ -530,7 +540,8 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
 def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str], where: str) -> list[str]:
     """``cmd`` (the options after ``vllm serve MODEL`` / ``vllm bench serve``) with each short option written as
     the long option it is an alias of (``-tp 2`` -> ``--tensor-parallel-size 2``, ``-tp=2`` ->
-    ``--tensor-parallel-size=2``; for ``vllm serve`` also ``-O3`` / ``-O=3`` / ``-O 3`` -> ``--optimization-level
+    ``--tensor-parallel-size=2``; a field of a short option, ``-sc.method ngram``, is checked and kept as written:
+    :func:`_flexible_options` reads it; for ``vllm serve`` also ``-O3`` / ``-O=3`` / ``-O 3`` -> ``--optimization-level
     3`` as vllm/utils/argparse_utils.py reads them), so a record's option replaces it as it replaces the long
     spelling (:func:`apply_record`) and it is counted (GPUs) and checked as the long one is.
 
@@ -555,6 +566,7 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                     out += ["--optimization-level", cmd[i + 1]]
                     i += 2
                     continue
+            name, dot, fields = name.partition(".")  # -sc.method ngram: a field of --speculative-config
             if name not in shorts:
                 allowed = [f"-{k} (--{v})" for k, v in sorted(shorts.items())]
                 if table is SERVE_OPTIONS:
@@ -562,6 +574,13 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                 raise SpecsimValueError(f"{where}: {tok}", f"not a short option of `{where.split('.')[-1]}` in vLLM "
                                         "0.32" + ("" if allowed else " (it has none: give the long --option)"),
                                         tok, allowed or None)
+            if dot:  # a field: kept as written, vLLM gathers each spelling apart (_flexible_options)
+                out.append(tok)
+                i += 1
+                if not eq and i < len(cmd):
+                    out.append(cmd[i])  # its value, whatever it looks like ("-sc.x -1")
+                    i += 1
+                continue
             if eq:  # as two tokens, so that a record's value replaces it (apply_record)
                 out += [f"--{shorts[name]}", val]
                 i += 1
@@ -570,10 +589,207 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
         out.append(tok)
         i += 1
         opt, eq, _ = tok[2:].partition("=") if tok.startswith("--") else ("", "", "")
+        head, dot, _ = opt.partition(".")
+        kind = table.get(_canon(head))  # vLLM reads --max_model_len as --max-model-len (_flexible_options)
+        if not eq and i < len(cmd) and (dot or kind is not None and (kind[0] if isinstance(kind, tuple) else kind)
+                                        != "flag"):
+            out.append(cmd[i])  # an option's value ("--max-model-len -1", "--speculative-config.x -1"), never
+            i += 1              # read as an option: vLLM takes the next token as a dotted field's value
+    return out
+
+
+#: where vLLM 0.32 reads dotted options (``--speculative-config.method ngram``): the sources cited below
+_DOTTED_SRC = "vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args"
+
+
+def _field_value(text: str) -> Any:
+    """A dotted option's value as vLLM 0.32 reads it: JSON (``3``, ``true``, ``null``, ``[1, 2]``,
+    ``{"a": 1}``, ``"x"``), else an integer as ``human_readable_int`` reads it (``1k`` 1000, ``1K`` 1024,
+    ``1_000``), else the text itself (``ngram``, ``1.5K``).
+
+    Source: vllm/utils/argparse_utils.py:440-448 (``json.loads``, then ``human_readable_int``, then the
+    string); :func:`specsim.runs.vllm_args.human_readable_int` reads integers as vLLM's does.
+    """
+    try:
+        return json.loads(text)
+    except ValueError:  # json.JSONDecodeError
+        pass
+    try:
+        return human_readable_int(text)
+    except ValueError:
+        return text
+
+
+def _merge_fields(into: dict, update: Mapping[str, Any], path: tuple[str, ...] = ()) -> list[str]:
+    """Merge ``update`` into ``into`` as vLLM 0.32 merges the fields of one dotted option
+    (vllm/utils/argparse_utils.py:384-402 ``recursive_dict_update``): objects merged key by key, two lists
+    joined, any other value replacing the one there.  Returns the dotted paths of the values replaced
+    (vLLM only warns "Found duplicate keys" for them, l.457-458, and keeps the last)."""
+    replaced: list[str] = []
+    for k, v in update.items():
+        old = into.get(k)
+        if isinstance(v, dict) and isinstance(old, dict):
+            replaced += _merge_fields(old, v, (*path, k))
+        elif isinstance(v, list) and isinstance(old, list):
+            old.extend(v)
+        else:
+            if k in into:
+                replaced.append(".".join((*path, k)))
+            into[k] = v
+    return replaced
+
+
+def _put_field(into: dict, fields: str, text: str, where: str, opt: str) -> None:
+    """Put the dotted field ``fields`` (``a.b``; ``a+`` appends) with the value ``text`` into ``into`` (the
+    object of ``--opt``) as vLLM 0.32's parser does: the fields after the option's name are object keys as
+    written (their ``_`` / ``-`` are not converted, l.341-342), nested one object per ``.`` (l.439,
+    ``create_nested_dict``); a name ending in ``+`` makes the value the list of its comma-separated texts
+    (l.435-437), joined to a list already there; else the value is read by :func:`_field_value`.
+
+    Raises
+    ------
+    SpecsimValueError
+        An empty field name, or a field given twice or both as a value and by sub-field (vLLM keeps the
+        last with only a warning; specsim refuses it as it refuses a key given twice in a record).
+    """
+    append = fields.endswith("+")
+    keys = (fields[:-1] if append else fields).split(".")
+    if not all(keys):
+        raise SpecsimValueError(where, f"a dotted field of --{opt} needs a name between the dots (e.g. "
+                                f"--{opt}.name value)", fields)
+    value: Any = text.split(",") if append else _field_value(text)
+    for k in reversed(keys):
+        value = {k: value}
+    replaced = _merge_fields(into, value)
+    if replaced:
+        raise SpecsimValueError(where, f"field {replaced[0]!r} of --{opt} is given twice, or both as a value and "
+                                f"by sub-field: vLLM 0.32 keeps the last with only a warning ({_DOTTED_SRC}); "
+                                "give it once", fields)
+
+
+def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str], where: str,
+                      owned: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """``cmd`` (the options after ``vllm serve MODEL`` / ``vllm bench serve``, short options already long but
+    for fields of one, ``-sc.method``: :func:`_long_options`) with option names and dotted options as vLLM
+    0.32's parser reads them, and
+    ``{option: first dotted token}`` of the options given by dotted fields.
+
+    vLLM's ``FlexibleArgumentParser.parse_args`` (vllm/utils/argparse_utils.py) rewrites the command line
+    before argparse reads it:
+
+    * in each ``--name`` (before a ``=``), ``_`` becomes ``-`` up to the first ``.`` (l.341-357):
+      ``--max_num_seqs`` is ``--max-num-seqs``, ``--speculative_config.num_speculative_tokens`` is a field
+      ``num_speculative_tokens`` (the field keeps its spelling) of ``--speculative-config``;
+    * a token with a ``.`` in its name (``--opt.a.b VALUE``, ``--opt.a.b=VALUE``; also a short alias,
+      ``-sc.method``) is a field of the JSON option ``--opt``; its value is the text after ``=``, else the
+      next token whatever it looks like (l.425-433), read by :func:`_put_field`;
+    * the fields given with one spelling of the option (``--opt``, or its short alias ``-o``: two spellings,
+      gathered apart) are merged into one object (l.450-453) and every dotted token is removed; each object
+      so gathered is appended last as ``--opt '<JSON>'`` / ``-o '<JSON>'`` (l.455-463).  argparse keeps the
+      last value of an option, so a whole ``--opt '{...}'`` given besides its fields is dropped without a
+      word, before or after them, and of fields given in both spellings only one spelling's are kept.
+
+    Here the gathered ``--opt '<JSON>'`` are appended as vLLM appends them, so the command runs as given and
+    a record's option replaces it (:func:`apply_record`).  ``--speculative-config``'s fields are further read
+    as vLLM reads its object (``-`` in its keys is ``_``: :func:`_spec_fields`).
+
+    Raises
+    ------
+    SpecsimValueError
+        Naming the token: a dotted option that is not an option of the command (the nearest ones listed),
+        one the runner owns, one that is not a JSON option (vLLM hands the JSON text to its parser and
+        refuses it; the JSON options listed), a dotted field with no value or no name, a field given twice,
+        an option given both whole and by field (vLLM would keep the fields alone) and one given by fields
+        in both its spellings (vLLM would keep one spelling's).
+    """
+    out: list[str] = []
+    gathered: dict[str, dict] = {}
+    dotted: dict[str, str] = {}
+    whole: dict[str, str] = {}
+    spelling: dict[str, str] = {}  # option -> how its fields are spelled ("--opt" or "-o")
+    cmd_name = where.split(".")[-1]
+    i = 0
+    while i < len(cmd):
+        tok = cmd[i]
+        i += 1
+        short = tok.startswith("-") and not tok.startswith("--") and "." in tok.partition("=")[0]
+        if not tok.startswith("--") and not short:
+            out.append(tok)
+            continue
+        name, eq, val = (tok[1:] if short else tok[2:]).partition("=")
+        head, dot, fields = name.partition(".")
+        opt = shorts.get(head, head) if short else _canon(head)  # a short one was checked by _long_options
         kind = table.get(opt)
-        if kind is not None and not eq and (kind[0] if isinstance(kind, tuple) else kind) != "flag" and i < len(cmd):
-            out.append(cmd[i])  # an option's value ("--max-model-len -1"), never read as an option
+        kind = kind[0] if isinstance(kind, tuple) else kind
+        if not dot:
+            out.append(f"--{opt}{eq}{val}")
+            if kind is not None:
+                whole.setdefault(opt, tok)
+            if kind not in (None, "flag") and not eq and i < len(cmd):
+                out.append(cmd[i])  # the option's value, read as it is
+                i += 1
+            continue
+        at = f"{where}: {tok}"
+        if kind is None:
+            raise SpecsimValueError(at, f"not an option of `{cmd_name}` in vLLM 0.32 (a dotted name gives a field "
+                                    "of the JSON option before the first '.')", head, _suggest(opt, table) or None)
+        if opt in owned:
+            raise SpecsimValueError(at, f"--{opt} is set by specsim's runner", head)
+        if kind != "json":
+            raise SpecsimValueError(at, f"dotted names give fields of a JSON option; --{opt} is a {kind} option: "
+                                    f"vLLM 0.32 would hand it the fields as JSON text and refuse it ({_DOTTED_SRC})",
+                                    tok, sorted(k for k, v in table.items() if v == "json"))
+        if not eq:
+            if i >= len(cmd):
+                raise SpecsimValueError(at, "needs a value (vLLM 0.32 takes the next token as a dotted field's "
+                                        f"value: --{opt}.{fields} VALUE or --{opt}.{fields}=VALUE)", tok)
+            val = cmd[i]
             i += 1
+        spelled = f"-{head}" if short else f"--{opt}"
+        if spelling.setdefault(opt, spelled) != spelled:
+            raise SpecsimValueError(at, f"--{opt} is given by fields in two spellings ({dotted[opt]!r} and {tok!r}): "
+                                    "vLLM 0.32 gathers each spelling's fields into an object of its own and keeps "
+                                    f"the one placed last alone ({_DOTTED_SRC}); spell them one way", tok)
+        dotted.setdefault(opt, tok)
+        _put_field(gathered.setdefault(opt, {}), fields, val, at, opt)
+    for opt, first in dotted.items():
+        if opt in whole:
+            raise SpecsimValueError(f"{where}: {whole[opt]}", f"--{opt} is given both whole ({whole[opt]!r}) and by "
+                                    f"field ({first!r}): vLLM 0.32 keeps the fields alone and drops the whole "
+                                    f"object without a word (it appends the fields as one --{opt} placed last: "
+                                    f"{_DOTTED_SRC}); give one or the other", whole[opt])
+        out += [f"--{opt}", json.dumps(gathered[opt])]  # as a long option: one spelling, replaced by a record's
+    return out, dotted
+
+
+def _record_field_text(value: Any) -> str:
+    """The text ``vllm bench sweep`` writes on the command line for a record's dotted key
+    (vllm/benchmarks/sweep/param_sweep.py ``apply_to_cmd`` / ``_normalize_cmd_kv_pair``: ``true`` /
+    ``false`` for a boolean, an object as JSON, anything else as Python's ``str``), which vLLM's parser
+    then reads as it reads any dotted field (:func:`_put_field`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, dict) else str(value)
+
+
+def _spec_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A speculative config's keys as vLLM 0.32 reads them: ``-`` is ``_`` (vllm/engine/arg_utils.py:2086-2088
+    ``create_speculative_config``), so ``{"num-speculative-tokens": 3}`` (or
+    ``--speculative-config.num-speculative-tokens=3``, whose field keeps its spelling) gives N = 3.
+
+    Raises
+    ------
+    SpecsimValueError
+        A key given in both spellings (vLLM would keep the later one without a word).
+    """
+    out: dict[str, Any] = {}
+    for k, v in cfg.items():
+        key = str(k).replace("-", "_")
+        if key in out:
+            raise SpecsimValueError(f"{where}.{k}", f"field {key!r} is given twice (as {key!r} and {k!r}: vLLM 0.32 "
+                                    "reads '-' in its keys as '_', vllm/engine/arg_utils.py:2086, and keeps the "
+                                    "later one); give it once", k)
+        out[key] = v
     return out
 
 
@@ -889,6 +1105,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         raise SpecsimValueError("serve_cmd", "must name the model right after 'vllm serve'", sc["serve_cmd"])
     model = serve_cmd[2]
     serve_cmd[3:] = _long_options(serve_cmd[3:], SERVE_OPTIONS, SERVE_SHORT_OPTIONS, "serve_cmd.vllm serve")
+    serve_cmd[3:], serve_dotted = _flexible_options(serve_cmd[3:], SERVE_OPTIONS, SERVE_SHORT_OPTIONS,
+                                                    "serve_cmd.vllm serve", SERVE_OWNED)
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
     base_spec = _serve_cmd_spec(serve_base, need)
@@ -904,12 +1122,15 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         return str(model_path) if model_path is not None else model
     bench_cmd: list[str] = []
     bench_base: dict[str, Any] = {}
+    bench_dotted: dict[str, str] = {}
     if sc.get("sweeps"):
         if "bench_cmd" not in sc:
             raise SpecsimValueError("bench_cmd", "is required when sweeps are given")
         bench_cmd = _split_cmd(sc["bench_cmd"], "bench_cmd", ("vllm", "bench", "serve"))
         bench_cmd[3:] = _long_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, BENCH_SERVE_SHORT_OPTIONS,
                                       "bench_cmd.vllm bench serve")
+        bench_cmd[3:], bench_dotted = _flexible_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, BENCH_SERVE_SHORT_OPTIONS,
+                                                        "bench_cmd.vllm bench serve", BENCH_OWNED)
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
         # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
         # --model; --model then only names the tokenizer): checked here when no bench record can change it
@@ -964,7 +1185,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         n_cells = 0
         links = _link_vars(sw.get("link_vars"), f"{where}.link_vars")
         for sname, srec in serve_recs:
-            sp = _check_record(f"{sw['serve_params']}[{sname!r}]", srec, SERVE_OPTIONS, SERVE_OWNED, "vllm serve")
+            sp = _check_record(f"{sw['serve_params']}[{sname!r}]", srec, SERVE_OPTIONS, SERVE_OWNED, "vllm serve",
+                               serve_dotted)
             g = groups.get(sname)
             if g is not None and g["params"] != sp:
                 raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "
@@ -975,7 +1197,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 if not all(a in srec and b in brec and srec[a] == brec[b] for a, b in links):
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
-                bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve")
+                bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)
@@ -1045,7 +1267,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         _unknown(h, _HEALTH_KEYS, where)
         if "speculative_config" not in h or "temperature" not in h:
             raise SpecsimValueError(where, "needs speculative_config and temperature", h, _HEALTH_KEYS)
-        cfg = dict(h["speculative_config"])
+        if not isinstance(h["speculative_config"], dict):
+            raise SpecsimValueError(f"{where}.speculative_config", "must be an object", h["speculative_config"])
+        cfg = _spec_fields(h["speculative_config"], f"{where}.speculative_config")
         if isinstance(cfg.get("model"), str):
             p = need(cfg["model"], f"{where}.speculative_config.model")
             cfg_model = str(p) if p is not None else cfg["model"]
@@ -1119,12 +1343,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         # a record's speculative_config (whole or by dotted fields) replaces serve_cmd's whole: vLLM's sweep
         # replaces serve_cmd's --speculative-config by a whole one (param_sweep.py apply_to_cmd) and appends
         # dotted fields, which vLLM's parser gathers into one --speculative-config placed last, so argparse
-        # keeps that one alone (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args)
+        # keeps that one alone (vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args). serve_cmd's given
+        # by dotted fields is gathered as vLLM gathers it (_flexible_options); a record may then give none
+        # (_check_record: vLLM's sweep would ignore a whole one and merge fields)
         cfg = sp.get("speculative_config")
         if cfg is None and base_spec is not None:
             cfg = dict(base_spec)  # checked (and its draft path resolved) by _serve_cmd_spec
         elif isinstance(cfg, dict):
-            cfg = dict(cfg)
+            cfg = _spec_fields(cfg, f"serve record {sname!r}: speculative_config")
             if isinstance(cfg.get("model"), str):
                 p = need(cfg["model"], f"serve record {sname!r}: speculative_config.model")
                 if p is not None:
@@ -1219,8 +1445,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
 def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:
     """serve_cmd's ``--speculative-config`` as a checked object (its local draft ``model`` resolved by
     ``need``), or None when serve_cmd gives none.  vLLM 0.32 reads the option with ``json.loads``
-    (vllm/engine/arg_utils.py), so text that is not a JSON object is refused, and the object is checked
-    as a serve record's is (:func:`_check_spec_config`)."""
+    (vllm/engine/arg_utils.py:1826), so text that is not a JSON object is refused, and the object is checked
+    as a serve record's is (:func:`_check_spec_config`), its keys read as vLLM reads them (:func:`_spec_fields`).
+    Given by dotted fields (``--speculative-config.method ngram``), ``serve_base`` holds the object vLLM's
+    parser makes of them (:func:`_flexible_options`)."""
     text = serve_base.get("speculative-config")
     if text is None:
         return None
@@ -1233,6 +1461,7 @@ def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:
                                 "\"num_speculative_tokens\": 3}'", text) from None
     if not isinstance(cfg, dict):
         raise SpecsimValueError(where, "must be a JSON object", text)
+    cfg = _spec_fields(cfg, where)
     if isinstance(cfg.get("model"), str):
         p = need(cfg["model"], f"{where}.model")
         if p is not None:

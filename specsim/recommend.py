@@ -836,6 +836,41 @@ def _check_table_range(r, cs, n_max: int, *, concurrency_given: bool, max_concur
             f"covering q up to {n_max + 1}", int(qs[np.flatnonzero(bad)[0]]))
 
 
+def _check_method_keys(name: str, given, methods: Sequence[str], *, default: bool) -> None:
+    """Refuse a dict ``acceptance`` / ``acceptance_range`` with keys that name none of the methods
+    being recommended: :func:`recommend` looks each method up by its vLLM method string, so such a key's
+    profile would be dropped without a word (and the method given the published profile instead).
+
+    Parameters
+    ----------
+    name : str
+        The argument, for the error (``"acceptance"`` or ``"acceptance_range"``).
+    given : object
+        The argument's value; only a mapping is checked.
+    methods : sequence of str
+        The methods being recommended (the allowed keys).
+    default : bool
+        Whether ``methods`` is the default list (``method=None``: the methods with a published
+        acceptance for the target), said in the message.
+
+    Raises
+    ------
+    SpecsimValueError
+        Field ``name``: the unused key(s), allowed: ``methods``.
+    """
+    if not isinstance(given, Mapping):
+        return
+    unused = [k for k in given if k not in methods]
+    if not unused:
+        return
+    which = ("the methods with a published acceptance for the target (method=None)" if default
+             else "the methods being recommended")
+    raise SpecsimValueError(
+        name, f"is keyed by vLLM method, and the key(s) {', '.join(map(repr, unused))} match none of {which}, so "
+        "their profile(s) would be ignored: key each profile by one of them, or add its method to method=",
+        unused[0] if len(unused) == 1 else unused, list(methods))
+
+
 def _served_model(tgt: ModelSpec) -> str:
     """What ``vllm serve`` is given for the target: the catalog's Hugging Face id; for a target read from
     a ``config.json``, its model directory (absolute); for any other config file, a placeholder naming
@@ -911,8 +946,12 @@ def recommend(
         (15 for a parametric profile), so recommendations stay inside the data.
     acceptance : Acceptance or dict of {method: Acceptance}, optional
         Measured acceptance; default :func:`published_profile` of (target, method, ``dataset``).
+        One ``Acceptance`` applies to every method; a dict gives one per vLLM method string, and a
+        method it leaves out gets the published profile.  Every key must name one of the methods
+        recommended (``method``, or by default the methods with a published acceptance).
     acceptance_range : (Acceptance, Acceptance) or dict of {method: pair}, optional
-        Lower / upper acceptance used for the interval when the profile has no counts.
+        Lower / upper acceptance used for the interval when the profile has no counts; a dict is
+        keyed by method as ``acceptance`` is.
     dataset : str
         Published dataset for the default acceptance (``"mix"`` = equal mixture of the four).
     draft, drafter :
@@ -976,7 +1015,8 @@ def recommend(
         Bad concurrency / N / level / tolerance; a concurrency or ``max_concurrency`` >= 2**63;
         unknown target, hardware; ``method`` (or ``method[i]`` of a list) not a vLLM
         speculative method string (:data:`specsim.vllm.config.SPECULATIVE_METHODS`, listed) or an
-        empty list; no acceptance
+        empty list; an ``acceptance`` / ``acceptance_range`` dict with a key that is none of the
+        methods recommended (its profile would go unused; the methods listed); no acceptance
         for a method named explicitly; temperature mismatch without an assumption;
         ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
         version or ``platform`` not naming a vLLM platform; a measured latency table that does not
@@ -1032,6 +1072,8 @@ def recommend(
                                         "unknown vLLM speculative method", m, SPECULATIVE_METHODS)
     if len(methods) > 1 and (draft is not None or drafter is not None):
         raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
+    _check_method_keys("acceptance", acceptance, methods, default=method is None and drafter is None)
+    _check_method_keys("acceptance_range", acceptance_range, methods, default=method is None and drafter is None)
 
     anchor_b = as_baseline(baseline)
     if anchor_b is None and baseline_concurrency is not None:

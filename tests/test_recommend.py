@@ -712,3 +712,40 @@ def test_cli_recommend_unknown_method_and_empty_concurrency_element(capsys):
     rc = main(["recommend", "--target", "gemma-4-26B-A4B-it", "--method", "dflash", "--tp", "2", "--concurrency", "1,,8"])
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("specsim: error: --concurrency")
+
+
+# --- acceptance keyed by a method that is not recommended ------------------------------------------
+_RATES = Acceptance.from_rates([0.8, 0.6, 0.45])
+
+
+@pytest.mark.parametrize("kw, field", [(dict(acceptance={"dflash": _RATES}), "acceptance"),
+                                       (dict(acceptance_range={"dflash": (_RATES, _RATES)}), "acceptance_range")])
+def test_recommend_refuses_a_profile_keyed_by_a_method_not_recommended(kw, field):
+    """New-user trial: ``acceptance={'dflash': ...}`` with method ``['eagle3']`` gave bands from the
+    published eagle3 profile; the profile keyed 'dflash' was ignored without a word."""
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("Qwen3-8B", ["eagle3"], concurrency=[1], **kw)
+    e = ei.value
+    assert e.field == field and e.value == "dflash" and e.allowed == ["eagle3"]
+    assert "the key(s) 'dflash' match none of the methods being recommended" in str(e)
+    assert "would be ignored" in str(e) and str(e).endswith("allowed: eagle3")
+
+
+def test_recommend_default_methods_refuse_an_unpublished_method_key_and_name_them():
+    from specsim.published import published_methods
+
+    with pytest.raises(SpecsimValueError) as ei:
+        recommend("Qwen3-8B", None, concurrency=[1], acceptance={"eagle3": _RATES, "ngram": _RATES, "mtp": _RATES})
+    e = ei.value
+    assert e.field == "acceptance" and e.value == ["ngram", "mtp"]
+    assert e.allowed == list(published_methods("Qwen3-8B")) and "eagle3" in e.allowed
+    assert "'ngram', 'mtp' match none of the methods with a published acceptance for the target" in str(e)
+    assert "add its method to method=" in str(e)
+
+
+def test_recommend_acceptance_dict_keyed_by_method_still_used_and_others_published():
+    rec = recommend("Qwen3-8B", ["eagle3", "dflash"], concurrency=[1], acceptance={"eagle3": _RATES})
+    assert rec.method("eagle3").cumulative == pytest.approx((0.8, 0.6, 0.45))
+    pub = published_profile("Qwen3-8B", "dflash", "mix").acceptance
+    n = len(rec.method("dflash").cumulative)
+    assert rec.method("dflash").cumulative == pytest.approx(tuple(pub.cumulative(n)))

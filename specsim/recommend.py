@@ -412,7 +412,13 @@ class Recommendation:
         return json.dumps(self.to_dict(), **kw)
 
     def summary(self) -> str:
-        """Readable report: per method the bands, cut-off, crossover, memory and the config."""
+        """Readable report: per method the bands, cut-off, crossover, memory and the config.
+
+        The bands table has one row per concurrency asked (``MethodRecommendation.points``) and
+        one at each band's first and last concurrency (``Band.points``), under the band it falls
+        in; a band edge that was not asked is marked ``*`` (a footnote says so).  Every row is a
+        point of :meth:`to_dict` (``points`` or a band's ``points``) with the same values.
+        """
         out = [f"{self.target} on {self.hardware} TP={self.tp} {self.precision} | ISL/OSL {self.isl}/{self.osl} | "
                f"concurrency 1..{self.max_concurrency} | temperature {self.temperature}"]
         out += [f"WARNING: {w}" for w in self.warnings]
@@ -420,17 +426,22 @@ class Recommendation:
             out.append("")
             out.append(f"== {m.method}" + (f" ({m.draft_model})" if m.draft_model else "") +
                        f" [latency {m.latency_label or ('calibrated' if m.latency_calibrated else 'datasheet-only')}]")
-            out.append(f"  {'batch':>9} {'N':>3} {'ratio':>7} {'interval':>15} {'TPOT ms':>8} {'interval':>15} "
-                       f"{'runner-up':>10} {'cut-off':>7}")
-            for b in m.bands:
-                for p in b.points:
+            out.append(f"  {'band':>9} {'conc':>6} {'N':>3} {'ratio':>7} {'interval':>15} {'TPOT ms':>8} "
+                       f"{'interval':>15} {'runner-up':>10} {'cut-off':>7}")
+            asked = {p.concurrency for p in m.points}
+            for b, rows in _band_rows(m):
+                for i, p in enumerate(rows):
                     iv = "" if p.ratio_lo is None else f"[{p.ratio_lo:.2f}, {p.ratio_hi:.2f}]"
                     tv = "" if p.tpot_lo_s is None else f"[{p.tpot_lo_s * 1e3:.2f}, {p.tpot_hi_s * 1e3:.2f}]"
                     ru = "-" if b.runner_up_n is None else str(b.runner_up_n)
                     cut = f"{p.cutoff_n}{'' if p.cutoff_reached else '+'}"
-                    rng = f"{b.lo}-{b.hi}" if p.concurrency == b.lo else f"  @{p.concurrency}"
-                    out.append(f"  {rng:>9} {b.num_speculative_tokens:>3} {p.throughput_ratio:7.3f} {iv:>15} "
-                               f"{p.tpot_s * 1e3:8.3f} {tv:>15} {ru:>10} {cut:>7}")
+                    rng = f"{b.lo}-{b.hi}" if i == 0 else ""
+                    conc = f"{p.concurrency}{' ' if p.concurrency in asked else '*'}"
+                    out.append(f"  {rng:>9} {conc:>6} {b.num_speculative_tokens:>3} {p.throughput_ratio:7.3f} "
+                               f"{iv:>15} {p.tpot_s * 1e3:8.3f} {tv:>15} {ru:>10} {cut:>7}")
+            if any(p.concurrency not in asked for b in m.bands for p in b.points):
+                out.append("  * a band's first or last concurrency, shown where its N starts or ends; not among "
+                           "the concurrencies asked")
             if m.concurrency_cap is not None:
                 out.append(f"  CAPPED: concurrency {self.max_concurrency} does not fit in memory; bands cover "
                            f"1..{m.concurrency_cap}, the largest concurrency that fits (use --max-num-seqs "
@@ -452,6 +463,18 @@ class Recommendation:
         if cmd:
             out.append("\n" + cmd)
         return "\n".join(out)
+
+
+def _band_rows(m: MethodRecommendation) -> list[tuple[Band, list[OperatingPoint]]]:
+    """The rows of :meth:`Recommendation.summary`'s table: per band, its edge points
+    (``Band.points``) and the points asked (``MethodRecommendation.points``) that fall inside it,
+    by concurrency, each concurrency once (an asked one that is also an edge is the same point)."""
+    out = []
+    for b in m.bands:
+        rows = {p.concurrency: p for p in b.points}
+        rows.update({p.concurrency: p for p in m.points if b.lo <= p.concurrency <= b.hi})
+        out.append((b, [rows[c] for c in sorted(rows)]))
+    return out
 
 
 # ============================================================================================

@@ -749,3 +749,59 @@ def test_recommend_acceptance_dict_keyed_by_method_still_used_and_others_publish
     pub = published_profile("Qwen3-8B", "dflash", "mix").acceptance
     n = len(rec.method("dflash").cumulative)
     assert rec.method("dflash").cumulative == pytest.approx(tuple(pub.cumulative(n)))
+
+
+# --- the summary table reports every concurrency asked ---------------------------------------------
+def _table_rows(text):
+    """(band label, concurrency, marked '*', N, ratio) per row of a summary's bands table."""
+    import re
+
+    row = re.compile(r"^  (.{9}) +(\d+)([ *]) +(\d+) +(\d+\.\d{3}) ")
+    return [(m[1].strip(), int(m[2]), m[3] == "*", int(m[4]), float(m[5]))
+            for m in map(row.match, text.splitlines()) if m]
+
+
+def test_summary_reports_every_concurrency_asked_and_marks_band_edges():
+    """New-user trial: the table showed only each band's first and last concurrency, so a concurrency
+    asked inside a band (8 and 64 here) was missing from the text though in the JSON ``points``."""
+    rec = constructed()
+    bf = brute_force()
+    asked = {1, 8, 64, 600}
+    edges = {c for lo, hi, _ in bf["bands"] for c in (lo, hi)}
+    rows = _table_rows(rec.summary())
+    assert [c for _, c, _, _, _ in rows] == sorted(asked | edges)
+    assert {c for _, c, star, _, _ in rows if star} == edges - asked
+    assert [b for b, *_ in rows if b] == [f"{lo}-{hi}" for lo, hi, _ in bf["bands"]]
+    for _, c, _, n, ratio in rows:
+        assert n == bf["sched"][c - 1]
+        want = bf["ratio0"][c - 1] if n == 0 else bf["ratio"][n - 1, c - 1]
+        assert ratio == pytest.approx(want, abs=5e-4)
+    by_c = {(8, 10): 3.615, (64, 5): 2.059}  # the rows missing before
+    assert {(c, n): r for _, c, _, n, r in rows if c in (8, 64)} == by_c
+    assert "* a band's first or last concurrency, shown where its N starts or ends; not among the " \
+           "concurrencies asked" in rec.summary()
+    # every row is a point of the JSON, with the same values
+    d = rec.to_dict()["methods"][0]
+    pts = {p["concurrency"]: p for p in d["points"]}
+    pts.update({p["concurrency"]: p for b in d["bands"] for p in b["points"]})
+    assert sorted(pts) == [c for _, c, _, _, _ in rows]
+    assert all(round(pts[c]["throughput_ratio"], 3) == r and pts[c]["num_speculative_tokens"] == n
+               for _, c, _, n, r in rows)
+    assert sorted(p["concurrency"] for p in d["points"]) == sorted(asked)
+
+
+def test_cli_summary_shows_a_concurrency_asked_inside_a_band(capsys):
+    from specsim.cli import main
+
+    args = ["recommend", "--target", "Qwen3-8B", "--method", "eagle3", "--cumulative", "0.8,0.6,0.45",
+            "--concurrency", "1,8,64"]
+    assert main(args) == 0
+    rows = _table_rows(capsys.readouterr().out)
+    assert main(args + ["--json"]) == 0
+    d = json.loads(capsys.readouterr().out)["methods"][0]
+    edges = {c for b in d["bands"] for c in (b["lo"], b["hi"])}
+    assert [c for _, c, _, _, _ in rows] == sorted({1, 8, 64} | edges)
+    assert {c for _, c, star, _, _ in rows if star} == edges - {1, 8, 64}
+    p8 = next(p for p in d["points"] if p["concurrency"] == 8)
+    assert [(n, r, star) for _, c, star, n, r in rows if c == 8] == \
+           [(p8["num_speculative_tokens"], round(p8["throughput_ratio"], 3), False)]

@@ -2273,8 +2273,10 @@ def sweep(
     pandas.DataFrame
         Columns: the grid axes (``target, method, hardware, tp, precision, acceptance,
         num_speculative_tokens, concurrency, isl, osl``; ``acceptance`` is the profile's label --
-        the key of an ``acceptance`` dict, else ``Acceptance.label`` -- and None when the profile
-        has none) and the outputs of :class:`Prediction` (``throughput_ratio, mal,
+        the key of an ``acceptance`` dict, else ``Acceptance.label``; when several profiles are
+        swept, an unlabelled one (a number, a list of rates, an ``Acceptance`` without a label) is
+        labelled by its position in the list, ``"acceptance[0]"``, ``"acceptance[1]"``, ...; None
+        only for a single unlabelled profile) and the outputs of :class:`Prediction` (``throughput_ratio, mal,
         acceptance_rate, t_base_s, t_step_s, t_draft_s, t_verify_s, t_overhead_s, t_host_s,
         t_prefill_s, output_tok_per_s, baseline_output_tok_per_s, tpot_s, baseline_tpot_s,
         speedup_bound, latency_calibrated, acceptance_extrapolated``, same units and meanings;
@@ -2311,7 +2313,8 @@ def sweep(
         measured latency table -- an ISL / OSL whose context ISL + OSL/2 it does not cover is
         refused before any evaluation, :func:`check_table_context`); ``expert_parallel`` with a
         dense target or a latency model without an expert-parallel variant (a measured table);
-        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``);
+        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``); several acceptance
+        profiles sharing a label (``acceptance``: their rows could not be told apart);
         ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
         platform (or giving a version that is not ``MAJOR.MINOR[...]``).
     """
@@ -2326,6 +2329,7 @@ def sweep(
         acc_items = [(None, acceptance)]
     else:
         acc_items = [(None, a) for a in as_list(acceptance)]
+    acc_items = _labelled_profiles(acc_items)
     if num_speculative_tokens is None:
         num_speculative_tokens = range(1, 16) if speculative_config is None else \
             [parse_speculative_config(speculative_config).num_speculative_tokens]
@@ -2457,6 +2461,39 @@ def sweep(
         if w.startswith(_EXTRAPOLATION_PREFIX):
             warnings.warn(w, UserWarning, stacklevel=2)
     return df
+
+
+def _labelled_profiles(items: list) -> list:
+    """The ``(label, profile)`` pairs of a sweep's ``acceptance``, each told apart by its label.
+
+    One profile keeps its label (a dict key, else ``Acceptance.label``; None when it has none).
+    With several, an unlabelled one -- a number, a list of rates, an ``Acceptance`` without a label
+    -- is labelled by its position in the argument, ``"acceptance[i]"`` (a field name as specsim's
+    errors spell it): without it their rows all read None in the ``acceptance`` column and could not
+    be told apart (a new-user trial: ``[Acceptance.constant(0.7), Acceptance.constant(0.5)]`` gave
+    ``[None, None]``).
+
+    Raises
+    ------
+    SpecsimValueError
+        ``acceptance``: two profiles with the same label (their rows would mix).
+    """
+    if len(items) < 2:
+        return items
+    out = []
+    for i, (label, acc) in enumerate(items):
+        if label is None:
+            label = getattr(acc, "label", None) if isinstance(acc, Acceptance) else None
+        out.append((f"acceptance[{i}]" if label is None else label, acc))
+    seen: dict = {}
+    for label, _ in out:
+        seen[label] = seen.get(label, 0) + 1
+    dup = [label for label, k in seen.items() if k > 1]
+    if dup:
+        raise SpecsimValueError("acceptance", f"{len(out)} profiles are swept but some share a label, so their rows "
+                                "could not be told apart: give each a distinct label (the dict form {label: "
+                                "Acceptance}, or Acceptance label=)", dup)
+    return out
 
 
 #: start of the warning :func:`sweep` / :func:`best_n` give for N beyond the measured acceptance

@@ -359,6 +359,27 @@ def test_sweep_rejects_bad_axis_values():
     assert ei.value.field == "isl"
 
 
+def test_sweep_labels_each_of_several_unlabelled_profiles_by_position():
+    """A new-user trial: two unlabelled profiles gave acceptance [None, None], rows not told apart."""
+    kw = dict(hardware="MI300X", concurrency=[8])
+    df = sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], **kw,
+               acceptance=[Acceptance.constant(0.7), Acceptance.constant(0.5)])
+    assert df["acceptance"].tolist() == ["acceptance[0]", "acceptance[1]"]
+    for label, a in (("acceptance[0]", 0.7), ("acceptance[1]", 0.5)):
+        assert df.loc[df["acceptance"] == label, "mal"].item() == pytest.approx(1 + a + a**2 + a**3, rel=1e-12)
+    # a labelled profile keeps its label; numbers and rate lists are labelled by position too
+    mixed = sweep("Qwen3-8B", "eagle3", num_speculative_tokens=[3], **kw,
+                  acceptance=[Acceptance.constant(0.7, label="chat"), 0.5, [0.8, 0.6, 0.45]])
+    assert mixed["acceptance"].tolist() == ["chat", "acceptance[1]", "acceptance[2]"]
+    assert mixed["mal"].tolist() == pytest.approx([1 + 0.7 + 0.49 + 0.343, 1 + 0.5 + 0.25 + 0.125, 2.85], rel=1e-12)
+    # one profile keeps what it had: its label, or None
+    assert sweep("Qwen3-8B", "eagle3", [3], acceptance=Acceptance.constant(0.7), **kw)["acceptance"].tolist() == [None]
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], **kw,
+              acceptance=[Acceptance.constant(0.7, label="x"), Acceptance.constant(0.5, label="x")])
+    assert ei.value.field == "acceptance" and "share a label" in str(ei.value) and "['x']" in str(ei.value)
+
+
 # --------------------------------------------------------------------------------------------
 # best_n
 

@@ -2714,6 +2714,32 @@ def _sweep_frame_concat(combos: list[dict], shape: tuple) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+#: best_n's refusal of several values on an axis other than N
+_BEST_N_ONE_VALUE = ("best_n finds the best N of ONE deployment and acceptance profile, but several values were given, "
+                     "whose rows would mix into one curve and one argmax: give one value, and call best_n once per "
+                     "value (or sweep() them and pick N per group)")
+
+
+def _check_one_deployment(target, method, kwargs: Mapping) -> None:
+    """Refuse, before sweeping, a :func:`best_n` call with several values on a categorical axis
+    (``target``, ``method``, ``hardware``, ``tp``, ``precision``, ``draft``) or several acceptance
+    profiles (a dict of more than one, or a list of profiles; a list of plain numbers is ONE profile
+    of cumulative rates, as :func:`sweep` reads it).  Several values on a numeric axis are refused
+    after the sweep, by the column that varies."""
+    axes = {"target": target, "method": method, **{k: kwargs[k] for k in ("hardware", "tp", "precision", "draft")
+                                                    if k in kwargs}}
+    for name, v in axes.items():
+        if isinstance(v, (list, tuple)) and len(v) > 1:
+            raise SpecsimValueError(name, _BEST_N_ONE_VALUE, list(v))
+    acc = kwargs.get("acceptance")
+    if isinstance(acc, Mapping) and len(acc) > 1:
+        raise SpecsimValueError("acceptance", _BEST_N_ONE_VALUE + ", e.g. {label: best_n(..., acceptance=a) for "
+                                "label, a in profiles.items()}", list(acc))
+    if isinstance(acc, (list, tuple)) and len(acc) > 1 and not _is_rate_list(acc):
+        raise SpecsimValueError("acceptance", _BEST_N_ONE_VALUE + " (a list of plain numbers is ONE profile of "
+                                "per-position cumulative rates)", f"{len(acc)} profiles")
+
+
 def best_n(
     target,
     method=None,
@@ -2756,10 +2782,14 @@ def best_n(
     ------
     SpecsimValueError
         ``flat_tolerance`` outside [0, 1], ``num_speculative_tokens`` given (use ``n_values``), more
-        than one value on an axis other than N, and everything :func:`sweep` refuses.
+        than one value on an axis other than N (named by the axis: ``hardware``, ``concurrency``, ...,
+        and ``acceptance`` for several profiles -- a dict of more than one, or a list of profiles;
+        a list of plain numbers is ONE profile of cumulative rates), and everything :func:`sweep`
+        refuses.
     """
     if "num_speculative_tokens" in kwargs:
         raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
+    _check_one_deployment(target, method, kwargs)
     if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)
     # sweep's warnings re-issued from here, so that they name the caller's line (they named this one)
@@ -2768,8 +2798,10 @@ def best_n(
         curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
-    if curve.groupby(["target", "method", "hardware", "tp", "precision", "concurrency", "isl", "osl"], dropna=False).ngroups != 1:
-        raise SpecsimValueError("kwargs", "best_n takes one value per axis except n_values; use sweep() for grids")
+    for col in ("target", "method", "hardware", "tp", "precision", "acceptance", "concurrency", "isl", "osl"):
+        vals = list(dict.fromkeys(curve[col].tolist()))
+        if len(vals) > 1:
+            raise SpecsimValueError(col, _BEST_N_ONE_VALUE, vals)
     best_ratio = curve["throughput_ratio"].max()
     i_best = curve["throughput_ratio"].idxmax()
     best = int(curve.loc[i_best, "num_speculative_tokens"])

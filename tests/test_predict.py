@@ -410,6 +410,35 @@ def test_best_n_rejects_grids():
     assert ei.value.field == "num_speculative_tokens"
 
 
+@pytest.mark.parametrize("acceptance, shown", [
+    ({"a": 0.5, "b": 0.9}, "(got ['a', 'b'])"),
+    ([Acceptance.constant(0.5), Acceptance.constant(0.9)], "(got '2 profiles')"),
+    ([[0.8, 0.6], [0.7, 0.5]], "(got '2 profiles')"),
+])
+def test_best_n_refuses_several_acceptance_profiles(acceptance, shown):
+    """A new-user trial: best_n(acceptance={"a": 0.5, "b": 0.9}) returned one best N of a 30-row curve
+    mixing both profiles, though it refuses two hardware names."""
+    with pytest.raises(SpecsimValueError) as ei:
+        best_n("Qwen3-8B", "eagle3", acceptance=acceptance)
+    assert ei.value.field == "acceptance"
+    assert "best_n finds the best N of ONE deployment and acceptance profile" in str(ei.value)
+    assert "call best_n once per value" in str(ei.value) and shown in str(ei.value)
+
+
+def test_best_n_names_the_axis_with_several_values():
+    acc = Acceptance.constant(0.7, temperature=0.0)
+    for kw, field, got in ((dict(hardware=["MI300X", "H100"]), "hardware", "['MI300X', 'H100']"),
+                           (dict(concurrency=[1, 8]), "concurrency", "[1, 8]"),
+                           (dict(draft=["a", "b"]), "draft", "['a', 'b']")):
+        with pytest.raises(SpecsimValueError) as ei:
+            best_n("Qwen3-8B", "eagle3", acceptance=acc, **kw)
+        assert ei.value.field == field and f"(got {got})" in str(ei.value), str(ei.value)
+    # one profile, in each form, is not refused: a dict of one, a list of one
+    ref, _ = best_n("Qwen3-8B", "eagle3", hardware="MI300X", concurrency=8, acceptance=0.5)
+    assert best_n("Qwen3-8B", "eagle3", hardware="MI300X", concurrency=8, acceptance={"a": 0.5})[0] == ref
+    assert best_n("Qwen3-8B", "eagle3", hardware="MI300X", concurrency=8, acceptance=[Acceptance.constant(0.5)])[0] == ref
+
+
 # --------------------------------------------------------------------------------------------
 # errors
 

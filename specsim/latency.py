@@ -776,6 +776,43 @@ class MeasuredLatency:
                 + (f"; source: {self.source}" if self.source else ""))
 
 
+def read_latency_table(path, *, tp: int | None = None, field: str = "latency") -> MeasuredLatency:
+    """A CSV of measured forward times of the TARGET as a :class:`MeasuredLatency`: what the CLI's
+    ``--latency-table FILE.csv`` reads, and what ``predict`` / ``sweep`` / ``best_n`` read from a
+    path given as ``latency=``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        CSV with columns ``batch``, ``q``, ``context``, ``seconds`` (one target forward each, e.g. a
+        ``specsim run-matrix`` run's ``verify_cost.csv`` probe).
+    tp : int, optional
+        The TP degree the table was measured at (the TP predicted at): a call at another TP is
+        refused (:class:`MeasuredLatency`).
+    field : str, default "latency"
+        The name errors give the table (``"--latency-table"`` for the CLI).
+
+    Returns
+    -------
+    MeasuredLatency
+        With ``source`` the path.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``field``: the file cannot be read as CSV (missing, unreadable, not a table), or its table
+        is not one :class:`MeasuredLatency` accepts (the message says why).
+    """
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise SpecsimValueError(field, f"cannot read a CSV table ({exc})", str(path)) from None
+    try:
+        return MeasuredLatency(table, tp=tp, source=str(path))
+    except SpecsimValueError as exc:
+        raise SpecsimValueError(field, str(exc), str(path)) from None
+
+
 _FIT_PARAMS = ("bandwidth", "compute", "fixed_s", "per_layer_s", "allreduce_latency_s")
 
 

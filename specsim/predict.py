@@ -42,6 +42,7 @@ from specsim.engine import (
 )
 from specsim.errors import SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
+from specsim.latency import read_latency_table
 from specsim.memory import memory_budget
 from specsim.vllm.config import parse_speculative_config
 
@@ -486,6 +487,28 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
         out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1{why}, speculation is predicted "
                    "slower than no speculation at this operating point")
     return tuple(out)
+
+
+def latency_from_path(latency, tp):
+    """``latency=`` given as a path (str or ``os.PathLike``): the measured table of the target it
+    holds, read by :func:`specsim.latency.read_latency_table` at ``tp`` -- what the CLI's
+    ``--latency-table`` does; any other value is returned as it is.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``latency``: the file is no readable CSV of a measured table; ``tp`` not one integer >= 1
+        (a table is measured at one TP: give a ``MeasuredLatency`` object to use it otherwise).
+    """
+    if not isinstance(latency, (str, os.PathLike)):
+        return latency
+    if isinstance(tp, (list, tuple)):
+        if len(tp) != 1:
+            raise SpecsimValueError("latency", "a latency table read from a path is taken as measured at the tp "
+                                    "given, so it needs ONE tp value: sweep one tp, or pass a table per tp "
+                                    "(specsim.latency.read_latency_table(path, tp=...))", list(tp))
+        tp = tp[0]
+    return read_latency_table(latency, tp=int_field("tp", tp), field="latency")
 
 
 def resolve_inputs(
@@ -1266,9 +1289,11 @@ def predict(
     drafter : object, optional
         A ready draft-cost strategy with ``draft_time(latency, target, *, n, batch, context, tp,
         precision)`` (overrides ``method``/``draft``).
-    latency : LatencyModel, optional
+    latency : LatencyModel, str or os.PathLike, optional
         Forward-time model; default: the hardware's calibrated roofline where a calibration is
-        shipped in ``specsim/data/calibration``, else datasheet-only.
+        shipped in ``specsim/data/calibration``, else datasheet-only.  A path is a CSV of measured
+        forward times of the target (columns ``batch, q, context, seconds``), read as the CLI's
+        ``--latency-table`` reads it (:func:`specsim.latency.read_latency_table` at ``tp``).
     overhead : SpecOverhead, optional
         Per-step cost of enabling speculation; default: the one shipped with the latency
         calibration; with a ``latency=`` that carries none, the shipped stack calibration's of the
@@ -1339,8 +1364,10 @@ def predict(
         concurrency (without ``baseline_concurrency``) or ISL / OSL, a baseline file of a
         speculative run, a measurement no k in [1e-6, 1e6] reaches; a measured latency table
         (``latency=``) that does not cover the context ISL + OSL/2 (:func:`check_table_context`:
-        the message gives the table's range and what to pass) or the concurrency / q asked.
+        the message gives the table's range and what to pass) or the concurrency / q asked; a
+        ``latency`` path that is no readable CSV of a measured table (field ``latency``).
     """
+    latency = latency_from_path(latency, tp)
     r = resolve_inputs(
         target, method, num_speculative_tokens, hardware=hardware, precision=precision, acceptance=acceptance,
         draft=draft, drafter=drafter, latency=latency, speculative_config=speculative_config,
@@ -2245,12 +2272,14 @@ def sweep(
 
     Parameters
     ----------
-    latency : LatencyModel, optional
+    latency : LatencyModel, str or os.PathLike, optional
         As :func:`predict`: a roofline, or a measured table of the target's forwards
         (:class:`specsim.latency.MeasuredLatency`; batch, q, context -> seconds), which times the
         decode and verification steps of every grid point (a point outside the table is refused)
         while prefills and -- without ``draft_latency`` -- draft passes come from each hardware's
-        stack calibration (:func:`with_measured_table`), exactly as :func:`predict` does.
+        stack calibration (:func:`with_measured_table`), exactly as :func:`predict` does.  A path
+        is read once, as :func:`predict` reads it (:func:`latency_from_path`, at the one ``tp``
+        swept: a path with several ``tp`` values is refused).
     draft_latency : LatencyModel, optional
         Times the draft passes when ``latency`` is a measured table of the target, as in
         :func:`predict`.
@@ -2313,7 +2342,8 @@ def sweep(
         measured latency table -- an ISL / OSL whose context ISL + OSL/2 it does not cover is
         refused before any evaluation, :func:`check_table_context`); ``expert_parallel`` with a
         dense target or a latency model without an expert-parallel variant (a measured table);
-        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``); several acceptance
+        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``); a ``latency`` path that is no
+        readable CSV of a measured table, or given with several ``tp`` values; several acceptance
         profiles sharing a label (``acceptance``: their rows could not be told apart);
         ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
         platform (or giving a version that is not ``MAJOR.MINOR[...]``).
@@ -2368,6 +2398,7 @@ def sweep(
                                         "precision): sweep one value, or one sweep per deployment", as_list(v))
         point = anchor_point(b, baseline_concurrency, cs, isls, osls)
     stack_mismatch(None, vllm_version=vllm_version, platform=platform)  # refuses a bad version / platform now
+    latency = latency_from_path(latency, tp)  # read once, not per combination
     stack_warnings: dict[str, None] = {}
     shared_latencies: dict = {}
     combos, fresh = [], []

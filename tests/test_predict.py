@@ -764,6 +764,51 @@ def test_a_measured_latency_table_replaces_the_target_roofline_and_drops_no_term
                  "--concurrency", "16", "--acceptance", "0.7", "--latency-table", str(p), "--json"]) == 0
 
 
+def test_a_latency_table_path_is_read_as_the_cli_reads_it(tmp_path):
+    """A new-user trial: predict(..., latency="table.csv") raised AttributeError: 'str' object has no
+    attribute 'forward_time'.  A path (str or PathLike) is now read as --latency-table reads it, in
+    predict, sweep and best_n alike, and a path that is no table is a SpecsimValueError naming latency."""
+    from pathlib import Path
+
+    from specsim.architecture import load_model
+    from specsim.calibration import default_latency
+    from specsim.hardware import load_hardware
+    from specsim.latency import MeasuredLatency
+
+    rl = default_latency(load_hardware("MI300X"))
+    m = load_model("Qwen3-8B")
+    rows = [(b, q, c, 1.3 * float(rl.forward_time(m, tp=1, precision=None, batch=b, q=q, context=c)))
+            for b in (1, 4, 16, 64) for q in (1, 2, 4, 8) for c in (256, 1024, 4096)]
+    f = tmp_path / "table.csv"
+    pd.DataFrame(rows, columns=["batch", "q", "context", "seconds"]).to_csv(f, index=False)
+    obj = MeasuredLatency(pd.read_csv(f), tp=1, source=str(f))
+    kw = dict(hardware="MI300X", concurrency=8, acceptance=[0.8, 0.6, 0.45])
+    ref = predict("Qwen3-8B", "eagle3", 3, latency=obj, **kw)
+    assert ref.throughput_ratio != pytest.approx(predict("Qwen3-8B", "eagle3", 3, **kw).throughput_ratio, rel=1e-3)
+    for path in (str(f), Path(f)):
+        p = predict("Qwen3-8B", "eagle3", 3, latency=path, **kw)
+        assert p.throughput_ratio == ref.throughput_ratio and p.t_verify_s == ref.t_verify_s
+        assert p.latency_description == ref.latency_description and str(f) in p.latency_description
+    df = sweep("Qwen3-8B", "eagle3", [1, 3], latency=str(f), **kw)
+    assert df["throughput_ratio"].tolist() == sweep("Qwen3-8B", "eagle3", [1, 3], latency=obj, **kw)[
+        "throughput_ratio"].tolist()
+    assert df.loc[df["num_speculative_tokens"] == 3, "throughput_ratio"].item() == ref.throughput_ratio
+    best, curve = best_n("Qwen3-8B", "eagle3", n_values=range(1, 8), latency=f, **kw)
+    best_o, curve_o = best_n("Qwen3-8B", "eagle3", n_values=range(1, 8), latency=obj, **kw)
+    assert best == best_o and curve["throughput_ratio"].tolist() == curve_o["throughput_ratio"].tolist()
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, latency=str(tmp_path / "none.csv"), **kw)
+    assert ei.value.field == "latency" and "cannot read a CSV table" in str(ei.value)
+    cols = tmp_path / "cols.csv"
+    cols.write_text("batch,context,seconds\n1,256,0.01\n")
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], latency=cols, **kw)
+    assert ei.value.field == "latency" and "missing columns ['q']" in str(ei.value)
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", [3], tp=[1, 2], latency=f, **kw)
+    assert ei.value.field == "latency" and "needs ONE tp value" in str(ei.value) and "(got [1, 2])" in str(ei.value)
+
+
 def test_implausible_anchor_and_dominant_overhead_warn():
     """A baseline that scales the target's forwards far from 1 (a run of another model?) and a
     speculative overhead larger than draft + verification (fitted per-sequence terms extrapolated)

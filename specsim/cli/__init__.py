@@ -113,18 +113,9 @@ def _latency_table(path: str | None, tp: int):
     a run's ``verify_cost.csv`` probe) as a :class:`specsim.latency.MeasuredLatency`, or None."""
     if not path:
         return None
-    import pandas as pd
+    from specsim.latency import read_latency_table
 
-    from specsim.latency import MeasuredLatency
-
-    try:
-        table = pd.read_csv(path)
-    except (OSError, ValueError) as exc:
-        raise SpecsimValueError("--latency-table", f"cannot read a CSV table ({exc})", path) from None
-    try:
-        return MeasuredLatency(table, tp=tp, source=str(path))
-    except SpecsimValueError as exc:
-        raise SpecsimValueError("--latency-table", str(exc), path) from None
+    return read_latency_table(path, tp=tp, field="--latency-table")
 
 
 def _int_list(s: str, field: str = "list") -> list[int]:

@@ -6,6 +6,7 @@ evaluated by :func:`specsim.engine.evaluate`.  The step model and its sources: `
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import json
 import math
@@ -2745,6 +2746,9 @@ def _sweep_frame_concat(combos: list[dict], shape: tuple) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
+#: the keywords :func:`best_n` passes on to :func:`sweep` (``num_speculative_tokens`` is its ``n_values``)
+_BEST_N_SWEEP_KEYWORDS = frozenset(inspect.signature(sweep).parameters) - {"target", "method", "num_speculative_tokens"}
+
 #: best_n's refusal of several values on an axis other than N
 _BEST_N_ONE_VALUE = ("best_n finds the best N of ONE deployment and acceptance profile, but several values were given, "
                      "whose rows would mix into one curve and one argmax: give one value, and call best_n once per "
@@ -2811,6 +2815,9 @@ def best_n(
 
     Raises
     ------
+    TypeError
+        A keyword that neither best_n nor :func:`sweep` takes (``best_n() got an unexpected keyword
+        argument ...``, as Python says for :func:`predict` and :func:`sweep`).
     SpecsimValueError
         ``flat_tolerance`` outside [0, 1], ``num_speculative_tokens`` given (use ``n_values``), more
         than one value on an axis other than N (named by the axis: ``hardware``, ``concurrency``, ...,
@@ -2820,6 +2827,9 @@ def best_n(
     """
     if "num_speculative_tokens" in kwargs:
         raise SpecsimValueError("num_speculative_tokens", "use n_values= for best_n")
+    for k in kwargs:  # named as best_n, as Python names predict / sweep for theirs (it named sweep, not called)
+        if k not in _BEST_N_SWEEP_KEYWORDS:
+            raise TypeError(f"best_n() got an unexpected keyword argument {k!r}")
     _check_one_deployment(target, method, kwargs)
     if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)

@@ -401,6 +401,22 @@ def test_best_n_is_argmax_of_predict_with_near_best_flags(profiles):
     assert c1["near_best"].all()
 
 
+def test_best_n_names_itself_for_an_unknown_keyword():
+    """A new-user trial: best_n(..., concurency=8) raised "sweep() got an unexpected keyword argument",
+    naming a function the user did not call; predict and sweep name themselves (Python's TypeError)."""
+    acc = [0.8, 0.6, 0.45]
+    with pytest.raises(TypeError) as ei:
+        best_n("Qwen3-8B", "eagle3", acceptance=acc, concurency=8)
+    assert str(ei.value) == "best_n() got an unexpected keyword argument 'concurency'"
+    with pytest.raises(TypeError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, acceptance=acc, concurency=8)
+    assert str(ei.value) == "predict() got an unexpected keyword argument 'concurency'"
+    # every keyword of sweep but N (best_n's n_values) still reaches it
+    best, curve = best_n("Qwen3-8B", "eagle3", n_values=[1, 2, 3], acceptance=acc, concurrency=8, hardware="MI300X",
+                         isl=512, osl=256, expert_parallel=False)
+    assert best in (1, 2, 3) and set(curve["concurrency"]) == {8} and set(curve["isl"]) == {512}
+
+
 def test_best_n_rejects_grids():
     acc = Acceptance.constant(0.7, temperature=0.0)
     with pytest.raises(SpecsimValueError):

@@ -40,3 +40,39 @@ def int_array(name: str, value, minimum: int = 1) -> np.ndarray:
     if np.any(arr < minimum):
         raise SpecsimValueError(name, f"must be >= {minimum}", value)
     return arr.astype(np.int64)
+
+
+def int_values(name: str, value, minimum: int = 1) -> np.ndarray:
+    """``value`` (a scalar, sequence or array) as an int64 array, each element under :func:`int_field`'s
+    rules: a Python or numpy integer in [``minimum``, 2**63 - 1]; a bool, a float (an integral one such as
+    ``2.0`` included) or anything else is refused, as :func:`int_field` refuses it for one value (unlike
+    :func:`int_array`, which accepts integral floats).  An integer numpy array is checked without a
+    Python loop.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``name``: the first element that is not such an integer (its position and value in the rule,
+        the whole ``value`` shown).
+    """
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu":
+        flat = value.reshape(-1)
+        if flat.size and value.dtype.kind == "u" and int(flat.max()) > INT64_MAX:
+            raise SpecsimValueError(name, _int64_rule(minimum, plural=True), int(flat.max()),
+                                    [f"{minimum}..{INT64_MAX}"])
+        arr = flat.astype(np.int64)
+    else:
+        items = np.ravel(np.asarray(value, dtype=object)).tolist() if not np.isscalar(value) else [value]
+        for i, v in enumerate(items):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                shown = v.item() if isinstance(v, np.generic) else v
+                raise SpecsimValueError(name, f"must be integers >= {minimum} (a bool, or a float even when "
+                                        f"integral such as 2.0, is refused): element {i} is {shown!r}", value)
+            if int(v) > INT64_MAX:
+                raise SpecsimValueError(name, _int64_rule(minimum, plural=True), int(v), [f"{minimum}..{INT64_MAX}"])
+        arr = np.asarray([int(v) for v in items], dtype=np.int64)
+    low = np.flatnonzero(arr < minimum)
+    if low.size:
+        raise SpecsimValueError(name, f"must be integers >= {minimum}: element {int(low[0])} is {int(arr[low[0]])}",
+                                value)
+    return arr

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from specsim._checks import int_array, int_field
+from specsim._checks import int_field, int_values
 from specsim.acceptance import TEMPERATURE_RULE, Acceptance, temperature_ok
 from specsim.architecture import (
     FLOAT32_DOWNCAST_NOTES,
@@ -2258,7 +2258,8 @@ def sweep(
     ``mean_proposal_tokens`` are as in :func:`predict`; ``num_speculative_tokens``,
     ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
     vectorised numpy broadcast per categorical combination; ``num_speculative_tokens`` defaults to
-    1..15).  ``acceptance`` may be a dict ``{label: Acceptance}`` (or ``{label: rate}``) or a list of
+    1..15) of integers, each checked as :func:`predict` checks one value: Python or numpy integers
+    (integer arrays included), a bool or a float (``2.0`` too) refused.  ``acceptance`` may be a dict ``{label: Acceptance}`` (or ``{label: rate}``) or a list of
     :class:`~specsim.acceptance.Acceptance` to sweep several profiles; a list of plain numbers is ONE
     profile of per-position CUMULATIVE rates, as :func:`predict` and ``recommend`` read it.
     ``speculative_config`` (as in :func:`predict`) fixes method and N; with a
@@ -2343,7 +2344,8 @@ def sweep(
         measured latency table -- an ISL / OSL whose context ISL + OSL/2 it does not cover is
         refused before any evaluation, :func:`check_table_context`); ``expert_parallel`` with a
         dense target or a latency model without an expert-parallel variant (a measured table);
-        an axis value >= 2**63 (named by its axis, e.g. ``concurrency``); a ``latency`` path that is no
+        an axis value that is not an integer (a bool or a float, ``2.0`` included, as :func:`predict`
+        refuses it) or is >= 2**63 (named by its axis, e.g. ``concurrency``); a ``latency`` path that is no
         readable CSV of a measured table, or given with several ``tp`` values; several acceptance
         profiles sharing a label (``acceptance``: their rows could not be told apart);
         ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
@@ -2364,11 +2366,15 @@ def sweep(
     if num_speculative_tokens is None:
         num_speculative_tokens = range(1, 16) if speculative_config is None else \
             [parse_speculative_config(speculative_config).num_speculative_tokens]
-    # lists, not arrays: np.asarray([1, 2**63]) is a float array, and int_array refuses >= 2**63 by name
-    ns = int_array("num_speculative_tokens", list(num_speculative_tokens) if not np.isscalar(num_speculative_tokens) else [num_speculative_tokens])
-    cs = int_array("concurrency", list(concurrency) if not np.isscalar(concurrency) else [concurrency])
-    isls = int_array("isl", list(isl) if not np.isscalar(isl) else [isl])
-    osls = int_array("osl", list(osl) if not np.isscalar(osl) else [osl])
+    # each value under predict's rules (int_field): integers, bool and floats (2.0 too) refused; lists, not
+    # arrays, of Python values: np.asarray([1, 2**63]) is a float array, and int_values refuses >= 2**63 by name
+    def axis(name, v):
+        return int_values(name, v if isinstance(v, np.ndarray) or np.isscalar(v) else list(v))
+
+    ns = axis("num_speculative_tokens", num_speculative_tokens)
+    cs = axis("concurrency", concurrency)
+    isls = axis("isl", isl)
+    osls = axis("osl", osl)
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
@@ -2790,7 +2796,8 @@ def best_n(
     target, method, **kwargs
         As :func:`sweep` (one value per categorical axis; ``concurrency`` a single int).
     n_values : iterable of int
-        Candidate proposal lengths.
+        Candidate proposal lengths: integers >= 1, as :func:`sweep` takes ``num_speculative_tokens``
+        (a bool or a float is refused; repeats are dropped).
     flat_tolerance : float
         Relative tolerance defining the near-optimal set: the returned curve's ``near_best``
         column flags every N within this fraction of the best ratio (flat optima are common);
@@ -2831,12 +2838,17 @@ def best_n(
         if k not in _BEST_N_SWEEP_KEYWORDS:
             raise TypeError(f"best_n() got an unexpected keyword argument {k!r}")
     _check_one_deployment(target, method, kwargs)
+    # sweep's rules for N (int_values): int(k) ran N 2 for 2.5 and N 1 for True
+    ns = np.unique(int_values("n_values", n_values if isinstance(n_values, np.ndarray) or np.isscalar(n_values)
+                              else list(n_values))).tolist()
+    if not ns:
+        raise SpecsimValueError("n_values", "must not be empty: give at least one N (integers >= 1)", [])
     if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)
     # sweep's warnings re-issued from here, so that they name the caller's line (they named this one)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        curve = sweep(target, method, num_speculative_tokens=sorted(set(int(k) for k in n_values)), **kwargs)
+        curve = sweep(target, method, num_speculative_tokens=ns, **kwargs)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     for col in ("target", "method", "hardware", "tp", "precision", "acceptance", "concurrency", "isl", "osl"):

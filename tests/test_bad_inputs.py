@@ -496,3 +496,53 @@ def test_partial_drafting_for_a_method_that_always_drafts_is_warned_about():
     assert any(w.startswith("mean_proposal_tokens=2 given for eagle3") for w in df.attrs["warnings"])
     for ok in (predict("Qwen3-8B", "ngram", 3, drafted_fraction=0.4, **kw), predict("Qwen3-8B", "eagle3", 3, **kw)):
         assert not any("given for" in w for w in ok.warnings)
+
+
+# --- sweep / best_n axis values under predict's integer rules ----------------------------------------
+@pytest.mark.parametrize("kw, field, element", [
+    (dict(num_speculative_tokens=[True, 2.0]), "num_speculative_tokens", "element 0 is True"),
+    (dict(num_speculative_tokens=[1, 2.0]), "num_speculative_tokens", "element 1 is 2.0"),
+    (dict(concurrency=np.array([1.0, 2.0])), "concurrency", "element 0 is 1.0"),
+    (dict(concurrency=32.0), "concurrency", "element 0 is 32.0"),
+    (dict(isl=[np.float64(1024.0)]), "isl", "element 0 is 1024.0"),
+    (dict(osl=np.array([True, False])), "osl", "element 0 is True"),
+])
+def test_sweep_refuses_bool_and_float_axis_values_as_predict_does(kw, field, element):
+    """A new-user trial: predict refuses N 7.0, True and concurrency 32.0, but sweep ran N [True, 2.0] as
+    [1, 2] and concurrency np.array([1.0, 2.0]) as [1, 2] without a word."""
+    kw = {"num_speculative_tokens": [3], **kw}
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Qwen3-8B", "eagle3", hardware="MI300X", acceptance=0.7, **kw)
+    assert ei.value.field == field
+    assert f"must be integers >= 1 (a bool, or a float even when integral such as 2.0, is refused): {element}" in str(
+        ei.value)
+    assert "np.float64" not in str(ei.value)
+
+
+def test_best_n_refuses_bool_and_float_n_values_and_axis_values():
+    """best_n ran int(k) over n_values: N 2 for 2.5, N 1 for True."""
+    for kw, field, element in ((dict(n_values=[1, 2.5]), "n_values", "element 1 is 2.5"),
+                               (dict(n_values=[True, 2]), "n_values", "element 0 is True"),
+                               (dict(concurrency=8.0), "concurrency", "element 0 is 8.0")):
+        with pytest.raises(SpecsimValueError) as ei:
+            best_n("Qwen3-8B", "eagle3", hardware="MI300X", acceptance=0.7, **kw)
+        assert ei.value.field == field and element in str(ei.value), str(ei.value)
+    with pytest.raises(SpecsimValueError) as ei:
+        best_n("Qwen3-8B", "eagle3", hardware="MI300X", acceptance=0.7, n_values=[])
+    assert ei.value.field == "n_values" and "must not be empty" in str(ei.value)
+
+
+def test_sweep_and_best_n_take_numpy_integers_as_python_ints():
+    kw = dict(hardware="MI300X", acceptance=0.7)
+    ref = sweep("Qwen3-8B", "eagle3", [1, 3], concurrency=[1, 8], isl=1024, osl=[512], **kw)
+    for ns, cs, isl, osl in ((np.array([1, 3], dtype=np.int32), np.array([1, 8], dtype=np.uint16), np.int64(1024),
+                              np.array([512])),
+                             (range(1, 4, 2), (np.int64(1), 8), [1024], 512)):
+        df = sweep("Qwen3-8B", "eagle3", ns, concurrency=cs, isl=isl, osl=osl, **kw)
+        pd.testing.assert_frame_equal(df, ref)
+    assert ref["num_speculative_tokens"].tolist() == [1, 1, 3, 3] and ref["concurrency"].tolist() == [1, 8, 1, 8]
+    assert ref["num_speculative_tokens"].dtype == np.int64
+    best, curve = best_n("Qwen3-8B", "eagle3", n_values=[3, 1, 2, 2], concurrency=8, **kw)
+    best_np, curve_np = best_n("Qwen3-8B", "eagle3", n_values=np.arange(1, 4), concurrency=np.int64(8), **kw)
+    assert best == best_np and curve["num_speculative_tokens"].tolist() == [1, 2, 3]
+    pd.testing.assert_frame_equal(curve, curve_np)

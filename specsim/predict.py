@@ -79,7 +79,11 @@ class Prediction:
         the speculative overhead (:class:`~specsim.engine.SpecOverhead`, source in
         ``term_sources``); ``t_prefill_s`` is the target's prefill of one request (ISL tokens),
         paid by both arms (the speculative arm also pays the drafter's pass over the prompt:
-        ``t_prefill_spec_s`` of :func:`sweep`).
+        ``t_prefill_spec_s``).
+    t_prefill_spec_s : float
+        The speculative arm's prefill of one request, seconds: ``t_prefill_s`` plus the drafter's
+        pass over the prompt where it has one (none for lookup methods such as ``ngram``); with
+        ``D = OSL - 1``, ``output_tok_per_s = C * OSL / (C * t_prefill_spec_s + D / mal * t_step_s)``.
     output_tok_per_s, baseline_output_tok_per_s : float
         Aggregate output throughput of all ``concurrency`` streams.
     tpot_s, baseline_tpot_s : float
@@ -194,6 +198,7 @@ class Prediction:
     t_host_s: float = 0.0
     drafted_fraction: float = 1.0
     mean_proposal_tokens: float | None = None
+    t_prefill_spec_s: float = math.nan
 
     @property
     def mal_per_drafted_step(self) -> float | None:
@@ -252,7 +257,9 @@ class Prediction:
             f"{self.t_verify_s * 1e3:.3f} + overhead {self.t_overhead_s * 1e3:.3f}"
             + (f" + host {self.t_host_s * 1e3:.3f}" if self.t_host_s else "")
             + f"  (baseline step {self.t_base_s * 1e3:.3f} ms)",
-            f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms",
+            f"  prefill / request   {self.t_prefill_s * 1e3:8.3f} ms"
+            + (f"  (speculative arm, with the drafter's pass over the prompt: {self.t_prefill_spec_s * 1e3:.3f} ms)"
+               if self.t_prefill_spec_s > self.t_prefill_s else ""),
             f"  break-even MAL      {_fmt_mal(self.break_even_mal)}  (the ratio is < 1 at a MAL below it; this MAL "
             f"{self.mal:.3f}" + ("; below 1: the speculative step is timed no dearer than the baseline step, so any "
                                  "acceptance pays" if self.break_even_mal < 1.0 else "") + ")",
@@ -1425,6 +1432,7 @@ def predict(
         t_verify_s=vals["t_verify_s"],
         t_overhead_s=vals["t_overhead_s"],
         t_prefill_s=vals["t_prefill_s"],
+        t_prefill_spec_s=vals["t_prefill_spec_s"],
         output_tok_per_s=vals["output_tok_per_s"],
         baseline_output_tok_per_s=vals["baseline_output_tok_per_s"],
         tpot_s=vals["tpot_s"],

@@ -1106,3 +1106,24 @@ def test_a_baseline_whose_tpot_and_throughput_disagree_is_warned_about():
             assert BASELINE_CONSISTENT[0] <= x <= BASELINE_CONSISTENT[1], (f, x)
             seen += 1
     assert seen >= 50
+
+
+@pytest.mark.parametrize("method", ["dflash", "ngram"])
+def test_prediction_fields_reproduce_its_throughput_tpot_and_break_even(method):
+    """docs/model.md's formulas, recomputed from the Prediction's own fields (a docs-vs-code trial: the
+    speculative arm's prefill, with the drafter's pass over the prompt, was not in the output, so
+    output_tok_per_s could not be recomputed from it; the docs had it shared by both arms)."""
+    acc = Acceptance.from_rates([0.875, 0.758, 0.653, 0.557, 0.476, 0.400, 0.332], "cumulative")
+    p = predict("gemma-4-26B-A4B-it", method, 7, hardware="MI300X", tp=2, concurrency=32, acceptance=acc)
+    c, osl, d = p.concurrency, p.osl, p.osl - 1
+    assert p.output_tok_per_s == pytest.approx(c * osl / (c * p.t_prefill_spec_s + d / p.mal * p.t_step_s), rel=1e-12)
+    assert p.baseline_output_tok_per_s == pytest.approx(c * osl / (c * p.t_prefill_s + d * p.t_base_s), rel=1e-12)
+    assert p.tpot_s == pytest.approx((d / p.mal * p.t_step_s + (c - 1) * p.t_prefill_spec_s) / d, rel=1e-12)
+    # docs/contracts.md: MAL* = D T_spec / (C OSL / tok_s_base - C t_prefill_spec)
+    assert p.break_even_mal == pytest.approx(
+        d * p.t_step_s / (c * osl / p.baseline_output_tok_per_s - c * p.t_prefill_spec_s), rel=1e-9)
+    if method == "ngram":  # a lookup drafter has no pass over the prompt
+        assert p.t_prefill_spec_s == p.t_prefill_s
+    else:
+        assert p.t_prefill_spec_s > p.t_prefill_s * 1.05
+    assert p.to_dict()["t_prefill_spec_s"] == p.t_prefill_spec_s

@@ -1345,10 +1345,11 @@ def predict(
         becomes a dispatch + combine all-to-all (``specsim.latency.Roofline.with_expert_parallel``).
         At ``tp=1`` a no-op (one GPU holds every expert), said in ``Prediction.warnings``
         (:func:`with_expert_parallel`).
-    draft_latency : LatencyModel, optional
+    draft_latency : LatencyModel or path, optional
         Times the draft passes when ``latency`` is a measured table of the target
-        (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft, or a
-        roofline.  Default with a measured target table: the hardware's stack calibration (stated
+        (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft (or its CSV
+        path), or a roofline.  Refused with any other ``latency`` (it would be ignored: the draft
+        passes are then timed from their counts).  Default with a measured target table: the hardware's stack calibration (stated
         in ``term_sources`` / assumptions).
     vllm_version, platform : str, optional
         The vLLM release and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run; a WARNING when
@@ -1589,12 +1590,31 @@ def with_measured_table(r: Scenario, draft_latency=None, *, tp: int = 1) -> Scen
     ``draft_latency`` is given -- draft passes with the hardware's stack calibration, so no term is
     silently dropped (issue 9, item 4).  Other latency models are returned unchanged.
 
+    ``draft_latency`` (a latency model, or the path of a measured table's CSV, read by
+    :func:`specsim.latency.read_latency_table` at ``tp``) applies only with a measured target table:
+    otherwise the draft passes are timed from their counts by ``r.latency`` and it would be ignored,
+    so it is refused (``SpecsimValueError`` naming ``draft_latency``), as is a value without
+    ``forward_time``.
+
     The table's seconds are checked at ``tp`` against the hardware first (:func:`table_scale_check`:
     a table in milliseconds or one faster than the datasheet raises ``SpecsimValueError``; one far
     from the stack's estimate leaves a warning among the assumptions, see :func:`table_scale_warning`).
     """
     lat = r.latency
     measured = hasattr(lat, "table") and not hasattr(lat, "counts") and not hasattr(lat, "pass_overhead_s")
+    if draft_latency is not None:
+        if not measured:  # the draft passes are then timed from their counts by the target's latency model
+            raise SpecsimValueError(
+                "draft_latency", "applies only with a measured latency table of the target (latency= a "
+                "MeasuredLatency or its CSV path): with a roofline or calibration as latency, the draft passes are "
+                "timed from their physical counts by that same model, and a separate draft_latency would be "
+                f"ignored; got latency {type(lat).__name__}", type(draft_latency).__name__)
+        if isinstance(draft_latency, (str, os.PathLike)):  # a measured table of the DRAFT's forwards
+            draft_latency = read_latency_table(draft_latency, tp=int(tp), field="draft_latency")
+        elif not callable(getattr(draft_latency, "forward_time", None)):
+            raise SpecsimValueError("draft_latency", "must be a latency model with forward_time (a MeasuredLatency "
+                                    "of the draft, a Roofline) or the path of a measured table's CSV",
+                                    type(draft_latency).__name__)
     if not measured and draft_latency is None:
         return r
     fallback = default_latency(load_hardware(r.hardware_name))

@@ -40,6 +40,7 @@ from specsim.predict import (
     table_name,
     table_scale_warning,
     with_expert_parallel,
+    latency_from_path,
     with_measured_table,
 )
 from specsim.published import published_methods, published_profile
@@ -979,7 +980,7 @@ def recommend(
         Published dataset for the default acceptance (``"mix"`` = equal mixture of the four).
     draft, drafter :
         Draft checkpoint / ready drafter, as :func:`specsim.predict.predict` (one method only).
-    latency : LatencyModel or Calibration, optional
+    latency : LatencyModel, Calibration or path, optional
         Default: the hardware's shipped calibration (``specsim.calibration.default_latency``).
         A ``Calibration`` (``specsim.latency.calibrate``) also supplies ``rmse_rel``.  A measured
         table of the target's forwards (:class:`specsim.latency.MeasuredLatency`) times decode and
@@ -988,8 +989,9 @@ def recommend(
         cover the context ``isl + osl / 2``, concurrencies 1..``max_concurrency`` and
         q = 1..N + 1 (refused before any evaluation otherwise, naming the table's range and what
         to pass instead).
-    draft_latency : LatencyModel, optional
-        Times the draft passes when ``latency`` is a measured table, as :func:`specsim.predict.predict`.
+    draft_latency : LatencyModel or path, optional
+        Times the draft passes when ``latency`` is a measured table, as :func:`specsim.predict.predict`
+        (refused with any other ``latency``).
     expert_parallel : bool, default False
         vLLM ``--enable-expert-parallel`` over the TP group, as :func:`specsim.predict.predict`
         (:func:`specsim.predict.with_expert_parallel`; at ``tp=1`` a no-op, said in
@@ -1113,7 +1115,7 @@ def recommend(
         stack_warnings[f"concurrency {above} above max_concurrency {cmax} (CLI: --max-concurrency) not reported: "
                        f"the recommendation covers concurrencies 1..{cmax}; raise max_concurrency to include "
                        "them"] = None
-    latency, cal_rel = _unwrap_latency(latency)
+    latency, cal_rel = _unwrap_latency(latency_from_path(latency, tp))  # a CSV path: as predict reads it
     if step_time_rel_error is None:
         step_time_rel_error = cal_rel
     cs = np.arange(1, cmax + 1)

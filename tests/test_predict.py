@@ -825,6 +825,64 @@ def test_a_latency_table_path_is_read_as_the_cli_reads_it(tmp_path):
     assert ei.value.field == "latency" and "needs ONE tp value" in str(ei.value) and "(got [1, 2])" in str(ei.value)
 
 
+def test_draft_latency_is_used_or_refused_never_ignored(tmp_path):
+    """A new-user trial: predict(draft_latency=...) with the default (calibrated roofline) latency left
+    t_draft_s unchanged, while term_sources["draft"] said "latency= given by the caller"; a path
+    (draft_latency="x.csv") was taken the same way.  It applies with a measured target table only: there
+    it times the draft passes (an object or a CSV path alike), elsewhere it is refused by name."""
+    from specsim.architecture import load_model
+    from specsim.calibration import default_latency
+    from specsim.hardware import load_hardware
+    from specsim.latency import MeasuredLatency
+
+    rl = default_latency(load_hardware("MI300X"))
+    m = load_model("Qwen3-8B")
+    rows = [(b, q, c, float(rl.forward_time(m, tp=1, precision=None, batch=b, q=q, context=c)))
+            for b in (1, 4, 16, 64) for q in (1, 2, 4, 8) for c in (256, 1024, 4096)]
+    target = MeasuredLatency(pd.DataFrame(rows, columns=["batch", "q", "context", "seconds"]), tp=1)
+    draft_rows = pd.DataFrame([(b, q, c, 0.5e-3 * q) for b, q, c, _ in rows], columns=["batch", "q", "context", "seconds"])
+    f = tmp_path / "draft.csv"
+    draft_rows.to_csv(f, index=False)
+    kw = dict(hardware="MI300X", concurrency=8, acceptance=[0.8, 0.6, 0.45], isl=1024, osl=1024)
+    for bad in (rl, str(f)):
+        with pytest.raises(SpecsimValueError) as ei:
+            predict("Qwen3-8B", "eagle3", 3, draft_latency=bad, **kw)
+        assert ei.value.field == "draft_latency" and "applies only with a measured latency table" in str(ei.value)
+    with pytest.raises(SpecsimValueError, match="draft_latency"):
+        sweep("Qwen3-8B", "eagle3", [3], draft_latency=rl, **kw)
+    with pytest.raises(SpecsimValueError) as ei:
+        predict("Qwen3-8B", "eagle3", 3, latency=target, draft_latency=0.001, **kw)
+    assert ei.value.field == "draft_latency" and "forward_time" in str(ei.value)
+    stack = predict("Qwen3-8B", "eagle3", 3, latency=target, **kw)
+    obj = predict("Qwen3-8B", "eagle3", 3, latency=target, draft_latency=MeasuredLatency(draft_rows, tp=1), **kw)
+    path = predict("Qwen3-8B", "eagle3", 3, latency=target, draft_latency=f, **kw)
+    assert path.t_draft_s == obj.t_draft_s and path.throughput_ratio == obj.throughput_ratio
+    assert obj.t_draft_s != pytest.approx(stack.t_draft_s, rel=1e-3)  # the draft table is what timed them
+
+
+def test_recommend_reads_a_latency_table_path_as_predict_does(tmp_path):
+    """recommend(latency="table.csv") raised AttributeError: 'str' object has no attribute ... (the trial
+    found it after predict / sweep / best_n had learnt to read a path)."""
+    from specsim.architecture import load_model
+    from specsim.calibration import default_latency
+    from specsim.hardware import load_hardware
+    from specsim.latency import MeasuredLatency
+    from specsim.recommend import recommend
+
+    rl = default_latency(load_hardware("MI300X"))
+    m = load_model("Qwen3-8B")
+    rows = [(b, q, c, 1.3 * float(rl.forward_time(m, tp=1, precision=None, batch=b, q=q, context=c)))
+            for b in (1, 2, 4, 8) for q in (1, 2, 4, 8, 16) for c in (256, 1024, 4096)]
+    f = tmp_path / "table.csv"
+    pd.DataFrame(rows, columns=["batch", "q", "context", "seconds"]).to_csv(f, index=False)
+    kw = dict(hardware="MI300X", acceptance=Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative"),
+              concurrency=[1, 4, 8], max_concurrency=8, isl=1024, osl=1024)
+    by_path = recommend("Qwen3-8B", ["eagle3"], latency=str(f), **kw).to_dict()
+    by_obj = recommend("Qwen3-8B", ["eagle3"], latency=MeasuredLatency(pd.read_csv(f), tp=1, source=str(f)),
+                       **kw).to_dict()
+    assert by_path["methods"][0]["points"] == by_obj["methods"][0]["points"]
+
+
 def test_implausible_anchor_and_dominant_overhead_warn():
     """A baseline that scales the target's forwards far from 1 (a run of another model?) and a
     speculative overhead larger than draft + verification (fitted per-sequence terms extrapolated)

@@ -2331,7 +2331,8 @@ def sweep(
     -------
     pandas.DataFrame
         Columns: the grid axes (``target, method, hardware, tp, precision, acceptance,
-        num_speculative_tokens, concurrency, isl, osl``; ``acceptance`` is the profile's label --
+        num_speculative_tokens, concurrency, isl, osl``; ``draft``, the drafter's name, when
+        several drafts are swept; ``acceptance`` is the profile's label --
         the key of an ``acceptance`` dict, else ``Acceptance.label``; when several profiles are
         swept, an unlabelled one (a number, a list of rates, an ``Acceptance`` without a label) is
         labelled by its position in the list, ``"acceptance[0]"``, ``"acceptance[1]"``, ...; None
@@ -2482,6 +2483,8 @@ def sweep(
             "precision": precision_label(r.target, r.precision),
             "acceptance": acc_label if acc_label is not None else getattr(r.acceptance, "label", None),
         }
+        if len(as_list(draft)) > 1:  # the drafts swept, told apart (one draft: the method names it)
+            cols["draft"] = getattr(r.drafter, "name", None) or str(drf)
         cols.update(out)
         health = health_terms(out, C, O)
         cols.update(health)

@@ -546,3 +546,24 @@ def test_sweep_and_best_n_take_numpy_integers_as_python_ints():
     best_np, curve_np = best_n("Qwen3-8B", "eagle3", n_values=np.arange(1, 4), concurrency=np.int64(8), **kw)
     assert best == best_np and curve["num_speculative_tokens"].tolist() == [1, 2, 3]
     pd.testing.assert_frame_equal(curve, curve_np)
+
+
+def test_sweep_tells_the_drafts_swept_apart():
+    """A new-user trial: sweep(draft=[a, b]) gave rows without a draft column, so the two drafters' rows
+    could not be told apart (best_n refuses several drafts)."""
+    import dataclasses
+
+    from specsim.architecture import load_model
+
+    big = load_model("Llama-3.1-8B-Instruct")
+    small = dataclasses.replace(big, name="Llama-3.1-8B-Instruct-half", num_layers=big.num_layers // 2,
+                                total_params=big.total_params // 2, active_params=big.active_params // 2,
+                                attention_params=big.attention_params // 2, dense_mlp_params=big.dense_mlp_params // 2)
+    kw = dict(hardware="MI300X", tp=2, acceptance=0.7, concurrency=[1, 8])
+    df = sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=[big, small], **kw)
+    assert df["draft"].tolist() == ["Llama-3.1-8B-Instruct"] * 2 + ["Llama-3.1-8B-Instruct-half"] * 2
+    t = df.set_index(["draft", "concurrency"])["t_draft_s"]
+    assert t[("Llama-3.1-8B-Instruct-half", 1)] < t[("Llama-3.1-8B-Instruct", 1)]
+    one = sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=big, **kw)
+    assert "draft" not in one.columns
+    assert one["throughput_ratio"].tolist() == df.loc[df["draft"] == "Llama-3.1-8B-Instruct", "throughput_ratio"].tolist()

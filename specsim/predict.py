@@ -1348,8 +1348,9 @@ def predict(
     draft_latency : LatencyModel or path, optional
         Times the draft passes when ``latency`` is a measured table of the target
         (:class:`specsim.latency.MeasuredLatency`): another measured table of the draft (or its CSV
-        path), or a roofline.  Refused with any other ``latency`` (it would be ignored: the draft
-        passes are then timed from their counts).  Default with a measured target table: the hardware's stack calibration (stated
+        path), or a roofline; also with a ``latency`` that has ``forward_time`` only.  Refused where
+        ``latency`` times the draft passes from their counts (a roofline or calibration): it would
+        be ignored.  Default with a measured target table: the hardware's stack calibration (stated
         in ``term_sources`` / assumptions).
     vllm_version, platform : str, optional
         The vLLM release and platform (``"ROCm 7.2"``, ``"CUDA 12.8"``) you will run; a WARNING when
@@ -1591,10 +1592,11 @@ def with_measured_table(r: Scenario, draft_latency=None, *, tp: int = 1) -> Scen
     silently dropped (issue 9, item 4).  Other latency models are returned unchanged.
 
     ``draft_latency`` (a latency model, or the path of a measured table's CSV, read by
-    :func:`specsim.latency.read_latency_table` at ``tp``) applies only with a measured target table:
-    otherwise the draft passes are timed from their counts by ``r.latency`` and it would be ignored,
-    so it is refused (``SpecsimValueError`` naming ``draft_latency``), as is a value without
-    ``forward_time``.
+    :func:`specsim.latency.read_latency_table` at ``tp``) times the draft passes where ``r.latency``
+    cannot (a measured target table, a model with ``forward_time`` only: the engine's callables path,
+    :func:`specsim.engine.evaluate`); where the draft passes are timed from their counts by
+    ``r.latency`` (a roofline or calibration) it would be ignored, so it is refused
+    (``SpecsimValueError`` naming ``draft_latency``), as is a value without ``forward_time``.
 
     The table's seconds are checked at ``tp`` against the hardware first (:func:`table_scale_check`:
     a table in milliseconds or one faster than the datasheet raises ``SpecsimValueError``; one far
@@ -1603,12 +1605,13 @@ def with_measured_table(r: Scenario, draft_latency=None, *, tp: int = 1) -> Scen
     lat = r.latency
     measured = hasattr(lat, "table") and not hasattr(lat, "counts") and not hasattr(lat, "pass_overhead_s")
     if draft_latency is not None:
-        if not measured:  # the draft passes are then timed from their counts by the target's latency model
+        if not measured and _uses_plan(r):  # the draft passes are timed from their counts by the target's model
             raise SpecsimValueError(
-                "draft_latency", "applies only with a measured latency table of the target (latency= a "
-                "MeasuredLatency or its CSV path): with a roofline or calibration as latency, the draft passes are "
-                "timed from their physical counts by that same model, and a separate draft_latency would be "
-                f"ignored; got latency {type(lat).__name__}", type(draft_latency).__name__)
+                "draft_latency", "applies only where the target's latency model cannot time the draft passes (a "
+                "measured latency table of the target, latency= a MeasuredLatency or its CSV path, or a model "
+                "with forward_time only): with a roofline or calibration as latency, the draft passes are timed "
+                "from their physical counts by that same model, and a separate draft_latency would be ignored; "
+                f"got latency {type(lat).__name__}", type(draft_latency).__name__)
         if isinstance(draft_latency, (str, os.PathLike)):  # a measured table of the DRAFT's forwards
             draft_latency = read_latency_table(draft_latency, tp=int(tp), field="draft_latency")
         elif not callable(getattr(draft_latency, "forward_time", None)):

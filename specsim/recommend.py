@@ -991,7 +991,7 @@ def recommend(
         to pass instead).
     draft_latency : LatencyModel or path, optional
         Times the draft passes when ``latency`` is a measured table, as :func:`specsim.predict.predict`
-        (refused with any other ``latency``).
+        (refused where ``latency`` times the draft passes from their counts: it would be ignored).
     expert_parallel : bool, default False
         vLLM ``--enable-expert-parallel`` over the TP group, as :func:`specsim.predict.predict`
         (:func:`specsim.predict.with_expert_parallel`; at ``tp=1`` a no-op, said in

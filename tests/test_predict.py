@@ -847,7 +847,8 @@ def test_draft_latency_is_used_or_refused_never_ignored(tmp_path):
     for bad in (rl, str(f)):
         with pytest.raises(SpecsimValueError) as ei:
             predict("Qwen3-8B", "eagle3", 3, draft_latency=bad, **kw)
-        assert ei.value.field == "draft_latency" and "applies only with a measured latency table" in str(ei.value)
+        assert ei.value.field == "draft_latency" and "applies only where the target's latency model cannot" in str(
+            ei.value)
     with pytest.raises(SpecsimValueError, match="draft_latency"):
         sweep("Qwen3-8B", "eagle3", [3], draft_latency=rl, **kw)
     with pytest.raises(SpecsimValueError) as ei:
@@ -858,6 +859,17 @@ def test_draft_latency_is_used_or_refused_never_ignored(tmp_path):
     path = predict("Qwen3-8B", "eagle3", 3, latency=target, draft_latency=f, **kw)
     assert path.t_draft_s == obj.t_draft_s and path.throughput_ratio == obj.throughput_ratio
     assert obj.t_draft_s != pytest.approx(stack.t_draft_s, rel=1e-3)  # the draft table is what timed them
+
+    # a latency model with forward_time only (no counts) cannot time the draft passes: it needs draft_latency,
+    # which must then be taken, not refused (the review: both ways were refused, with contradicting errors)
+    class ForwardOnly:
+        def forward_time(self, *a, **k):
+            return rl.forward_time(*a, **k)
+
+    with pytest.raises(SpecsimValueError, match="draft_latency"):
+        predict("Qwen3-8B", "eagle3", 3, latency=ForwardOnly(), **kw)
+    fo = predict("Qwen3-8B", "eagle3", 3, latency=ForwardOnly(), draft_latency=MeasuredLatency(draft_rows, tp=1), **kw)
+    assert fo.t_draft_s == pytest.approx(obj.t_draft_s, rel=1e-12)
 
 
 def test_recommend_reads_a_latency_table_path_as_predict_does(tmp_path):

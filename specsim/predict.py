@@ -2446,8 +2446,9 @@ def sweep(
     shared_fits: dict = {}
     shared_overheads: dict = {}
     shared_extrapolated: dict = {}
-    for tgt, meth, hw, tp_, prec, (acc_label, acc), drf in itertools.product(
-        as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, as_list(draft)
+    draft_items = _labelled_drafts(as_list(draft))
+    for tgt, meth, hw, tp_, prec, (acc_label, acc), (drf_label, drf) in itertools.product(
+        as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, draft_items
     ):
         r = loaded.resolve(
             tgt, meth, None if speculative_config is None or len(ns) != 1 else int(ns[0]), hardware=hw,
@@ -2486,8 +2487,8 @@ def sweep(
             "precision": precision_label(r.target, r.precision),
             "acceptance": acc_label if acc_label is not None else getattr(r.acceptance, "label", None),
         }
-        if len(as_list(draft)) > 1:  # the drafts swept, told apart (one draft: the method names it)
-            cols["draft"] = getattr(r.drafter, "name", None) or str(drf)
+        if drf_label is not None:  # the drafts swept, told apart (one draft: the method names it)
+            cols["draft"] = drf_label
         cols.update(out)
         health = health_terms(out, C, O)
         cols.update(health)
@@ -2533,6 +2534,29 @@ def sweep(
         if w.startswith(_EXTRAPOLATION_PREFIX):
             warnings.warn(w, UserWarning, stacklevel=2)
     return df
+
+
+def _labelled_drafts(drafts: list) -> list:
+    """The ``(label, draft)`` pairs of a sweep's ``draft`` values: label None for one draft; with
+    several, each is labelled as given (a name or path as written, a model spec by its ``name``) for
+    the ``draft`` column.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``draft``: two drafts with the same label (two checkpoint directories of one name, two specs
+        of one name): their rows could not be told apart.
+    """
+    if len(drafts) < 2:
+        return [(None, d) for d in drafts]
+    labels = [os.fspath(d) if isinstance(d, (str, os.PathLike)) else (getattr(d, "name", None) or repr(d))
+              for d in drafts]
+    dup = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if dup:
+        raise SpecsimValueError("draft", f"{len(drafts)} drafts are swept but some share a label (a path as given, "
+                                "else the model's name), so their rows in the draft column could not be told apart: "
+                                "give paths that differ or models of different names", dup)
+    return list(zip(labels, drafts))
 
 
 def _labelled_profiles(items: list) -> list:

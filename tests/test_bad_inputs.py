@@ -564,6 +564,12 @@ def test_sweep_tells_the_drafts_swept_apart():
     assert df["draft"].tolist() == ["Llama-3.1-8B-Instruct"] * 2 + ["Llama-3.1-8B-Instruct-half"] * 2
     t = df.set_index(["draft", "concurrency"])["t_draft_s"]
     assert t[("Llama-3.1-8B-Instruct-half", 1)] < t[("Llama-3.1-8B-Instruct", 1)]
+    # two drafts of one label (two checkpoint directories both named draft, two specs of one name): refused
+    with pytest.raises(SpecsimValueError) as ei:
+        sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=[big, dataclasses.replace(small, name=big.name)], **kw)
+    assert ei.value.field == "draft" and "share a label" in str(ei.value) and "Llama-3.1-8B-Instruct" in str(ei.value)
+    named = sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=["Llama-3.1-8B-Instruct", small], **kw)
+    assert named["draft"].tolist() == ["Llama-3.1-8B-Instruct"] * 2 + ["Llama-3.1-8B-Instruct-half"] * 2
     one = sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=big, **kw)
     assert "draft" not in one.columns
     assert one["throughput_ratio"].tolist() == df.loc[df["draft"] == "Llama-3.1-8B-Instruct", "throughput_ratio"].tolist()

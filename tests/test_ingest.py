@@ -864,12 +864,17 @@ def test_failed_sweep_runs_and_servers_are_named(tmp_path):
          "serve_overrides": {}, "bench_overrides": {"max_concurrency": 1}}))
     (exp / "SERVE-ngram5-failure.json").write_text(json.dumps(
         {"error_type": "TimeoutError", "error": "server not ready in 300 s", "serve_overrides": {}}))
+    # without --serve-params a combination directory is BENCH--<name> alone (the review: summary.csv missed it)
+    (exp / "BENCH--c4").mkdir()
+    (exp / "BENCH--c4" / "run=0.failure.json").write_text(json.dumps(
+        {"run_number": 0, "error_type": "RuntimeError", "error": "boom", "serve_overrides": {}, "bench_overrides": {}}))
     for path in (exp, exp / "summary.csv"):
         with pytest.warns(IngestWarning) as rec:
             kind, c = read_counts(path)
         said = " ".join(str(w.message) for w in rec)
         assert kind == "sweep"
-        assert "2 run(s) or server(s) of this sweep failed" in said
+        assert "3 run(s) or server(s) of this sweep failed" in said
+        assert "BENCH--c4/run=0.failure.json: RuntimeError: boom" in said
         assert ("max_concurrency=1/run=1.failure.json: CalledProcessError: Command '['vllm', 'bench', "
                 "'serve']' returned non-zero exit status 1.;") in said
         assert "exp2/SERVE-ngram5-failure.json: TimeoutError: server not ready in 300 s" in said
@@ -877,5 +882,5 @@ def test_failed_sweep_runs_and_servers_are_named(tmp_path):
     for f in exp.rglob("run=*.json"):
         if not f.name.endswith("failure.json"):
             f.unlink()
-    with pytest.raises(DataError, match=r"no run=K\.json files .*2 failed \(.*CalledProcessError"):
+    with pytest.raises(DataError, match=r"no run=K\.json files .*3 failed \(.*CalledProcessError"):
         read_counts(exp)

@@ -282,7 +282,9 @@ def sweep_failures(path: str | os.PathLike) -> list[str]:
         found = root.rglob("*failure.json")
     else:
         exp = root.parent
-        found = [*exp.glob("SERVE-*failure.json"), *exp.glob("SERVE--*/*failure.json")]
+        # a combination directory is SERVE--<name>-BENCH--<name>, or BENCH--<name> alone without
+        # --serve-params (vllm/benchmarks/sweep/serve.py _get_comb_base_path)
+        found = [*exp.glob("*failure.json"), *exp.glob("*/*failure.json")]
     out = []
     for f in sorted(found):
         where = f"{f.parent.name}/{f.name}"

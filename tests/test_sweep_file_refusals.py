@@ -733,3 +733,33 @@ def test_dotted_options_are_read_as_the_installed_vllms_parser_reads_them(tmp_pa
         assert got == {**w, "max-num-seqs": w["max-num-seqs"] or 32}, line  # 32: the smoke serve_cmd's own
         # the object specsim labels by is vLLM's after create_speculative_config ('-' in keys read as '_')
         assert m.groups[0].speculative_config == {k.replace("-", "_"): v for k, v in w["speculative-config"].items()}
+
+
+# ---- a negative decimal given as its own word -----------------------------------------------------------
+# vLLM 0.32's FlexibleArgumentParser reads any word that starts with '-' and holds a '.' as a dotted option,
+# also when it is the value of an ordinary option: `--frequency-penalty -0.5` fails ("unrecognized arguments",
+# or IndexError as the last word); `--frequency-penalty=-0.5` works (a review, checked with vLLM's parser).
+
+@pytest.mark.parametrize("cmd_tail", ["--frequency-penalty -0.5 --max-concurrency 4", "--frequency-penalty -0.5"])
+def test_a_negative_decimal_as_its_own_word_is_refused_in_bench_cmd(tmp_path, cmd_tail):
+    e = _refused(_smoke(tmp_path, sidecar={"bench_cmd": f"{BENCH_CMD} {cmd_tail}"}))
+    assert e.field == "bench_cmd.vllm bench serve: --frequency-penalty -0.5", str(e)
+    assert "write --frequency-penalty=-0.5" in e.rule, str(e)
+
+
+def test_a_negative_decimal_written_with_equals_or_as_a_dotted_value_is_accepted(tmp_path):
+    m = load_matrix(_smoke(tmp_path, sidecar={"bench_cmd": f"{BENCH_CMD} --frequency-penalty=-0.5 "
+                                                         "--extra-body.top_p -0.5"}))
+    assert "--frequency-penalty=-0.5" in m.bench_cmd
+    assert json.loads(m.bench_cmd[m.bench_cmd.index("--extra-body") + 1]) == {"top_p": -0.5}
+
+
+def test_a_negative_decimal_in_a_bench_record_is_refused(tmp_path):
+    bench = json.loads((project_data_path("matrices", "smoke") / "bench_params.json").read_text())
+    name = next(iter(bench))
+    bench[name] = {**bench[name], "frequency_penalty": -0.5}
+    e = _refused(_smoke(tmp_path, bench=bench))
+    assert e.field == f"bench_params.json[{name!r}].frequency_penalty", str(e)
+    assert "give it in the command as --frequency-penalty=-0.5" in e.rule, str(e)
+    bench[name]["frequency_penalty"] = -1  # no '.': one word vLLM reads as the value
+    load_matrix(_smoke(tmp_path / "ok", bench=bench))

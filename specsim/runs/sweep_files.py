@@ -495,6 +495,11 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
                        f"{where}.{key}", opt)
             continue
         _check_value(f"{where}.{key}", opt, table[opt], value, table)
+        if not isinstance(value, (bool, dict)) and _reads_as_dotted(str(value)):
+            raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own token after "
+                                    f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
+                                    f"a token that starts with '-' and holds a '.' as a dotted option ({_DOTTED_SRC}), "
+                                    f"so the command fails: give it in the command as --{opt}={value} instead", value)
         if isinstance(value, str) and (table[opt] == "json"):
             try:
                 value = json.loads(value)
@@ -600,6 +605,14 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
 
 #: where vLLM 0.32 reads dotted options (``--speculative-config.method ngram``): the sources cited below
 _DOTTED_SRC = "vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args"
+
+
+def _reads_as_dotted(token: str) -> bool:
+    """Whether vLLM 0.32's parser takes ``token``, given as its own word, for a dotted option: one that
+    starts with ``-`` and holds a ``.`` (``-0.5``, ``-1.5e3``; vllm/utils/argparse_utils.py
+    ``FlexibleArgumentParser.parse_args``), whatever option it follows, unless it is the value of a dotted
+    option (that one is taken whatever it looks like)."""
+    return token.startswith("-") and "." in token.partition("=")[0]
 
 
 def _field_value(text: str) -> Any:
@@ -726,6 +739,10 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
             if kind is not None:
                 whole.setdefault(opt, tok)
             if kind not in (None, "flag") and not eq and i < len(cmd):
+                if _reads_as_dotted(cmd[i]):
+                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "
+                                            f"with '-' and holds a '.' as a dotted option, not as --{opt}'s value "
+                                            f"({_DOTTED_SRC}), and the command fails: write --{opt}={cmd[i]}", cmd[i])
                 out.append(cmd[i])  # the option's value, read as it is
                 i += 1
             continue

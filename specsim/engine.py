@@ -204,6 +204,35 @@ class LastPositionLogits:
             return self._model.step_flops(batch, q, context)
 
 
+
+def decode_steps(decode, mal):
+    """Decode steps a request takes to commit ``decode`` tokens at ``mal`` tokens per step:
+    ``max(decode / mal, 1)`` (``decode >= 1``).
+
+    ``decode / MAL`` is the steady-state count; a request that needs fewer tokens than one step
+    commits still takes one whole step (vLLM 0.32 verifies the full proposal, "we don't schedule partial
+    draft tokens", and trims the committed tokens at ``max_tokens``: ``vllm/v1/core/sched/scheduler.py``
+    ``_update_request_with_output`` with ``check_stop`` of ``vllm/v1/core/sched/utils.py``), so the count
+    is at least 1.  The
+    last step's partial use is otherwise not modelled: at a few steps per request the ratio is then
+    overstated by up to about half a step (:func:`specsim.predict.prediction_warnings` says so below
+    four steps).
+
+    Parameters
+    ----------
+    decode : array_like
+        Tokens from decode steps, ``OSL - 1`` (:func:`decode_tokens`; >= 1).
+    mal : array_like
+        Tokens committed per step (1 without speculation).
+
+    Returns
+    -------
+    ndarray
+        Steps per request (floats), the broadcast shape.
+    """
+    d = np.asarray(decode, dtype=float)
+    return np.maximum(d / np.asarray(mal, dtype=float), np.minimum(d, 1.0))
+
 def prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
     """Seconds one request's prefill adds to the engine, arrays broadcast over ``c`` / ``isl``.
 
@@ -657,11 +686,12 @@ def _plan_seconds(plan: dict, terms, smooth_p, shared: dict | None, broadcast: b
     tput_spec = _throughput(c, osl, t_prefill_spec, t_step, mal)
     shape = np.broadcast_shapes(np.shape(tput_spec), np.shape(n), _plan_shape(plan))
     b = np.broadcast_to if broadcast else (lambda x, _shape: x)
-    tpot = (dec / mal) * t_step
+    steps = decode_steps(dec, mal)
+    tpot = steps * t_step
     tpot = _into(np.add, tpot, (c - 1) * t_prefill_spec, tpot)
     tpot = _into(np.divide, tpot, dec, tpot)
     bound = t_verify + t_host
-    bound = _into(np.multiply, dec / mal, bound, bound)
+    bound = _into(np.multiply, steps, bound, bound)
     bound = _into(np.add, c * t_prefill, bound, bound)
     bound = _into(np.divide, cycle_base, bound, bound)
     return {
@@ -690,7 +720,7 @@ def _plan_seconds(plan: dict, terms, smooth_p, shared: dict | None, broadcast: b
 
 def _throughput(c, osl, t_prefill, t_step, mal):
     """:func:`output_throughput` on float arrays, the same arithmetic, temporaries reused."""
-    den = (decode_tokens(osl) / mal) * t_step
+    den = decode_steps(decode_tokens(osl), mal) * t_step
     den = _into(np.add, c * t_prefill, den, den)
     return _into(np.divide, c * osl, den, den)
 
@@ -762,10 +792,10 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
         "output_tok_per_s": tput_spec,
         "baseline_output_tok_per_s": tput_base,
         "throughput_ratio": tput_spec / tput_base,
-        "tpot_s": ((dec / mal) * t_step + (c - 1) * t_prefill_spec) / dec,
+        "tpot_s": (decode_steps(dec, mal) * t_step + (c - 1) * t_prefill_spec) / dec,
         "baseline_tpot_s": (dec * t_base + (c - 1) * t_prefill) / dec,
         # free drafting and no speculative overhead (same prefill dilution as the ratio)
-        "speedup_bound": cycle_base / (c * t_prefill + (dec / mal) * (t_verify + t_host)),
+        "speedup_bound": cycle_base / (c * t_prefill + decode_steps(dec, mal) * (t_verify + t_host)),
     }
 
 
@@ -798,8 +828,8 @@ def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
 
     Each request costs one prefill (``t_prefill_s``, the extra time it adds to the engine), which
     samples its first output token, and ``(OSL - 1) / MAL`` decode steps of ``t_step_s`` for the
-    rest (:data:`OSL_MIN` gives the vLLM source); the engine serves ``concurrency`` requests at a
-    time: ``tok/s = C * OSL / (C * t_prefill + ((OSL - 1) / MAL) * T_step)``.  The baseline arm is
+    rest, at least one (:func:`decode_steps`; :data:`OSL_MIN` gives the vLLM source); the engine serves
+    ``concurrency`` requests at a time: ``tok/s = C * OSL / (C * t_prefill + ((OSL - 1) / MAL) * T_step)``.  The baseline arm is
     ``mal = 1``.  Broadcasts over array arguments.
 
     Parameters
@@ -827,4 +857,4 @@ def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
     check_osl(osl)
     osl = np.asarray(osl, dtype=float)
     return c * osl / (c * np.asarray(t_prefill_s, dtype=float)
-                      + (decode_tokens(osl) / np.asarray(mal, dtype=float)) * t_step_s)
+                      + decode_steps(decode_tokens(osl), mal) * t_step_s)

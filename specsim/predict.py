@@ -36,6 +36,7 @@ from specsim.engine import (
     OSL_MIN,
     acceptance_extrapolated,
     check_osl,
+    decode_steps,
     decode_tokens,
     default_overhead,
     evaluate,
@@ -405,8 +406,10 @@ def break_even_mal(out: Mapping[str, Any], concurrency, osl) -> np.ndarray:
     where ``C * OSL / tok_s_base = C * t_prefill + D * T_base`` (the baseline's engine time per
     C requests) and the speculative arm's prefill (the target's plus the drafter's pass over the
     prompt) is read back from the same dict: ``C * t_prefill_spec = C * OSL / tok_s - D * T_step / MAL``.
-    The ratio is increasing in MAL, so ``ratio < 1`` exactly when ``MAL < MAL*``.  Without
-    prefill ``MAL* = T_step / T_base``.
+    The ratio is increasing in MAL up to ``MAL = D`` (a request takes at least one step,
+    :func:`specsim.engine.decode_steps`) and constant beyond, so ``ratio < 1`` exactly when
+    ``MAL < MAL*``, and no MAL breaks even (``inf``) when ``MAL* > D``.  Without prefill
+    ``MAL* = T_step / T_base``.
 
     Parameters
     ----------
@@ -428,10 +431,13 @@ def break_even_mal(out: Mapping[str, Any], concurrency, osl) -> np.ndarray:
     t_step = np.asarray(out["t_step_s"], dtype=float)
     mal = np.asarray(out["mal"], dtype=float)
     cycle_base = c * o / np.asarray(out["baseline_output_tok_per_s"], dtype=float)
-    prefill_spec = c * o / np.asarray(out["output_tok_per_s"], dtype=float) - d * t_step / mal  # = C t_prefill_spec
+    # = C t_prefill_spec (decode_steps: at least one step per request)
+    prefill_spec = c * o / np.asarray(out["output_tok_per_s"], dtype=float) - decode_steps(d, mal) * t_step
     den = cycle_base - prefill_spec
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(den > 0, d * t_step / np.where(den > 0, den, 1.0), np.inf)
+        star = np.where(den > 0, d * t_step / np.where(den > 0, den, 1.0), np.inf)
+    # beyond MAL = D a request takes its one step whatever the MAL: the ratio stops rising there
+    return np.where(star <= d, star, np.inf)
 
 
 def health_terms(out: Mapping[str, Any], concurrency, osl) -> dict[str, np.ndarray]:
@@ -453,8 +459,14 @@ def health_terms(out: Mapping[str, Any], concurrency, osl) -> dict[str, np.ndarr
     }
 
 
+#: below this many speculative decode steps per request, ``(OSL - 1) / MAL``, the last step's partial use
+#: (a request needing fewer tokens than the step commits; :func:`specsim.engine.decode_steps`) is a
+#: sizeable share of the request's time and the model, which does not count it, overstates the ratio
+FEW_DECODE_STEPS = 4.0
+
+
 def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, mal: float | None = None,
-                        break_even: float | None = None) -> tuple[str, ...]:
+                        break_even: float | None = None, osl: int | None = None) -> tuple[str, ...]:
     """Warnings a prediction must show, not only record (``Prediction.warnings``).
 
     - sampling temperature > 0 from acceptance measured at another temperature or at an unknown
@@ -463,7 +475,10 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
       e.g. a schedule's k = 0) or near-zero acceptance (``mal - 1 <``
       :data:`NEAR_ZERO_ACCEPTED_PER_STEP`), naming the break-even MAL;
     - a throughput ratio below 1 (speculation is predicted slower than none: below break-even),
-      naming the MAL and the break-even MAL.
+      naming the MAL and the break-even MAL;
+    - with ``osl``: fewer than :data:`FEW_DECODE_STEPS` speculative steps per request
+      (``(OSL - 1) / MAL``): the model counts at least one step but not that the last one commits only
+      the tokens the request still needs, so the ratio is overstated there.
     """
     out = []
     t, prof_t = r.temperature, getattr(r.acceptance, "temperature", None)
@@ -494,6 +509,11 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
             f" (MAL {mal:.3f} < break-even MAL {_fmt_mal(break_even).strip()})"
         out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1{why}, speculation is predicted "
                    "slower than no speculation at this operating point")
+    if osl is not None and mal is not None and mal > 1.0 and (osl - 1) / mal < FEW_DECODE_STEPS:
+        out.append(f"short output: OSL {osl} leaves {osl - 1} decode token(s), {(osl - 1) / mal:.2f} speculative steps "
+                   f"at MAL {mal:.3f}: the model counts at least one step per request but not that the last step "
+                   "commits only the tokens the request still needs (vLLM drops the accepted tokens beyond "
+                   "max_tokens), so at so few steps the ratio is overstated (by up to about half a step per request)")
     return tuple(out)
 
 
@@ -1444,7 +1464,8 @@ def predict(
         latency_description=_describe(r.latency),
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
-        warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"])
+        warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"],
+                                     osl=osl)
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
         + plausibility_warnings(vals, anchor) + table_scale_warning(r)

@@ -17,7 +17,7 @@ from specsim._checks import int_field
 from specsim.architecture import ModelSpec, load_model, model_hf_id
 from specsim.calibration import stack_mismatch
 from specsim.drafters import list_draft_specs
-from specsim.engine import check_osl, decode_tokens, default_overhead, evaluate
+from specsim.engine import check_osl, decode_steps, decode_tokens, default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
@@ -622,7 +622,7 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     cycle_base = cs * osl / np.asarray(ev["baseline_output_tok_per_s"], float)[0]
     cycle_spec = cs[None, :] * osl / np.asarray(ev["output_tok_per_s"], float)
     dec = float(decode_tokens(osl))  # tokens from decode steps: the prefill samples the first
-    p_spec = (cycle_spec - (dec / mal[:, None]) * t_step)[0]  # speculative-arm prefill, N-independent
+    p_spec = (cycle_spec - decode_steps(dec, mal[:, None]) * t_step)[0]  # speculative-arm prefill, N-independent
 
     # K = 0 with speculation enabled: one draft pass + per-step overhead (module docstring)
     ctx = isl + osl / 2.0
@@ -662,11 +662,11 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
         # rmse_rel is an RMS error of LOG step time (the fits minimise log residuals): a log-space band
         up = float(np.exp(0.0 if r_lat is None else r_lat))
         dn = 1.0 / up
-        ratio_lo = cycle_base / (p_spec + dec / ml[:, None] * t_step * up)
-        ratio_hi = cycle_base / (p_spec + dec / mh[:, None] * t_step * dn)
+        ratio_lo = cycle_base / (p_spec + decode_steps(dec, ml[:, None]) * t_step * up)
+        ratio_hi = cycle_base / (p_spec + decode_steps(dec, mh[:, None]) * t_step * dn)
         pre = (cs - 1) / cs * p_spec
-        tpot_lo = (pre + dec / mh[:, None] * t_step) * dn / dec
-        tpot_hi = (pre + dec / ml[:, None] * t_step) * up / dec
+        tpot_lo = (pre + decode_steps(dec, mh[:, None]) * t_step) * dn / dec
+        tpot_hi = (pre + decode_steps(dec, ml[:, None]) * t_step) * up / dec
         ratio0_lo = cycle_base / (p_spec + dec * t0 * up)
         ratio0_hi = cycle_base / (p_spec + dec * t0 * dn)
         tpot0_lo, tpot0_hi = tpot0 * dn, tpot0 * up

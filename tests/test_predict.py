@@ -261,10 +261,12 @@ def test_invariants(sc, n):
     assert p.throughput_ratio == pytest.approx(p.output_tok_per_s / p.baseline_output_tok_per_s, rel=1e-12)
     # bound: free drafting and no speculative overhead, with the same prefill dilution, bounds the
     # ratio: (C P + D T_base) / (C P' + D T_step / MAL) <= (C P + D T_base) / (C P + D T_verify / MAL), D = OSL - 1,
-    # because P' >= P (the drafter's pass over the prompt) and T_step >= T_verify.
-    decode_ratio = p.mal * p.t_base_s / p.t_step_s
+    # because P' >= P (the drafter's pass over the prompt) and T_step >= T_verify.  D / MAL is the decode
+    # steps per request, at least one (a request needing fewer tokens than a step commits still takes it)
+    steps = max((osl - 1) / p.mal, 1.0)
+    decode_ratio = (osl - 1) * p.t_base_s / (steps * p.t_step_s)
     assert p.throughput_ratio <= p.speedup_bound * (1 + 1e-12)
-    assert decode_ratio <= p.mal * p.t_base_s / p.t_verify_s * (1 + 1e-12)
+    assert decode_ratio <= (osl - 1) * p.t_base_s / (steps * p.t_verify_s) * (1 + 1e-12)
     assert p.throughput_ratio <= max(1.0, decode_ratio) * (1 + 1e-12)
     if sc["method"] in ("ngram", "suffix"):
         assert p.throughput_ratio >= min(1.0, decode_ratio) * (1 - 1e-12)
@@ -1197,3 +1199,32 @@ def test_prediction_fields_reproduce_its_throughput_tpot_and_break_even(method):
     else:
         assert p.t_prefill_spec_s > p.t_prefill_s * 1.05
     assert p.to_dict()["t_prefill_spec_s"] == p.t_prefill_spec_s
+
+
+@pytest.mark.parametrize("osl", [2, 3, 4])
+def test_a_request_takes_at_least_one_speculative_step(osl):
+    """A new-user trial: at OSL 2 (one decode token) predict gave 1.386x and a TPOT of 4.955 ms against a
+    speculative step of 24.075 ms, counting (OSL - 1) / MAL = 0.21 steps; a request takes at least one
+    whole step (vLLM verifies the full proposal and trims at max_tokens)."""
+    p = predict("Qwen3-8B", "eagle3", 15, hardware="MI300X", concurrency=1, acceptance=0.8, osl=osl)
+    d, c = osl - 1, p.concurrency
+    steps = max(d / p.mal, 1.0)  # independent computation
+    assert p.tpot_s == pytest.approx((steps * p.t_step_s + (c - 1) * p.t_prefill_spec_s) / d, rel=1e-12)
+    assert p.tpot_s >= p.t_step_s / d * (1 - 1e-12)
+    assert p.output_tok_per_s == pytest.approx(c * osl / (c * p.t_prefill_spec_s + steps * p.t_step_s), rel=1e-12)
+    if osl == 2:  # one step each way: the slower speculative step loses
+        assert p.throughput_ratio < 1 and p.break_even_mal == math.inf
+        assert p.tpot_s == pytest.approx(p.t_step_s, rel=1e-12)
+    assert any(w.startswith(f"short output: OSL {osl} leaves {d} decode token(s)") for w in p.warnings), p.warnings
+    long = predict("Qwen3-8B", "eagle3", 15, hardware="MI300X", concurrency=1, acceptance=0.8, osl=1024)
+    assert not any(w.startswith("short output") for w in long.warnings)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(osl=st.integers(2, 40), a=st.floats(0.05, 0.99), n=st.integers(1, 15), c=st.sampled_from([1, 8, 64]))
+def test_break_even_matches_the_ratio_also_for_short_outputs(osl, a, n, c):
+    """ratio < 1 exactly when MAL < break_even_mal, also where a request has fewer tokens than one step
+    commits (the ratio stops rising at MAL = OSL - 1, and no MAL breaks even beyond it)."""
+    p = predict("Qwen3-8B", "eagle3", n, hardware="MI300X", concurrency=c, acceptance=a, osl=osl, isl=256)
+    assert (p.throughput_ratio < 1.0) == (p.mal < p.break_even_mal) or abs(p.throughput_ratio - 1.0) < 1e-9
+    assert p.break_even_mal == math.inf or p.break_even_mal <= osl - 1 + 1e-9

@@ -1417,10 +1417,7 @@ def predict(
     _check_partial(drafted_fraction, mean_proposal_tokens)
     feas = check_feasibility(r, tp=tp, concurrency=concurrency, isl=isl, osl=osl, hardware=hardware)
     n_used = int(scheduled_n(r, concurrency))
-    if mean_proposal_tokens is not None and n_used > 0 and mean_proposal_tokens > n_used * (1 + 1e-9):
-        raise SpecsimValueError("mean_proposal_tokens", f"must be <= N = {n_used}, the proposal length used at "
-                                f"concurrency {concurrency} (vLLM's num_draft_tokens / num_drafts never exceeds it)",
-                                mean_proposal_tokens)
+    _check_proposal_within_n(mean_proposal_tokens, [n_used], [concurrency])
     _check_proposal_covers_acceptance(r.acceptance, [n_used], mean_proposal_tokens)
     n_src, n_notes = _n_source(r, concurrency, n_used)
     r, anchor, a_notes, overhead = _anchored(r, baseline, baseline_concurrency, tp=tp, concurrency=concurrency,
@@ -2143,6 +2140,49 @@ def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
         raise SpecsimValueError("mean_proposal_tokens", "must be >= 1 token per drafted step", mean_proposal_tokens)
 
 
+def _check_proposal_within_n(mean_proposal_tokens, ns, concurrencies=None) -> None:
+    """Refuse ``mean_proposal_tokens`` above a proposal length N it would be used at.
+
+    vLLM's ``num_draft_tokens / num_drafts`` never exceeds N, and the engine clamps the proposal to N
+    (``specsim.engine.evaluate``), so a larger value would silently predict N tokens per drafted step.
+
+    Parameters
+    ----------
+    mean_proposal_tokens : float or None
+        The value given (None: N, nothing to check).
+    ns : sequence of int
+        The N it is used at: one per concurrency of ``concurrencies`` (:func:`predict`, a
+        :func:`sweep` with a speculative-config schedule), or -- ``concurrencies`` None -- the N a
+        :func:`sweep` grid spans.  N = 0 (a schedule's step without speculation) proposes nothing and
+        is skipped.
+    concurrencies : sequence of int, optional
+        The concurrency each N of ``ns`` is used at.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``mean_proposal_tokens``, naming the N it exceeds: the proposal length used at a concurrency,
+        or the smallest N swept (and the N swept).
+    """
+    if mean_proposal_tokens is None:
+        return
+    ns = [int(n) for n in np.asarray(ns).reshape(-1).tolist()]
+    if concurrencies is not None:
+        for n, c in zip(ns, np.asarray(concurrencies).reshape(-1).tolist()):
+            if n > 0 and mean_proposal_tokens > n * (1 + 1e-9):
+                raise SpecsimValueError("mean_proposal_tokens", f"must be <= N = {n}, the proposal length used at "
+                                        f"concurrency {c} (vLLM's num_draft_tokens / num_drafts never exceeds it)",
+                                        mean_proposal_tokens)
+        return
+    positive = sorted({n for n in ns if n > 0})
+    if positive and mean_proposal_tokens > positive[0] * (1 + 1e-9):
+        raise SpecsimValueError(
+            "mean_proposal_tokens", f"must be <= N = {positive[0]}, the smallest proposal length swept "
+            f"(num_speculative_tokens {', '.join(map(str, positive))}; vLLM's num_draft_tokens / num_drafts never "
+            f"exceeds N): sweep only N >= {int(np.ceil(mean_proposal_tokens - 1e-9))}, or sweep each N with its own "
+            "mean_proposal_tokens", mean_proposal_tokens)
+
+
 def _check_proposal_covers_acceptance(acceptance, ns, mean_proposal_tokens) -> None:
     """Refuse ``mean_proposal_tokens`` below the tokens the acceptance profile accepts per drafted step.
 
@@ -2307,7 +2347,9 @@ def sweep(
 
     Any of ``target``, ``method``, ``hardware``, ``tp``, ``precision``, ``acceptance`` and
     ``draft`` may be a list (categorical axes, looped over); ``drafted_fraction`` and
-    ``mean_proposal_tokens`` are as in :func:`predict`; ``num_speculative_tokens``,
+    ``mean_proposal_tokens`` are as in :func:`predict` (one value for the whole grid:
+    ``mean_proposal_tokens`` at most the smallest N swept, or with a schedule the k of every
+    concurrency, as :func:`predict` refuses it per point); ``num_speculative_tokens``,
     ``concurrency``, ``isl`` and ``osl`` may be iterables (numeric axes, evaluated as one
     vectorised numpy broadcast per categorical combination; ``num_speculative_tokens`` defaults to
     1..15) of integers, each checked as :func:`predict` checks one value: Python or numpy integers
@@ -2368,6 +2410,9 @@ def sweep(
         :class:`Prediction`), ``mal_per_drafted_step`` and ``accepted_per_proposed_token`` (vLLM's
         own MAL and acceptance rate, per DRAFTED step: the :class:`Prediction` properties; equal to
         ``mal`` / ``acceptance_rate`` when every step drafts N tokens; NaN at N = 0),
+        ``drafted_fraction`` and ``mean_proposal_tokens`` (the partial-drafting inputs the row was
+        predicted with, as :class:`Prediction` records them: ``mean_proposal_tokens`` NaN -- null in
+        JSON, empty in CSV -- when not given, i.e. every drafted step proposes N),
         ``t_prefill_spec_s`` (seconds: the speculative arm's prefill of one
         request, ``t_prefill_s`` plus the drafter's pass over the prompt where it has one;
         ``specsim.engine.evaluate``), the
@@ -2401,6 +2446,8 @@ def sweep(
         refuses it) or is >= 2**63 (named by its axis, e.g. ``concurrency``); a ``latency`` path that is no
         readable CSV of a measured table, or given with several ``tp`` values; several acceptance
         profiles sharing a label (``acceptance``: their rows could not be told apart);
+        ``mean_proposal_tokens`` above the smallest N swept (or a schedule's k at a concurrency swept),
+        which vLLM's ``num_draft_tokens / num_drafts`` never exceeds;
         ``vllm_version`` not a version (``MAJOR.MINOR[...]``) or ``platform`` not naming a vLLM
         platform (or giving a version that is not ``MAJOR.MINOR[...]``).
     """
@@ -2494,6 +2541,7 @@ def sweep(
                                       resolve_overhead(r, overhead, latency_given=latency is not None)[0])
         ov = shared_overheads[okey][1]
         n_used = scheduled_n(r, cs).reshape(C.shape) if r.speculative_config is not None else N
+        _check_proposal_within_n(mean_proposal_tokens, n_used, cs if r.speculative_config is not None else None)
         _check_proposal_covers_acceptance(r.acceptance, n_used, mean_proposal_tokens)
         if b is not None:
             k, anchor_rec = anchor_target_time(r, b, tp=tp_i, point=point, overhead=ov)
@@ -2544,6 +2592,9 @@ def sweep(
         df["mal_per_drafted_step"] = np.where(proposed > 0, 1.0 + mal_minus_1 / drafted_fraction, np.nan)
         df["accepted_per_proposed_token"] = np.where(proposed > 0, mal_minus_1 / (drafted_fraction * proposed),
                                                      np.nan)
+    # the partial-drafting inputs of every row, as Prediction.to_dict() has them (NaN: mean_proposal_tokens not given)
+    df["drafted_fraction"] = float(drafted_fraction)
+    df["mean_proposal_tokens"] = np.nan if mean_proposal_tokens is None else float(mean_proposal_tokens)
     below = below_break_even_warning(df)
     if below is not None:
         stack_warnings.setdefault(below)

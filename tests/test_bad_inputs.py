@@ -310,11 +310,14 @@ def test_a_mean_proposal_below_what_the_acceptance_accepts_is_refused():
         with pytest.raises(SpecsimValueError) as e:
             predict("Qwen3-8B", "ngram", 3, acceptance=acc, mean_proposal_tokens=bad)
         assert e.value.field == "mean_proposal_tokens" and "1.85 tokens" in str(e.value) and "N = 3" in str(e.value)
-    # sweep: every N of the grid (N = 1 and 2 accept 0.8 and 1.4; N = 3 needs 1.85)
-    df = sweep("Qwen3-8B", "ngram", [1, 2], acceptance=acc, mean_proposal_tokens=1.5)
+    # sweep: every N of the grid (N = 2 accepts 1.4; N = 3 needs 1.85; N = 1 proposes at most 1 token, so 1.5 is
+    # refused there as predict refuses it)
+    df = sweep("Qwen3-8B", "ngram", [2], acceptance=acc, mean_proposal_tokens=1.5)
     assert (df["accepted_per_proposed_token"] <= 1.0).all()
     with pytest.raises(SpecsimValueError, match=r"mean_proposal_tokens: is below the 1\.85 tokens .* at N = 3"):
-        sweep("Qwen3-8B", "ngram", [1, 2, 3], acceptance=acc, mean_proposal_tokens=1.5)
+        sweep("Qwen3-8B", "ngram", [2, 3], acceptance=acc, mean_proposal_tokens=1.5)
+    with pytest.raises(SpecsimValueError, match=r"mean_proposal_tokens: must be <= N = 1, the smallest proposal"):
+        sweep("Qwen3-8B", "ngram", [1, 2], acceptance=acc, mean_proposal_tokens=1.5)
 
 
 # --- best_n / sweep choosing N beyond the measured acceptance positions -------------------------------

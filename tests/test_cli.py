@@ -980,3 +980,27 @@ def test_a_gzipped_baseline_file_is_named_as_gzip(capsys, tmp_path):
     rc, _, err = run(["predict", "--target", "SmolLM2-135M-Instruct", "--method", "ngram", "-n", "3", "--hardware",
                       "cpu-2core-avx2", "--precision", "fp32", "--acceptance", "0.7", "--baseline-from", str(f)], capsys)
     assert rc == 2 and "gzip-compressed" in err and "gunzip base.json.gz" in err, err
+
+
+SMOL = ["--target", "SmolLM2-135M-Instruct", "--method", "ngram", "--hardware", "cpu-2core-avx2", "--precision", "fp32",
+        "--concurrency", "4", "--acceptance", "0.8"]
+
+
+def test_sweep_refuses_mean_proposal_tokens_above_n_and_its_json_rows_carry_it(capsys):
+    """A new-user trial: sweep -n 3 --mean-proposal-tokens 5 exited 0 with the numbers of no flag (clamped to N)
+    where predict refuses it, and sweep --json rows read "mean_proposal_tokens" null (jq) though 2 changed them."""
+    rc, _, err = run(["predict", *SMOL, "-n", "3", "--mean-proposal-tokens", "5"], capsys)
+    assert rc == 2 and "--mean-proposal-tokens: must be <= N = 3, the proposal length used at concurrency 4" in err
+    rc, out, err = run(["sweep", *SMOL, "-n", "3", "--mean-proposal-tokens", "5"], capsys)
+    assert rc == 2 and out == "" and err.startswith(
+        "specsim: error: --mean-proposal-tokens: must be <= N = 3, the smallest proposal length swept"), err
+    rc, _, err = run(["sweep", *SMOL, "-n", "1,3", "--mean-proposal-tokens", "2"], capsys)
+    assert rc == 2 and "--mean-proposal-tokens: must be <= N = 1, the smallest proposal length swept " \
+                       "(num_speculative_tokens 1, 3;" in err and "sweep only N >= 2" in err, err
+    rc, out, _ = run(["sweep", *SMOL, "-n", "3", "--mean-proposal-tokens", "2", "--json"], capsys)
+    (row,) = json.loads(out)
+    rc_p, out_p, _ = run(["predict", *SMOL, "-n", "3", "--mean-proposal-tokens", "2", "--json"], capsys)
+    pred = json.loads(out_p)
+    assert rc == rc_p == 0 and row["mean_proposal_tokens"] == pred["mean_proposal_tokens"] == 2.0
+    assert row["drafted_fraction"] == pred["drafted_fraction"] == 1.0
+    assert row["throughput_ratio"] == pytest.approx(pred["throughput_ratio"], rel=1e-12)

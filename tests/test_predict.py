@@ -634,6 +634,51 @@ def test_partial_draft_errors(kw, field):
         predict("Qwen3-8B", "ngram", 3, hardware="MI300X", acceptance=0.7, **kw)
 
 
+SMOL_CPU = dict(hardware="cpu-2core-avx2", precision="fp32", acceptance=0.8)
+
+
+def test_sweep_refuses_a_mean_proposal_above_an_n_swept_as_predict_does():
+    """A new-user trial: sweep -n 3 --mean-proposal-tokens 5 gave predict's numbers at 3 tokens per drafted step
+    (the engine clamps to N) where predict refuses 5 > N; -n 1,3 --mean-proposal-tokens 2 ignored it at N = 1."""
+    for ns, mpt, n_min in (([3], 5.0, 3), ([1, 3], 2.0, 1)):
+        with pytest.raises(SpecsimValueError) as e:
+            predict("SmolLM2-135M-Instruct", "ngram", n_min, concurrency=4, mean_proposal_tokens=mpt, **SMOL_CPU)
+        assert e.value.field == "mean_proposal_tokens" and f"must be <= N = {n_min}, the proposal length" in str(e.value)
+        with pytest.raises(SpecsimValueError) as e:
+            sweep("SmolLM2-135M-Instruct", "ngram", ns, concurrency=[4], mean_proposal_tokens=mpt, **SMOL_CPU)
+        assert e.value.field == "mean_proposal_tokens" and e.value.value == mpt
+        assert (f"must be <= N = {n_min}, the smallest proposal length swept (num_speculative_tokens "
+                f"{', '.join(map(str, ns))}; " in str(e.value)), str(e.value)
+    # a schedule: the k at each concurrency swept (k = 0 drafts nothing and is not checked)
+    cfg = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+           "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 64, 1], [65, 512, 0]]}
+    with pytest.raises(SpecsimValueError, match=r"must be <= N = 1, the proposal length used at concurrency 8 "):
+        sweep("SmolLM2-135M-Instruct", speculative_config=cfg, concurrency=[4, 8], mean_proposal_tokens=2.0,
+              **SMOL_CPU)
+    ok = sweep("SmolLM2-135M-Instruct", speculative_config=cfg, concurrency=[4, 128], mean_proposal_tokens=2.0,
+               **SMOL_CPU)
+    assert ok["num_speculative_tokens"].tolist() == [3, 0]
+
+
+def test_sweep_rows_carry_the_partial_drafting_inputs_as_predict_json_does():
+    """A new-user trial: sweep --json rows had no mean_proposal_tokens (jq read null) while the flag changed
+    their numbers; predict --json reports 2.0.  Each row now carries drafted_fraction and mean_proposal_tokens,
+    the values Prediction.to_dict() has (mean_proposal_tokens NaN, JSON null, when not given)."""
+    kw = dict(drafted_fraction=0.5, mean_proposal_tokens=2.0, **SMOL_CPU)
+    df = sweep("SmolLM2-135M-Instruct", "ngram", [2, 3], concurrency=[4, 8], **kw)
+    assert df["drafted_fraction"].tolist() == [0.5] * 4 and df["mean_proposal_tokens"].tolist() == [2.0] * 4
+    row = df.iloc[3]
+    d = predict("SmolLM2-135M-Instruct", "ngram", 3, concurrency=8, **kw).to_dict()
+    assert (d["drafted_fraction"], d["mean_proposal_tokens"]) == (0.5, 2.0)
+    assert row["throughput_ratio"] == pytest.approx(d["throughput_ratio"], rel=1e-12)
+    rows = json.loads(df.to_json(orient="records"))
+    assert rows[0]["mean_proposal_tokens"] == 2.0 and rows[0]["drafted_fraction"] == 0.5
+    plain = sweep("SmolLM2-135M-Instruct", "ngram", [3], concurrency=[4], **SMOL_CPU)
+    assert plain["drafted_fraction"].tolist() == [1.0] and plain["mean_proposal_tokens"].isna().all()
+    assert predict("SmolLM2-135M-Instruct", "ngram", 3, concurrency=4, **SMOL_CPU).to_dict()["mean_proposal_tokens"] \
+        is None
+
+
 # --------------------------------------------------------------------------------------------
 # sweep() runs predict()'s feasibility checks
 

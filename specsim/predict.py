@@ -2064,10 +2064,46 @@ def check_feasibility(r: Scenario, *, tp: int, concurrency: int, isl: int, osl: 
     """
     mb = _check_deployment(r, tp=tp, isl=isl, osl=osl, concurrency=concurrency)
     if mb is not None and not mb.fits:
-        return (f"KV cache for concurrency {concurrency} x {isl + osl} tokens does not fit on {mb.hardware} at "
-                f"TP={tp} (fits up to concurrency {mb.max_concurrency_fit}): vLLM would queue or preempt, "
-                "so this concurrency is not reached",)
+        return (kv_overflow_text([concurrency], isl + osl, mb.hardware, tp, mb.max_concurrency_fit)
+                + ": vLLM would queue or preempt, so this concurrency is not reached",)
     return ()
+
+
+def kv_overflow_text(concurrencies, tokens: int, hardware: str, tp: int, max_fit: int) -> str:
+    """The words of :func:`check_feasibility`'s KV-cache warning for some concurrencies of one
+    deployment and sequence length: ``"KV cache for concurrency C x T tokens does not fit on HW at
+    TP=tp (fits up to concurrency F)"`` (more than six concurrencies shown as ``first..last (k
+    values)``); :func:`predict` and :func:`sweep` (:func:`kv_overflow_warning`) complete it."""
+    cs = sorted(int(c) for c in concurrencies)
+    shown = ", ".join(map(str, cs)) if len(cs) <= 6 else f"{cs[0]}..{cs[-1]} ({len(cs)} values)"
+    return (f"KV cache for concurrency {shown} x {int(tokens)} tokens does not fit on {hardware} at TP={tp} "
+            f"(fits up to concurrency {int(max_fit)})")
+
+
+def kv_overflow_warning(groups: Mapping) -> str | None:
+    """The one warning of a :func:`sweep` whose grid has points where the KV cache does not fit
+    (``kv_cache_fits`` False), in :func:`check_feasibility`'s words (:func:`kv_overflow_text`): per
+    combination (``label``), hardware, TP, ISL + OSL, N and largest concurrency that fits, the
+    concurrencies beyond it; at most six such groups are written out, the rest counted.
+
+    Parameters
+    ----------
+    groups : mapping
+        ``(label, hardware, tp, tokens, max_fit, ns)`` -> concurrencies; ``ns`` the N of the group
+        as a string (``""`` when the group holds every N swept).
+
+    Returns
+    -------
+    str or None
+        None when ``groups`` is empty.
+    """
+    if not groups:
+        return None
+    parts = [f"{label}: " + kv_overflow_text(cs, tokens, hw, tp, fit) + (f" at N = {ns}" if ns else "")
+             for (label, hw, tp, tokens, fit, ns), cs in groups.items()]
+    more = f"; and {len(parts) - 6} more (the kv_cache_fits column)" if len(parts) > 6 else ""
+    return ("; ".join(parts[:6]) + more + ": vLLM would queue or preempt, so these concurrencies are not reached "
+            "(kv_cache_fits False)")
 
 
 def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: int = 1):
@@ -2422,10 +2458,13 @@ def sweep(
         seconds: 1 unless the baseline is faster than the calibration's host terms allow, then
         warned) and ``kv_cache_fits``: False where the KV cache of
         concurrency x (ISL + OSL) tokens does not fit next to the weights (vLLM would queue or
-        preempt; :func:`predict` warns there).  ``df.attrs["warnings"]``: tuple of str, the
+        preempt; :func:`predict` warns there, and so does ``df.attrs["warnings"]``, once:
+        :func:`kv_overflow_warning`).  ``df.attrs["warnings"]``: tuple of str, the
         warnings that hold for the whole sweep (the software-stack mismatch above, ``expert_parallel``
-        at ``tp=1``, swept N beyond the positions a measured acceptance profile covers; empty when
-        none).  ``df.attrs["acceptance_extrapolated_n"]``: tuple of the swept N whose rows have
+        at ``tp=1``, swept N beyond the positions a measured acceptance profile covers, rows below
+        break-even or where the speculative overhead dominates, the concurrencies whose KV cache does
+        not fit -- per combination, hardware, TP and ISL + OSL, with the largest concurrency that fits,
+        in :func:`predict`'s words; empty when none).  ``df.attrs["acceptance_extrapolated_n"]``: tuple of the swept N whose rows have
         ``acceptance_extrapolated`` True (their acceptance comes from the profile's parametric fit).
 
     Warns
@@ -2514,6 +2553,7 @@ def sweep(
     shared_fits: dict = {}
     shared_overheads: dict = {}
     shared_extrapolated: dict = {}
+    kv_overflow: dict = {}
     draft_items = _labelled_drafts(as_list(draft))
     for tgt, meth, hw, tp_, prec, (acc_label, acc), (drf_label, drf) in itertools.product(
         as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, draft_items
@@ -2534,7 +2574,11 @@ def sweep(
             stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
         _check_partial(drafted_fraction, mean_proposal_tokens)
         stack_warnings.update(dict.fromkeys(partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens)))
-        kv_fits = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
+        kv_fits, max_fit = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
+        if not kv_fits.all():  # predict's KV-cache warning, once for the sweep (kv_overflow_warning)
+            label = f"{r.target.name} ({precision_label(r.target, r.precision)}), {r.method}" + \
+                ("" if drf_label is None else f", draft {drf_label}")
+            _kv_overflow_groups(kv_overflow, label, r, tp_i, ns, cs, isls, osls, max_fit)
         okey = (id(r.latency), id(r.target), r.hardware_name)
         if okey not in shared_overheads:  # depends on the latency model, target and hardware only
             shared_overheads[okey] = ((r.latency, r.target),
@@ -2598,6 +2642,9 @@ def sweep(
     below = below_break_even_warning(df)
     if below is not None:
         stack_warnings.setdefault(below)
+    kv_warning = kv_overflow_warning(kv_overflow)
+    if kv_warning is not None:
+        stack_warnings.setdefault(kv_warning)
     df.attrs["warnings"] = tuple(stack_warnings)
     ext_n = sorted({int(n) for n in df.loc[df["acceptance_extrapolated"], "num_speculative_tokens"]}) \
         if "acceptance_extrapolated" in df else []
@@ -2729,18 +2776,36 @@ class _SweepObjects:
         return r
 
 
-def _kv_cache_fits_axes(r: Scenario, tp: int, ns, cs, isls, osls, shared: dict) -> np.ndarray:
+def _kv_cache_fits_axes(r: Scenario, tp: int, ns, cs, isls, osls, shared: dict) -> tuple[np.ndarray, np.ndarray]:
     """Per grid point: does the KV cache of C x (ISL + OSL) tokens fit (see :func:`check_feasibility`)?
-    Bool array (N, C, ISL, OSL) on the orthogonal sweep axes; raises what :func:`check_feasibility`
-    raises, for any grid value (:func:`_max_fit_axes`).  Within one sweep call the
-    budgets of a (target, drafter, hardware, precision, config, TP) are computed once (``shared``,
-    objects compared by identity and kept alive there); they do not depend on the acceptance."""
+    Bool array (N, C, ISL, OSL) on the orthogonal sweep axes, and the largest concurrency that fits,
+    shape (N, 1, ISL, OSL) (inf where no memory budget applies: off-GPU, a model without sizes);
+    raises what :func:`check_feasibility` raises, for any grid value (:func:`_max_fit_axes`).
+    Within one sweep call the budgets of a (target, drafter, hardware, precision, config, TP) are
+    computed once (``shared``, objects compared by identity and kept alive there); they do not
+    depend on the acceptance."""
     pinned = (r.target, r.drafter, r.latency, r.speculative_config)
     key = tuple(id(o) for o in pinned) + (r.precision, tp)
     hit = shared.get(key)
     if hit is None:
         hit = shared[key] = (pinned, _max_fit_axes(r, tp, ns, isls, osls))
-    return cs.reshape(1, -1, 1, 1) <= hit[1]
+    return cs.reshape(1, -1, 1, 1) <= hit[1], hit[1]
+
+
+def _kv_overflow_groups(groups: dict, label: str, r: Scenario, tp: int, ns, cs, isls, osls, max_fit) -> None:
+    """Add to ``groups`` (:func:`kv_overflow_warning`'s argument) the concurrencies of one sweep
+    combination whose KV cache does not fit: per distinct (ISL + OSL, largest concurrency that fits),
+    those of ``cs`` beyond it, with the N they hold at (``""`` when every N of ``ns``)."""
+    hw = getattr(getattr(r.latency, "hardware", None), "name", None) or r.hardware_name
+    fit = np.broadcast_to(max_fit, (len(ns), 1, len(isls), len(osls)))[:, 0]  # (N, ISL, OSL)
+    tokens = isls.reshape(-1, 1) + osls.reshape(1, -1)
+    per: dict = {}
+    for i, k, l in zip(*np.nonzero(np.isfinite(fit) & (fit < cs.max()))):
+        per.setdefault((int(tokens[k, l]), int(fit[i, k, l])), set()).add(int(ns[i]))
+    all_n = {int(n) for n in ns}
+    for (tok, f), n_set in sorted(per.items()):
+        key = (label, hw, tp, tok, f, "" if n_set == all_n else ", ".join(map(str, sorted(n_set))))
+        groups.setdefault(key, set()).update(int(c) for c in cs[cs > f])
 
 
 def _max_fit_axes(r: Scenario, tp: int, ns, isls, osls) -> np.ndarray:

@@ -1004,3 +1004,18 @@ def test_sweep_refuses_mean_proposal_tokens_above_n_and_its_json_rows_carry_it(c
     assert rc == rc_p == 0 and row["mean_proposal_tokens"] == pred["mean_proposal_tokens"] == 2.0
     assert row["drafted_fraction"] == pred["drafted_fraction"] == 1.0
     assert row["throughput_ratio"] == pytest.approx(pred["throughput_ratio"], rel=1e-12)
+
+
+def test_sweep_warns_on_stderr_where_the_kv_cache_does_not_fit_as_predict_does(capsys):
+    """A new-user trial: sweep --concurrency 100000,1000000000 printed a kv_cache_fits False column and no warning,
+    while predict at 100000 warned that the KV cache does not fit (fits up to concurrency 537)."""
+    argv = ["--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.8", "-n", "3"]
+    rc, out, _ = run(["predict", *argv, "--concurrency", "100000"], capsys)
+    assert rc == 0 and ("KV cache for concurrency 100000 x 2048 tokens does not fit on MI300X at TP=1 (fits up to "
+                        "concurrency 537): vLLM would queue or preempt") in out
+    rc, out, err = run(["sweep", *argv, "--concurrency", "100000,1000000000"], capsys)
+    assert rc == 0 and "kv_cache_fits" in out.splitlines()[0]
+    assert ("specsim: WARNING: Qwen3-8B (bf16), eagle3: KV cache for concurrency 100000, 1000000000 x 2048 tokens does "
+            "not fit on MI300X at TP=1 (fits up to concurrency 537): vLLM would queue or preempt, so these "
+            "concurrencies are not reached (kv_cache_fits False)\n") in err, err
+    assert err.count("KV cache") == 1

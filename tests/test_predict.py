@@ -704,6 +704,33 @@ def test_sweep_flags_kv_cache_overflow_where_predict_warns():
         assert p.throughput_ratio == pytest.approx(row["throughput_ratio"], rel=1e-12)
 
 
+def test_sweep_warns_once_where_the_kv_cache_does_not_fit_in_predicts_words():
+    """A new-user trial: sweep --concurrency 100000,1000000000 gave only a kv_cache_fits False column, where
+    predict warns "KV cache ... does not fit ... (fits up to concurrency 537)".  The sweep now has ONE warning
+    naming, per combination, hardware and ISL + OSL, the concurrencies that do not fit and predict's limit."""
+    cs = [64, 512, 4096]
+    kw = dict(acceptance=0.7, osl=1024)
+    df = sweep("Qwen3-8B", "eagle3", [3], hardware=["MI300X", "H100"], concurrency=cs, isl=[1024, 8192], **kw)
+    (msg,) = [w for w in df.attrs["warnings"] if "KV cache" in w]
+    assert msg.endswith(": vLLM would queue or preempt, so these concurrencies are not reached (kv_cache_fits False)")
+    groups = 0
+    for (hw, isl), g in df.groupby(["hardware", "isl"], sort=False):
+        over = g.loc[~g["kv_cache_fits"], "concurrency"].tolist()
+        limits = set()
+        for c in over:  # predict's own warning at each such point gives the limit
+            (w,) = [w for w in predict("Qwen3-8B", "eagle3", 3, hardware=hw, concurrency=int(c), isl=int(isl),
+                                       **kw).warnings if w.startswith("KV cache")]
+            limits.add(re.search(r"\(fits up to concurrency (\d+)\)", w).group(1))
+        if over:
+            (limit,) = limits
+            groups += 1
+            assert (f"Qwen3-8B (bf16), eagle3: KV cache for concurrency {', '.join(map(str, over))} x {isl + 1024} "
+                    f"tokens does not fit on {hw} at TP=1 (fits up to concurrency {limit})") in msg, (hw, isl, msg)
+    assert groups == 4 and msg.count("KV cache for concurrency") == 4
+    fits = sweep("Qwen3-8B", "eagle3", [3], hardware=["MI300X", "H100"], concurrency=[1, 64], isl=1024, **kw)
+    assert fits["kv_cache_fits"].all() and not any("KV cache" in w for w in fits.attrs["warnings"])
+
+
 def test_predict_refuses_a_context_beyond_the_model():
     """Qwen3-8B's config allows 40960 positions (max_position_embeddings); vLLM refuses more."""
     from specsim.architecture import load_model

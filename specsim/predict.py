@@ -2329,6 +2329,19 @@ def with_expert_parallel(r: Scenario, memo: dict | None = None, *, tp: int) -> t
     return r, ((EXPERT_PARALLEL_TP1_WARNING,) if tp == 1 else ())
 
 
+def draft_assumption_warnings(drafter) -> tuple[str, ...]:
+    """The assumptions of a drafter that :func:`sweep` shows in ``df.attrs["warnings"]`` (a
+    :class:`Prediction` has all of them in ``assumptions``): those saying its structure is (partly)
+    DERIVED from the target's dimensions rather than read from ``specsim/data/drafters`` or a
+    ``config.json`` (a draft checkpoint not in the catalog and not available here, a target without a
+    seed draft for its method, a draft config lacking fields:
+    :func:`specsim.drafters.derive_draft_spec`, :func:`specsim.drafters.spec_from_draft_checkpoint`),
+    and the cautions about a draft config (an architecture that does not look like a draft head).
+    The catalog's own documented assumptions are not repeated."""
+    return tuple(a for a in (getattr(drafter, "assumptions", ()) or ())
+                 if isinstance(a, str) and ("derived from the target" in a.lower() or a.startswith("caution:")))
+
+
 def _sweep_latency(r: Scenario, draft_latency, expert_parallel: bool, memo: dict, *, tp: int
                    ) -> tuple[Scenario, tuple[str, ...]]:
     """What :func:`predict` does to ``r.latency`` -- :func:`with_measured_table` (``draft_latency``),
@@ -2464,7 +2477,10 @@ def sweep(
         at ``tp=1``, swept N beyond the positions a measured acceptance profile covers, rows below
         break-even or where the speculative overhead dominates, the concurrencies whose KV cache does
         not fit -- per combination, hardware, TP and ISL + OSL, with the largest concurrency that fits,
-        in :func:`predict`'s words; empty when none).  ``df.attrs["acceptance_extrapolated_n"]``: tuple of the swept N whose rows have
+        in :func:`predict`'s words, a draft whose structure is derived from the target -- a checkpoint
+        not in the catalog, a target without a seed draft -- as :func:`draft_assumption_warnings`
+        selects it from the assumptions :func:`predict` lists; one per distinct message; empty when
+        none).  ``df.attrs["acceptance_extrapolated_n"]``: tuple of the swept N whose rows have
         ``acceptance_extrapolated`` True (their acceptance comes from the profile's parametric fit).
 
     Warns
@@ -2569,7 +2585,7 @@ def sweep(
         check_table_context(r, isl=I, osl=O)
         if vllm_version or platform:
             stack_warnings.update(dict.fromkeys(_stack_warning(r.latency, vllm_version, platform)))
-        stack_warnings.update(dict.fromkeys(ep_warn + table_scale_warning(r)))
+        stack_warnings.update(dict.fromkeys(ep_warn + table_scale_warning(r) + draft_assumption_warnings(r.drafter)))
         if b is None:
             stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
         _check_partial(drafted_fraction, mean_proposal_tokens)

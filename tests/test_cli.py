@@ -1019,3 +1019,15 @@ def test_sweep_warns_on_stderr_where_the_kv_cache_does_not_fit_as_predict_does(c
             "not fit on MI300X at TP=1 (fits up to concurrency 537): vLLM would queue or preempt, so these "
             "concurrencies are not reached (kv_cache_fits False)\n") in err, err
     assert err.count("KV cache") == 1
+
+
+def test_sweep_says_on_stderr_that_a_draft_is_derived_from_the_target_as_predict_does(capsys):
+    """A new-user trial: sweep --draft nonexistent-draft exited 0 with nothing said, where predict lists the
+    assumption that the draft's structure is DERIVED from the target."""
+    argv = ["--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.8", "--draft", "nonexistent-draft"]
+    note = "assumed: draft checkpoint nonexistent-draft is not in specsim's catalog and its config is not available " \
+           "here: its structure is DERIVED from the target"
+    rc, out, _ = run(["predict", *argv, "-n", "3"], capsys)
+    assert rc == 0 and note in out
+    rc, _, err = run(["sweep", *argv, "-n", "1,3", "--concurrency", "4", "--hardware", "MI300X,H100"], capsys)
+    assert rc == 0 and f"specsim: WARNING: {note}" in err and err.count("nonexistent-draft") == 1, err

@@ -1226,6 +1226,38 @@ def test_sweep_warns_where_the_speculative_overhead_dominates_as_predict_does():
     assert not any("speculative overhead" in w for w in quiet.attrs["warnings"])
 
 
+def test_sweep_warns_of_a_draft_derived_from_the_target_once_as_predict_assumes_it(tmp_path):
+    """A new-user trial: sweep --draft nonexistent-draft exited 0 with nothing said, where predict lists "assumed:
+    draft checkpoint nonexistent-draft is not in specsim's catalog ... DERIVED from the target".  The sweep's
+    warnings now carry predict's assumptions of a draft derived from the target (once, however many
+    combinations use it) -- not the catalog's own documented assumptions of a seed draft."""
+    kw = dict(concurrency=[4], acceptance=0.7)
+    p = predict("Qwen3-8B", "eagle3", 3, draft="nonexistent-draft", concurrency=4, acceptance=0.7)
+    (derived,) = [a for a in p.assumptions if a.startswith("assumed: draft checkpoint nonexistent-draft is not in "
+                                                            "specsim's catalog")]
+    assert "its structure is DERIVED from the target" in derived
+    df = sweep("Qwen3-8B", "eagle3", [1, 3], hardware=["MI300X", "H100"], draft="nonexistent-draft", **kw)
+    assert [w for w in df.attrs["warnings"] if "nonexistent-draft" in w] == [derived]
+    # a target without a seed draft for the method: the default draft is derived, said as predict says it
+    (seedless,) = [a for a in predict("SmolLM2-135M-Instruct", "eagle3", 3, concurrency=4, acceptance=0.7).assumptions
+                   if "derived from the target" in a]
+    assert seedless.startswith("assumed: no seed eagle3 spec for SmolLM2-135M-Instruct; draft derived from the target")
+    assert seedless in sweep("SmolLM2-135M-Instruct", "eagle3", [3], **kw).attrs["warnings"]
+    # a draft config.json lacking fields (taken from the derived structure) and of another architecture
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 4096, "num_hidden_layers": 1,
+                                                      "architectures": ["LlamaForCausalLM"]}))
+    got = sweep("Qwen3-8B", "eagle3", [3], draft=str(tmp_path), **kw).attrs["warnings"]
+    assert [w for w in got if "config.json" in w] == [
+        "assumed: config.json lacks num_attention_heads, num_key_value_heads, head_dim, intermediate_size, "
+        "draft_vocab_size: taken from the structure derived from the target",
+        "caution: config.json declares architectures 'LlamaForCausalLM', which does not look like a eagle3 draft "
+        "head; its layer count and sizes are used as given"]
+    # the seed draft of the catalog: its documented assumptions stay predict's assumptions only
+    seed = predict("Qwen3-8B", "eagle3", 3, concurrency=4, acceptance=0.7).assumptions
+    assert any(a.startswith("assumed: draft") for a in seed)
+    assert not set(seed) & set(sweep("Qwen3-8B", "eagle3", [3], **kw).attrs["warnings"])
+
+
 def test_a_baseline_whose_tpot_and_throughput_disagree_is_warned_about():
     """A new-user trial: baseline tpot_s=0.012 with output_tok_per_s=75 at concurrency 8 (75 tok/s
     allows a TPOT up to ~107 ms) anchored on the tok/s without comparing the two.  Every recorded

@@ -1031,3 +1031,32 @@ def test_sweep_says_on_stderr_that_a_draft_is_derived_from_the_target_as_predict
     assert rc == 0 and note in out
     rc, _, err = run(["sweep", *argv, "-n", "1,3", "--concurrency", "4", "--hardware", "MI300X,H100"], capsys)
     assert rc == 0 and f"specsim: WARNING: {note}" in err and err.count("nonexistent-draft") == 1, err
+
+
+def test_sweep_out_with_json_prints_the_json_on_stdout_and_the_note_on_stderr(tmp_path, capsys):
+    """A new-user trial: sweep --out FILE --json wrote the CSV and printed "wrote N rows" on stdout, ignoring --json
+    (`| jq` broke).  As reproduce --out DIR --json, both are honoured: the CSV is written, stdout is the JSON."""
+    out = tmp_path / "sweep.csv"
+    argv = ["sweep", *BASE, "--n", "1,3", "--concurrency", "4,8", "--acceptance", "0.7", "--profile-temperature", "0"]
+    rc, stdout, err = run([*argv, "--out", str(out), "--json"], capsys)
+    assert rc == 0 and f"wrote 4 rows to {out}\n" in err
+    rows = json.loads(stdout)  # nothing but the JSON on stdout
+    rc, alone, _ = run([*argv, "--json"], capsys)
+    assert rc == 0 and json.loads(alone) == rows
+    df = pd.read_csv(out)
+    assert [(r["num_speculative_tokens"], r["concurrency"]) for r in rows] == [(1, 4), (1, 8), (3, 4), (3, 8)]
+    assert df["throughput_ratio"].tolist() == pytest.approx([r["throughput_ratio"] for r in rows], rel=1e-12)
+    rc, stdout, err = run([*argv, "--out", str(out)], capsys)  # without --json: the note on stdout, as before
+    assert rc == 0 and stdout == f"wrote 4 rows to {out}\n" and "wrote" not in err
+    helps = {a.dest: a.help for a in _sweep_parser()._actions}
+    assert "with --json that note goes to stderr and stdout has the JSON" in helps["out"]
+    assert "with --out the CSV is written as well" in helps["json"]
+
+
+def _sweep_parser():
+    import argparse
+
+    from specsim.cli import build_parser
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices["sweep"]

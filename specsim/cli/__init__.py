@@ -179,10 +179,11 @@ def _cmd_sweep(args) -> int:
             df.to_csv(args.out, index=False)
         except OSError as exc:
             raise SpecsimValueError("--out", f"cannot write the CSV there ({exc.strerror or exc})", args.out) from None
-        print(f"wrote {len(df)} rows to {args.out}")
-    elif args.json:
+        # with --json, stdout is the JSON (as reproduce --out DIR --json prints its summary): the note goes to stderr
+        print(f"wrote {len(df)} rows to {args.out}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
         print(df.to_json(orient="records", indent=2, double_precision=15))
-    else:
+    elif not args.out:
         cols = ["hardware", "num_speculative_tokens", "concurrency", "mal", "break_even_mal", "throughput_ratio", "tpot_s",
                 "output_tok_per_s"]
         # the rows whose acceptance is extrapolated, marked where they are read (not only in the warning above)
@@ -567,8 +568,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                         "or the --baseline-from run's max_concurrency)")
     add_stack_args(p)
     add_drafting_args(p)
-    p.add_argument("--out", help="write the tidy CSV here")
-    p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records")
+    p.add_argument("--out", metavar="FILE", help="write the tidy CSV (every column) to FILE and print "
+                                                 "'wrote N rows to FILE' instead of the table; with --json that note "
+                                                 "goes to stderr and stdout has the JSON")
+    p.add_argument("--json", action="store_true", help="print the rows as a JSON list of records on stdout (every "
+                                                       "column; with --out the CSV is written as well)")
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("reproduce", help="main job: reproduce the published tables, regenerate figures/")

@@ -76,3 +76,26 @@ def int_values(name: str, value, minimum: int = 1) -> np.ndarray:
         raise SpecsimValueError(name, f"must be integers >= {minimum}: element {int(low[0])} is {int(arr[low[0]])}",
                                 value)
     return arr
+
+
+#: why a grid axis refuses a repeated value (:func:`distinct_values`, and :func:`specsim.predict.sweep` for
+#: categorical values that resolve to the same one)
+REPEAT_RULE = ("every value of a grid axis gives its own rows, so a repeat would give duplicate rows; give each value "
+               "once")
+
+
+def distinct_values(name: str, values) -> None:
+    """Refuse a grid axis (``values``: a sequence or array of integers) that lists a value more than
+    once.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``name``: the repeated value(s), each with how often it is listed (the value, or the list of
+        them when several repeat, is the error's ``value``).
+    """
+    vals, counts = np.unique(np.asarray(values).reshape(-1), return_counts=True)
+    rep = [(int(v), int(k)) for v, k in zip(vals.tolist(), counts.tolist()) if k > 1]
+    if rep:
+        said = ", ".join(f"{v} {'twice' if k == 2 else f'{k} times'}" for v, k in rep)
+        raise SpecsimValueError(name, f"lists {said}: {REPEAT_RULE}", rep[0][0] if len(rep) == 1 else [v for v, _ in rep])

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from specsim._checks import int_field, int_values
+from specsim._checks import REPEAT_RULE, distinct_values, int_field, int_values
 from specsim.acceptance import TEMPERATURE_RULE, Acceptance, temperature_ok
 from specsim.architecture import (
     FLOAT32_DOWNCAST_NOTES,
@@ -2499,7 +2499,10 @@ def sweep(
         dense target or a latency model without an expert-parallel variant (a measured table);
         an axis value that is not an integer (a bool or a float, ``2.0`` included, as :func:`predict`
         refuses it) or is >= 2**63 (named by its axis, e.g. ``concurrency``); a ``latency`` path that is no
-        readable CSV of a measured table, or given with several ``tp`` values; several acceptance
+        readable CSV of a measured table, or given with several ``tp`` values; a value repeated on a
+        grid axis (named by its axis: ``concurrency=[4, 4]``, ``hardware=["H100", "H100 SXM"]`` --
+        one accelerator --, a ``precision`` None beside the model's serving precision), whose rows would
+        be duplicates; several acceptance
         profiles sharing a label (``acceptance``: their rows could not be told apart);
         ``mean_proposal_tokens`` above the smallest N swept (or a schedule's k at a concurrency swept),
         which vLLM's ``num_draft_tokens / num_drafts`` never exceeds;
@@ -2533,6 +2536,7 @@ def sweep(
     for name, arr in (("num_speculative_tokens", ns), ("concurrency", cs), ("isl", isls), ("osl", osls)):
         if arr.size == 0:
             raise SpecsimValueError(name, "must not be empty: give at least one value (integers >= 1)", [])
+        distinct_values(name, arr)
     check_osl(osls)
     for name, v in (("target", target), ("method", method), ("hardware", hardware), ("tp", tp),
                     ("precision", precision), ("draft", draft)):
@@ -2571,8 +2575,12 @@ def sweep(
     shared_extrapolated: dict = {}
     kv_overflow: dict = {}
     draft_items = _labelled_drafts(as_list(draft))
-    for tgt, meth, hw, tp_, prec, (acc_label, acc), (drf_label, drf) in itertools.product(
-        as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision), acc_items, draft_items
+    seen_combos: dict = {}
+    for at, (tgt, meth, hw, tp_, prec, (acc_label, acc), (drf_label, drf)) in zip(
+        itertools.product(*(range(len(as_list(v))) for v in (target, method, hardware, tp, precision)),
+                          range(len(acc_items)), range(len(draft_items))),
+        itertools.product(as_list(target), as_list(method), as_list(hardware), as_list(tp), as_list(precision),
+                          acc_items, draft_items),
     ):
         r = loaded.resolve(
             tgt, meth, None if speculative_config is None or len(ns) != 1 else int(ns[0]), hardware=hw,
@@ -2581,6 +2589,7 @@ def sweep(
             speculative_config=speculative_config,
         )
         tp_i = int_field("tp", tp_)
+        _check_distinct_combination(seen_combos, at, (tgt, meth, hw, tp_, prec), r, tp_i, acc_label, drf_label)
         r, ep_warn = _sweep_latency(r, draft_latency, expert_parallel, shared_latencies, tp=tp_i)
         check_table_context(r, isl=I, osl=O)
         if vllm_version or platform:
@@ -2669,6 +2678,36 @@ def sweep(
         if w.startswith(_EXTRAPOLATION_PREFIX):
             warnings.warn(w, UserWarning, stacklevel=2)
     return df
+
+
+def _check_distinct_combination(seen: dict, at: tuple, given: tuple, r: Scenario, tp: int, acc_label,
+                                drf_label) -> None:
+    """Refuse a :func:`sweep` combination whose rows would repeat an earlier one's: two values of a
+    categorical axis (``target``, ``method``, ``hardware``, ``tp``, ``precision``) that are the same
+    value, as given (``hardware=["MI300X", "MI300X"]``) or once resolved (``"H100"`` and ``"H100
+    SXM"``, a precision None and the model's serving precision) -- the labels of the rows.
+
+    ``seen``: the combinations so far (row labels -> position ``at`` on the axes and the ``given``
+    values); ``at``: the position of this one (``target, method, hardware, tp, precision``, then the
+    acceptance profile and the draft).
+
+    Raises
+    ------
+    SpecsimValueError
+        The first axis whose two values differ in position, with both values and what they resolve to.
+    """
+    labels = (r.target.name, r.method, r.hardware_name, tp, precision_label(r.target, r.precision))
+    key = labels + (acc_label if acc_label is not None else getattr(r.acceptance, "label", None), drf_label)
+    if key not in seen:
+        seen[key] = (at, given)
+        return
+    (at0, given0) = seen[key]
+    for i, axis in enumerate(("target", "method", "hardware", "tp", "precision")):
+        if at0[i] != at[i]:
+            a, b = given0[i], given[i]
+            same = f"{a!r} twice" if a == b else f"{a!r} and {b!r}, the same {axis} ({labels[i]})"
+            where = f" for target {labels[0]}" if axis == "precision" else ""
+            raise SpecsimValueError(axis, f"lists {same}{where}: {REPEAT_RULE}", a if a == b else [a, b])
 
 
 def _labelled_drafts(drafts: list) -> list:

@@ -576,3 +576,54 @@ def test_sweep_tells_the_drafts_swept_apart():
     one = sweep("Llama-3.3-70B-Instruct", "draft_model", [3], draft=big, **kw)
     assert "draft" not in one.columns
     assert one["throughput_ratio"].tolist() == df.loc[df["draft"] == "Llama-3.1-8B-Instruct", "throughput_ratio"].tolist()
+
+
+# --- a repeated value on a sweep grid axis: duplicate rows (new-user trial: -n 3,3 --concurrency 4,4) -------------
+_REPEAT = "every value of a grid axis gives its own rows, so a repeat would give duplicate rows; give each value once"
+
+
+@pytest.mark.parametrize("kw, field, said, value", [
+    ({"num_speculative_tokens": [3, 3]}, "num_speculative_tokens", "lists 3 twice", 3),
+    ({"num_speculative_tokens": np.array([1, 5, 1, 5, 5])}, "num_speculative_tokens", "lists 1 twice, 5 3 times",
+     [1, 5]),
+    ({"concurrency": [4, 8, 4]}, "concurrency", "lists 4 twice", 4),
+    ({"isl": [1024, 1024]}, "isl", "lists 1024 twice", 1024),
+    ({"osl": (256, 256)}, "osl", "lists 256 twice", 256),
+    ({"hardware": ["MI300X", "MI300X"]}, "hardware", "lists 'MI300X' twice", "MI300X"),
+    ({"hardware": ["H100", "MI300X", "H100 SXM"]}, "hardware", "lists 'H100' and 'H100 SXM', the same hardware "
+     "(H100 SXM)", ["H100", "H100 SXM"]),
+    ({"target": ["Qwen3-8B", "Qwen/Qwen3-8B"]}, "target", "lists 'Qwen3-8B' and 'Qwen/Qwen3-8B', the same target "
+     "(Qwen3-8B)", ["Qwen3-8B", "Qwen/Qwen3-8B"]),
+    ({"method": ["eagle3", "eagle3"]}, "method", "lists 'eagle3' twice", "eagle3"),
+    ({"tp": [1, 1]}, "tp", "lists 1 twice", 1),
+    ({"precision": [None, "bf16"]}, "precision", "lists None and 'bf16', the same precision (bf16) for target "
+     "Qwen3-8B", [None, "bf16"]),
+])
+def test_sweep_refuses_a_repeated_grid_value_naming_the_axis_and_the_value(kw, field, said, value):
+    """A new-user trial: -n 3,3 --concurrency 4,4 gave each row twice without a word.  Every grid axis now refuses
+    a value it lists twice, also one that resolves to a value already listed (an alias, the default precision)."""
+    args = {"target": "Qwen3-8B", "method": "eagle3", "num_speculative_tokens": [3], "concurrency": [4], **kw}
+    with pytest.raises(SpecsimValueError) as e:
+        sweep(acceptance=0.7, **args)
+    assert e.value.field == field and e.value.value == value
+    assert str(e.value).startswith(f"{field}: {said}: {_REPEAT} (got ")
+
+
+def test_sweep_of_distinct_grid_values_gives_each_row_once():
+    ok = sweep("Qwen3-8B", ["eagle3", "dflash"], [1, 3], hardware=["MI300X", "H100"], precision=[None, "fp8"],
+               concurrency=[4, 8], acceptance=0.7)
+    assert len(ok) == 2 * 2 * 2 * 2 * 2 and not ok.duplicated(["method", "hardware", "precision",
+                                                               "num_speculative_tokens", "concurrency"]).any()
+
+
+@pytest.mark.parametrize("flags, field, said", [
+    (["-n", "3,3", "--concurrency", "4"], "--n", "lists 3 twice"),
+    (["-n", "3", "--concurrency", "4,4"], "--concurrency", "lists 4 twice"),
+    (["-n", "3", "--concurrency", "4", "--hardware", "MI300X,H100,MI300X"], "--hardware", "lists 'MI300X' twice"),
+    (["-n", "3", "--concurrency", "4", "--hardware", "H100,H100 SXM"], "--hardware",
+     "lists 'H100' and 'H100 SXM', the same hardware (H100 SXM)"),
+])
+def test_cli_sweep_refuses_a_repeated_grid_value_naming_the_flag(flags, field, said, capsys):
+    argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", *flags]
+    err = assert_exit_2_naming(argv, field, capsys)
+    assert err.startswith(f"specsim: error: {field}: {said}: {_REPEAT} (got "), err

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specsim._checks import distinct_values
 from specsim.cli._args import (
     acceptance_from_args,
     acceptance_model_warnings,
@@ -125,7 +126,7 @@ def _int_list(s: str, field: str = "list") -> list[int]:
     ------
     SpecsimValueError
         ``field`` when ``s`` is empty, ``field[i]`` when element i is empty (``"3,,4"``, a trailing
-        comma) or not an integer.
+        comma) or not an integer, ``field`` when a value is listed twice (a grid axis: duplicate rows).
     """
     if not str(s).strip():
         raise SpecsimValueError(field, "must be comma-separated integers, e.g. 1,3,5,7", s)
@@ -137,6 +138,7 @@ def _int_list(s: str, field: str = "list") -> list[int]:
             why = "is empty" if not x.strip() else "is not an integer"
             raise SpecsimValueError(f"{field}[{i}]", f"{why}: must be comma-separated integers, e.g. 1,3,5,7",
                                     s) from None
+    distinct_values(field, out)
     return out
 
 

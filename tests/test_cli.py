@@ -1060,3 +1060,19 @@ def _sweep_parser():
 
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     return sub.choices["sweep"]
+
+
+def test_sweep_hardware_help_says_it_takes_a_comma_separated_grid_of_names_or_aliases(capsys):
+    """A new-user trial: sweep --help said --hardware is "a name ... or a JSON spec file", but --hardware MI300X,H100
+    sweeps both and H100 is read as "H100 SXM".  The help now says both, and what it says holds."""
+    from specsim.hardware import load_hardware
+
+    text = " ".join(_sweep_parser().format_help().split())
+    assert ("--hardware HARDWARE accelerators, comma-separated to sweep several (e.g. MI300X,H100: one set of rows "
+            "each, a hardware named twice refused); each a name or alias in specsim/data/hardware.csv, "
+            "case-insensitive (H100 = H100 SXM, B200 = B200 SXM, mi300x = MI300X), or a JSON spec file of its "
+            "columns") in text
+    assert [load_hardware(a).name for a in ("H100", "B200", "mi300x")] == ["H100 SXM", "B200 SXM", "MI300X"]
+    rc, out, _ = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", "-n", "3",
+                      "--hardware", "MI300X,H100", "--concurrency", "4", "--json"], capsys)
+    assert rc == 0 and [r["hardware"] for r in json.loads(out)] == ["MI300X", "H100 SXM"]

@@ -41,13 +41,22 @@ from specsim.vllm.detect import KINDS, detect_kind, read_counts
 __all__ = ["main", "build_parser"]
 
 
-def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False) -> None:
+#: what ``--hardware`` takes, in ``predict`` / ``sweep`` --help
+_HARDWARE_HELP = ("a name or alias in specsim/data/hardware.csv, case-insensitive (H100 = H100 SXM, B200 = B200 SXM, "
+                  "mi300x = MI300X), or a JSON spec file of its columns (specsim.hardware.hardware_from_file)")
+
+
+def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False, grid: bool = False) -> None:
+    """The scenario options of ``predict`` and (``grid``: ``--hardware`` a comma-separated axis) ``sweep``."""
     p.add_argument("--target", required=True, help="target model: a name in specsim/data/models (e.g. Qwen3-8B), "
                                                    "or a path to a Hugging Face config.json or a model directory")
     p.add_argument("--method", help="vLLM speculative method string, e.g. eagle3, dflash, mtp, ngram")
     p.add_argument("--draft", help="draft checkpoint name (default: the seed drafter for target/method)")
     p.add_argument("--speculative-config", help="vLLM --speculative-config JSON, exactly as passed to vllm serve")
-    p.add_argument("--hardware", default="MI300X", help="accelerator: a name (specsim/data/hardware.csv) or a JSON spec file of its columns (specsim.hardware.hardware_from_file), default MI300X")
+    p.add_argument("--hardware", default="MI300X",
+                   help=("accelerators, comma-separated to sweep several (e.g. MI300X,H100: one set of rows each, "
+                         "a hardware named twice refused); each " if grid else "accelerator: ")
+                   + _HARDWARE_HELP + "; default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--precision", help="target weight precision: bf16, fp16, fp8, mxfp4, int4, fp32 (default: model's serving precision)")
     p.add_argument("--isl", type=int, default=None, help="input sequence length, tokens (default 1024, or the "
@@ -563,7 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_predict)
 
     p = sub.add_parser("sweep", help="evaluate a grid of N x concurrency x hardware")
-    _add_scenario_args(p)
+    _add_scenario_args(p, grid=True)
     p.add_argument("-n", "--n", "--num-speculative-tokens", dest="n", default=None,
                    help="comma-separated proposal lengths N (default 1,2,3,4,5,7,11,15, or N from --speculative-config)")
     p.add_argument("--concurrency", default=None, help=f"comma-separated concurrencies (default {_SWEEP_CONCURRENCY}, "

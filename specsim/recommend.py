@@ -31,6 +31,8 @@ from specsim.predict import (
     as_baseline,
     check_feasibility,
     check_table_context,
+    extrapolation_warning,
+    latency_from_path,
     measured_table,
     overhead_dominant_concurrencies,
     overhead_dominant_warning,
@@ -40,7 +42,6 @@ from specsim.predict import (
     table_name,
     table_scale_warning,
     with_expert_parallel,
-    latency_from_path,
     with_measured_table,
 )
 from specsim.published import published_methods, published_profile
@@ -1215,6 +1216,17 @@ def recommend(
         if dominant:
             stack_warnings.setdefault(overhead_dominant_warning(
                 dominant, f"{tgt.name}, {r.method} on {hw.name} at its recommended N"))
+        ext_n = sorted({b.num_speculative_tokens for b in m.bands if m.extrapolated_from
+                        and b.num_speculative_tokens > m.extrapolated_from})
+        if ext_n:  # the recommended N itself rests on the parametric fit (predict / sweep / best_n warn so too)
+            stack_warnings.setdefault(extrapolation_warning(r.acceptance, ext_n, f"{r.method}, recommended N"))
+        if r.method == "ngram" and m.speculative_config is not None:
+            # vLLM 0.32 sets prompt_lookup_min = max = 5 when neither is given (vllm/config/speculative.py,
+            # __post_init__), and an n-gram's acceptance depends on its window
+            stack_warnings.setdefault(
+                "ngram: the recommended speculative config gives no prompt_lookup_min / prompt_lookup_max, so vLLM "
+                "0.32 uses 5 / 5 (vllm/config/speculative.py); the acceptance behind it holds for the window it was "
+                "measured with: add that window to the config")
         if cap is not None:
             m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
         if anchor_note is not None:

@@ -805,3 +805,36 @@ def test_cli_summary_shows_a_concurrency_asked_inside_a_band(capsys):
     p8 = next(p for p in d["points"] if p["concurrency"] == 8)
     assert [(n, r, star) for _, c, star, n, r in rows if c == 8] == \
            [(p8["num_speculative_tokens"], round(p8["throughput_ratio"], 3), False)]
+
+
+def test_a_recommended_n_beyond_the_measured_positions_is_warned_about():
+    """A new-user trial: recommend --config-only printed N = 7 from a profile measured at 3 positions with
+    no word on stderr (the extrapolation was only among the full output's assumptions), while predict,
+    sweep and best_n warn when an N rests on the parametric fit."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    rec = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", acceptance=acc, concurrency=[1, 8, 64],
+                    max_concurrency=64, max_num_speculative_tokens=7)
+    ext = sorted({b.num_speculative_tokens for b in rec.methods[0].bands if b.num_speculative_tokens > 3})
+    said = [w for w in rec.warnings if w.startswith("acceptance extrapolated beyond the 3 measured position(s)")]
+    if ext:
+        assert len(said) == 1 and f"for N = {', '.join(map(str, ext))}:" in said[0], rec.warnings
+        assert "(profile eagle3, recommended N)" in said[0]
+    else:
+        assert not said
+    inside = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", acceptance=acc, concurrency=[1, 8, 64],
+                       max_concurrency=64, max_num_speculative_tokens=3)
+    assert not any(w.startswith("acceptance extrapolated") for w in inside.warnings)
+    assert ext, "the case must recommend an N beyond 3 somewhere, else it tests nothing"
+
+
+def test_an_ngram_config_without_a_lookup_window_is_warned_about():
+    """The recommended ngram config gives no prompt_lookup_min / max, so vLLM 0.32 runs 5 / 5, whatever
+    window the acceptance was measured with (a new-user trial: the example run used 2 / 4)."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    kw = dict(hardware="MI300X", acceptance=acc, concurrency=[1, 8], max_concurrency=8, max_num_speculative_tokens=3)
+    ngram = recommend("Qwen3-8B", ["ngram"], **kw)
+    assert "prompt_lookup" not in json.dumps(ngram.methods[0].speculative_config)
+    assert any(w.startswith("ngram: the recommended speculative config gives no prompt_lookup_min / "
+                            "prompt_lookup_max, so vLLM 0.32 uses 5 / 5") for w in ngram.warnings), ngram.warnings
+    eagle = recommend("Qwen3-8B", ["eagle3"], **kw)
+    assert not any("prompt_lookup" in w for w in eagle.warnings)

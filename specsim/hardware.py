@@ -324,7 +324,8 @@ def hardware_from_file(path) -> Hardware:
         raise SpecsimValueError("hardware", f"{p}: unknown keys {unknown}", unknown, SPEC_FILE_KEYS)
     missing = [k for k in _SPEC_FILE_REQUIRED if d.get(k) is None]
     if missing:
-        raise SpecsimValueError("hardware", f"{p}: missing required keys {missing}", missing, _SPEC_FILE_REQUIRED)
+        raise SpecsimValueError("hardware", f"{p}: missing required keys {missing} (required: "
+                                f"{', '.join(_SPEC_FILE_REQUIRED)})", sorted(map(str, d)), SPEC_FILE_KEYS)
     for k in ("name", "vendor", "source", "architecture", "notes"):
         if k in d and not (isinstance(d[k], str) and (d[k].strip() or k in ("architecture", "notes"))):
             raise SpecsimValueError(k, f"{p}: must be a non-empty string", d[k])

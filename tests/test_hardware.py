@@ -315,3 +315,18 @@ def test_spec_file_with_a_measured_latency_table(tmp_path):
                 isl=512, osl=128, latency=MeasuredLatency(tab, model_name=tgt.name))
     assert p.hardware == "Example GPU 96G" and p.throughput_ratio > 0
     assert "measured" in p.term_sources["target_step"] or "latency= given" in p.term_sources["target_step"]
+
+
+@pytest.mark.parametrize("doc, got", [({}, "(got [])"), ({"name": "X"}, "(got ['name'])")])
+def test_a_spec_file_missing_keys_shows_the_keys_given(tmp_path, doc, got):
+    """A new-user trial: ``--hardware`` of ``{}`` said "missing required keys ['name', ..., 'source'] (got
+    ['name', ..., 'source'])": the "got" part repeated the missing keys, not the keys the file gave."""
+    p = tmp_path / "gpu.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SpecsimValueError) as ei:
+        load_hardware(str(p))
+    msg = str(ei.value)
+    missing = [k for k in ("name", "vendor", "hbm_bytes", "mem_bandwidth_bytes_per_s", "source") if k not in doc]
+    assert ei.value.field == "hardware" and ei.value.value == sorted(doc)
+    assert f"missing required keys {missing} (required: name, vendor, hbm_bytes, mem_bandwidth_bytes_per_s, " \
+           f"source) {got}; allowed: name, kind, vendor, architecture," in msg, msg

@@ -367,6 +367,22 @@ def test_an_empty_only_is_refused_not_the_whole_matrix(tmp_path, capsys, only):
         runner.dry_run(m, only=only.split(","))
 
 
+@pytest.mark.parametrize("only, i", [("ngram-n3,", 1), (",ngram-n3", 0), ("ngram-n3,,baseline", 1),
+                                     (" ngram-n3 , ", 1)])
+def test_a_stray_comma_in_only_is_refused(tmp_path, capsys, only, i):
+    """A new-user trial: ``--only ngram-n3,`` ran (exit 0) where ``--concurrency 1,,4`` says "is empty"."""
+    for extra in (["--dry-run"], []):
+        assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path / "r"), "--only", only,
+                     *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"specsim: error: --only[{i}]: is empty (a stray comma?): ") and f"(got {only!r})" in err
+        assert "allowed: baseline, ngram-n3, baseline-c4, ngram-n3-c4" in err, err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(SpecsimValueError) as ei:
+        runner.select_matrix(load_matrix("smoke"), only.split(","))
+    assert ei.value.field == f"only[{i}]" and "is empty" in str(ei.value)
+
+
 def test_a_runs_dir_that_is_a_file_is_refused_also_by_a_dry_run(tmp_path, capsys):
     f = tmp_path / "afile"
     f.write_text("not a directory")

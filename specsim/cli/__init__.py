@@ -337,12 +337,17 @@ def _cmd_run_matrix(args) -> int:
     m = load_matrix(args.matrix, models_dir=Path(args.models_dir) if args.models_dir else None)
     only = None
     if args.only is not None:  # --only "" / --only , select nothing: refused, not "the whole matrix"
-        only = [o.strip() for o in args.only.split(",") if o.strip()]
+        items = [o.strip() for o in args.only.split(",")]
+        only = [o for o in items if o]
         if not only:
             raise SpecsimValueError("--only", f"selects nothing (no name in {args.only!r}); name at least one "
                                     f"serve record, run label (<serve>-<bench>), health check or probe of matrix "
                                     f"{m.name}, or leave --only out to run all of it; nothing was started",
                                     args.only, selectable_names(m))
+        if len(only) < len(items):  # "ngram-n3," or "a,,b": refused as the other list flags refuse "1,,4"
+            raise SpecsimValueError(f"--only[{items.index('')}]", "is empty (a stray comma?): give comma-separated "
+                                    f"serve records, run labels, health checks or probes of matrix {m.name}; "
+                                    "nothing was started", args.only, selectable_names(m))
     if args.resume and not args.stamp:
         raise SpecsimValueError("--resume", "needs --stamp STAMP of the invocation to resume", None)
     if args.slurm_param and args.executor != "slurm":  # it would be ignored

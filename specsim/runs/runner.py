@@ -294,7 +294,7 @@ def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
     SpecsimValueError
         A name in ``only`` that is none of these (with the nearest names); an ``only`` whose names are
         all empty (``[""]``, ``--only ""``, ``--only ,``): it selects nothing, and running the whole
-        matrix instead would be a surprise.
+        matrix instead would be a surprise; an empty name among others (``["ngram-n3", ""]``, a stray comma).
     """
     if not only:
         return m
@@ -306,6 +306,10 @@ def select_matrix(m: SweepMatrix, only: Sequence[str] | None) -> SweepMatrix:
             "only", f"selects nothing (only empty names); name at least one serve record, run label "
             f"(<serve>-<bench>), health check or probe of matrix {m.name}, or leave it out to run all of it; "
             "nothing was started", given, names)
+    if len(only) < len(given):  # ["ngram-n3", ""]: a stray comma of a split list, not a name
+        i = next(i for i, o in enumerate(given) if not str(o).strip())
+        raise SpecsimValueError(f"only[{i}]", "is empty (a stray comma?): name serve records, run labels, health "
+                                f"checks or probes of matrix {m.name}; nothing was started", given, names)
     unknown = [o for o in only if o not in names]
     if unknown:
         import difflib

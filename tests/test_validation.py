@@ -753,6 +753,23 @@ def test_validate_one_matrix_and_its_own_probe():
         R.load_probe(RUNS, matrix="no-such-matrix")
 
 
+@pytest.mark.parametrize("stamp", ["", " ", "a/b"])
+def test_validate_refuses_a_stamp_run_matrix_refuses(stamp, tmp_path, capsys):
+    """A new-user trial: ``validate --stamp ''`` judged every invocation pooled (exit 0) where
+    ``run-matrix --stamp ''`` refuses the stamp; both now give the same refusal."""
+    from specsim.cli import main as cli_main
+
+    assert cli_main(["run-matrix", "--matrix", "smoke", "--dry-run", "--runs-dir", str(tmp_path),
+                     f"--stamp={stamp}"]) == 2
+    refusal = capsys.readouterr().err
+    assert refusal.startswith("specsim: error: --stamp: must match [A-Za-z0-9][A-Za-z0-9._-]* ")
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--runs-dir", str(tmp_path), f"--stamp={stamp}"]) == 2
+    assert capsys.readouterr().err == refusal
+    with pytest.raises(SpecsimValueError) as ei:
+        V.validate(tmp_path, matrix=V.FAST_MATRIX, stamp=stamp)
+    assert ei.value.field == "stamp" and ei.value.value == stamp
+
+
 def _have_fast_loop() -> bool:
     try:
         R.load_probe(RUNS, matrix=V.FAST_MATRIX)

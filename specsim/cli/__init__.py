@@ -449,7 +449,7 @@ def _cmd_validate(args) -> int:
     )
 
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
-    if args.stamp:  # one invocation, on its own probe
+    if args.stamp is not None:  # one invocation, on its own probe (--stamp '' refused there, not pooled)
         res, inv = validate(runs_dir, matrix=args.matrix, stamp=args.stamp), None
     else:  # every invocation on its own probe, pooled (as data/validation/loops.csv)
         inv = validate_invocations(runs_dir, matrix=args.matrix)

@@ -1060,12 +1060,19 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
 
     Raises
     ------
+    SpecsimValueError
+        ``stamp`` that no invocation can be recorded under (empty, a path; the rule of
+        ``run-matrix --stamp``).
     DataError
         No probe recorded, malformed run directories (strict).
     """
     import dataclasses
 
 
+    if stamp is not None:  # "" would judge nothing (or, in the CLI, every invocation pooled): refused
+        from specsim.runs.runner import _check_stamp  # the rule run-matrix --stamp records under
+
+        _check_stamp(stamp)
     target = load_model(CPU_TARGET)
     md = Path(models_dir) if models_dir is not None else None
     runs = load_runs(runs_dir, strict=strict, matrix=matrix, stamp=stamp)

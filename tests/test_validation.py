@@ -753,6 +753,28 @@ def test_validate_one_matrix_and_its_own_probe():
         R.load_probe(RUNS, matrix="no-such-matrix")
 
 
+@recorded
+@pytest.mark.parametrize("typed, meant", [
+    ("20991231T000000", None),  # no recorded stamp is near: difflib said "did you mean '20261201T153000'?"
+    ("20261201T000000", None),
+    ("20261201T153001", "'20261201T153000'"),  # one digit changed
+    ("20261201T135000", "'20261201T153000'"),  # two neighbours swapped
+    ("20261201t15300", "'20261201T153000'"),   # case, one dropped
+])
+def test_a_stamp_not_recorded_gets_only_a_near_stamp_suggested(typed, meant):
+    """A new-user trial: ``validate --matrix cpu-validation-fast --stamp 20991231T000000`` suggested an
+    arbitrary stamp; now only a stamp one edit away is suggested, and every recorded stamp is listed."""
+    with pytest.raises(DataError) as ei:
+        V.validate(RUNS, matrix=V.FAST_MATRIX, stamp=typed)
+    msg = str(ei.value)
+    assert msg.startswith(f"no runs of matrix {V.FAST_MATRIX!r} with stamp {typed!r}")
+    if meant is None:
+        assert "did you mean" not in msg, msg
+    else:
+        assert f"with stamp {typed!r} (did you mean {meant}?) under " in msg, msg
+    assert f"{V.FAST_MATRIX} (stamps 20261201T143220, 20261201T144735, 20261201T153000, " in msg
+
+
 @pytest.mark.parametrize("stamp", ["", " ", "a/b"])
 def test_validate_refuses_a_stamp_run_matrix_refuses(stamp, tmp_path, capsys):
     """A new-user trial: ``validate --stamp ''`` judged every invocation pooled (exit 0) where

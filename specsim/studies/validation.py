@@ -1019,6 +1019,28 @@ def _no_runs_hint(matrix: str) -> str:
     return f" ({matrix!r} is not one of them, nor a shipped matrix: {', '.join(shipped) or 'none shipped'})"
 
 
+def _near_stamps(stamp: str, recorded: Sequence[str]) -> list[str]:
+    """The recorded stamps a mistyped ``stamp`` may have meant: one edit away (a character changed,
+    dropped or added, two neighbours swapped, case ignored), at most three.  Stamps are UTC times that
+    share most of their digits, so a looser likeness (``difflib``) matched any stamp of the same
+    decade: ``20991231T000000`` got "did you mean '20261201T153000'?"."""
+    v = stamp.casefold()
+    return [r for r in recorded if r != stamp and _one_edit(v, r.casefold())][:3]
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` differ by at most one edit (substitution, insertion, deletion or a swap
+    of two neighbouring characters)."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    if len(a) == len(b):
+        return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
+    return a[i + 1:] == b[i:] if len(a) > len(b) else a[i:] == b[i + 1:]
+
+
 def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = HEADLINE_MATRIX,
              stamp: str | None = None, fit_families: Sequence[str] = ("selfdraft",),
              overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),
@@ -1081,12 +1103,10 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
         rec = {str(n): sorted(map(str, g["stamp"].dropna().unique())) for n, g in allr.groupby("matrix")} \
             if len(allr) else {}
         listed = "; ".join(f"{n} (stamps {', '.join(st)})" for n, st in sorted(rec.items()))
-        import difflib
-
-        near = difflib.get_close_matches(str(stamp), rec.get(matrix, []) if matrix is not None else
-                                         sorted({x for st in rec.values() for x in st}), n=1) if stamp else []
+        near = _near_stamps(str(stamp), rec.get(matrix, []) if matrix is not None else
+                            sorted({x for st in rec.values() for x in st})) if stamp else []
         raise DataError(f"no runs of matrix {matrix!r}" + (f" with stamp {stamp!r}" if stamp else "")
-                        + (f" (did you mean {near[0]!r}?)" if near else "")
+                        + (f" (did you mean {' or '.join(map(repr, near))}?)" if near else "")
                         + f" under {runs_dir or project_data_path('runs')}; recorded matrices: {listed or 'none'}"
                         + ("" if matrix is None or matrix in rec else _no_runs_hint(matrix)))
     probe_id, probe = load_probe(runs_dir, matrix=matrix, stamp=stamp)

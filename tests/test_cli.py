@@ -396,6 +396,53 @@ def test_read_counts_refuses_what_holds_no_counts():
         read_counts(SAMPLE_FILES / "run/req.json")
 
 
+_BENCH_DESC = "vllm bench serve --save-result JSON (--append-result: the results pooled)"
+
+
+@pytest.mark.parametrize("kind", ["sweep", "response", "speculators-csv", "metrics", "log", "offline", "guidellm",
+                                  "speculators-log", "bench-log"])
+def test_ingest_a_kind_the_file_is_not_is_a_format_error(kind, capsys):
+    """A new-user trial: ``ingest --kind sweep`` of a speculative bench JSON said "none of its 0 sweep run has
+    speculative-decoding counts (speculative decoding off)" (exit 1), ``--kind response`` "no
+    metrics.speculative_decoding", ``--kind speculators-csv`` "no rows (empty acceptance.csv)"."""
+    from specsim.errors import SpecsimValueError
+    from specsim.vllm import KINDS, read_counts
+
+    bench = ROOT / "examples" / "bench_ngram_smollm2.json"
+    rc, out, err = run(["ingest", "--kind", kind, str(bench)], capsys)
+    assert rc == 2 and out == ""
+    assert err == (f"specsim: error: --kind: {bench} does not read as {kind!r} ({KINDS[kind]}): it looks like "
+                   f"'bench' ({_BENCH_DESC}), as auto-detection reads it (got {kind!r}); allowed: bench, auto\n")
+    assert "speculative decoding off" not in err
+    with pytest.raises(SpecsimValueError) as ei:
+        read_counts(bench, kind)
+    assert ei.value.field == "kind" and ei.value.value == kind and ei.value.allowed == ["bench", "auto"]
+    assert read_counts(bench, "bench")[1].num_drafts == read_counts(bench)[1].num_drafts > 0  # the kind it is
+
+
+def test_ingest_a_kind_of_a_file_of_no_known_format_names_both_readings(tmp_path, capsys):
+    from specsim.errors import NotCollectedError
+    from specsim.vllm import read_counts
+
+    f = tmp_path / "x.json"
+    f.write_text("{}")
+    rc, _, err = run(["ingest", "--kind", "response", str(f)], capsys)
+    assert rc == 2 and err.startswith(f"specsim: error: --kind: {f} does not read as 'response' (one OpenAI response "
+                                      "of vllm serve --per-request-spec-decode-metrics), nor does auto-detection "
+                                      "read it as another format (JSON, but not a format specsim reads (top-level "
+                                      "keys [])) (got 'response')")
+    t = tmp_path / "x.txt"
+    t.write_text("hello world\n")
+    rc, _, err = run(["ingest", "--kind", "speculators-csv", str(t)], capsys)
+    assert rc == 2 and err.startswith(f"specsim: error: --kind: {t} does not read as 'speculators-csv' "), err
+    assert ": no rows (empty acceptance.csv); nor does auto-detection read it as another format (not a format " \
+           "specsim reads (first line 'hello world')) (got 'speculators-csv')" in err
+    # the kind the file is, without spec-decode counts: not collected (exit 1), as with --kind auto
+    with pytest.raises(NotCollectedError, match="speculative decoding off"):
+        read_counts(SAMPLES / "metrics_base.txt", "metrics")
+    assert run(["ingest", "--kind", "metrics", str(SAMPLES / "metrics_base.txt")], capsys)[0] == 1
+
+
 def test_acceptance_from_takes_the_runs_recorded_temperature(capsys):
     """bench_a.log's Namespace line says temperature=0.0 (greedy): the profile carries it, so a
     prediction at 0 has no temperature assumption and one at 0.5 is refused without an assumption."""

@@ -433,19 +433,23 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
     Raises
     ------
     SpecsimValueError
-        ``kind`` unknown; ``path`` or ``before`` missing; ``before`` given for a file that is not a
-        Prometheus scrape, or ``before`` itself not a Prometheus scrape.
+        ``kind`` unknown; ``kind`` given (not ``"auto"``) for a file its reader cannot read and that
+        auto-detection reads as another format, or as none (field ``kind``: the message names the
+        format the file looks like); ``path`` or ``before`` missing; ``before`` given for a file that
+        is not a Prometheus scrape, or ``before`` itself not a Prometheus scrape.
     DataError
         Not a format specsim reads (empty, binary, unknown shape), or a known format that is
         truncated or inconsistent (the message starts with the path and the format).
     NotCollectedError
-        A valid file without speculative-decoding metrics (speculative decoding off).
+        A valid file without speculative-decoding metrics (speculative decoding off); with a ``kind``
+        given, only when auto-detection reads the file as that format too.
     """
     if not isinstance(kind, str) or (kind != "auto" and kind not in KINDS):
         raise SpecsimValueError("kind", "unknown format", kind, ["auto", *KINDS])
     path = Path(path)
     if path.is_dir() and kind in ("auto", "sweep"):
         return "sweep", _sweep_counts(path)
+    given = None if kind == "auto" else kind
     if kind == "auto":
         kind = detect_kind(path)
     else:
@@ -461,13 +465,38 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
             raise SpecsimValueError("before", f"must be a Prometheus /metrics scrape, but it reads as {bkind!r} "
                                     f"({KINDS[bkind]})", str(before))
     try:
-        counts = _read_metrics(path, before_path) if kind == "metrics" else _READERS[kind](path)
-    except DataError as exc:
-        msg = str(exc)
-        raise DataError(msg if msg.startswith(str(path)) else f"{path}: {kind}: {msg}") from exc
-    except (ValueError, OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: {kind}: {exc}") from exc
+        try:
+            counts = _read_metrics(path, before_path) if kind == "metrics" else _READERS[kind](path)
+        except DataError as exc:
+            msg = str(exc)
+            raise DataError(msg if msg.startswith(str(path)) else f"{path}: {kind}: {msg}") from exc
+        except (ValueError, OSError, UnicodeDecodeError) as exc:
+            raise DataError(f"{path}: {kind}: {exc}") from exc
+    except (DataError, NotCollectedError) as exc:
+        mismatch = None if given is None else _kind_mismatch(path, given, exc)
+        if mismatch is not None:
+            raise mismatch from exc
+        raise
     return kind, counts
+
+
+def _kind_mismatch(path: Path, kind: str, exc: Exception) -> SpecsimValueError | None:
+    """The refusal of a ``kind`` given for a file its reader failed on, when auto-detection reads the
+    file as another format or as none (None when it reads it as ``kind``: the reader's own error
+    stands).  The reader's "not collected" is not repeated: a reader of another format finds no
+    spec-decode counts in any file, which says nothing of whether speculative decoding was on."""
+    try:
+        found = detect_kind(path)
+    except (DataError, SpecsimValueError) as dexc:
+        why = str(dexc).removeprefix(f"{path}: ").split("; formats read: ")[0]
+        said = str(exc).removeprefix(f"{path}: ").removeprefix(f"{kind}: ").removeprefix(f"{path.name}: ")
+        reason = f": {said};" if isinstance(exc, DataError) else ","
+        return SpecsimValueError("kind", f"{path} does not read as {kind!r} ({KINDS[kind]}){reason} nor does "
+                                 f"auto-detection read it as another format ({why})", kind)
+    if found == kind:
+        return None
+    return SpecsimValueError("kind", f"{path} does not read as {kind!r} ({KINDS[kind]}): it looks like {found!r} "
+                             f"({KINDS[found]}), as auto-detection reads it", kind, [found, "auto"])
 
 
 def _count_or_none(v: Any) -> int | None:

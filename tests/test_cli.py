@@ -160,10 +160,43 @@ def test_ingest_metrics_diff_gives_published_counts(capsys):
 
 
 def test_ingest_bench_json_and_not_collected(capsys):
-    rc, out, _ = run(["ingest", str(SAMPLES / "bench_ngram.json"), str(SAMPLES / "metrics_base.txt")], capsys)
+    rc, out, err = run(["ingest", str(SAMPLES / "bench_ngram.json"), str(SAMPLES / "metrics_base.txt")], capsys)
     assert rc == 1  # the baseline scrape has no spec counters: reported, not zero
     assert "bench_ngram.json (bench): MAL 2.870" in out
-    assert "not collected" in out
+    assert err.startswith(f"specsim: {SAMPLES / 'metrics_base.txt'}: speculative-decoding metrics not collected: ")
+
+
+def test_ingest_reads_every_file_and_exits_with_the_worst_status(tmp_path, capsys):
+    """A new-user trial: a malformed file aborted the batch (exit 2, the good file after it never read) while
+    a file without spec-decode counts was reported and the rest read; that report, exit 1, lacked the
+    ``specsim:`` prefix, and ``ingest --help`` documented no exit status."""
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"a":')
+    good = ROOT / "examples" / "bench_ngram_smollm2.json"
+    off = SAMPLES / "metrics_base.txt"  # a valid scrape of a server without speculative decoding
+    missing = tmp_path / "missing.json"
+    rc, out, err = run(["ingest", str(bad), str(good), str(off), str(missing)], capsys)
+    assert rc == 2
+    assert out.startswith(f"== {good} (bench): MAL 2.882, drafts 357, draft tokens 1067, accepted 672\n")
+    lines = err.splitlines()
+    assert lines[0].startswith(f"specsim: error: {bad}: not valid JSON (truncated or edited file?): ")
+    assert lines[-2].startswith(f"specsim: {off}: speculative-decoding metrics not collected: ")
+    assert lines[-1] == f"specsim: error: paths: no such file (got '{missing}')"
+    assert all(ln.startswith("specsim: ") for ln in lines), err
+    # the worst status: 1 when the worst is a file without counts, 0 only when every file is read
+    assert run(["ingest", str(off), str(good)], capsys)[0] == 1
+    assert run(["ingest", str(good), str(good)], capsys)[0] == 0
+    rc, out, err = run(["ingest", "--kind", "sweep", str(good), str(good), "--json"], capsys)
+    assert rc == 2 and out == "" and err.count("specsim: error: --kind: ") == 2
+    rc, out, err = run(["ingest", str(off), str(bad), str(good), "--json"], capsys)
+    assert rc == 2 and [json.loads(x).get("status") for x in out.splitlines()] == ["not collected", None]
+    assert err.startswith(f"specsim: error: {bad}: not valid JSON")
+    from specsim.cli import build_parser
+
+    ingest = next(a for a in build_parser()._actions if a.dest == "command").choices["ingest"]
+    assert ingest.epilog.startswith("every file is read, each one that fails reported on stderr with its reason; "
+                                    "exit status, the worst of the files: 0 every file read")
+    assert "; 1 some file valid but without them" in ingest.epilog and "; 2 some file missing" in ingest.epilog
 
 
 def test_ingest_v0_log_warns_that_its_counts_are_rebuilt(capsys):

@@ -280,43 +280,67 @@ def ingest_record(path: str, kind: str, counts) -> dict:
 
 
 def _cmd_ingest(args) -> int:
-    """Read vLLM spec-decode outputs and print the tidy per-position table (or JSON)."""
+    """Read vLLM spec-decode outputs and print the tidy per-position table (or JSON).
+
+    Every file is read, whatever the others gave: a file that cannot be read (missing, a directory,
+    not a format specsim reads, broken, not of the ``--kind`` given) is reported on stderr as
+    ``specsim: error: ...`` (status 2); a valid file without speculative-decoding counts as ``specsim:
+    FILE: speculative-decoding metrics not collected: ...`` (with ``--json``: a ``"status": "not
+    collected"`` object on stdout; status 1).  Returns the worst status of the files.
+    """
     status = 0
     for raw in args.paths:
-        path = Path(raw)
-        if not path.exists():
-            raise SpecsimValueError("paths", "no such file", raw)
-        if path.is_dir() and args.kind not in ("auto", "sweep"):
-            raise SpecsimValueError("paths", "is a directory (only a vllm bench sweep output directory is read)", raw)
         try:
-            kind, counts = read_counts(path, args.kind, before=args.before)
-        except NotCollectedError as e:
-            if args.json:
-                found = args.kind
-                if found == "auto":
-                    found = "sweep" if path.is_dir() else detect_kind(path)
-                print(json.dumps({"path": str(path), "kind": found, "status": "not collected", "reason": str(e)}))
-            else:
-                print(f"{path}: speculative-decoding metrics not collected ({e})")
-            status = max(status, 1)
-            continue
-        if args.json:
-            print(json.dumps(ingest_record(str(path), kind, counts), default=float))
-        else:
-            summ = counts.summary()
-            mal = f"MAL {summ['mal']:.3f}, " if summ.get("mal") is not None else "MAL unknown, "
-            drafts = counts.num_drafts if counts.num_drafts is not None else "not reported"
-            ar = (f", acceptance rate {summ['acceptance_rate']:.3f}"
-                  if "mal" not in summ and summ.get("acceptance_rate") is not None else "")
-            print(f"== {path} ({kind}): {mal}drafts {drafts}, draft tokens {counts.num_draft_tokens}, "
-                  f"accepted {counts.num_accepted_tokens}{ar}")
-            if counts.has_per_position and counts.num_drafts:
-                print(counts.to_frame().to_string(index=False))
-            elif counts.has_per_position:
-                print("  (no drafts in this file: per-position acceptance is unknown, not zero)")
-            else:
-                print("  (per-position counts not in this file: not collected by its format, or cut with '...')")
+            status = max(status, _ingest_one(raw, args))
+        except BrokenPipeError:
+            raise
+        except (SpecsimError, OSError) as e:
+            msg = str(e)
+            field = getattr(e, "field", None)
+            if isinstance(e, SpecsimValueError) and field in ("kind", "before") and msg.startswith(f"{field}:"):
+                msg = "--" + msg  # the flag typed: ingest's --kind (never auto here) and --before
+            print(f"specsim: error: {msg}", file=sys.stderr)
+            status = 2
     return status
+
+
+def _ingest_one(raw: str, args) -> int:
+    """Read and print one file of ``specsim ingest``: 0 read, 1 not collected (reported here); a file that
+    cannot be read raises (reported by :func:`_cmd_ingest`)."""
+    path = Path(raw)
+    if not path.exists():
+        raise SpecsimValueError("paths", "no such file", raw)
+    if path.is_dir() and args.kind not in ("auto", "sweep"):
+        raise SpecsimValueError("paths", "is a directory (only a vllm bench sweep output directory is read)", raw)
+    try:
+        kind, counts = read_counts(path, args.kind, before=args.before)
+    except NotCollectedError as e:
+        if args.json:
+            found = args.kind
+            if found == "auto":
+                found = "sweep" if path.is_dir() else detect_kind(path)
+            print(json.dumps({"path": str(path), "kind": found, "status": "not collected", "reason": str(e)}))
+        else:
+            reason = str(e).removeprefix(f"{path}: ").removeprefix(f"{path.name}: ")
+            print(f"specsim: {path}: speculative-decoding metrics not collected: {reason}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(ingest_record(str(path), kind, counts), default=float))
+    else:
+        summ = counts.summary()
+        mal = f"MAL {summ['mal']:.3f}, " if summ.get("mal") is not None else "MAL unknown, "
+        drafts = counts.num_drafts if counts.num_drafts is not None else "not reported"
+        ar = (f", acceptance rate {summ['acceptance_rate']:.3f}"
+              if "mal" not in summ and summ.get("acceptance_rate") is not None else "")
+        print(f"== {path} ({kind}): {mal}drafts {drafts}, draft tokens {counts.num_draft_tokens}, "
+              f"accepted {counts.num_accepted_tokens}{ar}")
+        if counts.has_per_position and counts.num_drafts:
+            print(counts.to_frame().to_string(index=False))
+        elif counts.has_per_position:
+            print("  (no drafts in this file: per-position acceptance is unknown, not zero)")
+        else:
+            print("  (per-position counts not in this file: not collected by its format, or cut with '...')")
+    return 0
 
 
 def _cmd_run_matrix(args) -> int:
@@ -605,7 +629,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_recommend_parser(p)
     p.set_defaults(func=_cmd_recommend)
 
-    p = sub.add_parser("ingest", help="read vLLM spec-decode outputs (metrics text, log, bench JSON)")
+    p = sub.add_parser("ingest", help="read vLLM spec-decode outputs (metrics text, log, bench JSON)",
+                       epilog="every file is read, each one that fails reported on stderr with its reason; exit "
+                              "status, the worst of the files: 0 every file read with its speculative-decoding "
+                              "counts; 1 some file valid but without them (speculative decoding off: reported as "
+                              "not collected, never as zero; with --json a \"status\": \"not collected\" object); 2 "
+                              "some file missing, unreadable, not a format specsim reads, broken, or not of the "
+                              "--kind given (specsim: error: ...)")
     p.add_argument("paths", nargs="+", help="files to read")
     p.add_argument("--kind", choices=["auto", *KINDS], default="auto",
                    help="format (default auto: detected from the content): " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()))

@@ -330,3 +330,21 @@ def test_a_spec_file_missing_keys_shows_the_keys_given(tmp_path, doc, got):
     assert ei.value.field == "hardware" and ei.value.value == sorted(doc)
     assert f"missing required keys {missing} (required: name, vendor, hbm_bytes, mem_bandwidth_bytes_per_s, " \
            f"source) {got}; allowed: name, kind, vendor, architecture," in msg, msg
+
+
+def test_the_cli_names_a_spec_files_missing_keys_alike_whatever_it_gave(tmp_path, capsys):
+    """The review: --hardware {} was named "--hardware:" (an empty list of refused values counted as typed,
+    all([]) being true) and {"name": "X"} "hardware:"; the refused values are the file's keys, not what was
+    typed, so both read "hardware:"."""
+    from specsim.cli import main
+
+    heads = []
+    for doc in ({}, {"name": "X"}):
+        p = tmp_path / f"gpu{len(doc)}.json"
+        p.write_text(json.dumps(doc))
+        assert main(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "3", "--acceptance", "0.7",
+                     "--hardware", str(p)]) == 2
+        err = capsys.readouterr().err
+        heads.append(err.split("missing required keys")[0])
+    assert heads == [f"specsim: error: hardware: {tmp_path / 'gpu0.json'}: ",
+                     f"specsim: error: hardware: {tmp_path / 'gpu1.json'}: "], heads

@@ -18,6 +18,7 @@ import pandas as pd
 
 from specsim._checks import distinct_values
 from specsim.cli._args import (
+    _HARDWARE_HELP,
     acceptance_from_args,
     acceptance_model_warnings,
     add_acceptance_from_args,
@@ -41,9 +42,6 @@ from specsim.vllm.detect import KINDS, detect_kind, read_counts
 __all__ = ["main", "build_parser"]
 
 
-#: what ``--hardware`` takes, in ``predict`` / ``sweep`` --help
-_HARDWARE_HELP = ("a name or alias in specsim/data/hardware.csv, case-insensitive (H100 = H100 SXM, B200 = B200 SXM, "
-                  "mi300x = MI300X), or a JSON spec file of its columns (specsim.hardware.hardware_from_file)")
 
 
 def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False, grid: bool = False) -> None:
@@ -732,7 +730,7 @@ def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.Argume
         return msg  # the default, not typed
     refused = e.value if isinstance(e.value, (list, tuple)) else [e.value]
     typed = {str(given)} | {x.strip() for x in str(given).split(",")}
-    if not all(str(v) in typed for v in refused):
+    if not refused or not all(str(v) in typed for v in refused):  # nothing refused named: not the typed value
         return msg
     return "/".join(actions[field].option_strings) + msg[len(field):]
 

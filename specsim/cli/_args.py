@@ -22,6 +22,11 @@ ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A
                     "--acceptance-from FILE")
 
 
+#: what ``--hardware`` takes, in ``predict`` / ``sweep`` / ``recommend`` --help
+_HARDWARE_HELP = ("a name or alias in specsim/data/hardware.csv, case-insensitive (H100 = H100 SXM, B200 = B200 SXM, "
+                  "mi300x = MI300X), or a JSON spec file of its columns (specsim.hardware.hardware_from_file)")
+
+
 def add_acceptance_from_args(g) -> None:
     """Add ``--acceptance-from FILE`` and ``--before FILE`` to an argparse group."""
     g.add_argument("--acceptance-from", metavar="FILE",

@@ -5,6 +5,7 @@ import dataclasses
 import sys
 
 from specsim.cli._args import (
+    _HARDWARE_HELP,
     PARTIAL_DRAFTING_WARN,
     acceptance_from_args,
     acceptance_model_warnings,
@@ -32,7 +33,7 @@ def add_recommend_parser(p) -> None:
     p.add_argument("--method", help="vLLM method(s), comma-separated (dflash, eagle3, mtp, dspark, ngram); "
                                     "default: every method with published acceptance for the target")
     p.add_argument("--draft", help="draft checkpoint (default: the seed drafter for target/method)")
-    p.add_argument("--hardware", default="MI300X", help="accelerator: a name (specsim/data/hardware.csv) or a JSON spec file of its columns (specsim.hardware.hardware_from_file), default MI300X")
+    p.add_argument("--hardware", default="MI300X", help="accelerator: " + _HARDWARE_HELP + "; default MI300X")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree")
     p.add_argument("--precision", help="target weight precision (default: the model's serving precision)")
     p.add_argument("--isl", type=int, default=None, help="input tokens per request (default 1024, or the "

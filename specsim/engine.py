@@ -829,7 +829,7 @@ def output_throughput(concurrency, osl, t_prefill_s, t_step_s, mal):
     Each request costs one prefill (``t_prefill_s``, the extra time it adds to the engine), which
     samples its first output token, and ``(OSL - 1) / MAL`` decode steps of ``t_step_s`` for the
     rest, at least one (:func:`decode_steps`; :data:`OSL_MIN` gives the vLLM source); the engine serves
-    ``concurrency`` requests at a time: ``tok/s = C * OSL / (C * t_prefill + ((OSL - 1) / MAL) * T_step)``.  The baseline arm is
+    ``concurrency`` requests at a time: ``tok/s = C * OSL / (C * t_prefill + max((OSL - 1) / MAL, 1) * T_step)``.  The baseline arm is
     ``mal = 1``.  Broadcasts over array arguments.
 
     Parameters

@@ -84,7 +84,8 @@ class Prediction:
     t_prefill_spec_s : float
         The speculative arm's prefill of one request, seconds: ``t_prefill_s`` plus the drafter's
         pass over the prompt where it has one (none for lookup methods such as ``ngram``); with
-        ``D = OSL - 1``, ``output_tok_per_s = C * OSL / (C * t_prefill_spec_s + D / mal * t_step_s)``.
+        ``D = OSL - 1``, ``output_tok_per_s = C * OSL / (C * t_prefill_spec_s + S * t_step_s)`` with
+        ``S = max(D / mal, 1)`` steps (:func:`specsim.engine.decode_steps`).
     output_tok_per_s, baseline_output_tok_per_s : float
         Aggregate output throughput of all ``concurrency`` streams.
     tpot_s, baseline_tpot_s : float
@@ -94,8 +95,8 @@ class Prediction:
         each prompt), divided by OSL - 1.
     speedup_bound : float
         The ratio with free drafting and no speculative overhead (an upper bound of
-        ``throughput_ratio``): ``(C t_prefill + D T_base) / (C t_prefill + D T_verify / MAL)``,
-        ``D = OSL - 1``,
+        ``throughput_ratio``): ``(C t_prefill + D T_base) / (C t_prefill + S T_verify)``,
+        ``D = OSL - 1``, ``S = max(D / MAL, 1)``,
         i.e. ``MAL * T_base / T_verify`` without prefill.
     latency_calibrated : bool
         Whether the latency model was calibrated on measurements (else datasheet-only).
@@ -118,7 +119,8 @@ class Prediction:
         be exactly 1 at this operating point, with the same step times and prefills
         (:func:`break_even_mal`).  ``throughput_ratio < 1`` exactly when ``mal < break_even_mal``.
         ``inf`` when no MAL breaks even (the speculative arm's extra prefill alone costs more than
-        all decode steps of the baseline; ``null`` in :meth:`to_dict` / JSON).  Without prefill it is
+        all decode steps of the baseline, or it would need a MAL above ``OSL - 1``, beyond which a
+        request takes its one step whatever the MAL; ``null`` in :meth:`to_dict` / JSON).  Without prefill it is
         ``verify_cost_in_baseline_steps``.
     verify_cost_in_baseline_steps : float
         Health check: the WHOLE speculative step (draft + verification + overhead + host, ``t_step_s``) in
@@ -476,9 +478,7 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
       :data:`NEAR_ZERO_ACCEPTED_PER_STEP`), naming the break-even MAL;
     - a throughput ratio below 1 (speculation is predicted slower than none: below break-even),
       naming the MAL and the break-even MAL;
-    - with ``osl``: fewer than :data:`FEW_DECODE_STEPS` speculative steps per request
-      (``(OSL - 1) / MAL``): the model counts at least one step but not that the last one commits only
-      the tokens the request still needs, so the ratio is overstated there.
+    - with ``osl``: :func:`short_output_warning`.
     """
     out = []
     t, prof_t = r.temperature, getattr(r.acceptance, "temperature", None)
@@ -509,12 +509,43 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
             f" (MAL {mal:.3f} < break-even MAL {_fmt_mal(break_even).strip()})"
         out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1{why}, speculation is predicted "
                    "slower than no speculation at this operating point")
-    if osl is not None and mal is not None and mal > 1.0 and (osl - 1) / mal < FEW_DECODE_STEPS:
-        out.append(f"short output: OSL {osl} leaves {osl - 1} decode token(s), {(osl - 1) / mal:.2f} speculative steps "
-                   f"at MAL {mal:.3f}: the model counts at least one step per request but not that the last step "
-                   "commits only the tokens the request still needs (vLLM drops the accepted tokens beyond "
-                   "max_tokens), so at so few steps the ratio is overstated (by up to about half a step per request)")
+    if osl is not None and mal is not None:
+        w = short_output_warning(osl, mal)
+        if w:
+            out.append(w)
     return tuple(out)
+
+
+def short_output_warning(osl, mal, where: str = "") -> str | None:
+    """The warning of an operating point with fewer than :data:`FEW_DECODE_STEPS` speculative steps
+    per request, ``(OSL - 1) / MAL``, or None.
+
+    The model counts ``max((OSL - 1) / MAL, 1)`` steps (:func:`specsim.engine.decode_steps`), not
+    that a request's last step commits only the tokens it still needs (vLLM trims at
+    ``max_tokens``), so with few steps the ratio is overstated, by up to nearly one step per request
+    (simulated: 1.39 modelled steps against 2.12 at alpha 0.95, N 10, 12 decode tokens).  With one
+    decode token (OSL 2) the one step is exact and nothing is said.
+
+    Parameters
+    ----------
+    osl : int or array_like
+        Output tokens per request (one value, or the values of several points).
+    mal : float or array_like
+        Tokens committed per step at the same points.
+    where : str
+        What the points are, put in the message (e.g. a sweep's grid).
+    """
+    o, m = (np.ravel(x) for x in np.broadcast_arrays(np.asarray(osl, dtype=float), np.asarray(mal, dtype=float)))
+    few = (o - 1 > 1) & (m > 1.0) & ((o - 1) / m < FEW_DECODE_STEPS)
+    if not few.any():
+        return None
+    i = int(np.flatnonzero(few)[np.argmin(((o - 1) / m)[few])])
+    return (f"short output{where}: OSL {int(o[i])} leaves {int(o[i]) - 1} decode tokens, {(o[i] - 1) / m[i]:.2f} "
+            f"speculative steps at MAL {m[i]:.3f}" + (f" ({int(few.sum())} points below {FEW_DECODE_STEPS:g} steps; "
+                                                     "the fewest shown)" if few.sum() > 1 else "")
+            + ": the model counts at least one step per request but not that the last step commits only the "
+            "tokens the request still needs (vLLM drops the accepted tokens beyond max_tokens), so at so few steps "
+            "the ratio is overstated (by up to nearly one step per request)")
 
 
 def latency_from_path(latency, tp):
@@ -2670,6 +2701,10 @@ def sweep(
     kv_warning = kv_overflow_warning(kv_overflow)
     if kv_warning is not None:
         stack_warnings.setdefault(kv_warning)
+    short = short_output_warning(df["osl"].to_numpy(float), df["mal"].to_numpy(float), " in this sweep") \
+        if len(df) else None
+    if short is not None:  # predict warns per point (prediction_warnings)
+        stack_warnings.setdefault(short)
     df.attrs["warnings"] = tuple(stack_warnings)
     ext_n = sorted({int(n) for n in df.loc[df["acceptance_extrapolated"], "num_speculative_tokens"]}) \
         if "acceptance_extrapolated" in df else []
@@ -3098,7 +3133,16 @@ def best_n(
     # sweep's warnings re-issued from here, so that they name the caller's line (they named this one)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        curve = sweep(target, method, num_speculative_tokens=ns, **kwargs)
+        try:
+            curve = sweep(target, method, num_speculative_tokens=ns, **kwargs)
+        except SpecsimValueError as e:
+            if e.field != "mean_proposal_tokens" or "smallest proposal length swept" not in str(e):
+                raise
+            # sweep names its own parameter: best_n's N are n_values (num_speculative_tokens is refused here)
+            raise SpecsimValueError("mean_proposal_tokens", f"must be <= every N of n_values, the smallest being "
+                                    f"{min(ns)} (n_values {ns}): give n_values >= {math.ceil(kwargs['mean_proposal_tokens'])} "
+                                    "or a mean_proposal_tokens measured at the N compared",
+                                    kwargs["mean_proposal_tokens"]) from None
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     for col in ("target", "method", "hardware", "tp", "precision", "acceptance", "concurrency", "isl", "osl"):

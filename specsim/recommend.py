@@ -39,6 +39,7 @@ from specsim.predict import (
     precision_label,
     resolve_inputs,
     scaled_host_overhead,
+    short_output_warning,
     table_name,
     table_scale_warning,
     with_expert_parallel,
@@ -89,7 +90,8 @@ class CutoffResult:
     table: pd.DataFrame = field(repr=False, compare=False)
 
 
-def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> CutoffResult:
+def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float],
+                    decode_tokens: float | None = None) -> CutoffResult:
     """Per-position cut-off: the proposal length after which one more drafted token costs more
     draft + verification time than it returns in expected accepted tokens.
 
@@ -107,6 +109,12 @@ def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> C
     rule is exactly "ratio(N+1) > ratio(N)": the cut-off equals the best N whenever the ratio
     curve is unimodal in N, and marks the first local maximum otherwise.
 
+    With ``decode_tokens`` D (``OSL - 1``), a request's decode time is ``steps(N) x T(N)`` with
+    ``steps = max(D / MAL(N), 1)`` (at least one step: :func:`specsim.engine.decode_steps`), and N is
+    extended iff that time falls; the gain is ``(steps(N) - steps(N+1)) x T(N)``, the cost
+    ``steps(N+1) x dT``.  While ``MAL(N+1) <= D`` this is the rule above; beyond, one more position
+    only adds cost.
+
     Parameters
     ----------
     cumulative : sequence of float, shape (n_max,)
@@ -114,6 +122,9 @@ def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> C
     t_step_s : sequence of float, shape (n_max,)
         T(1)..T(n_max), speculative step time in seconds at each N (draft + verification +
         overhead, one concurrency).
+    decode_tokens : float, optional
+        Tokens a request commits in decode steps, ``OSL - 1``; default: the steady state (no end
+        of request), the rule above.
 
     Returns
     -------
@@ -137,9 +148,16 @@ def marginal_cutoff(cumulative: Sequence[float], t_step_s: Sequence[float]) -> C
         raise SpecsimValueError("t_step_s", "must be finite and > 0 seconds", t)
     mal = 1.0 + np.cumsum(p)
     n = np.arange(1, p.size)
-    tpt = t[:-1] / mal[:-1]
-    gain = p[1:] * tpt
-    cost = t[1:] - t[:-1]
+    if decode_tokens is None:
+        tpt = t[:-1] / mal[:-1]
+        gain = p[1:] * tpt
+        cost = t[1:] - t[:-1]
+    else:
+        d = float(decode_tokens)
+        steps = decode_steps(d, mal)
+        tpt = steps[:-1] * t[:-1] / d
+        gain = (steps[:-1] - steps[1:]) * t[:-1]
+        cost = steps[1:] * (t[1:] - t[:-1])
     extend = gain > cost
     table = pd.DataFrame({"num_speculative_tokens": n, "p_next": p[1:], "time_per_token_s": tpt,
                           "marginal_gain_s": gain, "marginal_cost_s": cost, "extend": extend})
@@ -680,16 +698,18 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     best_ratio = ratio[best_idx, np.arange(cs.size)]
     sched = np.where(best_ratio >= ratio0, best_idx + 1, 0)
 
-    ext_pos = np.asarray(r.acceptance.is_extrapolated(n_max), bool)
-    n_ext = np.cumsum(ext_pos) > 0  # N relies on an extrapolated position
-    cum = np.asarray(r.acceptance.cumulative(n_max), float)
+    # N relies on an extrapolated position; a purely parametric profile (constant rate: nothing measured)
+    # is an assumption, not an extrapolation, as predict reads it (specsim.engine.acceptance_extrapolated)
     meas = int(getattr(r.acceptance, "n_measured", 0) or 0)
+    ext_pos = np.asarray(r.acceptance.is_extrapolated(n_max), bool) if meas > 0 else np.zeros(n_max, bool)
+    n_ext = np.cumsum(ext_pos) > 0
+    cum = np.asarray(r.acceptance.cumulative(n_max), float)
 
     def point(j: int, k: int) -> OperatingPoint:
         rr = all_ratio[:, j]
         others = [(float(rr[kk]), kk) for kk in range(n_max + 1) if kk != k and rr[kk] >= (1 - flat_tolerance) * rr[k]]
         ru = max(others) if others else None
-        cut = marginal_cutoff(cum, t_step[:, j])
+        cut = marginal_cutoff(cum, t_step[:, j], dec)
         if k == 0:
             vals = (float(ratio0[j]), float(tpot0[j]), 1.0)
             iv = (float(ratio0_lo[j]), float(ratio0_hi[j]), float(tpot0_lo[j]), float(tpot0_hi[j]), 1.0, 1.0) \
@@ -1220,6 +1240,10 @@ def recommend(
                         and b.num_speculative_tokens > m.extrapolated_from})
         if ext_n:  # the recommended N itself rests on the parametric fit (predict / sweep / best_n warn so too)
             stack_warnings.setdefault(extrapolation_warning(r.acceptance, ext_n, f"{r.method}, recommended N"))
+        on_pts = [p for p in m.points if p.num_speculative_tokens > 0]
+        short = short_output_warning(osl, [p.mal for p in on_pts], f" ({r.method}, recommended N)") if on_pts else None
+        if short is not None:  # predict warns per point, sweep per grid
+            stack_warnings.setdefault(short)
         if r.method == "ngram" and m.speculative_config is not None:
             # vLLM 0.32 sets prompt_lookup_min = max = 5 when neither is given (vllm/config/speculative.py,
             # __post_init__), and an n-gram's acceptance depends on its window

@@ -627,3 +627,17 @@ def test_cli_sweep_refuses_a_repeated_grid_value_naming_the_flag(flags, field, s
     argv = ["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", *flags]
     err = assert_exit_2_naming(argv, field, capsys)
     assert err.startswith(f"specsim: error: {field}: {said}: {_REPEAT} (got "), err
+
+
+def test_best_n_names_n_values_for_a_mean_proposal_above_its_smallest_n():
+    """The review: best_n(mean_proposal_tokens=2) over its default n_values was refused in sweep's words
+    ("the smallest proposal length swept (num_speculative_tokens 1, 2, ...)"), naming the one keyword best_n
+    itself refuses; it names n_values now."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    with pytest.raises(SpecsimValueError) as ei:
+        best_n("Qwen3-8B", "ngram", acceptance=acc, mean_proposal_tokens=2)
+    assert ei.value.field == "mean_proposal_tokens" and ei.value.value == 2
+    assert "must be <= every N of n_values, the smallest being 1" in str(ei.value)
+    assert "give n_values >= 2" in str(ei.value) and "num_speculative_tokens" not in str(ei.value)
+    n, curve = best_n("Qwen3-8B", "ngram", n_values=range(2, 4), acceptance=acc, mean_proposal_tokens=2)
+    assert curve["num_speculative_tokens"].tolist() == [2, 3] and n in (2, 3)

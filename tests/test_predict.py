@@ -1319,9 +1319,26 @@ def test_a_request_takes_at_least_one_speculative_step(osl):
     if osl == 2:  # one step each way: the slower speculative step loses
         assert p.throughput_ratio < 1 and p.break_even_mal == math.inf
         assert p.tpot_s == pytest.approx(p.t_step_s, rel=1e-12)
-    assert any(w.startswith(f"short output: OSL {osl} leaves {d} decode token(s)") for w in p.warnings), p.warnings
+    short = [w for w in p.warnings if w.startswith("short output")]
+    if osl == 2:  # one decode token: the one step is exact, nothing to say
+        assert not short
+    else:
+        assert len(short) == 1 and short[0].startswith(f"short output: OSL {osl} leaves {d} decode tokens, "
+                                                       f"{d / p.mal:.2f} speculative steps"), p.warnings
+        assert "by up to nearly one step per request" in short[0]
     long = predict("Qwen3-8B", "eagle3", 15, hardware="MI300X", concurrency=1, acceptance=0.8, osl=1024)
     assert not any(w.startswith("short output") for w in long.warnings)
+    # sweep and recommend say it too, once (the review: only predict did)
+    df = sweep("Qwen3-8B", "eagle3", [2, 15], hardware="MI300X", concurrency=[1], acceptance=0.8, osl=[osl, 1024])
+    few = df[(df["osl"] - 1) / df["mal"] < 4]
+    said = [w for w in df.attrs["warnings"] if w.startswith("short output in this sweep")]
+    assert len(said) == (0 if osl == 2 else 1), df.attrs["warnings"]
+    if osl > 2:
+        assert f"({len(few)} points below 4 steps" in said[0] or len(few) == 1
+    from specsim.recommend import recommend
+    rec = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", acceptance=Acceptance.constant(0.8, temperature=0.0),
+                    concurrency=[1], max_concurrency=1, osl=osl)
+    assert sum(w.startswith("short output (eagle3, recommended N)") for w in rec.warnings) == (0 if osl == 2 else 1)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

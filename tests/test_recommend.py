@@ -268,6 +268,28 @@ def test_marginal_rule_is_argmax_of_mal_over_time(alpha, a, b):
     assert res.cutoff_n == best
 
 
+def test_marginal_cutoff_with_few_decode_tokens_by_hand():
+    """With D = OSL - 1 decode tokens a request takes max(D / MAL, 1) steps: free extra positions stop
+    paying once MAL reaches D (the review: recommend's cut-off said 9 where its best N at OSL 3 was 2)."""
+    # D = 2: MAL 1.9, 2.7, 3.4 -> steps 2/1.9, 1, 1; time per request 1.0526, 1, 1 -> extend once, stop at 2
+    res = marginal_cutoff([0.9, 0.8, 0.7], [1.0, 1.0, 1.0], decode_tokens=2)
+    assert res.cutoff_n == 2 and res.reached and res.table["extend"].tolist() == [True, False]
+    assert res.table["marginal_gain_s"].tolist() == pytest.approx([2 / 1.9 - 1.0, 0.0])
+    assert res.table["time_per_token_s"].tolist() == pytest.approx([1.0 / 1.9, 0.5])
+    # a large D gives the steady-state rule's answer
+    assert marginal_cutoff([0.9, 0.5, 0.1], [1.0, 1.1, 1.2], decode_tokens=1023).cutoff_n == 2
+
+
+def test_recommend_cutoff_is_the_best_n_at_a_short_output():
+    rec = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", acceptance=Acceptance.constant(0.7, temperature=0.0),
+                    concurrency=[1, 4], max_concurrency=4, osl=3, isl=1024)
+    grid = rec.methods[0].grid
+    for p in rec.methods[0].points:
+        g = grid[(grid["concurrency"] == p.concurrency) & (grid["num_speculative_tokens"] >= 1)]
+        best = int(g.loc[g["throughput_ratio"].idxmax(), "num_speculative_tokens"])
+        assert p.cutoff_n == best, (p.concurrency, p.cutoff_n, best)
+
+
 @pytest.mark.parametrize("p, t, field", [
     ([0.5, 0.6], [1.0, 1.1], "cumulative"),
     ([1.2], [1.0], "cumulative"),
@@ -838,3 +860,22 @@ def test_an_ngram_config_without_a_lookup_window_is_warned_about():
                             "prompt_lookup_max, so vLLM 0.32 uses 5 / 5") for w in ngram.warnings), ngram.warnings
     eagle = recommend("Qwen3-8B", ["eagle3"], **kw)
     assert not any("prompt_lookup" in w for w in eagle.warnings)
+
+
+def test_recommend_marks_extrapolation_as_predict_does():
+    """The review: OperatingPoint.acceptance_extrapolated was True for a constant-rate profile (nothing
+    measured: an assumption, not an extrapolation), where predict says False."""
+    from specsim.predict import predict
+
+    const = Acceptance.constant(0.7, temperature=0.0)
+    rec = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", acceptance=const, concurrency=[1, 8],
+                    max_concurrency=8, max_num_speculative_tokens=7)
+    for p in rec.methods[0].points:
+        if p.num_speculative_tokens > 0:
+            q = predict("Qwen3-8B", "eagle3", p.num_speculative_tokens, hardware="MI300X", concurrency=p.concurrency,
+                        acceptance=const)
+            assert p.acceptance_extrapolated is q.acceptance_extrapolated is False
+    measured = recommend("Qwen3-8B", ["eagle3"], hardware="MI300X",
+                         acceptance=Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative"), concurrency=[1, 8],
+                         max_concurrency=8, max_num_speculative_tokens=7)
+    assert all(p.acceptance_extrapolated == (p.num_speculative_tokens > 3) for p in measured.methods[0].points)

@@ -187,9 +187,10 @@ def test_ingest_reads_every_file_and_exits_with_the_worst_status(tmp_path, capsy
     assert run(["ingest", str(off), str(good)], capsys)[0] == 1
     assert run(["ingest", str(good), str(good)], capsys)[0] == 0
     rc, out, err = run(["ingest", "--kind", "sweep", str(good), str(good), "--json"], capsys)
-    assert rc == 2 and out == "" and err.count("specsim: error: --kind: ") == 2
+    assert rc == 2 and err.count("specsim: error: --kind: ") == 2  # and one JSON object per file on stdout:
+    assert [json.loads(x)["status"] for x in out.splitlines()] == ["error", "error"]
     rc, out, err = run(["ingest", str(off), str(bad), str(good), "--json"], capsys)
-    assert rc == 2 and [json.loads(x).get("status") for x in out.splitlines()] == ["not collected", None]
+    assert rc == 2 and [json.loads(x).get("status") for x in out.splitlines()] == ["not collected", "error", None]
     assert err.startswith(f"specsim: error: {bad}: not valid JSON")
     from specsim.cli import build_parser
 

@@ -884,3 +884,37 @@ def test_failed_sweep_runs_and_servers_are_named(tmp_path):
             f.unlink()
     with pytest.raises(DataError, match=r"no run=K\.json files .*3 failed \(.*CalledProcessError"):
         read_counts(exp)
+
+
+def test_a_missing_before_scrape_is_named_as_before(tmp_path, capsys):
+    """The review: `ingest SCRAPE --before /missing` said "path: no such file", naming the flag of the file
+    being read, not --before (and --acceptance-from the same)."""
+    from specsim.cli import main
+    from specsim.vllm.detect import read_counts
+
+    after = os.path.join(SAMPLES, "gl", "metrics_after.prom")
+    missing = str(tmp_path / "before.prom")
+    with pytest.raises(SpecsimValueError) as ei:
+        read_counts(after, before=missing)
+    assert ei.value.field == "before" and ei.value.value == missing and "no such file" in str(ei.value)
+    with pytest.raises(SpecsimValueError, match=r"^before: is a directory"):
+        read_counts(after, before=tmp_path)
+    assert main(["ingest", after, "--before", missing]) == 2
+    assert capsys.readouterr().err == f"specsim: error: --before: no such file (got '{missing}')\n"
+    assert main(["predict", "--acceptance-from", after, "--before", missing, "--target", "SmolLM2-135M-Instruct",
+                 "--method", "ngram", "-n", "3", "--hardware", "cpu-2core-avx2", "--precision", "fp32"]) == 2
+    assert capsys.readouterr().err.startswith(f"specsim: error: --before: no such file (got '{missing}')")
+
+
+def test_ingest_json_gives_one_object_per_file_also_for_one_it_cannot_read(tmp_path, capsys):
+    """The review: with --json a file that could not be read was reported on stderr only, so stdout had
+    fewer objects than files and a consumer could not tell which object was which file's."""
+    from specsim.cli import main
+
+    good = os.path.join(os.path.dirname(__file__), "..", "examples", "bench_ngram_smollm2.json")
+    bad = tmp_path / "trunc.json"
+    bad.write_text('{"completed": 3, ')
+    assert main(["ingest", str(bad), good, "--json"]) == 2
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [o["path"] for o in out] == [str(bad), good]
+    assert out[0]["status"] == "error" and out[0]["error"].startswith(f"{bad}") and out[1]["num_drafts"] == 357

@@ -282,9 +282,10 @@ def _cmd_ingest(args) -> int:
 
     Every file is read, whatever the others gave: a file that cannot be read (missing, a directory,
     not a format specsim reads, broken, not of the ``--kind`` given) is reported on stderr as
-    ``specsim: error: ...`` (status 2); a valid file without speculative-decoding counts as ``specsim:
-    FILE: speculative-decoding metrics not collected: ...`` (with ``--json``: a ``"status": "not
-    collected"`` object on stdout; status 1).  Returns the worst status of the files.
+    ``specsim: error: ...`` (status 2; with ``--json`` also a ``"status": "error"`` object on stdout); a
+    valid file without speculative-decoding counts as ``specsim: FILE: speculative-decoding metrics not
+    collected: ...`` (with ``--json``: a ``"status": "not collected"`` object on stdout; status 1).  With
+    ``--json`` stdout has one object per file given, in order.  Returns the worst status of the files.
     """
     status = 0
     for raw in args.paths:
@@ -298,6 +299,8 @@ def _cmd_ingest(args) -> int:
             if isinstance(e, SpecsimValueError) and field in ("kind", "before") and msg.startswith(f"{field}:"):
                 msg = "--" + msg  # the flag typed: ingest's --kind (never auto here) and --before
             print(f"specsim: error: {msg}", file=sys.stderr)
+            if args.json:  # one JSON object per file given, so a consumer's lines stay aligned with the files
+                print(json.dumps({"path": raw, "status": "error", "error": msg}))
             status = 2
     return status
 
@@ -633,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "counts; 1 some file valid but without them (speculative decoding off: reported as "
                               "not collected, never as zero; with --json a \"status\": \"not collected\" object); 2 "
                               "some file missing, unreadable, not a format specsim reads, broken, or not of the "
-                              "--kind given (specsim: error: ...)")
+                              "--kind given (specsim: error: ...; with --json a \"status\": \"error\" object): "
+                              "with --json stdout has one object per file, in order")
     p.add_argument("paths", nargs="+", help="files to read")
     p.add_argument("--kind", choices=["auto", *KINDS], default="auto",
                    help="format (default auto: detected from the content): " + "; ".join(f"{k}: {v}" for k, v in KINDS.items()))

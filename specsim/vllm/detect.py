@@ -460,6 +460,9 @@ def read_counts(path: str | os.PathLike, kind: str = "auto",
         if kind != "metrics":
             raise SpecsimValueError("before", f"applies only to a Prometheus /metrics scrape, but {path} is "
                                     f"read as {kind!r} ({KINDS[kind]})", str(before), ["a Prometheus scrape"])
+        if not before_path.is_file():  # named as before, not as the file being read (detect_kind says "path")
+            raise SpecsimValueError("before", "is a directory, not a scrape" if before_path.is_dir() else
+                                    "no such file", str(before))
         bkind = detect_kind(before_path)
         if bkind != "metrics":
             raise SpecsimValueError("before", f"must be a Prometheus /metrics scrape, but it reads as {bkind!r} "

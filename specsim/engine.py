@@ -204,7 +204,6 @@ class LastPositionLogits:
             return self._model.step_flops(batch, q, context)
 
 
-
 def decode_steps(decode, mal):
     """Decode steps a request takes to commit ``decode`` tokens at ``mal`` tokens per step:
     ``max(decode / mal, 1)`` (``decode >= 1``).
@@ -213,10 +212,9 @@ def decode_steps(decode, mal):
     commits still takes one whole step (vLLM 0.32 verifies the full proposal, "we don't schedule partial
     draft tokens", and trims the committed tokens at ``max_tokens``: ``vllm/v1/core/sched/scheduler.py``
     ``_update_request_with_output`` with ``check_stop`` of ``vllm/v1/core/sched/utils.py``), so the count
-    is at least 1.  The
-    last step's partial use is otherwise not modelled: at a few steps per request the ratio is then
-    overstated by up to about half a step (:func:`specsim.predict.prediction_warnings` says so below
-    four steps).
+    is at least 1.  The last step's partial use is otherwise not modelled: at a few steps per request
+    the ratio is then overstated by up to nearly one step (:func:`specsim.predict.short_output_warning`
+    says so below four steps).
 
     Parameters
     ----------
@@ -232,6 +230,7 @@ def decode_steps(decode, mal):
     """
     d = np.asarray(decode, dtype=float)
     return np.maximum(d / np.asarray(mal, dtype=float), np.minimum(d, 1.0))
+
 
 def prefill_seconds(lat, model, tp, prec, c, q_host, isl, ctx) -> np.ndarray:
     """Seconds one request's prefill adds to the engine, arrays broadcast over ``c`` / ``isl``.
@@ -771,6 +770,7 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
     # tokens committed per step: steps without a draft (lookup miss) commit 1
     mal = 1.0 + f * (mal_drafted - 1.0)
     dec = decode_tokens(osl)
+    steps = decode_steps(dec, mal)  # per request, at least one
     cycle_base = c * t_prefill + dec * t_base
     tput_base = output_throughput(c, osl, t_prefill, t_base, 1.0)
     tput_spec = output_throughput(c, osl, t_prefill_spec, t_step, mal)
@@ -792,10 +792,10 @@ def _evaluate_callables(r: Scenario, n, concurrency, isl, osl, tp, overhead: Spe
         "output_tok_per_s": tput_spec,
         "baseline_output_tok_per_s": tput_base,
         "throughput_ratio": tput_spec / tput_base,
-        "tpot_s": (decode_steps(dec, mal) * t_step + (c - 1) * t_prefill_spec) / dec,
+        "tpot_s": (steps * t_step + (c - 1) * t_prefill_spec) / dec,
         "baseline_tpot_s": (dec * t_base + (c - 1) * t_prefill) / dec,
         # free drafting and no speculative overhead (same prefill dilution as the ratio)
-        "speedup_bound": cycle_base / (c * t_prefill + decode_steps(dec, mal) * (t_verify + t_host)),
+        "speedup_bound": cycle_base / (c * t_prefill + steps * (t_verify + t_host)),
     }
 
 

@@ -522,9 +522,9 @@ def short_output_warning(osl, mal, where: str = "") -> str | None:
 
     The model counts ``max((OSL - 1) / MAL, 1)`` steps (:func:`specsim.engine.decode_steps`), not
     that a request's last step commits only the tokens it still needs (vLLM trims at
-    ``max_tokens``), so with few steps the ratio is overstated, by up to nearly one step per request
-    (simulated: 1.39 modelled steps against 2.12 at alpha 0.95, N 10, 12 decode tokens).  With one
-    decode token (OSL 2) the one step is exact and nothing is said.
+    ``max_tokens``): that step costs a whole ``T_step`` for as little as one token, so with few
+    steps the ratio is overstated, by up to nearly one step per request.  With one decode token
+    (OSL 2) the one step is exact and nothing is said.
 
     Parameters
     ----------
@@ -534,6 +534,12 @@ def short_output_warning(osl, mal, where: str = "") -> str | None:
         Tokens committed per step at the same points.
     where : str
         What the points are, put in the message (e.g. a sweep's grid).
+
+    Returns
+    -------
+    str or None
+        One message naming the point with the fewest steps (and how many points are below
+        :data:`FEW_DECODE_STEPS`); None when none is.
     """
     o, m = (np.ravel(x) for x in np.broadcast_arrays(np.asarray(osl, dtype=float), np.asarray(mal, dtype=float)))
     few = (o - 1 > 1) & (m > 1.0) & ((o - 1) / m < FEW_DECODE_STEPS)
@@ -552,6 +558,18 @@ def latency_from_path(latency, tp):
     """``latency=`` given as a path (str or ``os.PathLike``): the measured table of the target it
     holds, read by :func:`specsim.latency.read_latency_table` at ``tp`` -- what the CLI's
     ``--latency-table`` does; any other value is returned as it is.
+
+    Parameters
+    ----------
+    latency : object
+        ``predict`` / ``sweep`` / ``recommend``'s ``latency=``.
+    tp : int or sequence of int
+        The TP degree(s) predicted at; a table is taken as measured at that one degree.
+
+    Returns
+    -------
+    object
+        A :class:`specsim.latency.MeasuredLatency` for a path, else ``latency`` unchanged.
 
     Raises
     ------
@@ -2790,10 +2808,8 @@ def _labelled_profiles(items: list) -> list:
         if label is None:
             label = getattr(acc, "label", None) if isinstance(acc, Acceptance) else None
         out.append((f"acceptance[{i}]" if label is None else label, acc))
-    seen: dict = {}
-    for label, _ in out:
-        seen[label] = seen.get(label, 0) + 1
-    dup = [label for label, k in seen.items() if k > 1]
+    labels = [label for label, _ in out]
+    dup = list(dict.fromkeys(lab for lab in labels if labels.count(lab) > 1))
     if dup:
         raise SpecsimValueError("acceptance", f"{len(out)} profiles are swept but some share a label, so their rows "
                                 "could not be told apart: give each a distinct label (the dict form {label: "
@@ -3130,19 +3146,17 @@ def best_n(
         raise SpecsimValueError("n_values", "must not be empty: give at least one N (integers >= 1)", [])
     if isinstance(flat_tolerance, bool) or not (isinstance(flat_tolerance, (float, int)) and 0 <= flat_tolerance <= 1):
         raise SpecsimValueError("flat_tolerance", "must lie in [0, 1] (1: every N with a positive ratio)", flat_tolerance)
+    mpt = kwargs.get("mean_proposal_tokens")
+    if (isinstance(mpt, (int, float)) and not isinstance(mpt, bool) and kwargs.get("speculative_config") is None
+            and mpt > min(ns) * (1 + 1e-9)):  # anything else: sweep's own checks (_check_partial) name it
+        # sweep would refuse it in its own words (num_speculative_tokens, which best_n refuses): name n_values
+        raise SpecsimValueError("mean_proposal_tokens", f"must be <= every N of n_values, the smallest being "
+                                f"{min(ns)} (n_values {ns}): give n_values >= {math.ceil(mpt)} "
+                                "or a mean_proposal_tokens measured at the N compared", mpt)
     # sweep's warnings re-issued from here, so that they name the caller's line (they named this one)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            curve = sweep(target, method, num_speculative_tokens=ns, **kwargs)
-        except SpecsimValueError as e:
-            if e.field != "mean_proposal_tokens" or "smallest proposal length swept" not in str(e):
-                raise
-            # sweep names its own parameter: best_n's N are n_values (num_speculative_tokens is refused here)
-            raise SpecsimValueError("mean_proposal_tokens", f"must be <= every N of n_values, the smallest being "
-                                    f"{min(ns)} (n_values {ns}): give n_values >= {math.ceil(kwargs['mean_proposal_tokens'])} "
-                                    "or a mean_proposal_tokens measured at the N compared",
-                                    kwargs["mean_proposal_tokens"]) from None
+        curve = sweep(target, method, num_speculative_tokens=ns, **kwargs)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=2)
     for col in ("target", "method", "hardware", "tp", "precision", "acceptance", "concurrency", "isl", "osl"):

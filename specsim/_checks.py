@@ -49,6 +49,20 @@ def int_values(name: str, value, minimum: int = 1) -> np.ndarray:
     :func:`int_array`, which accepts integral floats).  An integer numpy array is checked without a
     Python loop.
 
+    Parameters
+    ----------
+    name : str
+        The field named in errors (e.g. ``"concurrency"``).
+    value : int, sequence or ndarray
+        The values (a scalar is one value).
+    minimum : int, default 1
+        The smallest value allowed.
+
+    Returns
+    -------
+    ndarray of int64, shape (k,)
+        The values, flattened, in order.
+
     Raises
     ------
     SpecsimValueError
@@ -87,6 +101,13 @@ REPEAT_RULE = ("every value of a grid axis gives its own rows, so a repeat would
 def distinct_values(name: str, values) -> None:
     """Refuse a grid axis (``values``: a sequence or array of integers) that lists a value more than
     once.
+
+    Parameters
+    ----------
+    name : str
+        The axis named in errors (e.g. ``"concurrency"``).
+    values : sequence or ndarray of int
+        The axis's values.
 
     Raises
     ------

@@ -253,9 +253,20 @@ def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
     return list(changed)
 
 
-def _check_stamp(stamp: str | None) -> None:
+def check_stamp(stamp: str | None) -> None:
     """Refuse a stamp that would make run ids the recorder refuses (or a path), before anything starts:
-    the rule of the matrix's own record names (``sweep_files._NAME_RE``), at most 64 characters."""
+    the rule of the matrix's own record names (``sweep_files._NAME_RE``), at most 64 characters.
+
+    Parameters
+    ----------
+    stamp : str or None
+        An invocation's stamp (``--stamp``); None: nothing to check.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``stamp``: empty, too long, or not of the allowed characters (named in the message).
+    """
     if stamp is not None and (not isinstance(stamp, str) or len(stamp) > 64 or not _NAME_RE.match(stamp)):
         raise SpecsimValueError("stamp", "must match [A-Za-z0-9][A-Za-z0-9._-]* (at most 64 characters; "
                                 "the default is the UTC time, e.g. 20261203T054937)", stamp)
@@ -449,7 +460,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     m = matrix if isinstance(matrix, SweepMatrix) else load_matrix(matrix, models_dir=models_dir)
     if resume and not stamp:
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (--stamp STAMP)", resume)
-    _check_stamp(stamp)
+    check_stamp(stamp)
     sel = select_matrix(m, only)
     check_runs_dir(runs_dir)
     check_extras(executor)  # as the run: a dry run that passes is not refused by the run for a missing package
@@ -683,7 +694,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
         raise SpecsimValueError("executor", "unknown executor", executor, EXECUTORS)
     if resume and not stamp:
         raise SpecsimValueError("resume", "needs the stamp of the invocation to resume (stamp=...)", resume)
-    _check_stamp(stamp)
+    check_stamp(stamp)
     sel = select_matrix(m, only)  # an unknown name is refused before anything starts
     check_runs_dir(runs_dir)
     check_extras(executor)
@@ -749,12 +760,12 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 # a health check's or a greedy judge's run is ok whatever its verdict: the verdict is what
                 # the reader wants, and a greedy difference stays on the bar (it is a correctness failure)
                 prov = _recorded_prov(r.path) if r.status == "ok" and r.path is not None else {}
-                hv, chk = prov.get("health"), (prov.get("checks") or {}).get("greedy_identical_to_baseline")
+                hv, differs = prov.get("health"), _greedy_difference(prov)
                 verdict = "" if not isinstance(hv, dict) else (", verdict passed" if hv.get("passed")
                                                                else ", verdict FAILED")
-                if isinstance(chk, dict) and not chk.get("all_identical", True):
+                if differs is not None:
                     done["greedy_differs"] += 1
-                    verdict += (f", greedy outputs DIFFER ({chk.get('identical')}/{chk.get('compared')} "
+                    verdict += (f", greedy outputs DIFFER ({differs.get('identical')}/{differs.get('compared')} "
                                 "identical to the baseline)")
                 tally = (f"; greedy outputs differ in {done['greedy_differs']} run(s) so far"
                          if done["greedy_differs"] else "")
@@ -1050,11 +1061,19 @@ def greedy_check_failures(results: Sequence[RunResult]) -> list[tuple[str, str]]
     for r in results:
         if r.status != "ok" or r.path is None:
             continue
-        chk = (_recorded_prov(Path(r.path)).get("checks") or {}).get("greedy_identical_to_baseline")
-        if isinstance(chk, dict) and not chk.get("all_identical", True):
+        chk = _greedy_difference(_recorded_prov(Path(r.path)))
+        if chk is not None:
             out.append((r.run_id, f"{chk.get('identical')}/{chk.get('compared')} outputs identical to "
                                   f"{chk.get('baseline_run_id')}"))
     return out
+
+
+def _greedy_difference(prov: dict) -> dict | None:
+    """A run's recorded greedy-identity check (``provenance["checks"]["greedy_identical_to_baseline"]``:
+    ``identical``, ``compared``, ``baseline_run_id``) when its outputs differ from the baseline's; None
+    when they do not or it has no such check."""
+    chk = (prov.get("checks") or {}).get("greedy_identical_to_baseline")
+    return chk if isinstance(chk, dict) and not chk.get("all_identical", True) else None
 
 
 def matrix_table(runs_dir: str | os.PathLike, prefix: str):

@@ -1377,13 +1377,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             raise SpecsimValueError(f"serve record {sname!r}: speculative_config", "must be an object", cfg)
         mml_key = next((k for k in ("max_model_len", "max-model-len") if k in sp), None)
         mml = sp[mml_key] if mml_key else serve_base.get("max-model-len")
+        # as an integer (checked above: vLLM 0.32's human_readable_int, 'auto' = -1), once per serve record
+        mml_n = None if mml is None else (mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True))
         # hf_overrides can raise the model's length (max_position_embeddings, rope scaling): then vLLM's
         # limit is not config.json's, and nothing is checked here
         overridden = any(_canon(str(k)).partition(".")[0] == "hf-overrides" for k in (*sp, *serve_base))
         limit = None if overridden else _model_max_len(model_path)
         if mml is not None and limit is not None and not long_ok:
-            n = mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True)  # checked above
-            if n > limit:
+            if mml_n > limit:
                 raise SpecsimValueError(f"serve record {sname!r}: {mml_key}" if mml_key else "serve_cmd --max-model-len",
                                         f"longer than the model allows "
                                         f"({model}'s config.json gives at most {limit} tokens; vLLM 0.32 refuses a "
@@ -1407,7 +1408,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
             olen = bp.get("output_len", bench_base.get("output-len",
                           bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
-            ctx = None if mml is None else (mml if isinstance(mml, int) else human_readable_int(str(mml), auto=True))
+            ctx = mml_n
             if olen is not None and ctx is not None and ctx > 0 and int(olen) >= ctx:
                 # vLLM refuses a request whose prompt + max_tokens exceeds max_model_len: every request fails
                 raise SpecsimValueError(f"{key}: output length", f"{int(olen)} output tokens cannot fit the server's "

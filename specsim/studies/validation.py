@@ -1091,10 +1091,9 @@ def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = 
     import dataclasses
 
 
-    if stamp is not None:  # "" would judge nothing (or, in the CLI, every invocation pooled): refused
-        from specsim.runs.runner import _check_stamp  # the rule run-matrix --stamp records under
+    from specsim.runs.runner import check_stamp  # the rule run-matrix --stamp records under
 
-        _check_stamp(stamp)
+    check_stamp(stamp)  # "" would judge nothing (or, in the CLI, every invocation pooled): refused
     target = load_model(CPU_TARGET)
     md = Path(models_dir) if models_dir is not None else None
     runs = load_runs(runs_dir, strict=strict, matrix=matrix, stamp=stamp)

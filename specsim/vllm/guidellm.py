@@ -37,6 +37,13 @@ __all__ = ["GuideLLMBenchmark", "read_guidellm_report"]
 _STATUSES = ("successful", "errored", "incomplete")
 
 
+
+def _check_statuses(statuses) -> None:
+    """Refuse a request status GuideLLM does not report (``SpecsimValueError`` naming ``statuses``)."""
+    for s in statuses:
+        if s not in _STATUSES:
+            raise SpecsimValueError("statuses", "unknown request status", s, _STATUSES)
+
 @dataclass(frozen=True)
 class GuideLLMBenchmark:
     """One benchmark (one strategy) of a GuideLLM report.
@@ -100,11 +107,15 @@ class GuideLLMBenchmark:
         list of str
             One phrase per cause and status, e.g. ``"successful: the report lists 3 of 8
             requests (request_totals; GuideLLM request sampling)"``.
+
+        Raises
+        ------
+        SpecsimValueError
+            ``statuses``: a status GuideLLM does not report (allowed: successful, errored, incomplete).
         """
+        _check_statuses(statuses)
         out = []
         for s in statuses:
-            if s not in _STATUSES:
-                raise SpecsimValueError("statuses", "unknown request status", s, _STATUSES)
             n_listed, n_spec = self.listed.get(s, 0), len(self.requests.get(s, ()))
             if s in self.totals and n_listed < self.totals[s]:
                 out.append(f"{s}: the report lists {n_listed} of {self.totals[s]} requests "
@@ -124,9 +135,7 @@ class GuideLLMBenchmark:
 
     def all_requests(self, statuses: tuple = _STATUSES) -> list[RequestSpecMetrics]:
         """The requests with speculative metrics of the given statuses, in report order."""
-        for s in statuses:
-            if s not in _STATUSES:
-                raise SpecsimValueError("statuses", "unknown request status", s, _STATUSES)
+        _check_statuses(statuses)
         return [r for s in statuses for r in self.requests[s]]
 
     def spec_counts(self, statuses: tuple = _STATUSES) -> SpecDecodeCounts:

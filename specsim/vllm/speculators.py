@@ -205,11 +205,17 @@ def speculators_eval_log_models(path: str | os.PathLike) -> tuple[str, ...]:
     Parameters
     ----------
     path : path-like
+        The speculators evaluation log (read as UTF-8, undecodable bytes replaced).
 
     Returns
     -------
     tuple of str
         Empty when no such line names a model (GuideLLM resolved none, or not such a log).
+
+    Raises
+    ------
+    OSError
+        The file cannot be opened.
     """
     with open(os.fspath(path), encoding="utf-8", errors="replace") as fh:
         lines = fh.read().splitlines()

@@ -2219,6 +2219,9 @@ def _draft_precision_named(r: Scenario):
 
 
 def _check_partial(drafted_fraction, mean_proposal_tokens) -> None:
+    for name, v in (("drafted_fraction", drafted_fraction), ("mean_proposal_tokens", mean_proposal_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))):
+            raise SpecsimValueError(name, "must be a number", v)
     if not (np.isfinite(drafted_fraction) and 0.0 < drafted_fraction <= 1.0):
         raise SpecsimValueError("drafted_fraction", "must lie in (0, 1]", drafted_fraction)
     if mean_proposal_tokens is not None and not (np.isfinite(mean_proposal_tokens) and mean_proposal_tokens >= 1.0):

@@ -641,3 +641,18 @@ def test_best_n_names_n_values_for_a_mean_proposal_above_its_smallest_n():
     assert "give n_values >= 2" in str(ei.value) and "num_speculative_tokens" not in str(ei.value)
     n, curve = best_n("Qwen3-8B", "ngram", n_values=range(2, 4), acceptance=acc, mean_proposal_tokens=2)
     assert curve["num_speculative_tokens"].tolist() == [2, 3] and n in (2, 3)
+
+
+@pytest.mark.parametrize("kw,field", [({"mean_proposal_tokens": "2"}, "mean_proposal_tokens"),
+                                      ({"drafted_fraction": "0.5"}, "drafted_fraction"),
+                                      ({"mean_proposal_tokens": True}, "mean_proposal_tokens")])
+def test_partial_drafting_inputs_that_are_not_numbers_are_refused_by_name(kw, field):
+    """The review: a string mean_proposal_tokens raised numpy's TypeError ("ufunc 'isfinite' not supported")
+    from predict, sweep and best_n."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    for call in (lambda: predict("Qwen3-8B", "ngram", 3, acceptance=acc, **kw),
+                 lambda: sweep("Qwen3-8B", "ngram", [3], acceptance=acc, **kw),
+                 lambda: best_n("Qwen3-8B", "ngram", n_values=[3], acceptance=acc, **kw)):
+        with pytest.raises(SpecsimValueError) as ei:
+            call()
+        assert ei.value.field == field and "must be a number" in str(ei.value)

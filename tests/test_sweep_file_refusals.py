@@ -657,7 +657,8 @@ def test_a_dotted_extra_body_in_bench_cmd_gives_the_cells_temperature(tmp_path):
 
 def test_options_spelled_with_underscores_in_serve_cmd_are_read_as_vllm_reads_them(tmp_path):
     m = load_matrix(_smoke(tmp_path, serve={"baseline": {}, "tp4": {"tensor_parallel_size": 4}},
-                           sidecar={"serve_cmd": f"{SERVE_CMD} --tensor_parallel_size 2 --max_num_seqs=8"}))
+                           sidecar={"serve_cmd": SERVE_CMD.replace(" --max-num-seqs 32", "")
+                                    + " --tensor_parallel_size 2 --max_num_seqs=8"}))
     assert {g.name: g.gpus for g in m.groups} == {"baseline": 2, "tp4": 4}
     cmd = next(s for s in sweep_files.dry_run_json(m, estimate_seconds(m, tmp_path / "no-runs"))["servers"]
                if s["name"] == "tp4")["command"]
@@ -726,13 +727,44 @@ def test_dotted_options_are_read_as_the_installed_vllms_parser_reads_them(tmp_pa
         return cmd[max(i for i, t in enumerate(cmd) if t == opt) + 1] if opt in cmd else None
 
     for k, (line, w) in enumerate(zip(lines, want)):
-        m = load_matrix(_smoke(tmp_path / str(k), serve={"spec": {}}, sidecar={"serve_cmd": f"{SERVE_CMD} {line}",
+        # without the smoke serve_cmd's own options the lines give again: an option given twice is refused
+        base = SERVE_CMD.replace(" --max-num-seqs 32", "").replace(" --enforce-eager", "").replace(" --seed 0", "")
+        assert len(base.split()) == len(SERVE_CMD.split()) - 5
+        m = load_matrix(_smoke(tmp_path / str(k), serve={"spec": {}}, sidecar={"serve_cmd": f"{base} {line}",
                                                                                 "baseline": None}))
         got = {opt: json.loads(v) if (v := last(m.serve_cmd, f"--{opt}")) is not None else None
                for opt in ("speculative-config", "compilation-config", "max-num-seqs")}
-        assert got == {**w, "max-num-seqs": w["max-num-seqs"] or 32}, line  # 32: the smoke serve_cmd's own
+        assert got == w, line
         # the object specsim labels by is vLLM's after create_speculative_config ('-' in keys read as '_')
         assert m.groups[0].speculative_config == {k.replace("-", "_"): v for k, v in w["speculative-config"].items()}
+
+
+# ---- an option given twice in serve_cmd / bench_cmd ------------------------------------------------------
+# vLLM 0.32's parser keeps an option's last value, and `vllm bench sweep` writes a record's value over the
+# option's FIRST occurrence (param_sweep.py apply_to_cmd: cmd.index), so with `--max-num-seqs 32 --max-num-seqs 8`
+# in serve_cmd a record's `max_num_seqs: 16` ran with 8 while specsim labelled the server by 16.
+
+@pytest.mark.parametrize("where,opts,field,first,second", [
+    ("serve_cmd", "--max-num-seqs 8", "serve_cmd.vllm serve: --max-num-seqs", "--max-num-seqs 32",
+     "--max-num-seqs 8"),
+    ("serve_cmd", "--max_num_seqs=8", "serve_cmd.vllm serve: --max_num_seqs=8", "--max-num-seqs 32",
+     "--max_num_seqs=8"),
+    ("serve_cmd", "--no-enforce-eager", "serve_cmd.vllm serve: --no-enforce-eager", "--enforce-eager",
+     "--no-enforce-eager"),
+    ("bench_cmd", "--seed 1", "bench_cmd.vllm bench serve: --seed", "--seed 0", "--seed 1"),
+])
+def test_an_option_given_twice_in_a_command_is_refused(tmp_path, where, opts, field, first, second):
+    base = SERVE_CMD if where == "serve_cmd" else BENCH_CMD
+    e = _refused(_smoke(tmp_path, serve={"baseline": {}, "b16": {"max_num_seqs": 16}},
+                        sidecar={where: f"{base} {opts}"}))
+    assert e.field == field and "given twice" in e.rule and repr(first) in e.rule and repr(second) in e.rule, str(e)
+
+
+def test_an_option_vllm_takes_more_than_once_may_be_repeated(tmp_path):
+    """``--middleware`` is an append option in vLLM 0.32 (its parser's action): given twice, both are kept."""
+    cmd = f"{SERVE_CMD} --middleware a.b --middleware c.d"
+    m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": cmd}))
+    assert m.serve_cmd.count("--middleware") == 2
 
 
 # ---- a negative decimal given as its own word -----------------------------------------------------------

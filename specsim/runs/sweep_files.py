@@ -605,6 +605,9 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
 
 #: where vLLM 0.32 reads dotted options (``--speculative-config.method ngram``): the sources cited below
 _DOTTED_SRC = "vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args"
+#: options that vLLM 0.32 takes more than once (``action="append"``: ``vllm serve --middleware``, read off
+#: its parser's actions); every other option given twice in a command keeps only its last value
+_REPEATABLE_OPTIONS = frozenset({"middleware"})
 
 
 def _reads_as_dotted(token: str) -> bool:
@@ -711,7 +714,8 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
     SpecsimValueError
         Naming the token: a dotted option that is not an option of the command (the nearest ones listed),
         one the runner owns, one that is not a JSON option (vLLM hands the JSON text to its parser and
-        refuses it; the JSON options listed), a dotted field with no value or no name, a field given twice,
+        refuses it; the JSON options listed), an option given whole twice (in any spelling, ``--X`` and
+        ``--no-X`` included; but for :data:`_REPEATABLE_OPTIONS`), a dotted field with no value or no name, a field given twice,
         an option given both whole and by field (vLLM would keep the fields alone) and one given by fields
         in both its spellings (vLLM would keep one spelling's).
     """
@@ -720,6 +724,7 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
     dotted: dict[str, str] = {}
     whole: dict[str, str] = {}
     spelling: dict[str, str] = {}  # option -> how its fields are spelled ("--opt" or "-o")
+    once: dict[str, str] = {}  # option (a --no-X flag as X) -> the token that gave it whole
     cmd_name = where.split(".")[-1]
     i = 0
     while i < len(cmd):
@@ -738,6 +743,14 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
             out.append(f"--{opt}{eq}{val}")
             if kind is not None:
                 whole.setdefault(opt, tok)
+                base = opt[3:] if opt.startswith("no-") and opt[3:] in table else opt
+                given = tok if eq or kind == "flag" or i >= len(cmd) else f"{tok} {cmd[i]}"
+                if base in once and base not in _REPEATABLE_OPTIONS:
+                    raise SpecsimValueError(f"{where}: {tok}", f"--{base} is given twice ({once[base]!r} and {given!r}): "
+                                            "vLLM 0.32's parser keeps the last, while a parameter record's value "
+                                            "replaces the first (vllm/benchmarks/sweep/param_sweep.py apply_to_cmd), "
+                                            "so a record's would be ignored; give it once", given)
+                once[base] = given
             if kind not in (None, "flag") and not eq and i < len(cmd):
                 if _reads_as_dotted(cmd[i]):
                     raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "

@@ -921,15 +921,16 @@ def test_a_resume_of_a_stamp_with_nothing_recorded_says_it_starts_a_new_invocati
     assert f"specsim: nothing of fake is recorded under --stamp W1 in {tmp / 'runs'}: --resume starts it as a new " \
            "invocation" in err
     assert "7 runs:" in out and "kept" not in out  # it ran them all
-    text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
+    text, data = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
     assert "nothing of fake is recorded" not in text and "nothing to run" in text and "(no server)" in text
-    assert "matrix changed" not in text
+    assert "matrix changed" not in text and data["matrix_changed_since_stamp"] == []
     # a resume with the matrix edited since (a new-user trial: accepted without a word)
     bench = json.loads((m / "bench_params.json").read_text())
     bench["c1"]["num_prompts"] = 3
     (m / "bench_params.json").write_text(json.dumps(bench))
-    text, _ = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
+    text, data = dry_run(m, stamp="W1", resume=True, runs_dir=tmp / "runs", install=fake_env["install"])
     assert "  WARNING: the matrix changed since this stamp's runs were recorded (bench_params.json differ)" in text
+    assert data["matrix_changed_since_stamp"] == ["bench_params.json"]  # --dry-run --json says it too
     proc = _cli(fake_env, tmp, "W1", matrix=m, args=("--resume",))
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err

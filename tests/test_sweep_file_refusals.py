@@ -554,8 +554,12 @@ def test_the_dry_run_warns_of_cells_estimated_beyond_their_timeout(tmp_path):
     assert over
     text = dry_run_text(m, est)
     assert f"WARNING: {len(over)} cell(s) are estimated beyond their timeout_s" in text and over[0] in text
+    # --dry-run --json carries the warning: the cells, their estimates and timeouts
+    assert sweep_files.dry_run_json(m, est)["over_timeout"] == [
+        {"run_label": r, "seconds": est.cells[r][0], "timeout_s": 1.0} for r in over]
     m = load_matrix(_smoke(tmp_path / "ok"))
-    assert "beyond their timeout_s" not in dry_run_text(m, estimate_seconds(m, tmp_path / "no-runs"))
+    est = estimate_seconds(m, tmp_path / "no-runs")
+    assert "beyond their timeout_s" not in dry_run_text(m, est) and sweep_files.dry_run_json(m, est)["over_timeout"] == []
 
 
 # ---- dotted options in serve_cmd / bench_cmd -----------------------------------------------------------------

@@ -443,6 +443,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     ``install`` (default ``<repo>/.venv-vllm``): checked as the run checks them -- a platform the
     installed vLLM build cannot run is refused (:func:`specsim.runs.platforms.detect_platform`; with no
     vLLM environment the build is unknown and only the platform name is checked).  Starts nothing.
+    ``data`` carries the text's warnings too: ``over_timeout`` (cells estimated beyond their timeout) and,
+    with ``resume``, ``matrix_changed_since_stamp`` (the matrix files that differ from the recorded runs').
 
     Raises
     ------
@@ -482,6 +484,7 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         todo = pending_matrix(sel, plan)
     sub_est = sub_estimate(est, todo)
     head = []
+    changed: list[str] = []
     if only:
         head.append(f"selected with --only {','.join(only)}: {len(sel.groups)} of {len(m.groups)} server(s), "
                     f"{len(sel.cells())} of {len(m.cells())} bench cell(s), {len(sel.health_checks)} of "
@@ -511,7 +514,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
             "nothing_to_run": todo.n_runs() == 0,
-            "run_ids": ids or None, "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
+            "run_ids": ids or None, "matrix_changed_since_stamp": changed,
+            "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
             "platform_reason": plat_why}
     return text, data
 

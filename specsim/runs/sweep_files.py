@@ -84,7 +84,7 @@ from specsim.vllm.config import parse_speculative_config
 
 __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
            "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
-           "dry_run_json", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
+           "dry_run_json", "over_timeout_cells", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
            "serve_command", "bench_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
            "BENCH_CLIENT_START_S", "TARGET_NEUTRAL_SERVE_OPTIONS"]
 
@@ -1974,10 +1974,10 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     for p in m.probes:
         lines.append(f"  probe {p.name}: verification cost, context {p.context}, est {est.probes[p.name]:.0f} s "
                      f"({est.judge_basis.get(p.name, 'recorded')})")
-    over = [(c.run_label, est.cells[c.run_label][0], c.timeout_s) for c in m.cells()
-            if est.cells[c.run_label][0] > c.timeout_s]
+    over = over_timeout_cells(m, est)
     if over:
-        shown = "; ".join(f"{r} {s:.0f} s > {t:g} s" for r, s, t in over[:5]) + (" ..." if len(over) > 5 else "")
+        shown = "; ".join(f"{o['run_label']} {o['seconds']:.0f} s > {o['timeout_s']:g} s" for o in over[:5]) + (
+            " ..." if len(over) > 5 else "")
         lines += ["", f"WARNING: {len(over)} cell(s) are estimated beyond their timeout_s and would be recorded "
                       f"failed: {shown}; raise timeout_s (sidecar or cells) or shorten the cells"]
     tot = est.total_seconds(m)
@@ -2002,6 +2002,25 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
     return "\n".join(lines)
 
 
+def over_timeout_cells(m: SweepMatrix, est: Estimate) -> list[dict[str, Any]]:
+    """The cells whose estimate exceeds their ``timeout_s`` (they would be recorded failed), in matrix order.
+
+    Parameters
+    ----------
+    m : SweepMatrix
+        The matrix (or the part of it that would run).
+    est : Estimate
+        Its estimate (:func:`estimate_seconds`), covering every cell of ``m``.
+
+    Returns
+    -------
+    list of dict
+        ``{"run_label", "seconds", "timeout_s"}`` per such cell (seconds: the estimate).
+    """
+    return [{"run_label": c.run_label, "seconds": est.cells[c.run_label][0], "timeout_s": c.timeout_s}
+            for c in m.cells() if est.cells[c.run_label][0] > c.timeout_s]
+
+
 def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict[str, Any]:
     """What ``specsim run-matrix --dry-run --json`` prints: the servers and cells of :func:`dry_run_text`
     as data.  Per server its GPU count, speculative config, whole command (the record applied as
@@ -2009,7 +2028,8 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
     cells; per cell its estimate (``seconds``, ``basis``) and settings (``temperature``, ``concurrency``, ``num_prompts``,
     ``output_len``, ``seed``, ``timeout_s``) and judges (``greedy_vs``: the baseline it must equal or
     None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours, and
-    the recorded runs it was made from (``estimate_from``: their directory and number)."""
+    the recorded runs it was made from (``estimate_from``: their directory and number), and the cells
+    estimated beyond their timeout (``over_timeout``: :func:`over_timeout_cells`, the text's WARNING)."""
     tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
     cells: dict[str, dict[str, Any]] = {}
     for c in m.cells():
@@ -2033,6 +2053,7 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
                               "note": est.source_note or None},
             "device_hours": {"cpu_host": tot / 3600, "gpu": gpu_s / 3600},
             "cells": cells,
+            "over_timeout": over_timeout_cells(m, est),
             "judges": {k: {"seconds": s, "basis": est.judge_basis.get(k)}
                        for k, s in {**est.health_checks, **est.probes}.items()},
             "vllm_sweep_commands": m.vllm_sweep_commands()}

@@ -218,8 +218,8 @@ def memory_budget(
     max_model_len : int
         Tokens per sequence the cache must hold (vLLM ``--max-model-len``).
     num_speculative_tokens : int
-        N, recorded for reference (vLLM's profiling run drafts one dummy token per request
-        whatever N is, so N does not change the activation peak here).
+        N, checked (an integer >= 0) but not used: vLLM's profiling run drafts one dummy token per
+        request whatever N is, so N does not change the activation peak here.
     gpu_memory_utilization : float
         In (0, 1]; vLLM default 0.92 (``vllm/config/cache.py:102``).
     max_num_batched_tokens, max_num_seqs : int, optional
@@ -243,7 +243,7 @@ def memory_budget(
     tp = int_field("tp", tp)
     concurrency = int_field("concurrency", concurrency)
     max_model_len = int_field("max_model_len", max_model_len)
-    n = int_field("num_speculative_tokens", num_speculative_tokens, minimum=0)
+    int_field("num_speculative_tokens", num_speculative_tokens, minimum=0)  # checked only (see above)
     if draft_tp is None:  # the drafter's own (speculative_config draft_tensor_parallel_size), else vLLM's default tp
         draft_tp = getattr(drafter, "draft_tp", None) or tp
     elif getattr(drafter, "draft_tp", None) not in (None, draft_tp):

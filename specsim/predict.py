@@ -654,6 +654,12 @@ def resolve_inputs(
     # draft_tensor_parallel_size (checked against the target tp in check_feasibility) sets the
     # draft's TP: draft passes and draft memory use it
     dtp = cfg.draft_tensor_parallel_size if cfg is not None and cfg.builds_draft_model else None
+    if drafter is None and method == "draft_model" and draft is None and draft_name is None:
+        # named as the caller typed it (draft= / --draft), not get_drafter's draft_model parameter,
+        # whose name is also the method's and read as one
+        raise SpecsimValueError("draft", "method 'draft_model' needs the draft checkpoint: pass draft= (a catalog "
+                                "model name, a config.json path or a ModelSpec; CLI --draft), or give it as "
+                                "the speculative config's model")
     if drafter is None:
         drafter = get_drafter(method, draft_model=draft if draft is not None else draft_name, target=tgt,
                               draft_config={"draft_tensor_parallel_size": dtp} if dtp is not None else None)

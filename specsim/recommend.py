@@ -1162,8 +1162,8 @@ def recommend(
                                drafter=drafter, latency=latency, temperature=temperature,
                                temperature_assumption=temperature_assumption)
         except SpecsimValueError as e:
-            if e.field not in _REFUSED_FIELDS:
-                raise
+            if e.field not in _REFUSED_FIELDS or (meth == "draft_model" and draft is None and drafter is None):
+                raise  # a draft_model method without its draft is the caller's omission, not a vLLM refusal
             excluded.append((meth, f"refused (as vLLM would refuse it): {e}"))
             continue
         r = with_measured_table(r, draft_latency, tp=tp)  # as specsim.predict.predict

@@ -1,0 +1,34 @@
+"""Refusals a new user met while trying ``recommend`` / ``predict`` on their own question: each names
+the argument the user typed (library keyword or CLI flag), not an internal parameter."""
+from __future__ import annotations
+
+import pytest
+
+import specsim
+from specsim.cli import main
+from specsim.errors import SpecsimValueError
+
+LLAMA = dict(hardware="MI300X", tp=8, acceptance=0.7)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: specsim.predict("Llama-3.3-70B-Instruct", "draft_model", 3, concurrency=1, **LLAMA),
+    lambda: specsim.sweep("Llama-3.3-70B-Instruct", "draft_model", num_speculative_tokens=[1, 2], concurrency=1, **LLAMA),
+    lambda: specsim.best_n("Llama-3.3-70B-Instruct", "draft_model", n_values=[1, 2], concurrency=1, **LLAMA),
+    lambda: specsim.recommend("Llama-3.3-70B-Instruct", "draft_model", concurrency=[1], **LLAMA),
+], ids=["predict", "sweep", "best_n", "recommend"])
+def test_draft_model_without_a_draft_names_draft(call):
+    # it said "draft_model: method 'draft_model' needs a draft model": the method's name, not the keyword
+    with pytest.raises(SpecsimValueError) as e:
+        call()
+    assert e.value.field == "draft"
+    assert "draft=" in str(e.value) and "--draft" in str(e.value)
+
+
+@pytest.mark.parametrize("command", ["predict", "recommend"])
+def test_cli_draft_model_without_draft_names_the_flag(command, capsys):
+    argv = [command, "--target", "Llama-3.3-70B-Instruct", "--method", "draft_model", "--tp", "8",
+            "--acceptance", "0.7", "--concurrency", "1"] + (["-n", "3"] if command == "predict" else [])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: draft:") and "--draft" in err, err

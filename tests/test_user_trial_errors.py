@@ -32,3 +32,10 @@ def test_cli_draft_model_without_draft_names_the_flag(command, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("specsim: error: draft:") and "--draft" in err, err
+
+
+def test_recommend_max_n_refusal_names_the_flag(capsys):
+    # it named the library keyword max_num_speculative_tokens, which the command line does not have
+    assert main(["recommend", "--target", "Qwen3-8B", "--method", "eagle3", "--concurrency", "1", "--max-n", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error: --max-n: must be an integer >= 1 (got 0)"), err

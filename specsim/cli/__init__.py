@@ -711,12 +711,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
     print(f"specsim: warning: {message}", file=sys.stderr)
 
 
+# library keywords whose flag has another name: keyword -> argparse dest (recommend's --max-n)
+_FIELD_DESTS = {"max_num_speculative_tokens": "max_n"}
+
+
 def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser,
               argv: list[str]) -> str:
     """The error's message with a library field (``osl``, ``method``, ``num_speculative_tokens``)
     named as the flag the user typed (``--osl``, ...), when the command has that flag, the flag is
     in ``argv`` and the refused value is the one given there (a field of a file, or a flag left at
-    its default, keeps the library's name)."""
+    its default, keeps the library's name).  A keyword whose flag is named otherwise is found through
+    ``_FIELD_DESTS`` (``max_num_speculative_tokens`` is recommend's ``--max-n``)."""
     msg = str(e)
     field = getattr(e, "field", None)
     if not isinstance(e, SpecsimValueError) or not isinstance(field, str) or not msg.startswith(field + ":"):
@@ -726,17 +731,18 @@ def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.Argume
     if sub is None:
         return msg
     actions = {a.dest: a for a in sub._actions if a.option_strings}
-    given = getattr(args, field, None)
-    if field not in actions or given is None or e.value is None:
+    dest = field if field in actions else _FIELD_DESTS.get(field)  # a flag named apart from its keyword
+    given = getattr(args, dest, None) if dest else None
+    if dest not in actions or given is None or e.value is None:
         return msg
     typed_flags = {t.split("=", 1)[0] for t in argv if t.startswith("-")}
-    if not typed_flags & set(actions[field].option_strings):
+    if not typed_flags & set(actions[dest].option_strings):
         return msg  # the default, not typed
     refused = e.value if isinstance(e.value, (list, tuple)) else [e.value]
     typed = {str(given)} | {x.strip() for x in str(given).split(",")}
     if not refused or not all(str(v) in typed for v in refused):  # nothing refused named: not the typed value
         return msg
-    return "/".join(actions[field].option_strings) + msg[len(field):]
+    return "/".join(actions[dest].option_strings) + msg[len(field):]
 
 
 def main(argv: list[str] | None = None) -> int:

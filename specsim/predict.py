@@ -3136,7 +3136,7 @@ def best_n(
         A keyword that neither best_n nor :func:`sweep` takes (``best_n() got an unexpected keyword
         argument ...``, as Python says for :func:`predict` and :func:`sweep`).
     SpecsimValueError
-        ``flat_tolerance`` outside [0, 1], ``num_speculative_tokens`` given (use ``n_values``), more
+        ``flat_tolerance`` outside [0, 1], ``n_values`` None, ``num_speculative_tokens`` given (use ``n_values``), more
         than one value on an axis other than N (named by the axis: ``hardware``, ``concurrency``, ...,
         and ``acceptance`` for several profiles -- a dict of more than one, or a list of profiles;
         a list of plain numbers is ONE profile of cumulative rates), and everything :func:`sweep`
@@ -3148,6 +3148,8 @@ def best_n(
         if k not in _BEST_N_SWEEP_KEYWORDS:
             raise TypeError(f"best_n() got an unexpected keyword argument {k!r}")
     _check_one_deployment(target, method, kwargs)
+    if n_values is None:  # list(None) raised Python's TypeError
+        raise SpecsimValueError("n_values", "must be integers >= 1 (leave it out for the default 1..15)", None)
     # sweep's rules for N (int_values): int(k) ran N 2 for 2.5 and N 1 for True
     ns = np.unique(int_values("n_values", n_values if isinstance(n_values, np.ndarray) or np.isscalar(n_values)
                               else list(n_values))).tolist()

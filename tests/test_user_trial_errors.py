@@ -39,3 +39,10 @@ def test_recommend_max_n_refusal_names_the_flag(capsys):
     assert main(["recommend", "--target", "Qwen3-8B", "--method", "eagle3", "--concurrency", "1", "--max-n", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("specsim: error: --max-n: must be an integer >= 1 (got 0)"), err
+
+
+def test_best_n_n_values_none_is_refused_by_name():
+    # it raised Python's "TypeError: 'NoneType' object is not iterable"
+    with pytest.raises(SpecsimValueError) as e:
+        specsim.best_n("Qwen3-8B", "eagle3", n_values=None, acceptance=0.7, concurrency=1)
+    assert e.value.field == "n_values"

@@ -66,7 +66,8 @@ def add_recommend_parser(p) -> None:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the whole recommendation as JSON")
     out.add_argument("--config-only", action="store_true",
-                     help="print only the --speculative-config JSON of the best method (for $(...))")
+                     help="print only the --speculative-config JSON of the best method, the one with the highest mean "
+                          "recommended ratio over the --concurrency values (the first listed; for $(...))")
 
 
 def recommend_cli(args, *, latency=None) -> int:

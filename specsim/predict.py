@@ -691,8 +691,16 @@ def resolve_inputs(
     if not isinstance(acceptance, Acceptance):
         if isinstance(acceptance, (int, float, np.floating)) and not isinstance(acceptance, bool):
             acceptance = constant_acceptance(acceptance, temperature=None)  # records its assumption
+        elif isinstance(getattr(acceptance, "acceptance", None), Acceptance):
+            acceptance = acceptance.acceptance  # a published AcceptanceProfile (specsim.published): its profile
         else:
-            acceptance = Acceptance.from_rates(acceptance, kind="cumulative")
+            try:
+                acceptance = Acceptance.from_rates(acceptance, kind="cumulative")
+            except SpecsimValueError as e:  # named as the caller named it, not as from_rates' parameter
+                raise SpecsimValueError("acceptance", f"must be an Acceptance, a constant rate in [0, 1] or a "
+                                        f"sequence of per-position cumulative rates: {e.rule}",
+                                        e.value if isinstance(e.value, (list, tuple, str)) else
+                                        type(acceptance).__name__) from None
     # sampling temperature: a profile measured at one temperature is not valid at another
     prof_t = getattr(acceptance, "temperature", None)
     if temperature is not None and prof_t is not None and not np.isclose(prof_t, temperature):

@@ -1105,8 +1105,9 @@ def recommend(
         else:
             methods = published_methods(tgt)
             if not methods:
-                raise SpecsimValueError("method", "no published acceptance for this target: name a method and pass "
-                                        "acceptance=", tgt.name)
+                raise SpecsimValueError("method", f"not given, and specsim ships no published acceptance for "
+                                        f"{tgt.name}: name the method(s) (method= / --method) and give their "
+                                        "acceptance (acceptance= / --acceptance, --acceptance-from)")
     else:
         methods = [method] if isinstance(method, str) else list(method)
         if not methods:

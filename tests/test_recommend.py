@@ -879,3 +879,26 @@ def test_recommend_marks_extrapolation_as_predict_does():
                          acceptance=Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative"), concurrency=[1, 8],
                          max_concurrency=8, max_num_speculative_tokens=7)
     assert all(p.acceptance_extrapolated == (p.num_speculative_tokens > 3) for p in measured.methods[0].points)
+
+
+def test_the_tuning_guide_names_no_best_method_where_none_beats_the_baseline():
+    """The notebooks trial: the guide named 'eagle3 at 256' for Qwen3-8B on MI300X, where every method's
+    recommended point is N = 0 with a ratio below 1 (speculation should be off), and 'dflash at 256' for a
+    method whose memory cap ends its range at 209."""
+    from specsim.studies.tuning import TuningStudy, tuning_guide
+
+    kw = dict(hardware="MI300X", max_concurrency=256, concurrency=[1, 256])
+    rec = recommend("Qwen3-8B", ["eagle3", "dflash"], tp=1, **kw)
+    last = {m.method: m.points[-1] for m in rec.methods}
+    assert all(p.concurrency == 256 and p.throughput_ratio < 1 for p in last.values()), last
+    best = max(last, key=lambda k: last[k].throughput_ratio)
+    line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Qwen3-8B"): rec}, 1024, 1024, 256)).splitlines()
+                if "Best method on MI300X" in x)
+    assert f"none at 256 (turn speculation off: with it on, the best, {best}, reaches " \
+           f"{last[best].throughput_ratio:.3f}x)" in line, line
+    kimi = recommend("Kimi-K2.5", ["dflash"], tp=4, **kw)  # as the tuning study serves it
+    (m,) = kimi.methods
+    assert m.concurrency_cap is not None and m.points[-1].throughput_ratio > 1
+    line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Kimi-K2.5"): kimi}, 1024, 1024, 256)).splitlines()
+                if "Best method on MI300X" in x)
+    assert f"dflash at {m.points[-1].concurrency} (its memory cap)" in line, line

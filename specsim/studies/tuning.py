@@ -204,7 +204,13 @@ def tuning_guide(study: TuningStudy) -> str:
             if rec.methods:
                 lo = max(rec.methods, key=lambda m: m.points[0].throughput_ratio)
                 hi = max(rec.methods, key=lambda m: m.points[-1].throughput_ratio)
-                wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {cmax}")
+                p = hi.points[-1]
+                at = f"{p.concurrency}" + (" (its memory cap)" if hi.concurrency_cap is not None else "")
+                if p.num_speculative_tokens == 0 or p.throughput_ratio < 1.0:  # no method beats the baseline there
+                    wins.append(f"{tgt}: {lo.method} at 1, none at {at} (turn speculation off: with it on, the best, {hi.method}, "
+                                f"reaches {p.throughput_ratio:.3f}x)")
+                else:
+                    wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {at}")
         out.append(f"- **Best method on {hw}**: " + "; ".join(wins) + ".")
     capped = [(hw, t, m) for hw, t, m in items if m.concurrency_cap is not None]
     if capped:

@@ -284,7 +284,9 @@ def evaluate(r: Scenario, n, concurrency, isl, osl, tp, overhead: SpecOverhead, 
     draft, ``mean_proposal_tokens`` the mean tokens per drafted step.  vLLM's counters
     (``num_drafts``, ``num_draft_tokens``) are per DRAFTED step, so the acceptance describes drafted
     steps; per step the target verifies ``1 + f * n_prop`` tokens and commits
-    ``1 + f * (MAL - 1)``.
+    ``1 + f * (MAL - 1)``.  The verification forward is timed at that mean, not averaged over how many
+    requests drafted in a step: where the forward time is convex in the tokens the step comes out too
+    short (Jensen's inequality; docs/model.md gives the sizes measured).
 
     Returns a dict of arrays (seconds, tokens/s, ratios) with the broadcast shape.
     """

@@ -46,7 +46,7 @@ from specsim.predict import (
     with_measured_table,
 )
 from specsim.published import published_methods, published_profile
-from specsim.vllm.config import SPECULATIVE_METHODS
+from specsim.vllm.config import SPECULATIVE_METHODS, parse_speculative_config
 from specsim.vllm.schedule import speculative_config
 
 __all__ = [
@@ -929,6 +929,62 @@ def _served_model(tgt: ModelSpec) -> str:
     return model_hf_id(tgt.name)
 
 
+#: the vLLM methods whose drafts are n-gram lookups with a prompt_lookup_min / _max window
+_NGRAM_METHODS = ("ngram", "ngram_gpu")
+
+
+def _ngram_lookup_fields(ngram_lookup, methods: Sequence[str]) -> dict[str, int]:
+    """``{"prompt_lookup_min": a, "prompt_lookup_max": b}`` of :func:`recommend`'s ``ngram_lookup``
+    (empty when None), checked as vLLM 0.32 checks the window (``vllm/config/speculative.py``: integers >= 1,
+    min <= max).
+
+    Raises
+    ------
+    SpecsimValueError
+        Not a pair of integers >= 1 with min <= max; no n-gram method among ``methods``.
+    """
+    if ngram_lookup is None:
+        return {}
+    if (isinstance(ngram_lookup, (str, bytes)) or not hasattr(ngram_lookup, "__len__") or len(ngram_lookup) != 2):
+        raise SpecsimValueError("ngram_lookup", "must be (prompt_lookup_min, prompt_lookup_max), two integers",
+                                ngram_lookup)
+    lo = int_field("ngram_lookup[0] (prompt_lookup_min)", ngram_lookup[0], minimum=1)
+    hi = int_field("ngram_lookup[1] (prompt_lookup_max)", ngram_lookup[1], minimum=1)
+    if lo > hi:
+        raise SpecsimValueError("ngram_lookup", "prompt_lookup_min must be <= prompt_lookup_max (vLLM 0.32 refuses "
+                                "it: vllm/config/speculative.py)", tuple(ngram_lookup))
+    if not any(m in _NGRAM_METHODS for m in methods):
+        raise SpecsimValueError("ngram_lookup", f"applies to the n-gram methods only; recommended: {', '.join(methods)}",
+                                tuple(ngram_lookup), _NGRAM_METHODS)
+    return {"prompt_lookup_min": lo, "prompt_lookup_max": hi}
+
+
+def _config_with(cfg: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``cfg`` (a recommended ``--speculative-config`` dict) with ``fields`` added, checked again by
+    :func:`specsim.vllm.config.parse_speculative_config`.
+
+    Parameters
+    ----------
+    cfg : mapping
+        A speculative config (``method``, ``num_speculative_tokens``, ...).
+    fields : mapping
+        Further keys (e.g. ``prompt_lookup_min`` / ``prompt_lookup_max``).
+
+    Returns
+    -------
+    dict
+        A new dict; ``cfg`` is not changed.
+
+    Raises
+    ------
+    SpecsimValueError
+        A field vLLM 0.32 would refuse, named.
+    """
+    out = {**cfg, **fields}
+    parse_speculative_config(out)
+    return out
+
+
 def recommend(
     target,
     method: str | Sequence[str] | None = None,
@@ -962,6 +1018,7 @@ def recommend(
     platform: str | None = None,
     draft_latency=None,
     expert_parallel: bool = False,
+    ngram_lookup: tuple[int, int] | None = None,
 ) -> Recommendation:
     """Recommended vLLM speculative configuration per concurrency band (module docstring).
 
@@ -1017,6 +1074,11 @@ def recommend(
         vLLM ``--enable-expert-parallel`` over the TP group, as :func:`specsim.predict.predict`
         (:func:`specsim.predict.with_expert_parallel`; at ``tp=1`` a no-op, said in
         ``Recommendation.warnings``).
+    ngram_lookup : (int, int), optional
+        ``(prompt_lookup_min, prompt_lookup_max)``, the n-gram lookup window the acceptance of ``ngram`` /
+        ``ngram_gpu`` was measured with: written into their recommended configs (static ones included).
+        Without it those configs give no window and vLLM 0.32 uses 5 / 5 (``vllm/config/speculative.py``
+        ``__post_init__``), which a warning says; the window changes what is accepted, not the step cost.
     vllm_version, platform : str, optional
         The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``) you will run: a warning in
         ``Recommendation.warnings`` when they differ from the stack the calibration was fitted on
@@ -1066,7 +1128,8 @@ def recommend(
         for a method named explicitly; temperature mismatch without an assumption;
         ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
         version or ``platform`` not naming a vLLM platform; a measured latency table that does not
-        cover the context ``isl + osl / 2``, the concurrencies 1..max or q = 1..N + 1.
+        cover the context ``isl + osl / 2``, the concurrencies 1..max or q = 1..N + 1; ``ngram_lookup``
+        that is not two integers >= 1 with min <= max, or given with no n-gram method recommended.
     """
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
@@ -1119,6 +1182,7 @@ def recommend(
                                         "unknown vLLM speculative method", m, SPECULATIVE_METHODS)
     if len(methods) > 1 and (draft is not None or drafter is not None):
         raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
+    lookup_fields = _ngram_lookup_fields(ngram_lookup, methods)
     _check_method_keys("acceptance", acceptance, methods, default=method is None and drafter is None)
     _check_method_keys("acceptance_range", acceptance_range, methods, default=method is None and drafter is None)
 
@@ -1245,13 +1309,18 @@ def recommend(
         short = short_output_warning(osl, [p.mal for p in on_pts], f" ({r.method}, recommended N)") if on_pts else None
         if short is not None:  # predict warns per point, sweep per grid
             stack_warnings.setdefault(short)
-        if r.method == "ngram" and m.speculative_config is not None:
+        if r.method in _NGRAM_METHODS and lookup_fields:
+            m = replace(m, speculative_config=None if m.speculative_config is None else
+                        _config_with(m.speculative_config, lookup_fields),
+                        static_configs=tuple((lo, hi, _config_with(c, lookup_fields))
+                                             for lo, hi, c in m.static_configs))
+        elif r.method in _NGRAM_METHODS and m.speculative_config is not None:
             # vLLM 0.32 sets prompt_lookup_min = max = 5 when neither is given (vllm/config/speculative.py,
             # __post_init__), and an n-gram's acceptance depends on its window
             stack_warnings.setdefault(
-                "ngram: the recommended speculative config gives no prompt_lookup_min / prompt_lookup_max, so vLLM "
-                "0.32 uses 5 / 5 (vllm/config/speculative.py); the acceptance behind it holds for the window it was "
-                "measured with: add that window to the config")
+                f"{r.method}: the recommended speculative config gives no prompt_lookup_min / prompt_lookup_max, so "
+                "vLLM 0.32 uses 5 / 5 (vllm/config/speculative.py); the acceptance behind it holds for the window it "
+                "was measured with: give that window (ngram_lookup= / --ngram-lookup MIN,MAX)")
         if cap is not None:
             m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
         if anchor_note is not None:

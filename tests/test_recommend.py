@@ -862,6 +862,56 @@ def test_an_ngram_config_without_a_lookup_window_is_warned_about():
     assert not any("prompt_lookup" in w for w in eagle.warnings)
 
 
+def test_recommend_writes_the_measured_ngram_lookup_window_into_its_configs():
+    """ngram_lookup= / --ngram-lookup MIN,MAX: the window the acceptance was measured with goes into every
+    recommended ngram config (dynamic and static), the 5 / 5 warning goes, and nothing else changes."""
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    kw = dict(hardware="MI300X", acceptance=acc, concurrency=[1, 8, 64], max_concurrency=64,
+              max_num_speculative_tokens=3)
+    plain = recommend("Qwen3-8B", ["ngram"], **kw)
+    win = recommend("Qwen3-8B", ["ngram"], ngram_lookup=(2, 4), **kw)
+    (p, w) = (plain.methods[0], win.methods[0])
+    assert w.speculative_config == {**p.speculative_config, "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+    assert len(w.static_configs) == len(p.static_configs) >= 1
+    for (lo, hi, c), (lo0, hi0, c0) in zip(w.static_configs, p.static_configs):
+        assert (lo, hi, c) == (lo0, hi0, {**c0, "prompt_lookup_min": 2, "prompt_lookup_max": 4})
+    assert [x.throughput_ratio for x in w.points] == [x.throughput_ratio for x in p.points]
+    assert not any("prompt_lookup" in x for x in win.warnings)
+    assert '"prompt_lookup_min":2,"prompt_lookup_max":4' in win.serve_command("ngram")
+
+
+@pytest.mark.parametrize("lookup,field,rule", [
+    ((4, 2), "ngram_lookup", "prompt_lookup_min must be <= prompt_lookup_max"),
+    ((0, 3), "ngram_lookup[0] (prompt_lookup_min)", ">= 1"),
+    ((2.5, 3), "ngram_lookup[0] (prompt_lookup_min)", "integer"),
+    ("2,4", "ngram_lookup", "two integers"),
+    ((2,), "ngram_lookup", "two integers"),
+])
+def test_a_bad_ngram_lookup_window_is_refused(lookup, field, rule):
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    with pytest.raises(SpecsimValueError) as e:
+        recommend("Qwen3-8B", ["ngram"], hardware="MI300X", acceptance=acc, concurrency=[1], ngram_lookup=lookup)
+    assert e.value.field == field and rule in e.value.rule, str(e.value)
+    with pytest.raises(SpecsimValueError) as e:  # a window with no n-gram method recommended would go unused
+        recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", concurrency=[1], ngram_lookup=(2, 4))
+    assert e.value.field == "ngram_lookup" and "n-gram methods only" in e.value.rule
+
+
+@pytest.mark.parametrize("arg,ok", [("2,4", True), ("2, 4", True), ("4,2", False), ("0,3", False), ("2", False),
+                                    ("a,b", False)])
+def test_cli_ngram_lookup(arg, ok, capsys):
+    from specsim.cli import main
+
+    rc = main(["recommend", "--target", "Qwen3-8B", "--method", "ngram", "--hardware", "MI300X", "--concurrency",
+               "1,8", "--cumulative", "0.8,0.6,0.45", "--ngram-lookup", arg, "--config-only"])
+    out, err = capsys.readouterr()
+    if ok:
+        assert rc == 0 and json.loads(out)["prompt_lookup_min"] == 2 and json.loads(out)["prompt_lookup_max"] == 4
+        assert "prompt_lookup_min / prompt_lookup_max" not in err
+    else:
+        assert rc != 0 and "--ngram-lookup" in err, err
+
+
 def test_recommend_marks_extrapolation_as_predict_does():
     """The review: OperatingPoint.acceptance_extrapolated was True for a constant-rate profile (nothing
     measured: an assumption, not an extrapolation), where predict says False."""

@@ -58,6 +58,9 @@ def add_recommend_parser(p) -> None:
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
     add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    p.add_argument("--ngram-lookup", metavar="MIN,MAX",
+                   help="prompt_lookup_min,prompt_lookup_max the ngram acceptance was measured with: written into the "
+                        "recommended ngram configs (without it vLLM 0.32 uses 5,5)")
     add_stack_args(p)
     add_baseline_args(p)
     p.add_argument("--baseline-concurrency", type=int, metavar="C",
@@ -137,6 +140,13 @@ def recommend_cli(args, *, latency=None) -> int:
                   "draft (lookup misses), but recommend assumes every step drafts, so its ratios for this run's "
                   "method are too high; use `specsim sweep --acceptance-from` (it takes the drafted share from the "
                   "file, or --drafted-fraction)", file=sys.stderr)
+    lookup = None
+    if args.ngram_lookup is not None:
+        parts = [x.strip() for x in args.ngram_lookup.split(",")]
+        if len(parts) != 2 or not all(x.isdigit() and int(x) >= 1 for x in parts):
+            raise SpecsimValueError("--ngram-lookup", "must be MIN,MAX: prompt_lookup_min and prompt_lookup_max, two "
+                                    "integers >= 1", args.ngram_lookup)
+        lookup = (int(parts[0]), int(parts[1]))
     rec = recommend(
         resolve_target(args.target), methods, hardware=args.hardware, tp=args.tp, precision=args.precision, isl=isl,
         osl=osl, concurrency=cs, max_concurrency=args.max_concurrency, max_num_speculative_tokens=args.max_n,
@@ -145,7 +155,7 @@ def recommend_cli(args, *, latency=None) -> int:
         level=args.level, flat_tolerance=args.flat_tolerance, max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization, baseline=b, baseline_concurrency=b_conc,
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
-        expert_parallel=bool(getattr(args, "expert_parallel", False)),
+        expert_parallel=bool(getattr(args, "expert_parallel", False)), ngram_lookup=lookup,
     )
     extra = (acceptance_model_warnings(args, rec.target) + baseline_model_warnings(args, rec.target)
              + latency_table_model_warnings(getattr(args, "latency_table", None), rec.target))

@@ -16,12 +16,13 @@ import pandas as pd
 from specsim._checks import int_field
 from specsim.architecture import ModelSpec, load_model, model_hf_id
 from specsim.calibration import stack_mismatch
-from specsim.drafters import list_draft_specs
+from specsim.drafters import LOOKUP_METHODS, list_draft_specs
 from specsim.engine import check_osl, decode_steps, decode_tokens, default_overhead, evaluate
 from specsim.errors import NotCollectedError, SpecsimError, SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
 from specsim.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_budget
 from specsim.predict import (
+    _check_partial,
     allreduce_prior_warning,
     anchor_factor_warning,
     anchor_point,
@@ -626,12 +627,13 @@ def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] 
 
 
 def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
-                   acc_range, range_note, report_cs, memory) -> tuple[MethodRecommendation, list[int]]:
+                   acc_range, range_note, report_cs, memory,
+                   drafted_fraction: float = 1.0) -> tuple[MethodRecommendation, list[int]]:
     from scipy import stats
 
-
+    f = float(drafted_fraction)  # share of decode steps that draft (a lookup method's misses draft nothing)
     ns = np.arange(1, n_max + 1)
-    ev = evaluate(r, ns[:, None], cs[None, :], isl, osl, tp, overhead)
+    ev = evaluate(r, ns[:, None], cs[None, :], isl, osl, tp, overhead, drafted_fraction=f)
     ratio = np.asarray(ev["throughput_ratio"], float)
     t_step = np.asarray(ev["t_step_s"], float)
     tpot = np.asarray(ev["tpot_s"], float)
@@ -657,13 +659,14 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     notes = []
     mal_lo = mal_hi = None
     try:
-        mal_lo, mal_hi = (np.asarray(x, float) for x in r.acceptance.mal_interval(ns, level))
+        # per drafted step, then over all steps as the engine counts them: 1 + f (MAL - 1)
+        mal_lo, mal_hi = (1.0 + f * (np.asarray(x, float) - 1.0) for x in r.acceptance.mal_interval(ns, level))
         notes.append(f"acceptance: MAL {level:.0%} interval from counts (Greenwood / delta method)")
     except NotCollectedError as e:
         if acc_range is not None:
             lo_acc, hi_acc = acc_range
-            mal_lo = np.minimum(np.asarray(lo_acc.mal(ns), float), mal)
-            mal_hi = np.maximum(np.asarray(hi_acc.mal(ns), float), mal)
+            mal_lo = np.minimum(1.0 + f * (np.asarray(lo_acc.mal(ns), float) - 1.0), mal)
+            mal_hi = np.maximum(1.0 + f * (np.asarray(hi_acc.mal(ns), float) - 1.0), mal)
             notes.append(range_note or "acceptance: range given by the caller")
         else:
             notes.append(f"acceptance: no counts behind it ({e})")
@@ -704,12 +707,13 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     ext_pos = np.asarray(r.acceptance.is_extrapolated(n_max), bool) if meas > 0 else np.zeros(n_max, bool)
     n_ext = np.cumsum(ext_pos) > 0
     cum = np.asarray(r.acceptance.cumulative(n_max), float)
+    cum_steps = f * cum  # per position, over all decode steps: MAL = 1 + f sum p_k (marginal_cutoff's input)
 
     def point(j: int, k: int) -> OperatingPoint:
         rr = all_ratio[:, j]
         others = [(float(rr[kk]), kk) for kk in range(n_max + 1) if kk != k and rr[kk] >= (1 - flat_tolerance) * rr[k]]
         ru = max(others) if others else None
-        cut = marginal_cutoff(cum, t_step[:, j], dec)
+        cut = marginal_cutoff(cum_steps, t_step[:, j], dec)
         if k == 0:
             vals = (float(ratio0[j]), float(tpot0[j]), 1.0)
             iv = (float(ratio0_lo[j]), float(ratio0_hi[j]), float(tpot0_lo[j]), float(tpot0_hi[j]), 1.0, 1.0) \
@@ -764,6 +768,10 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     model = _draft_checkpoint(r.drafter)
     nmax_sched = max(k for _, _, k in schedule)
     assumptions = list(r.assumptions)
+    if f < 1.0:
+        assumptions.append(f"only {f:.1%} of decode steps carry a draft (lookup misses, drafted_fraction): MAL, ratios "
+                           "and the cut-off count every decode step; a drafted step is taken to propose N tokens (a "
+                           "lookup may propose fewer, so its verification cost is an upper bound)")
     if is_placeholder_checkpoint(model):
         assumptions.append(f"no published {r.method} checkpoint for {r.target.name}: the config's model field "
                            f"{model!r} is a PLACEHOLDER (costs from a draft derived from the target); put your "
@@ -1019,6 +1027,7 @@ def recommend(
     draft_latency=None,
     expert_parallel: bool = False,
     ngram_lookup: tuple[int, int] | None = None,
+    drafted_fraction: float = 1.0,
 ) -> Recommendation:
     """Recommended vLLM speculative configuration per concurrency band (module docstring).
 
@@ -1079,6 +1088,13 @@ def recommend(
         ``ngram_gpu`` was measured with: written into their recommended configs (static ones included).
         Without it those configs give no window and vLLM 0.32 uses 5 / 5 (``vllm/config/speculative.py``
         ``__post_init__``), which a warning says; the window changes what is accepted, not the step cost.
+    drafted_fraction : float in (0, 1], default 1
+        Share of decode steps that carry a draft, for the lookup methods (:data:`specsim.drafters.LOOKUP_METHODS`:
+        ``ngram``, ``ngram_gpu``, ``suffix``), whose steps with no match draft nothing (vLLM counts only drafted
+        steps): measured as in :func:`specsim.predict.predict` (``specsim ingest`` / ``--acceptance-from`` give
+        it).  Steps then commit ``1 + f (MAL - 1)`` tokens and verify ``1 + f N``; a drafted step is taken to
+        propose N tokens (an upper bound on its verification cost).  Other methods draft every step and are
+        not affected.
     vllm_version, platform : str, optional
         The vLLM release (``"0.32.0"``) and platform (``"ROCm 7.2"``) you will run: a warning in
         ``Recommendation.warnings`` when they differ from the stack the calibration was fitted on
@@ -1129,7 +1145,8 @@ def recommend(
         ``expert_parallel`` with a dense target or a measured latency table; ``vllm_version`` not a
         version or ``platform`` not naming a vLLM platform; a measured latency table that does not
         cover the context ``isl + osl / 2``, the concurrencies 1..max or q = 1..N + 1; ``ngram_lookup``
-        that is not two integers >= 1 with min <= max, or given with no n-gram method recommended.
+        that is not two integers >= 1 with min <= max, or given with no n-gram method recommended;
+        ``drafted_fraction`` not a number in (0, 1], or below 1 with no lookup method recommended.
     """
 
     tgt = target if isinstance(target, ModelSpec) else load_model(target)
@@ -1183,6 +1200,11 @@ def recommend(
     if len(methods) > 1 and (draft is not None or drafter is not None):
         raise SpecsimValueError("draft", "a draft / drafter applies to one method; pass one method", methods)
     lookup_fields = _ngram_lookup_fields(ngram_lookup, methods)
+    _check_partial(drafted_fraction, None)
+    if drafted_fraction < 1.0 and not any(m in LOOKUP_METHODS for m in methods):
+        raise SpecsimValueError("drafted_fraction", "applies to the lookup methods only, which skip the steps whose "
+                                f"lookup finds nothing; recommended: {', '.join(map(str, methods))}",
+                                drafted_fraction, LOOKUP_METHODS)
     _check_method_keys("acceptance", acceptance, methods, default=method is None and drafter is None)
     _check_method_keys("acceptance_range", acceptance_range, methods, default=method is None and drafter is None)
 
@@ -1297,7 +1319,8 @@ def recommend(
         m, dominant = _recommend_one(r, tp=tp, isl=isl, osl=osl, cs=m_cs, n_max=n_max, overhead=ov,
                                      level=float(level), flat_tolerance=float(flat_tolerance), rel_err=rel,
                                      rel_src=rel_src, acc_range=rng, range_note=rnote, report_cs=m_report,
-                                     memory=mem)
+                                     memory=mem,
+                                     drafted_fraction=drafted_fraction if r.method in LOOKUP_METHODS else 1.0)
         if dominant:
             stack_warnings.setdefault(overhead_dominant_warning(
                 dominant, f"{tgt.name}, {r.method} on {hw.name} at its recommended N"))

@@ -600,11 +600,34 @@ def test_predict_and_sweep_take_the_drafted_share_from_an_acceptance_file(capsys
                                             **kw).throughput_ratio, rel=1e-9)
 
 
-def test_recommend_warns_that_it_assumes_every_step_drafts(capsys):
-    rc, _, err = run(["recommend", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "--hardware", "H100 SXM",
-                      "--acceptance-from", str(NGRAM_BENCH)], capsys)
-    assert rc == 0
-    assert "only 35.2% of its decode steps carried a draft (lookup misses), but recommend assumes every step drafts" in err
+def test_recommend_takes_the_drafted_share_of_an_acceptance_from_file(capsys):
+    """recommend assumed every step drafts and only warned; it now models the measured share of drafting steps
+    as predict does (each drafted step proposing N tokens), and --drafted-fraction overrides it."""
+    from specsim.recommend import recommend
+    from specsim.vllm.detect import read_counts, read_drafting
+
+    argv = ["recommend", "--target", "Llama-3.1-8B-Instruct", "--method", "ngram", "--hardware", "H100 SXM",
+            "--concurrency", "1,16", "--acceptance-from", str(NGRAM_BENCH), "--json"]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    kind, counts = read_counts(NGRAM_BENCH)
+    f = read_drafting(NGRAM_BENCH, kind, counts)["drafted_fraction"]
+    assert f == pytest.approx(0.352, abs=5e-4)
+    assert "35.2% of its" in err and "ngram recommended with drafted_fraction=0.352" in err
+    pts = json.loads(out)["methods"][0]["points"]
+    for p in pts:
+        if p["num_speculative_tokens"]:
+            want = predict("Llama-3.1-8B-Instruct", "ngram", p["num_speculative_tokens"], hardware="H100 SXM",
+                           concurrency=p["concurrency"], acceptance=Acceptance.from_counts(counts), drafted_fraction=f,
+                           isl=1024, osl=1024, temperature=None)
+            assert p["throughput_ratio"] == pytest.approx(want.throughput_ratio, rel=1e-9)
+            assert p["mal"] == pytest.approx(1 + f * (want.mal_per_drafted_step - 1), rel=1e-9)
+    lib = recommend("Llama-3.1-8B-Instruct", "ngram", hardware="H100 SXM", concurrency=[1, 16],
+                    acceptance=Acceptance.from_counts(counts), drafted_fraction=f, temperature=None)
+    assert [p["throughput_ratio"] for p in pts] == pytest.approx([p.throughput_ratio for p in lib.methods[0].points])
+    rc, out1, err = run(argv + ["--drafted-fraction", "1"], capsys)  # the flag wins over the file
+    assert rc == 0 and "drafted_fraction=0.352" not in err
+    assert json.loads(out1)["methods"][0]["points"][0]["throughput_ratio"] > pts[0]["throughput_ratio"]
 
 
 def test_the_drafted_share_applies_to_lookup_methods_only(capsys):

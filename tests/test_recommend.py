@@ -952,3 +952,65 @@ def test_the_tuning_guide_names_no_best_method_where_none_beats_the_baseline():
     line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Kimi-K2.5"): kimi}, 1024, 1024, 256)).splitlines()
                 if "Best method on MI300X" in x)
     assert f"dflash at {m.points[-1].concurrency} (its memory cap)" in line, line
+
+
+def test_recommend_models_the_share_of_steps_a_lookup_method_drafts():
+    """drafted_fraction=f (lookup methods): every point equals predict at the same N and f (each drafted step
+    proposing N tokens), its MAL counts all steps (1 + f (MAL - 1)), the cut-off reads f x the cumulative rates,
+    and other methods are not affected."""
+    from specsim.predict import predict
+
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    kw = dict(hardware="MI300X", acceptance=acc, concurrency=[1, 8, 64], max_concurrency=64,
+              max_num_speculative_tokens=3)
+    f = 0.35
+    full = recommend("Qwen3-8B", ["ngram"], **kw).methods[0]
+    part = recommend("Qwen3-8B", ["ngram"], drafted_fraction=f, **kw).methods[0]
+    assert any(x.num_speculative_tokens for x in part.points)
+    for p, q in zip(part.points, full.points):
+        if p.num_speculative_tokens:
+            want = predict("Qwen3-8B", "ngram", p.num_speculative_tokens, hardware="MI300X", acceptance=acc,
+                           concurrency=p.concurrency, drafted_fraction=f, isl=1024, osl=1024)
+            assert p.throughput_ratio == pytest.approx(want.throughput_ratio, rel=1e-9)
+            assert p.mal == pytest.approx(1 + f * float(np.sum(acc.cumulative(p.num_speculative_tokens))), rel=1e-12)
+        assert p.throughput_ratio <= q.throughput_ratio + 1e-12  # fewer drafting steps never gain
+    assert any("of decode steps carry a draft" in a for a in part.assumptions)
+    assert not any("of decode steps carry a draft" in a for a in full.assumptions)
+    # the cut-off at concurrency 1, by hand: extend N while f p_(N+1) T(N) / MAL(N) > T(N+1) - T(N) (steady state
+    # would differ only near the end of a request: OSL 1024 here, so decode_steps = D / MAL)
+    low = Acceptance.from_rates([0.6, 0.3, 0.1, 0.05, 0.02, 0.01, 0.005], "cumulative")
+    cs = [1, 4, 16, 64, 256]
+    wide = recommend("Qwen3-8B", ["ngram"], drafted_fraction=f, hardware="MI300X", acceptance=low, concurrency=cs,
+                     max_concurrency=256, max_num_speculative_tokens=7).methods[0]
+    g = wide.grid
+
+    def cut_by_hand(c, share):
+        t = g[(g.concurrency == c) & (g.num_speculative_tokens >= 1)].sort_values("num_speculative_tokens")
+        t = t["t_step_s"].to_numpy()
+        p = share * np.asarray(low.cumulative(7))
+        extend = p[1:] * t[:-1] / (1 + np.cumsum(p))[:-1] > t[1:] - t[:-1]
+        return int(np.flatnonzero(~extend)[0] + 1) if (~extend).any() else 7
+
+    cuts = [cut_by_hand(c, f) for c in cs]
+    assert [p.cutoff_n for p in wide.points] == cuts
+    assert cuts != [cut_by_hand(c, 1.0) for c in cs]  # else the case could not tell the share from none
+    # a profile with counts: its MAL interval per drafted step, mixed the same way
+    counted = Acceptance.from_counts(1000, [800, 600, 450])
+    pc = recommend("Qwen3-8B", ["ngram"], drafted_fraction=f, **{**kw, "acceptance": counted}).methods[0].points[0]
+    lo, hi = (float(np.asarray(x)[pc.num_speculative_tokens - 1]) for x in counted.mal_interval(np.arange(1, 4)))
+    assert (pc.mal_lo, pc.mal_hi) == pytest.approx((1 + f * (lo - 1), 1 + f * (hi - 1)), rel=1e-12)
+    eagle = recommend("Qwen3-8B", ["eagle3", "ngram"], drafted_fraction=f, **kw)
+    eagle_alone = recommend("Qwen3-8B", ["eagle3"], **kw)
+    e1 = next(m for m in eagle.methods if m.method == "eagle3")
+    assert [p.throughput_ratio for p in e1.points] == [p.throughput_ratio for p in eagle_alone.methods[0].points]
+
+
+@pytest.mark.parametrize("f,rule", [(0.0, "(0, 1]"), (1.5, "(0, 1]"), ("0.5", "a number"), (True, "a number")])
+def test_a_bad_drafted_fraction_is_refused_by_recommend(f, rule):
+    acc = Acceptance.from_rates([0.8, 0.6, 0.45], "cumulative")
+    with pytest.raises(SpecsimValueError) as e:
+        recommend("Qwen3-8B", ["ngram"], hardware="MI300X", acceptance=acc, concurrency=[1], drafted_fraction=f)
+    assert e.value.field == "drafted_fraction" and rule in e.value.rule, str(e.value)
+    with pytest.raises(SpecsimValueError) as e:  # no lookup method: the share would go unused
+        recommend("Qwen3-8B", ["eagle3"], hardware="MI300X", concurrency=[1], drafted_fraction=0.5)
+    assert e.value.field == "drafted_fraction" and "lookup methods only" in e.value.rule

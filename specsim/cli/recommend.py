@@ -58,6 +58,9 @@ def add_recommend_parser(p) -> None:
     g.add_argument("--conditional", help="per-position CONDITIONAL acceptance, comma-separated")
     add_acceptance_from_args(g)
     g.add_argument("--profile-temperature", type=float, default=None, help="temperature the acceptance was measured at")
+    p.add_argument("--drafted-fraction", type=float, default=None,
+                   help="share of decode steps that carry a draft, for lookup methods (ngram, ngram_gpu, suffix), "
+                        "in (0, 1]; default: measured by an --acceptance-from file that records it, else 1")
     p.add_argument("--ngram-lookup", metavar="MIN,MAX",
                    help="prompt_lookup_min,prompt_lookup_max the ngram acceptance was measured with: written into the "
                         "recommended ngram configs (without it vLLM 0.32 uses 5,5)")
@@ -71,6 +74,52 @@ def add_recommend_parser(p) -> None:
     out.add_argument("--config-only", action="store_true",
                      help="print only the --speculative-config JSON of the best method, the one with the highest mean "
                           "recommended ratio over the --concurrency values (the first listed; for $(...))")
+
+
+def _drafted_fraction(args, methods) -> float | None:
+    """The ``drafted_fraction`` of ``specsim recommend``: ``--drafted-fraction`` when given, else -- a lookup
+    method recommended (:data:`specsim.drafters.LOOKUP_METHODS`) -- what an ``--acceptance-from`` file that records
+    the run's output tokens and finished requests measured (:func:`specsim.vllm.detect.read_drafting`), said on
+    stderr; None (every step drafts) otherwise.  A file whose run drafted on fewer steps is warned about when no
+    lookup method is recommended (those draft on every step), and so is a file that cannot tell the share when
+    one is.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``drafted_fraction``, ``acceptance_from``, ``before``.
+    methods : list of str or None
+        The methods asked (None: the published ones, which draft every step).
+
+    Returns
+    -------
+    float or None
+    """
+    from specsim.drafters import LOOKUP_METHODS
+
+    lookup = [m for m in (methods or ()) if m in LOOKUP_METHODS]
+    if args.drafted_fraction is not None or args.acceptance_from is None:
+        return args.drafted_fraction
+    kind, counts = read_counts_once(args.acceptance_from, args.before)
+    d = read_drafting(args.acceptance_from, kind, counts, before=args.before)
+    if d is None:
+        if lookup:
+            print(f"specsim: WARNING: {args.acceptance_from} ({kind}) does not record the run's output tokens and "
+                  f"finished requests, so the share of decode steps that drafted is unknown and every step is taken "
+                  f"to draft: a {lookup[0]} run's lookups that found nothing are in no counter, so the ratios are too "
+                  "high by as much as they were frequent; give --drafted-fraction", file=sys.stderr)
+        return None
+    if not lookup:
+        if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN:
+            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
+                  "draft, as a lookup method's run does (ngram, ngram_gpu, suffix); the methods recommended draft on "
+                  "every step, so its acceptance may not transfer either", file=sys.stderr)
+        return None
+    f = min(1.0, d["drafted_fraction"])
+    print(f"specsim: {d['source']}: {d['drafted_fraction']:.1%} of its {d['decode_steps']:.0f} decode request-steps "
+          f"carried a draft: {', '.join(lookup)} recommended with drafted_fraction={f:.3f} (each drafted step taken "
+          "to propose N tokens)", file=sys.stderr)
+    return f
 
 
 def recommend_cli(args, *, latency=None) -> int:
@@ -132,14 +181,7 @@ def recommend_cli(args, *, latency=None) -> int:
     methods = None if not args.method else [m.strip() for m in args.method.split(",") if m.strip()]
     if methods is not None and len(methods) == 1:
         methods = methods[0]
-    if args.acceptance_from is not None:  # recommend assumes every step drafts: say where the file shows otherwise
-        kind, counts = read_counts_once(args.acceptance_from, args.before)
-        d = read_drafting(args.acceptance_from, kind, counts)
-        if d is not None and d["drafted_fraction"] < PARTIAL_DRAFTING_WARN:
-            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
-                  "draft (lookup misses), but recommend assumes every step drafts, so its ratios for this run's "
-                  "method are too high; use `specsim sweep --acceptance-from` (it takes the drafted share from the "
-                  "file, or --drafted-fraction)", file=sys.stderr)
+    drafted = _drafted_fraction(args, [methods] if isinstance(methods, str) else methods)
     lookup = None
     if args.ngram_lookup is not None:
         parts = [x.strip() for x in args.ngram_lookup.split(",")]
@@ -156,6 +198,7 @@ def recommend_cli(args, *, latency=None) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization, baseline=b, baseline_concurrency=b_conc,
         vllm_version=getattr(args, "vllm_version", None), platform=getattr(args, "platform", None), latency=latency,
         expert_parallel=bool(getattr(args, "expert_parallel", False)), ngram_lookup=lookup,
+        drafted_fraction=1.0 if drafted is None else drafted,
     )
     extra = (acceptance_model_warnings(args, rec.target) + baseline_model_warnings(args, rec.target)
              + latency_table_model_warnings(getattr(args, "latency_table", None), rec.target))

@@ -626,6 +626,13 @@ def _crossover_note(cross: int | None, cross_rng: tuple[int | None, int | None] 
     return note
 
 
+def _over_all_steps(mal_drafted, f: float) -> np.ndarray:
+    """Tokens per decode step over all steps, ``1 + f (MAL - 1)``, of a MAL per drafted step when a share ``f`` of
+    steps drafts (``specsim.engine``); ``MAL`` itself (bit for bit) when every step drafts."""
+    m = np.asarray(mal_drafted, float)
+    return m if f >= 1.0 else 1.0 + f * (m - 1.0)
+
+
 def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_tolerance, rel_err, rel_src,
                    acc_range, range_note, report_cs, memory,
                    drafted_fraction: float = 1.0) -> tuple[MethodRecommendation, list[int]]:
@@ -660,13 +667,13 @@ def _recommend_one(r, *, tp, isl, osl, cs, n_max, overhead, level, flat_toleranc
     mal_lo = mal_hi = None
     try:
         # per drafted step, then over all steps as the engine counts them: 1 + f (MAL - 1)
-        mal_lo, mal_hi = (1.0 + f * (np.asarray(x, float) - 1.0) for x in r.acceptance.mal_interval(ns, level))
+        mal_lo, mal_hi = (_over_all_steps(x, f) for x in r.acceptance.mal_interval(ns, level))
         notes.append(f"acceptance: MAL {level:.0%} interval from counts (Greenwood / delta method)")
     except NotCollectedError as e:
         if acc_range is not None:
             lo_acc, hi_acc = acc_range
-            mal_lo = np.minimum(1.0 + f * (np.asarray(lo_acc.mal(ns), float) - 1.0), mal)
-            mal_hi = np.maximum(1.0 + f * (np.asarray(hi_acc.mal(ns), float) - 1.0), mal)
+            mal_lo = np.minimum(_over_all_steps(lo_acc.mal(ns), f), mal)
+            mal_hi = np.maximum(_over_all_steps(hi_acc.mal(ns), f), mal)
             notes.append(range_note or "acceptance: range given by the caller")
         else:
             notes.append(f"acceptance: no counts behind it ({e})")

@@ -191,6 +191,100 @@ def test_overhead_enters_step_time():
     assert p.throughput_ratio == pytest.approx(mal * 0.01 / (0.01 * 1.3 + p.t_overhead_s), rel=1e-9)
 
 
+# (target, method, concurrency, tp, layers, non-sliding layers): Qwen3-8B 36 full-attention layers;
+# gpt-oss-20b 24 layers alternating sliding / full attention (HF config layer_types), MoE, all-reduces at TP 2
+ROOFLINE_PATH_CASES = [("Qwen3-8B", "eagle3", 1, 1, 36, 36), ("Qwen3-8B", "eagle3", 8, 1, 36, 36),
+                       ("Qwen3-8B", "ngram", 1, 1, 36, 36), ("Qwen3-8B", "ngram", 8, 1, 36, 36),
+                       ("Qwen3-8B", "dspark", 8, 1, 36, 36), ("gpt-oss-20b", "eagle3", 8, 2, 24, 12)]
+
+
+@pytest.mark.parametrize("target, method, c, tp, layers, full_layers", ROOFLINE_PATH_CASES)
+def test_roofline_path_terms_recomputed_from_the_roofline_and_the_stack_terms(target, method, c, tp, layers,
+                                                                              full_layers):
+    """On a Roofline, predict times every forward from physical counts (``engine.step_plan`` /
+    ``plan_seconds``): a second implementation beside the callables path the stand-ins above check,
+    and the one every catalog prediction uses.  Each term is recomputed here from
+    ``Roofline.forward_time`` (its closed forms: tests/test_latency.py), the drafter's own
+    ``draft_time`` and the stack terms by hand, with EVERY stack term non-zero (per-layer launch gap,
+    host seconds, per-sequence-per-layer spec overhead; the shipped calibrations leave some at 0, so
+    the tests on them cannot see those terms dropped or mis-scaled)."""
+    from specsim.architecture import load_model
+    from specsim.drafters import get_drafter
+    from specsim.engine import LastPositionLogits
+    from specsim.hardware import load_hardware
+    from specsim.latency import Efficiency, Roofline
+
+    lat = Roofline(load_hardware("MI300X"), Efficiency(bandwidth=0.6, compute=0.45, fixed_s=3e-4, per_layer_s=2e-6,
+                                                       allreduce_latency_s=1e-5))
+    ov = SpecOverhead(fixed_s=1e-3, per_token_s=2e-6, host_step_s=4e-3, host_per_seq_s=5e-5, per_seq_layer_s=3e-7)
+    tgt, n, isl, osl, alpha = load_model(target), 3, 512, 256, 0.7
+    p = predict(target, method, n, hardware="MI300X", tp=tp, precision="bf16", concurrency=c, isl=isl, osl=osl,
+                acceptance=Acceptance.constant(alpha, temperature=0.0), latency=lat, overhead=ov)
+    ctx, d, mal = isl + osl / 2, osl - 1, sum(alpha**k for k in range(n + 1))
+
+    def fwd(model, b, q, context):
+        return float(lat.forward_time(model, tp=tp, precision="bf16", batch=b, q=q, context=context))
+
+    # the per-layer launch gap is in the forward, once per layer (HF config num_hidden_layers)
+    no_gap = Roofline(lat.hardware, Efficiency(bandwidth=0.6, compute=0.45, fixed_s=3e-4, allreduce_latency_s=1e-5))
+    assert fwd(tgt, c, 1, ctx) - float(no_gap.forward_time(tgt, tp=tp, precision="bf16", batch=c, q=1,
+                                                            context=ctx)) == pytest.approx(layers * 2e-6, rel=1e-9)
+    host = 4e-3 + 5e-5 * c
+    # spec overhead: fixed + per verified token C (N + 1) + per sequence per non-sliding attention layer
+    over = 1e-3 + 2e-6 * c * (n + 1) + 3e-7 * c * full_layers
+    assert p.t_host_s == pytest.approx(host, rel=1e-12)
+    assert p.t_overhead_s == pytest.approx(over, rel=1e-12)
+    assert p.t_base_s == pytest.approx(fwd(tgt, c, 1, ctx) + host, rel=1e-12)
+    assert p.t_verify_s == pytest.approx(fwd(tgt, c, n + 1, ctx), rel=1e-12)
+    drafter = get_drafter(method, target=target)
+    draft = float(drafter.draft_time(lat, tgt, n=n, batch=c, context=ctx, tp=tp, precision="bf16"))
+    if method == "ngram":  # a CPU lookup per request
+        assert draft == pytest.approx(c * drafter.lookup_s_per_request, rel=1e-12) and draft > 0
+    assert p.t_draft_s == pytest.approx(draft, rel=1e-12)
+    assert p.t_step_s == pytest.approx(draft + fwd(tgt, c, n + 1, ctx) + host + over, rel=1e-12)
+
+    # one request's prefill (logits at the last prompt position): alone at C = 1, else the difference
+    # of the other C - 1 requests' step with and without the prompt spread over them
+    def prefill(model):
+        m = LastPositionLogits(model)
+        alone = fwd(m, 1, isl, 0.0)
+        if c == 1:
+            return alone
+        h = c - 1
+        return min(fwd(m, h, 1 + isl / h, 0.0) - fwd(m, h, 1, 0.0), alone)
+
+    pf = prefill(tgt)
+    # the draft net's pass over the prompt (none for a lookup)
+    pf_spec = pf + (prefill(drafter.draft) if method != "ngram" else 0.0)
+    assert p.t_prefill_s == pytest.approx(pf, rel=1e-12)
+    assert p.t_prefill_spec_s == pytest.approx(pf_spec, rel=1e-12)
+    assert (p.t_prefill_spec_s > p.t_prefill_s) == (method != "ngram")
+    t_base, t_step = p.t_base_s, p.t_step_s
+    assert p.output_tok_per_s == pytest.approx(c * osl / (c * pf_spec + d / mal * t_step), rel=1e-12)
+    assert p.baseline_output_tok_per_s == pytest.approx(c * osl / (c * pf + d * t_base), rel=1e-12)
+    assert p.tpot_s == pytest.approx((d / mal * t_step + (c - 1) * pf_spec) / d, rel=1e-12)
+    # free drafting, no speculative overhead, the target's prefill only (the host seconds stay: both arms pay them)
+    bound = (c * pf + d * t_base) / (c * pf + d / mal * (fwd(tgt, c, n + 1, ctx) + host))
+    assert p.speedup_bound == pytest.approx(bound, rel=1e-12)
+
+
+def test_roofline_path_k0_step_keeps_only_the_fixed_spec_overhead():
+    """A dynamic schedule's k = 0 step (recommend's K = 0 bands) on the roofline path: nothing is
+    verified, so of the speculative overhead only the fixed term is paid (vLLM runs no rejection
+    sampler), and one token is committed per step."""
+    from specsim.engine import evaluate
+    from specsim.hardware import load_hardware
+    from specsim.latency import Efficiency, Roofline
+    from specsim.predict import resolve_inputs
+
+    lat = Roofline(load_hardware("MI300X"), Efficiency(bandwidth=0.6, compute=0.45, fixed_s=3e-4))
+    ov = SpecOverhead(fixed_s=1e-3, per_token_s=2e-6, host_step_s=4e-3, host_per_seq_s=5e-5, per_seq_layer_s=3e-7)
+    r = resolve_inputs("Qwen3-8B", "eagle3", 3, hardware="MI300X", acceptance=0.7, latency=lat)
+    out = evaluate(r, np.array([0, 3]), 8, 512, 256, 1, ov)
+    assert out["t_overhead_s"].tolist() == pytest.approx([1e-3, 1e-3 + 2e-6 * 8 * 4 + 3e-7 * 8 * 36], rel=1e-12)
+    assert out["mal"].tolist() == pytest.approx([1.0, 1 + 0.7 + 0.49 + 0.343], rel=1e-12)
+
+
 # --------------------------------------------------------------------------------------------
 # invariants over random valid inputs (real models, default drafters, datasheet / shipped latency)
 

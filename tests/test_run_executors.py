@@ -561,6 +561,36 @@ def test_ray_address_without_a_cluster_names_specsim_s_flag(tmp_path):
     assert "ray start --head" in out and "leave --ray-address out" in out
 
 
+def test_sigterm_stops_a_ray_matrix_as_it_stops_a_local_one(tmp_path):
+    """``ray.init`` replaced the SIGTERM handler the CLI had installed (``timeout``, ``scancel``,
+    ``kill``) with its own ``sys.exit(15)`` and Ray's failure handler printed a stack dump: a SIGTERM to
+    ``run-matrix --executor ray`` then ended it with exit status 1 (documented: 143), without its
+    "interrupted (SIGTERM)" line and, under ``timeout``, without a manifest.  The executor keeps the
+    handler it found.  Run in a fresh interpreter: its own local cluster, its own signal handlers."""
+    pytest.importorskip("ray")
+    code = textwrap.dedent(f"""
+        import os, signal, time
+        from specsim.runs.executors import RayExecutor
+        from specsim.runs.process import StopSignal, stop_signals_as_interrupt
+        with stop_signals_as_interrupt(("SIGTERM", "SIGINT")):
+            mine = signal.getsignal(signal.SIGTERM)
+            ex = RayExecutor({str(tmp_path)!r}, init_kwargs={{"num_cpus": 1}})
+            try:
+                print("HANDLER KEPT" if signal.getsignal(signal.SIGTERM) is mine else "HANDLER REPLACED")
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+                print("NOT STOPPED")
+            except StopSignal as e:
+                print("STOPPED BY", e.signal)
+            finally:
+                ex.close()
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    p = subprocess.run([REAL_PY, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert "HANDLER KEPT" in p.stdout and "STOPPED BY SIGTERM" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+    assert p.returncode == 0 and "SIGTERM received" not in p.stderr, (p.returncode, p.stderr[-3000:])
+
+
 def test_a_one_off_bench_process_s_cpu_is_the_bench_s_not_interference(fake_env):
     """The default bench client (one `vllm bench serve` process per cell) runs under a detached
     guardian, so its CPU is not this process's child time: it is counted as the bench's from the

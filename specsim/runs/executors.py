@@ -649,6 +649,30 @@ def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOU
                        "address, or leave --ray-address out to start a local one") from exc
 
 
+@contextlib.contextmanager
+def _keep_sigterm_handler():
+    """Restore, after the block, the SIGTERM handler in place before it (main thread only).
+
+    ``ray.init`` installs its own SIGTERM handler in the driver (``sys.exit(15)``) and Ray's core worker
+    a failure-signal handler that prints a stack dump: the CLI's handler
+    (:func:`specsim.runs.process.stop_signals_as_interrupt`), which stops a matrix on ``timeout`` /
+    ``scancel`` / ``kill`` as on Ctrl-C (running cell recorded, manifest written, exit 143), was lost.
+    ``signal.signal`` re-installs the handler at the C level too, so Ray's failure handler no longer
+    sees SIGTERM; the other signals Ray handles are left as Ray set them.
+    """
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is not None:  # None: a handler not installed from Python, which cannot be restored
+            signal.signal(signal.SIGTERM, before)
+
+
 class RayExecutor:
     """Runs each job as a Ray task (``ray.init(address)``; a local cluster when ``address`` is None).
 
@@ -682,8 +706,9 @@ class RayExecutor:
         if not self.ray.is_initialized():
             check_ray_address(address)
             try:
-                self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                              **(init_kwargs or {}))
+                with _keep_sigterm_handler():
+                    self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                                  **(init_kwargs or {}))
             except ConnectionError as exc:  # Ray's own text names its flags (--address), not specsim's
                 raise RunError(f"--ray-address {address!r}: no running Ray cluster found there ({exc}). Start one "
                                "(`ray start --head`) and give its address, or leave --ray-address out to start a "

@@ -591,6 +591,36 @@ def test_sigterm_stops_a_ray_matrix_as_it_stops_a_local_one(tmp_path):
     assert p.returncode == 0 and "SIGTERM received" not in p.stderr, (p.returncode, p.stderr[-3000:])
 
 
+def test_a_stop_signal_during_ray_wait_is_named_by_the_signal(tmp_path):
+    """Ray's ``ray.wait`` (where the driver of ``--executor ray`` spends the matrix) raises a plain
+    ``KeyboardInterrupt()`` in place of the StopSignal the handler raised: a SIGTERM to the driver was
+    reported "interrupted (SIGINT)" with exit status 130, not (SIGTERM) and 143.  The stop is named by
+    the block that received it.  No vLLM: a Ray task that sleeps stands for a cell."""
+    pytest.importorskip("ray")
+    code = textwrap.dedent(f"""
+        import os, signal, threading, time
+        import ray
+        from specsim.runs.executors import RayExecutor
+        from specsim.runs.process import stop_signals_as_interrupt
+        from specsim.runs.runner import _interrupt_name
+        with stop_signals_as_interrupt(("SIGTERM", "SIGINT")):
+            ex = RayExecutor({str(tmp_path)!r}, init_kwargs={{"num_cpus": 1}})
+            ref = ray.remote(lambda: time.sleep(60)).remote()
+            threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            try:
+                ray.wait([ref], num_returns=1)
+                print("NOT STOPPED")
+            except KeyboardInterrupt as e:
+                print("STOPPED BY", _interrupt_name(e))
+            finally:
+                ray.cancel(ref, force=True)
+                ex.close()
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    p = subprocess.run([REAL_PY, "-c", code], capture_output=True, text=True, env=env, timeout=180)
+    assert "STOPPED BY SIGTERM" in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+
+
 def test_a_one_off_bench_process_s_cpu_is_the_bench_s_not_interference(fake_env):
     """The default bench client (one `vllm bench serve` process per cell) runs under a detached
     guardian, so its CPU is not this process's child time: it is counted as the bench's from the

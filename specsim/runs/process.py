@@ -859,6 +859,26 @@ class StopSignal(KeyboardInterrupt):
         self.signal = signame
 
 
+#: the signals received by each active :func:`stop_signals_as_interrupt` block, innermost last
+_ACTIVE_STOPS: list[list[str]] = []
+
+
+def stop_signal_received() -> str | None:
+    """The name of the stop signal (``"SIGINT"``, ``"SIGTERM"``) the innermost active
+    :func:`stop_signals_as_interrupt` block received, or None (none received, or no block active).
+
+    A :class:`StopSignal` raised while a C extension waits may reach the caller as another
+    KeyboardInterrupt: Ray's ``ray.wait`` / ``ray.get`` raise a plain ``KeyboardInterrupt()`` in its
+    place, so the exception alone no longer names the signal; this does.
+
+    Returns
+    -------
+    str or None
+        The signal's name, or None.
+    """
+    return _ACTIVE_STOPS[-1][0] if _ACTIVE_STOPS and _ACTIVE_STOPS[-1] else None
+
+
 @contextlib.contextmanager
 def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
     """While the block runs (in the main thread), the first of ``signals`` raises
@@ -867,7 +887,9 @@ def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
     removes its staging directory, as on Ctrl-C.  Later ones are ignored while that cleanup runs
     (SIGKILL still ends the process).  With ``"SIGINT"`` among ``signals`` (the CLI), Ctrl-C is one of
     them: the interrupted cell is recorded ``"interrupted (SIGINT)"`` and a second Ctrl-C does not cut
-    the stop of its server and its records short.  Outside the main thread: nothing is installed."""
+    the stop of its server and its records short.  Outside the main thread: nothing is installed.
+    :func:`stop_signal_received` names the signal received, also where a C extension replaced the
+    :class:`StopSignal` by a plain KeyboardInterrupt (Ray's ``ray.wait``)."""
     import signal as _signal
     import threading
 
@@ -889,8 +911,10 @@ def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
     for name in signals:
         sig = getattr(_signal, name)
         saved[sig] = _signal.signal(sig, handler)
+    _ACTIVE_STOPS.append(got)
     try:
         yield
     finally:
+        del _ACTIVE_STOPS[max(i for i, g in enumerate(_ACTIVE_STOPS) if g is got)]
         for sig, h in saved.items():
             _signal.signal(sig, h)

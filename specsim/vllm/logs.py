@@ -53,6 +53,9 @@ _RE_PID = re.compile(r"\(([^()]*pid=\d+)\)")
 _RE_TIME = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)")
 _RE_LOGLINE = re.compile(r"^\s*(?:\([^()]*\)\s*)?(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL)\b")
 _RE_SPEC_CONFIGURED = re.compile(r"speculative_config['\"]?\s*[:=]\s*(?!None)[{A-Za-z]")
+#: an HTTP access line of a generation request (uvicorn's, printed when the response starts)
+_RE_GENERATION_REQUEST = re.compile(
+    r'"POST \S*/(?:v1/(?:chat/)?completions|v1/responses|v1/messages|generate)(?:\?\S*)? HTTP/[\d.]+" 2\d\d')
 _MARK_V1, _MARK_OLD = "SpecDecoding metrics:", "Speculative metrics:"
 _MARKERS = (_MARK_V1, _MARK_OLD)
 
@@ -659,6 +662,7 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
         raise DataError(f"{source}: empty ({'no lines' if not lines else 'only blank lines'}): "
                         f"not a vLLM log")
     records, skipped, ambiguous, elided = [], [], [], []
+    requests: list[int] = []  # line numbers of generation requests (HTTP access lines)
     engine_of: dict = {}
     log_like = False
     configured = None
@@ -668,6 +672,8 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
             log_like = True
         if configured is None and _RE_SPEC_CONFIGURED.search(line):
             configured = i
+        if _RE_GENERATION_REQUEST.search(line):
+            requests.append(i)
         pid_m = _RE_PID.search(line)
         proc = pid_m.group(1) if pid_m else None
         em = _RE_ENGINE.search(line)
@@ -712,6 +718,14 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
     if elided:
         warnings.warn(f"{source}: per-position list cut with '...' on line(s) {elided[:20]}: read as "
                       f"far as printed; N and per-position counts unknown", IngestWarning, stacklevel=3)
+    if records and (late := [i for i in requests if i > records[-1].line_no]):
+        warnings.warn(
+            f"{source}: {len(late)} generation request(s) answered after the last spec-decode metrics line (line "
+            f"{records[-1].line_no}; requests on lines {late[:5]}{' ...' if len(late) > 5 else ''}): vLLM logs "
+            f"these counts per interval (every 10 s by default) and logs none when the server stops, so the "
+            f"drafts of those requests are not in these counts; count a run from the /metrics scrape "
+            f"taken after it (with the one taken before it as --before) or from its vllm bench serve result",
+            IngestWarning, stacklevel=3)
     v0 = [r for r in records if r.format == FORMAT_V0]
     if v0:
         last = v0[-1]

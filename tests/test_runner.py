@@ -210,6 +210,20 @@ def test_run_command_timeout_and_failure(tmp_path):
     assert run_command([PY, "-c", "pass"], log_path=tmp_path / "e.log") >= 0
 
 
+def test_run_command_errors_name_the_command_not_just_its_program(tmp_path):
+    """A cell whose ``timeout_s`` ran out was recorded "vllm timed out after 1 s" beside a server
+    that is vllm too: the error names the subcommand (``vllm bench serve``), as the persistent
+    client's does.  A stand-in program with the same argument shape, not vLLM."""
+    prog = tmp_path / "vllm"
+    prog.write_text(f"#!{PY}\nimport sys, time\nif sys.argv[-1] == 'fail': sys.exit(3)\ntime.sleep(60)\n")
+    prog.chmod(0o755)
+    with pytest.raises(RunError, match=r"^vllm bench serve timed out after 0.5 s; log"):
+        run_command([str(prog), "bench", "serve", "--max-concurrency", "2"], log_path=tmp_path / "a.log",
+                    timeout_s=0.5, stop_timeout_s=0.5)
+    with pytest.raises(RunError, match=r"^vllm bench serve exited with code 3; log"):
+        run_command([str(prog), "bench", "serve", "--seed", "0", "fail"], log_path=tmp_path / "b.log")
+
+
 def test_steal_time_is_split_out_of_other_cpu(tmp_path, monkeypatch):
     """/proc/stat's cpu line: user nice system idle iowait irq softirq steal guest guest_nice (ticks).
     busy = all but idle and iowait (steal included, guest already inside user); steal = field 8."""

@@ -669,6 +669,29 @@ def stop_all(servers: Sequence[Server]) -> None:
         raise first
 
 
+def command_name(cmd: Sequence[str]) -> str:
+    """The name an error gives a command: its program's file name and the subcommands that follow it,
+    up to the first option (``vllm bench serve`` for ``[.../bin/vllm, "bench", "serve", "--seed", ...]``;
+    ``vllm`` alone said neither which vllm command nor that it was not the server).
+
+    Parameters
+    ----------
+    cmd : sequence of str
+        The command line.
+
+    Returns
+    -------
+    str
+        The program and at most two subcommands.
+    """
+    words = [Path(str(cmd[0])).name]
+    for w in list(cmd[1:3]):
+        if str(w).startswith("-") or "/" in str(w) or "=" in str(w):
+            break
+        words.append(str(w))
+    return " ".join(words)
+
+
 def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[str, str] | None = None,
                 cwd: str | os.PathLike | None = None, timeout_s: float | None = None,
                 stop_timeout_s: float = 15.0, usage: dict | None = None) -> float:
@@ -705,7 +728,7 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
             _kill_group(proc, stop_timeout_s)
             _close_pipe(proc)
             _guard_status(status)
-            raise RunError(f"{Path(str(cmd[0])).name} timed out after {timeout_s:g} s; log {log_path}:\n"
+            raise RunError(f"{command_name(cmd)} timed out after {timeout_s:g} s; log {log_path}:\n"
                            f"{_tail(log_path)}") from None
         except BaseException:
             with deferred_interrupts():  # a second Ctrl-C does not leave the group running
@@ -722,7 +745,7 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
         if usage is not None:
             usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
     if rc != 0:
-        raise RunError(f"{Path(str(cmd[0])).name} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
+        raise RunError(f"{command_name(cmd)} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
     return time.monotonic() - t0
 
 

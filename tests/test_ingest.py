@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import shutil
 import warnings
 
 import numpy as np
@@ -613,6 +614,22 @@ def test_requests_after_the_last_logged_interval_are_warned_about(tmp_path):
         warnings.simplefilter("always")
         read_spec_decode_log(os.path.join(SAMPLES, "run", "server_a.log")).total()
     assert not [w for w in got if "after the last" in str(w.message)], [str(w.message) for w in got]
+
+
+def test_a_run_matrix_run_directory_points_at_its_files(tmp_path):
+    """`specsim ingest` of a run recorded by `specsim run-matrix` (a directory) said only "no run=K.json
+    files (not a vllm bench sweep output directory ...)": the message names the run's own files."""
+    from specsim.vllm.detect import read_counts
+
+    run = tmp_path / "tiny-20261206T000001-ng2-c2"
+    run.mkdir()
+    shutil.copy(os.path.join(SAMPLES, "run", "bench_a.json"), run / "bench.json")
+    shutil.copy(os.path.join(SAMPLES, "run", "metrics_a_before.prom"), run / "metrics_before.prom")
+    shutil.copy(os.path.join(SAMPLES, "run", "metrics_a_after_bench.prom"), run / "metrics_after.prom")
+    (run / "provenance.json").write_text(json.dumps({"run_id": run.name, "kind": "bench_serve"}))
+    with pytest.raises(DataError, match=r"a run recorded by specsim run-matrix: read its bench\.json, or "
+                                        r"metrics_after\.prom with --before metrics_before\.prom"):
+        read_counts(run)
 
 
 # ---------------------------------------------------------------------------------------------

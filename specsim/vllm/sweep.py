@@ -43,6 +43,8 @@ from specsim.vllm.schedule import SCHEDULE_FIELD, expand_schedule, validate_sche
 __all__ = ["SweepRun", "read_bench_sweep", "read_sweep_summary_csv", "read_sweep_summary_runs", "sweep_failures"]
 
 _RUN = re.compile(r"^run=(\d+)\.json$")
+#: the count-bearing files of a run recorded by ``specsim run-matrix`` (a directory with provenance.json)
+_RUN_MATRIX_FILES = ("bench.json", "metrics_after.prom", "metrics_before.prom", "server.log")
 
 
 @dataclass(frozen=True)
@@ -220,6 +222,11 @@ def read_bench_sweep(path: str | os.PathLike, *, serve_params: str | os.PathLike
     files = sorted((f for f in root.rglob("run=*.json") if _RUN.match(f.name)),
                    key=lambda f: (str(f.parent), int(_RUN.match(f.name).group(1))))
     if not files:
+        if (root / "provenance.json").is_file() and any((root / f).is_file() for f in _RUN_MATRIX_FILES):
+            have = [f for f in _RUN_MATRIX_FILES if (root / f).is_file()]
+            raise DataError(f"{root}: a run recorded by specsim run-matrix: read its bench.json, or "
+                            f"metrics_after.prom with --before metrics_before.prom, not the directory (it has "
+                            f"{', '.join(have)}; its server.log counts only the intervals vLLM logged)")
         failed = sweep_failures(root)
         why = f": {len(failed)} failed ({'; '.join(failed)})" if failed else " (or no run finished)"
         raise DataError(f"{root}: no run=K.json files (not a vllm bench sweep output directory{why})")

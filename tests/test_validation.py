@@ -961,6 +961,24 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
 
 
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
+def test_cli_validate_takes_the_matrix_directory_run_matrix_took(capsys, tmp_path):
+    """`run-matrix --matrix DIR` ends by suggesting `specsim validate --matrix DIR --stamp S`, but validate
+    took only a matrix's name and refused DIR ("'DIR' is not one of them, nor a shipped matrix").  A matrix
+    directory or its specsim.json is read for the name its sidecar gives, as run-matrix reads it."""
+    from specsim.cli import main as cli_main
+    from specsim.runs.sweep_files import resolve_matrix
+
+    st = sorted(set(R.load_runs(RUNS, matrix=V.FAST_MATRIX)["stamp"]))[-1]
+    mine = tmp_path / "my-copy"  # a directory named otherwise: the sidecar's name counts
+    shutil.copytree(resolve_matrix(V.FAST_MATRIX), mine)
+    assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st, "--json"]) == 0
+    by_name = json.loads(capsys.readouterr().out)
+    for given in (mine, mine / "specsim.json"):
+        assert cli_main(["validate", "--matrix", str(given), "--stamp", st, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out) == by_name
+
+
+@pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
 def test_cli_validate_reports_one_invocation(capsys, tmp_path):
     """`specsim validate --matrix M --stamp S` (the last step of make validate-cpu) prints that
     invocation's own validation, beside the recorded headline."""

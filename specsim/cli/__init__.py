@@ -474,6 +474,16 @@ def _cmd_validate(args) -> int:
     )
 
     runs_dir = Path(args.runs_dir) if args.runs_dir else None
+    if args.matrix is not None and Path(args.matrix).exists():
+        # a matrix directory or its specsim.json, as run-matrix takes (and its last line passes on): the runs
+        # are recorded under the name its sidecar gives
+        from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+        sidecar = json.loads((resolve_matrix(args.matrix) / SIDECAR).read_text(encoding="utf-8"))
+        if not isinstance(sidecar, dict) or not isinstance(sidecar.get("name"), str):
+            raise SpecsimValueError("matrix", f"its {SIDECAR} gives no name (a string), under which its runs are "
+                                    "recorded", args.matrix)
+        args.matrix = sidecar["name"]
     if args.stamp is not None:  # one invocation, on its own probe (--stamp '' refused there, not pooled)
         res, inv = validate(runs_dir, matrix=args.matrix, stamp=args.stamp), None
     else:  # every invocation on its own probe, pooled (as data/validation/loops.csv)
@@ -649,8 +659,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="judge recorded real vLLM runs (one matrix, or one invocation of it) "
                                         "against predict()")
     p.add_argument("--matrix", default="cpu-validation",
-                   help="matrix whose recorded runs to judge (default cpu-validation, the headline; make validate-cpu "
-                        "records cpu-validation-fast)")
+                   help="matrix whose recorded runs to judge: its name, or its directory / specsim.json as "
+                        "run-matrix takes (default cpu-validation, the headline; make validate-cpu records "
+                        "cpu-validation-fast)")
     p.add_argument("--stamp", help="only this invocation (run-matrix --stamp), on its own probe; without it every "
                                    "invocation of the matrix is judged on its own probe and the invocations pooled")
     p.add_argument("--runs-dir", help="recorded runs (default data/runs)")

@@ -650,3 +650,32 @@ def test_estimate_for_ray_or_slurm_starts_each_server_alone_with_its_own_client(
         assert dry_run_json(m2, e, ex)["executor"] == ex
     with pytest.raises(SpecsimValueError, match="executor"):
         estimate_seconds(m2, runs_dir=runs, executor="k8s")
+
+
+def test_a_similar_cell_is_scaled_from_the_recorded_traffic_not_from_a_fixed_client_overhead(tmp_path):
+    """A "similar" cell's estimate scaled ``bench_seconds - PROCESS_OVERHEAD_S`` (8.9 s, the 2026-11-29
+    host's client start) by prompts x output length.  On a host whose bench process starts faster (5-7 s
+    here on 2026-12-06) the traffic read as ~0: a 999-prompt cell recorded at 2 prompts (2.9 s of traffic)
+    was estimated at 69 s, not ~20 min, and its timeout_s was not warned about.  The traffic is the
+    recorded ``summary.duration_s``.  The record is a real one, its client start made 5 s."""
+    from specsim.runs.sweep_files import PROCESS_OVERHEAD_S, resolve_matrix
+
+    src = project_data_path("runs") / "cpu-validation-20261129T104718-ngram-n3-c4"
+    if not src.is_dir():
+        pytest.skip("the recorded cpu-validation runs are not in this checkout")
+    runs = tmp_path / "runs"
+    shutil.copytree(src, runs / src.name)
+    prov = json.loads((runs / src.name / "provenance.json").read_text())
+    traffic = prov["summary"]["duration_s"]
+    assert (prov["num_prompts"], prov["output_len"], prov["concurrency"]) == (8, 128, 4)
+    prov["bench_seconds"] = traffic + 5.0  # a faster client start than PROCESS_OVERHEAD_S
+    (runs / src.name / "provenance.json").write_text(json.dumps(prov))
+    mdir = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mdir)
+    bench = json.loads((mdir / "bench_params.json").read_text())
+    bench["c4"]["num_prompts"] = 80  # 80 x 64 tokens: 5 x the recorded 8 x 128
+    (mdir / "bench_params.json").write_text(json.dumps(bench))
+    est = estimate_seconds(load_matrix(str(mdir)), runs_dir=runs)
+    secs, basis = est.cells["ngram-n3-c4"]
+    assert basis == "similar"
+    assert secs == pytest.approx(PROCESS_OVERHEAD_S + 5 * traffic, rel=1e-9)

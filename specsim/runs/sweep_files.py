@@ -1739,8 +1739,9 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
     existed), else its traffic (``summary.duration_s``) plus the other client's overhead beyond the
     traffic (:data:`PERSISTENT_OVERHEAD_S` / :data:`PROCESS_OVERHEAD_S`).  A cell takes the median of
     recorded ok / invalid bench runs with the same spec label, temperature, concurrency, prompts and
-    output length ("same cell"); else of those with the same method and concurrency, the traffic scaled
-    by prompts x output length ("similar"); else ``default_cell_s`` ("no record").  A server start
+    output length ("same cell"); else of those with the same method and concurrency, the traffic
+    (``summary.duration_s``) scaled by prompts x output length, plus the client's overhead ("similar");
+    else ``default_cell_s`` ("no record").  A server start
     takes the median ``server_startup_seconds`` of the recorded servers with the matrix's process
     layout (:func:`server_layout`; "recorded, same layout"), else of all ("recorded, other layout"),
     each as its share of a start together with other servers (:func:`_start_share`; with
@@ -1789,7 +1790,7 @@ def estimate_seconds(m: SweepMatrix, runs_dir: str | os.PathLike | None = None,
             if same:
                 cells[c.run_label] = (statistics.median(same), "same cell")
                 continue
-            sim = [(max(r["bench_seconds"] - overhead, 0.0), (r.get("num_prompts") or 1) * (r.get("output_len") or 1))
+            sim = [(_traffic_seconds(r, overhead), (r.get("num_prompts") or 1) * (r.get("output_len") or 1))
                    for r in bench if r.get("method") == grp.spec.method and r.get("concurrency") == c.concurrency]
             if sim and c.num_prompts and c.output_len:
                 cells[c.run_label] = (overhead + statistics.median(s * c.num_prompts * c.output_len / w for s, w in sim),
@@ -1902,6 +1903,14 @@ def recorded_bench_client(r: Mapping) -> str:
     if isinstance(bc, Mapping):
         return str(bc.get("kind", "persistent"))
     return str(bc) if bc else "process"
+
+
+def _traffic_seconds(r: Mapping, overhead_s: float) -> float:
+    """A recorded bench run's traffic in seconds: its ``summary.duration_s`` (what ``vllm bench serve``
+    timed), else its ``bench_seconds`` less the client's assumed overhead ``overhead_s`` (which is a
+    constant measured on one host: a client that starts faster left ~0 s of traffic to scale)."""
+    d = (r.get("summary") or {}).get("duration_s")
+    return float(d) if d else max(float(r["bench_seconds"]) - overhead_s, 0.0)
 
 
 def _seconds_with(r: Mapping, client: str) -> float:

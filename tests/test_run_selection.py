@@ -265,6 +265,27 @@ def test_cli_interrupt_prints_one_line_and_exits_130(monkeypatch, capsys):
                    "resume with --stamp 20261201T120000 --resume\n")
 
 
+def test_cli_a_sigterm_before_any_run_started_exits_143(monkeypatch, capsys):
+    """A SIGTERM (timeout, scancel) that stops run-matrix before its first run (loading, starting a Ray
+    cluster) exited 130, the status of Ctrl-C; documented: 143 for SIGTERM."""
+    import specsim.cli as cli
+    from specsim.runs.process import StopSignal
+
+    def stopped(m, **kw):
+        raise StopSignal("SIGTERM")
+
+    monkeypatch.setattr(cli, "run_matrix", stopped)
+    assert main(["run-matrix", "--matrix", "smoke"]) == 143
+    assert capsys.readouterr().err == "specsim: interrupted (SIGTERM) before any run started; nothing recorded\n"
+
+    def ctrl_c(m, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_matrix", ctrl_c)
+    assert main(["run-matrix", "--matrix", "smoke"]) == 130
+    assert capsys.readouterr().err == "specsim: interrupted (SIGINT) before any run started; nothing recorded\n"
+
+
 def _greedy_results(tmp_path, identical: int):
     """RunResults of a smoke invocation whose ngram cell's greedy check compared 4 outputs, ``identical`` equal."""
     from specsim.runs.recorder import RunResult

@@ -346,7 +346,7 @@ def _ingest_one(raw: str, args) -> int:
 
 def _cmd_run_matrix(args) -> int:
     from specsim.catalog import project_data_path
-    from specsim.runs.process import stop_signals_as_interrupt
+    from specsim.runs.process import stop_signal_received, stop_signals_as_interrupt
     from specsim.runs.runner import (
         MatrixInterrupted,
         check_runs_dir,
@@ -430,9 +430,10 @@ def _cmd_run_matrix(args) -> int:
         print(f"specsim: interrupted ({e.signal}): {e.recorded} runs recorded, the interrupted cell recorded as "
               f"failed; resume with --stamp {e.stamp} --resume", file=sys.stderr)
         return 143 if e.signal == "SIGTERM" else 130
-    except KeyboardInterrupt:  # before any run started
-        print("specsim: interrupted before any run started; nothing recorded", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # before any run started (a Ray cluster's ray.wait drops the StopSignal's name)
+        signame = getattr(e, "signal", None) or stop_signal_received() or "SIGINT"
+        print(f"specsim: interrupted ({signame}) before any run started; nothing recorded", file=sys.stderr)
+        return 143 if signame == "SIGTERM" else 130
     # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too
     greedy_failed = greedy_check_failures(results)
     if args.json:

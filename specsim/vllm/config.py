@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import types
 from dataclasses import MISSING, dataclass, fields
 from typing import Any, Mapping
@@ -258,12 +259,31 @@ _DEFAULTS = {f.name: f.default for f in fields(SpeculativeConfig) if f.default i
 _KNOWN = tuple(f.name for f in fields(SpeculativeConfig))
 
 
+def _lax_int(v: Any) -> int | None:
+    """The integer pydantic's lax mode (vLLM 0.32's ``SpeculativeConfig``) makes of a non-integer ``v``, or None
+    where it refuses it: ``True`` / ``False`` (1 / 0), a float with no fraction (``2.0``), a string of an
+    optionally signed decimal integer with surrounding blanks (``" 2"``, ``"+2"``); checked against the
+    installed vLLM on 2026-12-06 (``"2.5"``, ``2.5`` and ``"0x2"`` refused there)."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
+        return int(v)
+    return None
+
+
 def _int(cfg: dict, key: str, *, minimum: int | None = None, optional: bool = True) -> int | None:
     v = cfg.get(key, _DEFAULTS.get(key))
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise SpecsimValueError(key, "must be an integer" + (f" >= {minimum}" if minimum is not None else ""), v)
+        rule = "must be an integer" + (f" >= {minimum}" if minimum is not None else "")
+        lax = _lax_int(v)
+        if lax is not None:  # what vLLM would run: said, not guessed at
+            rule += (f" written as a JSON number: vLLM 0.32's pydantic config reads {v!r} as {lax} (lax mode), "
+                     f"specsim asks for the number itself so that the run is labelled and judged by it; give {lax}")
+        raise SpecsimValueError(key, rule, v)
     if minimum is not None and v < minimum:
         raise SpecsimValueError(key, f"must be >= {minimum}", v)
     return v

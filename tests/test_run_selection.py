@@ -418,6 +418,14 @@ def test_a_runs_dir_that_is_a_file_is_refused_also_by_a_dry_run(tmp_path, capsys
     assert f.read_text() == "not a directory"
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no directory can be made")
+def test_a_runs_dir_that_cannot_be_made_is_refused_naming_the_option(capsys):
+    """A run-matrix trial: --runs-dir /proc/nope ended with a bare '[Errno 2] No such file or directory'."""
+    assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", "/proc/specsim-no-such-dir", "--stamp", "X1"]) == 2
+    err = capsys.readouterr().err
+    assert "specsim: error: --runs-dir: /proc/specsim-no-such-dir cannot be made" in err, err
+
+
 @pytest.mark.parametrize("params,executor,what", [
     (["slurm_partition"], "local", "applies to --executor slurm only"),
     (["slurm_partition=gpu"], "ray", "applies to --executor slurm only"),

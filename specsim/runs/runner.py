@@ -708,7 +708,11 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     install = install or VllmInstall.default()
     install.check()
     runs_dir = Path(runs_dir) if runs_dir else project_data_path("runs")
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a place no directory can be made (/proc/x, read-only, no permission): name the option
+        raise SpecsimValueError("runs_dir", f"{runs_dir} cannot be made ({e.strerror or e}); give a directory the "
+                                "runs can be recorded in", str(runs_dir)) from None
     stamp = stamp or new_stamp()
     prefix = f"{m.name}-{stamp}"
     plan = plan_runs(sel, runs_dir, prefix, resume)  # a recorded id is refused here without resume

@@ -334,8 +334,8 @@ def test_draft_checkpoint_given_by_its_config_uses_its_own_dimensions(tmp_path):
            "draft_vocab_size": 16000, "vocab_size": 128256}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     tgt = load_model("Llama-3.1-8B-Instruct")
-    for given in (tmp_path / "config.json", tmp_path):
-        d = get_drafter("eagle3", draft_model=str(given), target=tgt)
+    for draft_path in (tmp_path / "config.json", tmp_path):
+        d = get_drafter("eagle3", draft_model=str(draft_path), target=tgt)
         net = d.draft
         assert (net.num_layers, net.hidden_size, net.intermediate_size) == (2, 2048, 5504)
         assert net.lm_vocab == 16000 and net.fc_params == 3 * 2048 * 2048

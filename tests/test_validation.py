@@ -973,8 +973,8 @@ def test_cli_validate_takes_the_matrix_directory_run_matrix_took(capsys, tmp_pat
     shutil.copytree(resolve_matrix(V.FAST_MATRIX), mine)
     assert cli_main(["validate", "--matrix", V.FAST_MATRIX, "--stamp", st, "--json"]) == 0
     by_name = json.loads(capsys.readouterr().out)
-    for given in (mine, mine / "specsim.json"):
-        assert cli_main(["validate", "--matrix", str(given), "--stamp", st, "--json"]) == 0
+    for matrix_path in (mine, mine / "specsim.json"):
+        assert cli_main(["validate", "--matrix", str(matrix_path), "--stamp", st, "--json"]) == 0
         assert json.loads(capsys.readouterr().out) == by_name
 
 

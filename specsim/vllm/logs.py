@@ -56,6 +56,9 @@ _RE_SPEC_CONFIGURED = re.compile(r"speculative_config['\"]?\s*[:=]\s*(?!None)[{A
 #: an HTTP access line of a generation request (uvicorn's, printed when the response starts)
 _RE_GENERATION_REQUEST = re.compile(
     r'"POST \S*/(?:v1/(?:chat/)?completions|v1/responses|v1/messages|generate)(?:\?\S*)? HTTP/[\d.]+" 2\d\d')
+#: the requests running when vLLM's stats logger printed its interval line (vllm/v1/metrics/loggers.py,
+#: "Engine 000: Avg prompt throughput: ..., Running: 4 reqs, ..."), printed just before its SpecDecoding line
+_RE_RUNNING = re.compile(r"(?:Engine \d+|Engines Aggregated): .*\bRunning: (\d+) reqs")
 _MARK_V1, _MARK_OLD = "SpecDecoding metrics:", "Speculative metrics:"
 _MARKERS = (_MARK_V1, _MARK_OLD)
 
@@ -663,6 +666,7 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
                         f"not a vLLM log")
     records, skipped, ambiguous, elided = [], [], [], []
     requests: list[int] = []  # line numbers of generation requests (HTTP access lines)
+    running: list[tuple[int, int]] = []  # (line number, requests running) of the stats logger's interval lines
     engine_of: dict = {}
     log_like = False
     configured = None
@@ -674,6 +678,8 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
             configured = i
         if _RE_GENERATION_REQUEST.search(line):
             requests.append(i)
+        if (rm := _RE_RUNNING.search(line)) and not has_marker:
+            running.append((i, int(rm.group(1))))
         pid_m = _RE_PID.search(line)
         proc = pid_m.group(1) if pid_m else None
         em = _RE_ENGINE.search(line)
@@ -726,6 +732,15 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
             f"drafts of those requests are not in these counts; count a run from the /metrics scrape "
             f"taken after it (with the one taken before it as --before) or from its vllm bench serve result",
             IngestWarning, stacklevel=3)
+    elif records and (at_last := [k for i, k in running if i < records[-1].line_no]) and at_last[-1] > 0:
+        # no request line after it (a streamed response's access line is printed when it starts), but the
+        # interval line logged with it had requests running: their later drafts are in no logged interval
+        warnings.warn(
+            f"{source}: {at_last[-1]} request(s) were running at the last spec-decode metrics line (line "
+            f"{records[-1].line_no}, its interval's 'Running: {at_last[-1]} reqs'): vLLM logs these counts per "
+            f"interval (every 10 s by default) and logs none when the server stops, so what those requests drafted "
+            f"after it is not in these counts; count a run from the /metrics scrape taken after it (with the one "
+            f"taken before it as --before) or from its vllm bench serve result", IngestWarning, stacklevel=3)
     v0 = [r for r in records if r.format == FORMAT_V0]
     if v0:
         last = v0[-1]

@@ -756,6 +756,11 @@ def test_dotted_options_are_read_as_the_installed_vllms_parser_reads_them(tmp_pa
     ("serve_cmd", "--no-enforce-eager", "serve_cmd.vllm serve: --no-enforce-eager", "--enforce-eager",
      "--no-enforce-eager"),
     ("bench_cmd", "--seed 1", "bench_cmd.vllm bench serve: --seed", "--seed 0", "--seed 1"),
+    # an alias of the same argparse dest (vLLM 0.32 keeps the last: 0.6, while a record's gpu_memory_utilization
+    # replaces the first)
+    ("serve_cmd", "--gpu-memory-utilization 0.5 --device-memory-utilization 0.6",
+     "serve_cmd.vllm serve: --device-memory-utilization", "--gpu-memory-utilization 0.5",
+     "--device-memory-utilization 0.6"),
 ])
 def test_an_option_given_twice_in_a_command_is_refused(tmp_path, where, opts, field, first, second):
     base = SERVE_CMD if where == "serve_cmd" else BENCH_CMD

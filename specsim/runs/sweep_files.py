@@ -608,6 +608,9 @@ _DOTTED_SRC = "vllm/utils/argparse_utils.py FlexibleArgumentParser.parse_args"
 #: options that vLLM 0.32 takes more than once (``action="append"``: ``vllm serve --middleware``, read off
 #: its parser's actions); every other option given twice in a command keeps only its last value
 _REPEATABLE_OPTIONS = frozenset({"middleware"})
+#: long options of ``vllm serve`` that set another one's value (the same argparse dest; read off vLLM 0.32's
+#: parser, vllm/engine/arg_utils.py:1357-1358): given with it, they are that option given twice
+_SAME_DEST_OPTIONS = {"device-memory-utilization": "gpu-memory-utilization"}
 
 
 def _reads_as_dotted(token: str) -> bool:
@@ -715,7 +718,8 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
         Naming the token: a dotted option that is not an option of the command (the nearest ones listed),
         one the runner owns, one that is not a JSON option (vLLM hands the JSON text to its parser and
         refuses it; the JSON options listed), an option given whole twice (in any spelling, ``--X`` and
-        ``--no-X`` included; but for :data:`_REPEATABLE_OPTIONS`), a dotted field with no value or no name, a field given twice,
+        ``--no-X`` included, and an alias of it, :data:`_SAME_DEST_OPTIONS`; but for :data:`_REPEATABLE_OPTIONS`),
+        a dotted field with no value or no name, a field given twice,
         an option given both whole and by field (vLLM would keep the fields alone) and one given by fields
         in both its spellings (vLLM would keep one spelling's).
     """
@@ -744,6 +748,7 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
             if kind is not None:
                 whole.setdefault(opt, tok)
                 base = opt[3:] if opt.startswith("no-") and opt[3:] in table else opt
+                base = _SAME_DEST_OPTIONS.get(base, base) if table is SERVE_OPTIONS else base
                 given = tok if eq or kind == "flag" or i >= len(cmd) else f"{tok} {cmd[i]}"
                 if base in once and base not in _REPEATABLE_OPTIONS:
                     raise SpecsimValueError(f"{where}: {tok}", f"--{base} is given twice ({once[base]!r} and {given!r}): "

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -284,6 +285,29 @@ def test_cli_a_sigterm_before_any_run_started_exits_143(monkeypatch, capsys):
     monkeypatch.setattr(cli, "run_matrix", ctrl_c)
     assert main(["run-matrix", "--matrix", "smoke"]) == 130
     assert capsys.readouterr().err == "specsim: interrupted (SIGINT) before any run started; nothing recorded\n"
+
+
+def test_cli_a_sigterm_that_ray_turned_into_a_plain_interrupt_before_any_run_exits_143(monkeypatch, capsys):
+    """Ray's ray.wait raises a plain KeyboardInterrupt in place of the StopSignal its wait was cut by; before
+    any run started the CLI named the signal by stop_signal_received(), which reads the active blocks -- and
+    by the time its except clause runs the block has ended: a SIGTERM was reported as SIGINT, exit 130."""
+    import os
+    import signal
+
+    import specsim.cli as cli
+    from specsim.runs.process import StopSignal
+
+    def ray_like(m, **kw):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)  # the CLI's handler raises StopSignal("SIGTERM") here
+            time.sleep(5)
+        except StopSignal:
+            raise KeyboardInterrupt() from None  # what ray.wait re-raises: the signal's name is lost
+        raise AssertionError("SIGTERM not received")
+
+    monkeypatch.setattr(cli, "run_matrix", ray_like)
+    assert main(["run-matrix", "--matrix", "smoke"]) == 143
+    assert capsys.readouterr().err == "specsim: interrupted (SIGTERM) before any run started; nothing recorded\n"
 
 
 def _greedy_results(tmp_path, identical: int):

@@ -346,7 +346,7 @@ def _ingest_one(raw: str, args) -> int:
 
 def _cmd_run_matrix(args) -> int:
     from specsim.catalog import project_data_path
-    from specsim.runs.process import stop_signal_received, stop_signals_as_interrupt
+    from specsim.runs.process import stop_signals_as_interrupt
     from specsim.runs.runner import (
         MatrixInterrupted,
         check_runs_dir,
@@ -419,10 +419,11 @@ def _cmd_run_matrix(args) -> int:
                   "the old (the manifest records both)", file=sys.stderr)
     # the stamp is fixed here so that the last lines can name it (run_matrix's own default)
     stamp = args.stamp or new_stamp()
+    received: list[str] = []  # the stop signals the block received (read after it: its own record is gone)
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
-        with stop_signals_as_interrupt(("SIGTERM", "SIGINT")):
+        with stop_signals_as_interrupt(("SIGTERM", "SIGINT")) as received:
             results = run_matrix(m, runs_dir=runs_dir, stamp=stamp,
                                  resume=args.resume, executor=args.executor, ray_address=args.ray_address,
                                  platform=args.platform, only=only, slurm=slurm_kw)
@@ -431,7 +432,8 @@ def _cmd_run_matrix(args) -> int:
               f"failed; resume with --stamp {e.stamp} --resume", file=sys.stderr)
         return 143 if e.signal == "SIGTERM" else 130
     except KeyboardInterrupt as e:  # before any run started (a Ray cluster's ray.wait drops the StopSignal's name)
-        signame = getattr(e, "signal", None) or stop_signal_received() or "SIGINT"
+        # stop_signal_received() would be None here: the with block has ended
+        signame = getattr(e, "signal", None) or (received[0] if received else None) or "SIGINT"
         print(f"specsim: interrupted ({signame}) before any run started; nothing recorded", file=sys.stderr)
         return 143 if signame == "SIGTERM" else 130
     # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too

@@ -912,14 +912,15 @@ def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
     them: the interrupted cell is recorded ``"interrupted (SIGINT)"`` and a second Ctrl-C does not cut
     the stop of its server and its records short.  Outside the main thread: nothing is installed.
     :func:`stop_signal_received` names the signal received, also where a C extension replaced the
-    :class:`StopSignal` by a plain KeyboardInterrupt (Ray's ``ray.wait``)."""
+    :class:`StopSignal` by a plain KeyboardInterrupt (Ray's ``ray.wait``), while the block runs; after it
+    (an ``except`` around the ``with``), the list the block yields does: the names received, first first."""
     import signal as _signal
     import threading
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     got: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
 
     def handler(signum, _frame):
         name = _signal.Signals(signum).name
@@ -936,7 +937,7 @@ def stop_signals_as_interrupt(signals: Sequence[str] = ("SIGTERM",)):
         saved[sig] = _signal.signal(sig, handler)
     _ACTIVE_STOPS.append(got)
     try:
-        yield
+        yield got
     finally:
         del _ACTIVE_STOPS[max(i for i, g in enumerate(_ACTIVE_STOPS) if g is got)]
         for sig, h in saved.items():

@@ -630,6 +630,19 @@ def test_recommend_takes_the_drafted_share_of_an_acceptance_from_file(capsys):
     assert json.loads(out1)["methods"][0]["points"][0]["throughput_ratio"] > pts[0]["throughput_ratio"]
 
 
+def test_recommend_warns_of_a_partly_drafting_run_for_methods_that_draft_every_step(capsys):
+    """The warning predict gives (one helper now, cli._args.file_drafting): an n-gram run's share says nothing
+    of eagle3, which drafts on every step; the recommendation is not changed by it."""
+    argv = ["recommend", "--target", "Llama-3.1-8B-Instruct", "--method", "eagle3", "--hardware", "H100 SXM",
+            "--concurrency", "1", "--acceptance-from", str(NGRAM_BENCH), "--json"]
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    assert "only 35.2% of its decode steps carried a draft, as a lookup method's run does (ngram, ngram_gpu, " \
+           "suffix); the methods recommended draft on every step" in err
+    assert "drafted_fraction=" not in err
+    assert not any("of decode steps carry a draft" in a for a in json.loads(out)["methods"][0]["assumptions"])
+
+
 def test_the_drafted_share_applies_to_lookup_methods_only(capsys):
     """EAGLE-3 drafts on every step: an n-gram run's missed lookups say nothing of it; the file's drafted
     share is then not applied, and the mismatch is warned about."""
@@ -637,7 +650,7 @@ def test_the_drafted_share_applies_to_lookup_methods_only(capsys):
             "--concurrency", "1", "--acceptance-from", str(NGRAM_BENCH), "--json"]
     rc, out, err = run(argv, capsys)
     assert rc == 0, err
-    assert "only 35.2% of its decode steps carried a draft, as a lookup method's run does (ngram, suffix); eagle3 " \
+    assert "only 35.2% of its decode steps carried a draft, as a lookup method's run does (ngram, ngram_gpu, suffix); eagle3 " \
            "drafts on every step" in err
     from specsim.vllm.detect import read_counts
 

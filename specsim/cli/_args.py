@@ -306,10 +306,59 @@ def add_drafting_args(p) -> None:
                         "its N)")
 
 
+def file_drafting(path, before, lookup_method: str | None, others: str, *, share_given: bool):
+    """What an ``--acceptance-from`` file measured of how often its run drafted
+    (:func:`specsim.vllm.detect.read_drafting`), for a lookup method; the one place of the warnings of
+    ``specsim predict``, ``sweep`` and ``recommend`` about it.
+
+    Parameters
+    ----------
+    path, before : str
+        ``--acceptance-from`` and ``--before``.
+    lookup_method : str or None
+        The lookup method (:data:`specsim.drafters.LOOKUP_METHODS`) predicted, or None for methods that draft on
+        every step.
+    others : str
+        Those methods as the warning names them, with their verb (``"eagle3 drafts"``).
+    share_given : bool
+        ``--drafted-fraction`` was given (no warning: the caller does not read the file's share).
+
+    Returns
+    -------
+    (dict or None, counts)
+        ``read_drafting``'s dict where a lookup method is predicted and the file records the totals, else None
+        (warned about, unless ``share_given``: a lookup run that cannot tell its share, or a file whose run
+        drafted on fewer steps than a method drafting on every step would); the file's counts record.
+    """
+    import sys
+
+    from specsim.drafters import LOOKUP_METHODS
+
+    kind, counts = read_counts_once(path, before)
+    d = read_drafting(path, kind, counts, before=before)
+    if d is None:
+        if lookup_method is not None and not share_given:
+            print(f"specsim: WARNING: {path} ({kind}) does not record the run's output tokens and finished requests, "
+                  f"so the share of decode steps that drafted is unknown and every step is taken to draft: a "
+                  f"{lookup_method} run's lookups that found nothing are in no counter, so the ratio is too high by "
+                  "as much as they were frequent; give --drafted-fraction, or --acceptance-from an output that "
+                  "records them (vllm bench serve JSON or console output, vllm bench sweep results, /metrics "
+                  "scrapes with --before, LLM.get_metrics() dump, GuideLLM report, per-request response)",
+                  file=sys.stderr)
+        return None, counts
+    if lookup_method is None:
+        if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN and not share_given:
+            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
+                  f"draft, as a lookup method's run does ({', '.join(LOOKUP_METHODS)}); {others} on every step, so "
+                  "its acceptance may not transfer either", file=sys.stderr)
+        return None, counts
+    return d, counts
+
+
 def drafting_from_args(args, n_values) -> dict:
     """``drafted_fraction`` / ``mean_proposal_tokens`` keyword arguments of ``predict`` / ``sweep``:
     ``--drafted-fraction`` / ``--mean-proposal-tokens`` when given, else, for a lookup method
-    (:data:`specsim.drafters.LOOKUP_METHODS`: ngram, suffix), what an ``--acceptance-from`` file that
+    (:data:`specsim.drafters.LOOKUP_METHODS`: ngram, ngram_gpu, suffix), what an ``--acceptance-from`` file that
     records the run's output tokens and finished requests measured (every format but server logs and
     speculators output; :func:`specsim.vllm.detect.read_drafting`: vLLM counts a draft only on steps
     that proposed one, so an n-gram run's lookup misses are not in its acceptance counts); its
@@ -330,28 +379,13 @@ def drafting_from_args(args, n_values) -> dict:
     path = getattr(args, "acceptance_from", None)
     if path is None or len(out) == 2:
         return out
-    before = getattr(args, "before", None)
-    kind, counts = read_counts_once(path, before)
-    d = read_drafting(path, kind, counts, before=before)
     method = args.method
     if method is None and args.speculative_config:
         with contextlib.suppress(ValueError, AttributeError):
             method = json.loads(args.speculative_config).get("method")
+    d, counts = file_drafting(path, getattr(args, "before", None), method if method in LOOKUP_METHODS else None,
+                              f"{method} drafts", share_given="drafted_fraction" in out)
     if d is None:
-        if method in LOOKUP_METHODS and "drafted_fraction" not in out:
-            print(f"specsim: WARNING: {path} ({kind}) does not record the run's output tokens and finished requests, "
-                  f"so the share of decode steps that drafted is unknown and every step is taken to draft: a "
-                  f"{method} run's lookups that found nothing are in no counter, so the ratio is too high by as "
-                  "much as they were frequent; give --drafted-fraction, or --acceptance-from an output that "
-                  "records them (vllm bench serve JSON or console output, vllm bench sweep results, /metrics "
-                  "scrapes with --before, LLM.get_metrics() dump, GuideLLM report, per-request response)",
-                  file=sys.stderr)
-        return out
-    if method not in LOOKUP_METHODS:
-        if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN and "drafted_fraction" not in out:
-            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
-                  f"draft, as a lookup method's run does (ngram, suffix); {method} drafts on every step, so its "
-                  "acceptance may not transfer either", file=sys.stderr)
         return out
     took = []
     if "drafted_fraction" not in out:

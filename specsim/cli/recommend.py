@@ -6,7 +6,6 @@ import sys
 
 from specsim.cli._args import (
     _HARDWARE_HELP,
-    PARTIAL_DRAFTING_WARN,
     acceptance_from_args,
     acceptance_model_warnings,
     add_acceptance_from_args,
@@ -16,12 +15,11 @@ from specsim.cli._args import (
     baseline_model_warnings,
     check_baseline_point,
     latency_table_model_warnings,
-    read_counts_once,
+    file_drafting,
     resolve_target,
 )
 from specsim.errors import SpecsimValueError
 from specsim.recommend import DEFAULT_CONCURRENCY, is_placeholder_checkpoint, recommend
-from specsim.vllm.detect import read_drafting
 
 __all__ = ["add_recommend_parser", "add_stack_args", "recommend_cli"]
 
@@ -100,20 +98,9 @@ def _drafted_fraction(args, methods) -> float | None:
     lookup = [m for m in (methods or ()) if m in LOOKUP_METHODS]
     if args.drafted_fraction is not None or args.acceptance_from is None:
         return args.drafted_fraction
-    kind, counts = read_counts_once(args.acceptance_from, args.before)
-    d = read_drafting(args.acceptance_from, kind, counts, before=args.before)
+    d, _ = file_drafting(args.acceptance_from, args.before, lookup[0] if lookup else None,
+                         "the methods recommended draft", share_given=False)
     if d is None:
-        if lookup:
-            print(f"specsim: WARNING: {args.acceptance_from} ({kind}) does not record the run's output tokens and "
-                  f"finished requests, so the share of decode steps that drafted is unknown and every step is taken "
-                  f"to draft: a {lookup[0]} run's lookups that found nothing are in no counter, so the ratios are too "
-                  "high by as much as they were frequent; give --drafted-fraction", file=sys.stderr)
-        return None
-    if not lookup:
-        if d["drafted_fraction"] < PARTIAL_DRAFTING_WARN:
-            print(f"specsim: WARNING: {d['source']}: only {d['drafted_fraction']:.1%} of its decode steps carried a "
-                  "draft, as a lookup method's run does (ngram, ngram_gpu, suffix); the methods recommended draft on "
-                  "every step, so its acceptance may not transfer either", file=sys.stderr)
         return None
     f = min(1.0, d["drafted_fraction"])
     print(f"specsim: {d['source']}: {d['drafted_fraction']:.1%} of its {d['decode_steps']:.0f} decode request-steps "

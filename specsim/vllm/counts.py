@@ -238,7 +238,7 @@ class SpecDecodeCounts:
 
     def drafting(self, generated_tokens: int, requests: int) -> dict:
         """How often the run drafted, from its counters and its totals: the share of decode steps that
-        carried a draft (< 1 for drafters whose lookup can miss: ngram, suffix; vLLM counts a draft
+        carried a draft (< 1 for drafters whose lookup can miss: ngram, ngram_gpu, suffix; vLLM counts a draft
         only when one was proposed, so ``num_drafts`` alone hides the steps without one) and the
         tokens proposed per drafted step.
 

@@ -898,7 +898,7 @@ def test_a_bad_ngram_lookup_window_is_refused(lookup, field, rule):
 
 
 @pytest.mark.parametrize("arg,ok", [("2,4", True), ("2, 4", True), ("4,2", False), ("0,3", False), ("2", False),
-                                    ("a,b", False)])
+                                    ("a,b", False), ("٢,٤", False)])  # Arabic-Indic digits: str.isdigit() took them
 def test_cli_ngram_lookup(arg, ok, capsys):
     from specsim.cli import main
 

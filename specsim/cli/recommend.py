@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
 
 from specsim.cli._args import (
@@ -172,7 +173,7 @@ def recommend_cli(args, *, latency=None) -> int:
     lookup = None
     if args.ngram_lookup is not None:
         parts = [x.strip() for x in args.ngram_lookup.split(",")]
-        if len(parts) != 2 or not all(x.isdigit() and int(x) >= 1 for x in parts):
+        if len(parts) != 2 or not all(re.fullmatch("[0-9]+", x) and int(x) >= 1 for x in parts):
             raise SpecsimValueError("--ngram-lookup", "must be MIN,MAX: prompt_lookup_min and prompt_lookup_max, two "
                                     "integers >= 1", args.ngram_lookup)
         lookup = (int(parts[0]), int(parts[1]))

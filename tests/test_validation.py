@@ -1186,3 +1186,18 @@ def test_health_checks_are_listed_by_their_latest_attempt(tmp_path):
         (tmp_path / rid / "provenance.json").write_text(json.dumps({"run_id": rid, "kind": "health_check", **prov}))
     h = R.load_health_checks(tmp_path)
     assert dict(zip(h["run_id"], h["passed"])) == {"m-S-g": False, "m-S-h-retry2": True}
+
+
+@pytest.mark.parametrize("text,said", [("{not json", "not valid JSON"),
+                                       ('{"name": "smoke", "name": "x"}', "is given twice")])
+def test_cli_validate_refuses_a_matrix_sidecar_it_cannot_read(tmp_path, capsys, text, said):
+    """The review: validate --matrix DIR with a broken specsim.json ended in a JSONDecodeError traceback."""
+    from specsim.cli import main as cli_main
+    from specsim.runs.sweep_files import resolve_matrix
+
+    d = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), d)
+    (d / "specsim.json").write_text(text)
+    assert cli_main(["validate", "--matrix", str(d), "--stamp", "X1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specsim: error:") and said in err, err

@@ -480,9 +480,9 @@ def _cmd_validate(args) -> int:
     if args.matrix is not None and Path(args.matrix).exists():
         # a matrix directory or its specsim.json, as run-matrix takes (and its last line passes on): the runs
         # are recorded under the name its sidecar gives
-        from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+        from specsim.runs.sweep_files import SIDECAR, _read_json, resolve_matrix
 
-        sidecar = json.loads((resolve_matrix(args.matrix) / SIDECAR).read_text(encoding="utf-8"))
+        sidecar = _read_json(resolve_matrix(args.matrix) / SIDECAR, "--matrix")  # as run-matrix reads it
         if not isinstance(sidecar, dict) or not isinstance(sidecar.get("name"), str):
             raise SpecsimValueError("matrix", f"its {SIDECAR} gives no name (a string), under which its runs are "
                                     "recorded", args.matrix)

@@ -951,7 +951,22 @@ def test_the_tuning_guide_names_no_best_method_where_none_beats_the_baseline():
     assert m.concurrency_cap is not None and m.points[-1].throughput_ratio > 1
     line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Kimi-K2.5"): kimi}, 1024, 1024, 256)).splitlines()
                 if "Best method on MI300X" in x)
-    assert f"dflash at {m.points[-1].concurrency} (its memory cap)" in line, line
+    assert f"dflash at {m.points[-1].concurrency} (the memory cap: no method fits 256)" in line, line
+    # methods are compared at one concurrency: a method capped lower is not set against one that reaches higher
+    both = recommend("Kimi-K2.5", ["dflash", "eagle3"], tp=4, **kw)
+    ends = {x.method: x.points[-1] for x in both.methods}
+    assert ends["dflash"].concurrency != ends["eagle3"].concurrency, ends
+    top = max(ends, key=lambda k: ends[k].concurrency)
+    line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Kimi-K2.5"): both}, 1024, 1024, 256)).splitlines()
+                if "Best method on MI300X" in x)
+    assert f"{top} at {ends[top].concurrency} (the memory cap" in line, line
+    # and at concurrency 1 too: no method beating the baseline there is "none at 1"
+    low = recommend("Qwen3-8B", ["eagle3"], tp=1, hardware="MI300X", max_concurrency=256, concurrency=[1, 256],
+                    acceptance=Acceptance.constant(0.01, temperature=0.0))
+    assert low.methods[0].points[0].throughput_ratio < 1
+    line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Qwen3-8B"): low}, 1024, 1024, 256)).splitlines()
+                if "Best method on MI300X" in x)
+    assert "Qwen3-8B: none at 1 (turn speculation off" in line, line
 
 
 def test_recommend_models_the_share_of_steps_a_lookup_method_drafts():

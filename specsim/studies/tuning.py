@@ -146,6 +146,22 @@ def best_static_n(m: MethodRecommendation) -> tuple[int, float]:
 _PARALLEL = ("dflash", "dspark")
 
 
+def _best_at(methods, conc, end: int, cmax: int) -> str:
+    """The guide's "best method" at one end of the range: among the methods whose point ``end`` (0: first,
+    -1: last) lies at concurrency ``conc`` (None: the highest such point any method reaches -- a method capped
+    for memory ends below ``cmax`` and is compared only with methods ending where it does), the one with the
+    highest ratio; "none" when its ratio is below 1 or its N is 0 (speculation should be off there)."""
+    conc = max(m.points[end].concurrency for m in methods) if conc is None else conc
+    here = [m for m in methods if m.points[end].concurrency == conc]
+    best = max(here, key=lambda m: m.points[end].throughput_ratio)
+    p = best.points[end]
+    at = f"at {conc}" + (f" (the memory cap: no method fits {cmax})" if end == -1 and conc < cmax else "")
+    if p.num_speculative_tokens == 0 or p.throughput_ratio < 1.0:
+        return (f"none {at} (turn speculation off: with it on, the best, {best.method}, reaches "
+                f"{p.throughput_ratio:.3f}x)")
+    return f"{best.method} {at}"
+
+
 def tuning_guide(study: TuningStudy) -> str:
     """A short tuning guide in Markdown, every statement computed from ``study`` (no prior belief).
 
@@ -202,15 +218,8 @@ def tuning_guide(study: TuningStudy) -> str:
         wins = []
         for tgt, rec in study.by_target(hw):
             if rec.methods:
-                lo = max(rec.methods, key=lambda m: m.points[0].throughput_ratio)
-                hi = max(rec.methods, key=lambda m: m.points[-1].throughput_ratio)
-                p = hi.points[-1]
-                at = f"{p.concurrency}" + (" (its memory cap)" if hi.concurrency_cap is not None else "")
-                if p.num_speculative_tokens == 0 or p.throughput_ratio < 1.0:  # no method beats the baseline there
-                    wins.append(f"{tgt}: {lo.method} at 1, none at {at} (turn speculation off: with it on, the best, {hi.method}, "
-                                f"reaches {p.throughput_ratio:.3f}x)")
-                else:
-                    wins.append(f"{tgt}: {lo.method} at 1, {hi.method} at {at}")
+                first = _best_at(rec.methods, min(m.points[0].concurrency for m in rec.methods), 0, cmax)
+                wins.append(f"{tgt}: {first}, {_best_at(rec.methods, None, -1, cmax)}")
         out.append(f"- **Best method on {hw}**: " + "; ".join(wins) + ".")
     capped = [(hw, t, m) for hw, t, m in items if m.concurrency_cap is not None]
     if capped:

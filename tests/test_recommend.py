@@ -969,6 +969,20 @@ def test_the_tuning_guide_names_no_best_method_where_none_beats_the_baseline():
     assert "Qwen3-8B: none at 1 (turn speculation off" in line, line
 
 
+def test_the_tuning_guide_names_the_memory_cap_only_where_methods_are_capped():
+    """A study whose concurrencies stop below its max_concurrency (tuning_study(max_concurrency=200): the
+    default grid's last is 128) ends every method at 128 uncapped: the guide said "(the memory cap: no method
+    fits 200)" there, which the memory check never found."""
+    from specsim.studies.tuning import TuningStudy, tuning_guide
+
+    rec = recommend("Qwen3-8B", ["eagle3", "dflash"], tp=1, hardware="MI300X", max_concurrency=200,
+                    concurrency=[1, 128])
+    assert all(m.concurrency_cap is None and m.points[-1].concurrency == 128 for m in rec.methods)
+    line = next(x for x in tuning_guide(TuningStudy({("MI300X", "Qwen3-8B"): rec}, 1024, 1024, 200)).splitlines()
+                if "Best method on MI300X" in x)
+    assert " at 128" in line and "memory cap" not in line, line
+
+
 def test_recommend_models_the_share_of_steps_a_lookup_method_drafts():
     """drafted_fraction=f (lookup methods): every point equals predict at the same N and f (each drafted step
     proposing N tokens), its MAL counts all steps (1 + f (MAL - 1)), the cut-off reads f x the cumulative rates,

@@ -150,12 +150,16 @@ def _best_at(methods, conc, end: int, cmax: int) -> str:
     """The guide's "best method" at one end of the range: among the methods whose point ``end`` (0: first,
     -1: last) lies at concurrency ``conc`` (None: the highest such point any method reaches -- a method capped
     for memory ends below ``cmax`` and is compared only with methods ending where it does), the one with the
-    highest ratio; "none" when its ratio is below 1 or its N is 0 (speculation should be off there)."""
+    highest ratio; "none" when its ratio is below 1 or its N is 0 (speculation should be off there).  The
+    last end is named the memory cap only where those methods end at their ``concurrency_cap``."""
     conc = max(m.points[end].concurrency for m in methods) if conc is None else conc
     here = [m for m in methods if m.points[end].concurrency == conc]
     best = max(here, key=lambda m: m.points[end].throughput_ratio)
     p = best.points[end]
-    at = f"at {conc}" + (f" (the memory cap: no method fits {cmax})" if end == -1 and conc < cmax else "")
+    # the memory cap only where the methods ending here end at their own cap (a study whose concurrencies stop
+    # below max_concurrency ends there uncapped); then every method is capped, none reaching higher
+    capped = end == -1 and all(m.concurrency_cap == conc for m in here)
+    at = f"at {conc}" + (f" (the memory cap: no method fits {cmax})" if capped else "")
     if p.num_speculative_tokens == 0 or p.throughput_ratio < 1.0:
         return (f"none {at} (turn speculation off: with it on, the best, {best.method}, reaches "
                 f"{p.throughput_ratio:.3f}x)")

@@ -535,7 +535,10 @@ def test_the_lax_integer_note_says_only_what_vllm_reads():
     an Arabic-Indic '\u0663' as read as 3 (Python's int() reads it, pydantic refuses it) and said nothing for
     '1_0' or '2.00', which vLLM runs as 10 and 2."""
     for v, n in [("1_0", 10), ("2.00", 2), (" 2.0 ", 2), ("\u0663", None), ("\uff12", None), ("2.", None),
-                 ("1__0", None)]:
+                 ("1__0", None),
+                 # blanks as pydantic-core strips them (Unicode White_Space; checked against pydantic-core 2.50.5
+                 # of the installed vLLM): a no-break space and an em space are, U+001C is not
+                 ("\xa02", 2), ("2\u2003", 2), ("\u30002\x85", 2), ("2\x1c", None)]:
         with pytest.raises(SpecsimValueError) as e:
             parse_speculative_config({"method": "ngram", "num_speculative_tokens": v})
         assert e.value.field == "num_speculative_tokens"

@@ -263,7 +263,7 @@ def _lax_int(v: Any) -> int | None:
     """The integer pydantic's lax mode (vLLM 0.32's ``SpeculativeConfig``) makes of a non-integer ``v``, or None
     where it refuses it: ``True`` / ``False`` (1 / 0), a float with no fraction (``2.0``), a string of an
     optionally signed decimal integer in ASCII digits, single ``_`` between digits allowed, optionally
-    followed by ``.`` and zeros, with surrounding blanks (``" 2"``, ``"+2"``, ``"1_0"``, ``"2.00"``);
+    followed by ``.`` and zeros, with surrounding blanks (Unicode White_Space: :data:`_LAX_BLANK`; ``" 2"``, ``"+2"``, ``"1_0"``, ``"2.00"``);
     checked against the installed vLLM on 2026-12-06 (``"2.5"``, ``2.5``, ``"0x2"``, ``"2."``, ``"1e1"`` and
     non-ASCII digits such as ``"\u0663"`` refused there)."""
     if isinstance(v, bool):
@@ -275,8 +275,11 @@ def _lax_int(v: Any) -> int | None:
     return None
 
 
+#: the blanks pydantic-core strips around an integer's text (Rust's ``str::trim``: Unicode White_Space;
+#: Python's ``\s`` also takes U+001C-U+001F, which pydantic refuses, and ``re.ASCII``'s misses U+00A0 and others)
+_LAX_BLANK = r"[\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*"
 #: a string pydantic's lax mode reads as an integer (``int`` field; pydantic-core's str -> int)
-_LAX_INT_TEXT = re.compile(r"\s*([+-]?[0-9]+(?:_[0-9]+)*)(?:\.0+)?\s*", re.ASCII)
+_LAX_INT_TEXT = re.compile(_LAX_BLANK + r"([+-]?[0-9]+(?:_[0-9]+)*)(?:\.0+)?" + _LAX_BLANK)
 
 
 def _int(cfg: dict, key: str, *, minimum: int | None = None, optional: bool = True) -> int | None:

@@ -150,7 +150,8 @@ def _best_at(methods, conc, end: int, cmax: int) -> str:
     """The guide's "best method" at one end of the range: among the methods whose point ``end`` (0: first,
     -1: last) lies at concurrency ``conc`` (None: the highest such point any method reaches -- a method capped
     for memory ends below ``cmax`` and is compared only with methods ending where it does), the one with the
-    highest ratio; "none" when its ratio is below 1 or its N is 0 (speculation should be off there).  The
+    highest ratio; "none" when its ratio is below 1 or its N is 0 (speculation should be off there), with the
+    best ratio a proposal (N >= 1) reaches there.  The
     last end is named the memory cap only where those methods end at their ``concurrency_cap``."""
     conc = max(m.points[end].concurrency for m in methods) if conc is None else conc
     here = [m for m in methods if m.points[end].concurrency == conc]
@@ -161,8 +162,12 @@ def _best_at(methods, conc, end: int, cmax: int) -> str:
     capped = end == -1 and all(m.concurrency_cap == conc for m in here)
     at = f"at {conc}" + (f" (the memory cap: no method fits {cmax})" if capped else "")
     if p.num_speculative_tokens == 0 or p.throughput_ratio < 1.0:
-        return (f"none {at} (turn speculation off: with it on, the best, {best.method}, reaches "
-                f"{p.throughput_ratio:.3f}x)")
+        # what drafting would give: the best N >= 1 of any method here (the recommended point may be k = 0,
+        # speculation enabled drafting nothing, whose ratio is not a proposal's)
+        alt = max(here, key=lambda m: m.points[end].best_static_ratio)
+        q = alt.points[end]
+        return (f"none {at} (turn speculation off: the best proposal, {alt.method} N = {q.best_static_n}, "
+                f"reaches {q.best_static_ratio:.3f}x)")
     return f"{best.method} {at}"
 
 

@@ -1314,6 +1314,8 @@ def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():
         assert f"--ray-address {addr!r}" in str(ei.value) and "nothing accepts connections" in str(ei.value)
     with pytest.raises(RunError, match="give host:port"):
         check_ray_address("headnode")
+    with pytest.raises(RunError, match="give host:port"):  # str.isdigit() took these digits; int() then read 6379
+        check_ray_address("127.0.0.1:\u0666\u0663\u0667\u0669")
     check_ray_address(None)
     check_ray_address("auto")
     with _socket.socket() as srv:  # a listening port passes

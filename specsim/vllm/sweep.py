@@ -222,8 +222,8 @@ def read_bench_sweep(path: str | os.PathLike, *, serve_params: str | os.PathLike
     files = sorted((f for f in root.rglob("run=*.json") if _RUN.match(f.name)),
                    key=lambda f: (str(f.parent), int(_RUN.match(f.name).group(1))))
     if not files:
-        if (root / "provenance.json").is_file() and any((root / f).is_file() for f in _RUN_MATRIX_FILES):
-            have = [f for f in _RUN_MATRIX_FILES if (root / f).is_file()]
+        have = [f for f in _RUN_MATRIX_FILES if (root / f).is_file()]
+        if have and (root / "provenance.json").is_file():
             raise DataError(f"{root}: a run recorded by specsim run-matrix: read its bench.json, or "
                             f"metrics_after.prom with --before metrics_before.prom, not the directory (it has "
                             f"{', '.join(have)}; its server.log counts only the intervals vLLM logged)")

@@ -59,6 +59,12 @@ _RE_GENERATION_REQUEST = re.compile(
 #: the requests running when vLLM's stats logger printed its interval line (vllm/v1/metrics/loggers.py,
 #: "Engine 000: Avg prompt throughput: ..., Running: 4 reqs, ..."), printed just before its SpecDecoding line
 _RE_RUNNING = re.compile(r"(?:Engine \d+|Engines Aggregated): .*\bRunning: (\d+) reqs")
+#: why a log's counts miss the drafts after its last metrics line, and where to count such a run instead
+#: (the two warnings of :func:`_parse_lines` about it)
+_LOGGED_PER_INTERVAL = ("vLLM logs these counts per interval (every 10 s by default) and logs none when the server "
+                        "stops")
+_COUNT_RUN_FROM = ("count a run from the /metrics scrape taken after it (with the one taken before it as --before) or "
+                   "from its vllm bench serve result")
 _MARK_V1, _MARK_OLD = "SpecDecoding metrics:", "Speculative metrics:"
 _MARKERS = (_MARK_V1, _MARK_OLD)
 
@@ -744,10 +750,8 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
     if records and (late := [i for i in requests if i > records[-1].line_no]):
         warnings.warn(
             f"{source}: {len(late)} generation request(s) answered after the last spec-decode metrics line (line "
-            f"{records[-1].line_no}; requests on lines {late[:5]}{' ...' if len(late) > 5 else ''}): vLLM logs "
-            f"these counts per interval (every 10 s by default) and logs none when the server stops, so the "
-            f"drafts of those requests are not in these counts; count a run from the /metrics scrape "
-            f"taken after it (with the one taken before it as --before) or from its vllm bench serve result",
+            f"{records[-1].line_no}; requests on lines {late[:5]}{' ...' if len(late) > 5 else ''}): "
+            f"{_LOGGED_PER_INTERVAL}, so the drafts of those requests are not in these counts; {_COUNT_RUN_FROM}",
             IngestWarning, stacklevel=3)
     elif records and (busy := _running_at_last_interval(records, running)):
         # no request line after it (a streamed response's access line is printed when it starts), but the
@@ -758,10 +762,8 @@ def _parse_lines(lines: list[str], *, source: str, assume_full_drafts: bool, str
                        for n, k, e in busy)
         warnings.warn(
             f"{source}: {sum(k for _, k, _ in busy)} request(s) were running at the last spec-decode metrics "
-            f"line{'s' if len(busy) > 1 else ''} ({at}): vLLM logs these counts per "
-            f"interval (every 10 s by default) and logs none when the server stops, so what those requests drafted "
-            f"after it is not in these counts; count a run from the /metrics scrape taken after it (with the one "
-            f"taken before it as --before) or from its vllm bench serve result", IngestWarning, stacklevel=3)
+            f"line{'s' if len(busy) > 1 else ''} ({at}): {_LOGGED_PER_INTERVAL}, so what those requests drafted "
+            f"after it is not in these counts; {_COUNT_RUN_FROM}", IngestWarning, stacklevel=3)
     v0 = [r for r in records if r.format == FORMAT_V0]
     if v0:
         last = v0[-1]

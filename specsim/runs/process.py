@@ -685,10 +685,10 @@ def command_name(cmd: Sequence[str]) -> str:
         The program and at most two subcommands.
     """
     words = [Path(str(cmd[0])).name]
-    for w in list(cmd[1:3]):
-        if str(w).startswith("-") or "/" in str(w) or "=" in str(w):
+    for w in map(str, cmd[1:3]):
+        if w.startswith("-") or "/" in w or "=" in w:
             break
-        words.append(str(w))
+        words.append(w)
     return " ".join(words)
 
 

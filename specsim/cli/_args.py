@@ -329,6 +329,15 @@ def file_drafting(path, before, lookup_method: str | None, others: str, *, share
         ``read_drafting``'s dict where a lookup method is predicted and the file records the totals, else None
         (warned about, unless ``share_given``: a lookup run that cannot tell its share, or a file whose run
         drafted on fewer steps than a method drafting on every step would); the file's counts record.
+        The dict (:meth:`specsim.vllm.counts.SpecDecodeCounts.drafting`): ``drafted_fraction``, the share of
+        decode request-steps that carried a draft; ``mean_proposal_tokens``, tokens per drafted step;
+        ``decode_steps``, request-steps; ``source``, what the totals were read from.
+
+    Raises
+    ------
+    SpecsimValueError, DataError, NotCollectedError
+        As :func:`specsim.vllm.detect.read_counts` for ``path`` / ``before`` (read once per command:
+        :func:`read_counts_once`).
     """
     import sys
 

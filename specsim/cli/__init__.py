@@ -42,8 +42,6 @@ from specsim.vllm.detect import KINDS, detect_kind, read_counts
 __all__ = ["main", "build_parser"]
 
 
-
-
 def _add_scenario_args(p: argparse.ArgumentParser, n_required: bool = False, grid: bool = False) -> None:
     """The scenario options of ``predict`` and (``grid``: ``--hardware`` a comma-separated axis) ``sweep``."""
     p.add_argument("--target", required=True, help="target model: a name in specsim/data/models (e.g. Qwen3-8B), "

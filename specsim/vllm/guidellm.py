@@ -37,12 +37,12 @@ __all__ = ["GuideLLMBenchmark", "read_guidellm_report"]
 _STATUSES = ("successful", "errored", "incomplete")
 
 
-
 def _check_statuses(statuses) -> None:
     """Refuse a request status GuideLLM does not report (``SpecsimValueError`` naming ``statuses``)."""
     for s in statuses:
         if s not in _STATUSES:
             raise SpecsimValueError("statuses", "unknown request status", s, _STATUSES)
+
 
 @dataclass(frozen=True)
 class GuideLLMBenchmark:

@@ -35,7 +35,12 @@ from specsim.runs.sweep_files import (
     matrix_to_sweep_files,
     server_layout,
 )
-from specsim.runs.vllm_args import BENCH_SERVE_OPTIONS, SERVE_OPTIONS
+from specsim.runs.vllm_args import (
+    BENCH_SERVE_OPTIONAL_VALUE,
+    BENCH_SERVE_OPTIONS,
+    SERVE_OPTIONAL_VALUE,
+    SERVE_OPTIONS,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is no package: any import mode
 from vllm_env import vllm_python  # noqa: E402
@@ -521,6 +526,8 @@ def table(p):
             except TypeError: pass
         if a.nargs not in (None, 0):
             ent["nargs"] = str(a.nargs)
+        if a.nargs == "?":
+            ent["const"] = repr(a.const)
         for o in longs:
             out[o[2:]] = ent
     return out
@@ -543,6 +550,10 @@ def test_option_tables_match_the_installed_vllm():
         return {k: ((v["kind"], tuple(v["choices"])) if "choices" in v else v["kind"]) for k, v in tab.items()}
 
     assert flat(d["serve"]) == SERVE_OPTIONS and flat(d["bench_serve"]) == BENCH_SERVE_OPTIONS
+    # the options whose value may be left out (nargs "?": alone they are True)
+    for tab, want in ((d["serve"], SERVE_OPTIONAL_VALUE), (d["bench_serve"], BENCH_SERVE_OPTIONAL_VALUE)):
+        optional = {k: v for k, v in tab.items() if v.get("nargs") == "?"}
+        assert set(optional) == want and all(v["const"] == "True" for v in optional.values()), optional
     assert len(SERVE_OPTIONS) > 300 and SERVE_OPTIONS["speculative-config"] == "json"
     assert sys.version_info >= (3, 11)
 

@@ -804,3 +804,42 @@ def test_a_negative_decimal_in_a_bench_record_is_refused(tmp_path):
     assert "give it in the command as --frequency-penalty=-0.5" in e.rule, str(e)
     bench[name]["frequency_penalty"] = -1  # no '.': one word vLLM reads as the value
     load_matrix(_smoke(tmp_path / "ok", bench=bench))
+
+
+# ---- an option whose value may be left out (`--hf-token`) -----------------------------------------------
+# vLLM 0.32 gives `--hf-token` argparse's nargs="?" (const True): alone it means "the cached token", and the
+# word after it is its value only when argparse does not read that word as an option.  specsim read it as an
+# option that always takes a value: `--hf-token --max-num-batched-tokens 0` swallowed the next option (never
+# checked), and a bare `--hf-token` at the end was refused as "needs a value".
+
+def test_a_bare_hf_token_does_not_swallow_the_next_option(tmp_path):
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --hf-token --max-num-batched-tokens 0"}))
+    assert e.field == "serve_cmd.vllm serve: --max-num-batched-tokens", str(e)
+    assert "out of range" in e.rule, str(e)
+    m = load_matrix(_smoke(tmp_path / "ok", sidecar={"serve_cmd": f"{SERVE_CMD} --hf-token --kv-cache-dtype auto"}))
+    i = m.serve_cmd.index("--hf-token")
+    assert list(m.serve_cmd[i + 1: i + 3]) == ["--kv-cache-dtype", "auto"]
+
+
+@pytest.mark.parametrize("tail,after", [("--hf-token", None), ("--hf-token hf_abc", "hf_abc"),
+                                        ("--hf-token=hf_abc", None), ("--hf-token -5", "-5")])
+def test_hf_token_with_or_without_its_value_is_accepted(tmp_path, tail, after):
+    m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} {tail}"}))
+    tok = tail.split()[0]
+    i = m.serve_cmd.index(tok)
+    assert list(m.serve_cmd[i + 1: i + 2]) == ([] if after is None else [after])
+
+
+def test_hf_token_in_a_serve_record(tmp_path):
+    serve = {"baseline": {}, "ngram-n3": {"speculative_config": SPEC, "hf_token": True}}
+    m = load_matrix(_smoke(tmp_path, serve=serve))
+    g = next(g for g in m.groups if g.name == "ngram-n3")
+    assert list(sweep_files.serve_command(m, g))[-1] == "--hf-token"  # vLLM's sweep writes true as the bare option
+    e = _refused(_smoke(tmp_path / "false", serve={**serve, "ngram-n3": {**serve["ngram-n3"], "hf_token": False}}))
+    assert e.field == "serve_params.json['ngram-n3'].hf_token" and "no --no-hf-token" in e.rule, str(e)
+    # given in serve_cmd too: vLLM's sweep would write the record's over it token for token
+    for tail in ("--hf-token", "--hf-token hf_abc"):
+        e = _refused(_smoke(tmp_path / tail.replace(" ", "_"), serve={**serve, "ngram-n3": {
+            "speculative_config": SPEC, "hf_token": "hf_xyz"}}, sidecar={"serve_cmd": f"{SERVE_CMD} {tail}"}))
+        assert e.field == "serve_params.json['ngram-n3'].hf_token", str(e)
+        assert "give it in serve_cmd or in the records, not both" in e.rule, str(e)

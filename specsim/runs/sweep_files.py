@@ -68,10 +68,12 @@ from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
 from specsim.runs.vllm_args import (
+    BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
     BENCH_SERVE_SHORT_OPTIONS,
     MAX_INT,
     MAX_SEED,
+    SERVE_OPTIONAL_VALUE,
     SERVE_OPTIONS,
     SERVE_SHORT_OPTIONS,
     SIZE_OR_AUTO,
@@ -390,6 +392,12 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
         if value is False and f"no-{opt}" not in table and not opt.startswith("no-"):
             raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt}; leave the key out instead", value)
         return
+    if isinstance(value, bool) and opt in (SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS
+                                           else BENCH_SERVE_OPTIONAL_VALUE):
+        if value:  # vLLM's sweep writes true as a bare --opt (param_sweep.py _normalize_cmd_kv_pair)
+            return
+        raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt} (vLLM's sweep would write false as it); "
+                                "leave the key out instead", value, [True, "a string"])
     if isinstance(value, bool) or value is None:
         article = "an" if str(kind)[:1] in "aeiou" else "a"
         raise SpecsimValueError(where, f"--{opt} takes {article} {kind} value"
@@ -527,8 +535,8 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             if opt in owned:
                 raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is set by specsim's runner", opt)
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
-            if kind == "flag":
-                out[opt] = True
+            if kind == "flag" or not eq and _stands_alone(table, opt, cmd[i + 1] if i + 1 < len(cmd) else None):
+                out[opt] = True  # a flag, or an option whose value may be left out given without one
                 i += 1
                 continue
             if not eq:
@@ -597,7 +605,7 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
         head, dot, _ = opt.partition(".")
         kind = table.get(_canon(head))  # vLLM reads --max_model_len as --max-model-len (_flexible_options)
         if not eq and i < len(cmd) and (dot or kind is not None and (kind[0] if isinstance(kind, tuple) else kind)
-                                        != "flag"):
+                                        != "flag" and not _stands_alone(table, _canon(head), cmd[i])):
             out.append(cmd[i])  # an option's value ("--max-model-len -1", "--speculative-config.x -1"), never
             i += 1              # read as an option: vLLM takes the next token as a dotted field's value
     return out
@@ -611,6 +619,24 @@ _REPEATABLE_OPTIONS = frozenset({"middleware"})
 #: long options of ``vllm serve`` that set another one's value (the same argparse dest; read off vLLM 0.32's
 #: parser, vllm/engine/arg_utils.py:1357-1358): given with it, they are that option given twice
 _SAME_DEST_OPTIONS = {"device-memory-utilization": "gpu-memory-utilization"}
+
+
+#: argparse's test for a negative number, which it reads as a value, not an option, where the parser has no
+#: option that looks like one (Lib/argparse.py ``_negative_number_matcher``; vLLM 0.32's parsers have none)
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
+    """Whether ``--opt``, given without ``=``, is an option whose value may be left out standing alone
+    (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``): nothing
+    follows it, or argparse reads what follows as an option (a word starting with ``-`` that is not
+    ``-`` alone nor a negative number; Lib/argparse.py ``_parse_optional``), so ``nargs="?"`` takes no value
+    and the next option is read as one, not swallowed as this one's value."""
+    optional = SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
+    if opt not in optional:
+        return False
+    return following is None or (following.startswith("-") and following != "-"
+                                 and not _NEGATIVE_NUMBER.match(following))
 
 
 def _reads_as_dotted(token: str) -> bool:
@@ -749,14 +775,15 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                 whole.setdefault(opt, tok)
                 base = opt[3:] if opt.startswith("no-") and opt[3:] in table else opt
                 base = _SAME_DEST_OPTIONS.get(base, base) if table is SERVE_OPTIONS else base
-                given = tok if eq or kind == "flag" or i >= len(cmd) else f"{tok} {cmd[i]}"
+                alone = eq or kind == "flag" or i >= len(cmd) or _stands_alone(table, opt, cmd[i])
+                given = tok if alone else f"{tok} {cmd[i]}"
                 if base in once and base not in _REPEATABLE_OPTIONS:
                     raise SpecsimValueError(f"{where}: {tok}", f"--{base} is given twice ({once[base]!r} and {given!r}): "
                                             "vLLM 0.32's parser keeps the last, while a parameter record's value "
                                             "replaces the first (vllm/benchmarks/sweep/param_sweep.py apply_to_cmd), "
                                             "so a record's would be ignored; give it once", given)
                 once[base] = given
-            if kind not in (None, "flag") and not eq and i < len(cmd):
+            if kind not in (None, "flag") and not eq and i < len(cmd) and not _stands_alone(table, opt, cmd[i]):
                 if _reads_as_dotted(cmd[i]):
                     raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "
                                             f"with '-' and holds a '.' as a dotted option, not as --{opt}'s value "
@@ -1222,6 +1249,13 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         for sname, srec in serve_recs:
             sp = _check_record(f"{sw['serve_params']}[{sname!r}]", srec, SERVE_OPTIONS, SERVE_OWNED, "vllm serve",
                                serve_dotted)
+            for k in sp:
+                if _canon(k) in SERVE_OPTIONAL_VALUE and _canon(k) in serve_base:
+                    raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}].{k}", f"serve_cmd gives --{_canon(k)} "
+                                            "too, and its value may be left out: vLLM's sweep writes a record's "
+                                            "value over the option token for token (param_sweep.py apply_to_cmd), "
+                                            "so it would take the next option as the value or leave the old one "
+                                            "behind; give it in serve_cmd or in the records, not both", k)
             g = groups.get(sname)
             if g is not None and g["params"] != sp:
                 raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "

@@ -16,8 +16,8 @@ vLLM's checks elsewhere and specsim's rules, each with its source) let a paramet
 from __future__ import annotations
 
 __all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_SHORT_OPTIONS",
-           "BENCH_SERVE_SHORT_OPTIONS", "SERVE_BOUNDS", "SERVE_BOUNDS_EXTRA",
-           "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
+           "BENCH_SERVE_SHORT_OPTIONS", "SERVE_OPTIONAL_VALUE", "BENCH_SERVE_OPTIONAL_VALUE", "SERVE_BOUNDS",
+           "SERVE_BOUNDS_EXTRA", "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
            "human_readable_int"]
 
 #: the vLLM release these tables were read from
@@ -465,6 +465,14 @@ SERVE_SHORT_OPTIONS: dict[str, str] = {
 
 #: ``vllm bench serve``'s short options: none in vLLM 0.32 (vllm/benchmarks/serve.py ``add_cli_args``)
 BENCH_SERVE_SHORT_OPTIONS: dict[str, str] = {}
+
+#: ``vllm serve`` options whose value may be left out (argparse ``nargs="?"``, ``const=True``): a bare
+#: ``--hf-token`` is ``True`` (use the cached Hugging Face token), ``--hf-token TOKEN`` a string.  vLLM 0.32
+#: gives every engine field typed ``bool | str | None`` that form (vllm/engine/arg_utils.py
+#: ``_compute_kwargs``); read off its parser's actions (``tests/test_run_sweep_files.py`` regenerates it)
+SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset({"hf-token"})
+#: ``vllm bench serve`` options whose value may be left out: none in vLLM 0.32
+BENCH_SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset()
 
 #: ``vllm bench serve`` options (without the leading ``--``)
 BENCH_SERVE_OPTIONS: dict[str, str | tuple[str, tuple[str, ...]]] = {

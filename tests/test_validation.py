@@ -864,6 +864,47 @@ def test_compare_loops_refuses_a_set_of_another_matrix_before_validating(tmp_pat
         V.compare_loops(RUNS, stamp_sets=unknown)  # refused before anything is validated
 
 
+BOTH_LOOPS = sorted(d for d in RUNS.parent.glob("runs-both-loops-*") if d.is_dir())
+
+
+@pytest.mark.skipif(not BOTH_LOOPS, reason="no runs-both-loops-* directory recorded")
+@pytest.mark.parametrize("d", BOTH_LOOPS, ids=lambda d: d.name)
+def test_both_loops_in_one_session_are_judged_on_that_session_alone(d):
+    cmp = V.compare_loops(d, stamp_sets=(), same_session_dirs=[d], interleaved_dir=d)
+    got = cmp.summary["both_loops_same_session"][d.name]
+    runs = R.load_runs(d)
+    med, agree, noise = {}, {}, {}
+    for name in (V.HEADLINE_MATRIX, V.FAST_MATRIX):
+        stamps = sorted(set(runs.loc[runs["matrix"] == name, "stamp"]))
+        assert len(stamps) >= 2  # two complete invocations of each loop, each validated on its own probe
+        ones = {st: V.validate(d, matrix=name, stamp=st) for st in stamps}
+        pooled = pd.concat([o.errors for o in ones.values()], ignore_index=True)
+        ho = pooled[pooled["role"] == "held-out"]
+        med[name] = float(np.median(np.abs(ho["error"])))
+        bn = V._best_n(pooled)
+        agree[name] = int(bn["agree"].sum())
+        assert [g["regret"] for g in got["best_n"][name]] == pytest.approx(bn["regret"].tolist())
+        noise[name] = V.throughput_noise(runs[runs["matrix"] == name])["median_spread"]
+        singles = [s for s in got["single_invocations"] if s["matrix"] == name]
+        assert [s["stamp"] for s in singles] == stamps
+        for s in singles:
+            e = ones[s["stamp"]].errors
+            assert s["best_n_agree"] == int(ones[s["stamp"]].best_n["agree"].sum())
+            assert s["median_abs_error"] == pytest.approx(float(np.median(np.abs(e.loc[e["role"] == "held-out",
+                                                                                        "error"]))))
+    full, fast = V.HEADLINE_MATRIX, V.FAST_MATRIX
+    c = got["criteria"]
+    assert c["median_error_within_noise"]["full"] == pytest.approx(med[full])
+    assert c["median_error_within_noise"]["fast"] == pytest.approx(med[fast])
+    assert c["median_error_within_noise"]["tolerance"] == pytest.approx(noise[full])
+    assert c["median_error_within_noise"]["met"] == (abs(med[fast] - med[full]) <= noise[full])
+    assert c["best_n_agreement_kept"]["met"] == (agree[fast] >= agree[full])
+    assert c["noise_not_larger"]["met"] == (noise[fast] <= noise[full])
+    assert got["same_power"] == all(v["met"] for v in c.values())
+    # nothing of the checkout's data/runs enters it: the full loop's reference is this session's
+    assert not set(runs["run_id"]) & set(R.load_runs(RUNS)["run_id"])
+
+
 @pytest.mark.skipif(not _have_fast_loop(), reason="no cpu-validation-fast runs recorded (make validate-cpu)")
 def test_loop_comparison_criteria_follow_from_the_two_validations():
     cmp = V.compare_loops(RUNS)
@@ -943,6 +984,8 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     for d in later:
         assert cmp.summary["interleaved_noise_later"][d.name] == json.loads(
             json.dumps(V.interleaved_noise(d), default=str))
+    both = sorted(d for d in RUNS.parent.glob("runs-both-loops-*") if d.is_dir())
+    assert sorted(set(cmp.summary.get("both_loops_same_session", {})) - {"definition"}) == [d.name for d in both]
     want = V.pairing_shift(fast.runs)
     assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference
     pd.testing.assert_frame_equal(pd.DataFrame(cmp.summary["pairing_shift"][V.FAST_MATRIX]).astype(want.dtypes),

@@ -1628,7 +1628,8 @@ def _same_power_met(full_row: Mapping, median_abs_error: float | None, best_n_ag
 def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
                   fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None,
                   interleaved_dir: str | os.PathLike | None = None,
-                  stamp_sets: Sequence[Mapping] | None = None) -> LoopComparison:
+                  stamp_sets: Sequence[Mapping] | None = None,
+                  same_session_dirs: Sequence[str | os.PathLike] | None = None) -> LoopComparison:
     """Judge the fast CPU validation loop against the full one, each validated on its own runs.
 
     Each matrix's runs are validated separately, never on the other's: when every invocation (stamp)
@@ -1648,7 +1649,7 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     of stamps recorded on the same kind of machine, :func:`throughput_noise` with ``same_host``: the
     full loop's pair ran on one host, the fast loop's pairs span several), ``by_session`` (the three
     criteria applied to each session of the fast loop alone, :func:`stamp_sessions`), ``noise_by_pair``,
-    ``pairing_shift``, ``interleaved_noise`` and ``common_configurations``.
+    ``pairing_shift``, ``interleaved_noise``, ``common_configurations`` and ``both_loops_same_session``.
 
     Parameters
     ----------
@@ -1669,6 +1670,12 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         Sets of the fast loop's invocations named before they ran (:func:`load_preregistered`; default
         ``preregistered.json`` beside ``runs_dir`` when it exists), each judged alone by the three
         criteria, as ``by_session`` judges a session: ``summary["preregistered"]``.
+    same_session_dirs : sequence of path, optional
+        Directories each holding complete invocations of BOTH loops from one session (one host, one
+        day, alternated in time), each compared on its own with this function (both loops' figures from
+        that directory only): ``summary["both_loops_same_session"]`` (directory name -> criteria,
+        ``same_power``, every invocation alone and the best-N groups of each loop).  Default: the
+        ``runs-both-loops-*`` directories beside ``runs_dir``; ``()`` for none.
 
     Returns
     -------
@@ -1852,8 +1859,31 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         later = sorted(d for d in base.parent.glob("runs-interleaved-*") if d.is_dir())
         if later:
             summary["interleaved_noise_later"] = {d.name: interleaved_noise(d, full=full, fast=fast) for d in later}
+    # both loops run in one session (runs-both-loops-<date>): the criteria with the full loop's reference
+    # measured beside the fast loop, and whether the full loop reproduces its own best-N count
+    both = ([Path(d) for d in same_session_dirs] if same_session_dirs is not None
+            else sorted(d for d in base.parent.glob("runs-both-loops-*") if d.is_dir()))
+    if both:
+        summary["both_loops_same_session"] = {
+            "definition": "both loops' complete invocations from one session (one host, one day, alternated in "
+                          "time), compared by the same three criteria with the full loop's figures taken from "
+                          "that session only; single_invocations: each invocation alone on its own probe; "
+                          "best_n: each loop's pooled groups with the regret. Reported, not a criterion",
+            **{d.name: _same_session(d, full, fast) for d in both}}
     return LoopComparison(loops, pd.concat(bn, ignore_index=True), configs, stamps,
                           json.loads(json.dumps(summary, default=_jsonable)))
+
+
+def _same_session(runs_dir: Path, full: str, fast: str) -> dict:
+    """:func:`compare_loops` on one directory of both loops' invocations from one session (no sets, no
+    other directories): its criteria, verdict, single invocations and each loop's best-N groups."""
+    one = compare_loops(runs_dir, full=full, fast=fast, stamp_sets=(), same_session_dirs=(),
+                        interleaved_dir=runs_dir)
+    best = one.best_n.drop(columns="matrix")
+    return {"criteria": one.summary["criteria"], "same_power": one.summary["same_power"],
+            "single_invocations": one.summary["single_invocations"],
+            "best_n": {name: best[one.best_n["matrix"] == name].to_dict("records") for name in (full, fast)},
+            "noise": one.summary["interleaved_noise"]}
 
 
 def write_loop_comparison(cmp: LoopComparison, out_dir: str | os.PathLike | None = None) -> list[Path]:

@@ -2,6 +2,8 @@
 ROCm settings on ROCm, vLLM's defaults on CUDA; the runner's commands and provenance follow."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specsim.errors import SpecsimValueError
@@ -10,7 +12,7 @@ from specsim.runs.platforms import (
     detect_platform,
     platform_settings,
 )
-from specsim.runs.provenance import VLLM_ENV_DEFAULTS, VllmInstall, vllm_env
+from specsim.runs.provenance import REDACTED, VLLM_ENV_DEFAULTS, VllmInstall, base_provenance, vllm_env
 from specsim.runs.runbook import ROCM_SERVER_ARGS
 
 
@@ -114,6 +116,17 @@ def test_vllm_env_applies_the_platform_defaults_given(monkeypatch, tmp_path):
     cpu, _ = vllm_env(install=VllmInstall(tmp_path), defaults={}, extra={"OMP_NUM_THREADS": "2"},
                       unset=("OMP_NUM_THREADS",))
     assert cpu["OMP_NUM_THREADS"] == "2"  # an explicit setting wins
+
+
+def test_a_secret_in_the_environment_reaches_the_process_but_not_the_provenance(monkeypatch, tmp_path):
+    """HF_TOKEN (and VLLM_API_KEY) were written into every run's provenance.json with their values."""
+    monkeypatch.setenv("HF_TOKEN", "hf_not_for_records")
+    monkeypatch.setenv("HF_HOME", "/somewhere")
+    env, used = vllm_env(install=VllmInstall(tmp_path), defaults={}, extra={"VLLM_API_KEY": "sk-xyz"})
+    assert env["HF_TOKEN"] == "hf_not_for_records" and env["VLLM_API_KEY"] == "sk-xyz"
+    assert used["HF_TOKEN"] == used["VLLM_API_KEY"] == REDACTED != "hf_not_for_records"
+    assert used["HF_HOME"] == "/somewhere"  # not a secret: recorded as it is
+    assert "hf_not_for_records" not in json.dumps(base_provenance(env_used=used))
 
 
 def test_omp_threads_are_the_drivers():

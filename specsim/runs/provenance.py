@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -172,6 +173,13 @@ class VllmInstall:
 _VERSIONS_CACHE: dict[str, dict] = {}
 
 
+#: what a secret's value is recorded as (provenance keeps that it was set, never the value)
+REDACTED = "<redacted>"
+#: names of environment variables whose value is a secret (``HF_TOKEN``: Hugging Face's access token,
+#: huggingface_hub's ``constants.HF_TOKEN``; ``VLLM_API_KEY``: the key vLLM's API server requires, vllm/envs.py)
+_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY)$")
+
+
 def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None,
              defaults: dict[str, str] | None = None, unset: tuple[str, ...] | list[str] = ()
              ) -> tuple[dict[str, str], dict[str, str]]:
@@ -185,6 +193,10 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
     on), ``LD_PRELOAD`` of it: vLLM's CPU worker warns that speculative decoding without libiomp in
     LD_PRELOAD "will cause significant performance loss" (vllm/v1/worker/cpu_worker.py) and its CPU
     installation guide prescribes the preload; it is applied to baseline and spec runs alike.
+
+    In the second dict, for provenance, a secret's value (a name ending in ``TOKEN``, ``SECRET``,
+    ``PASSWORD`` or ``API_KEY``: ``HF_TOKEN``, ``VLLM_API_KEY``) is :data:`REDACTED`; the process gets
+    the value itself.
     """
     env = dict(os.environ)
     for k, v in (VLLM_ENV_DEFAULTS if defaults is None else defaults).items():
@@ -198,7 +210,7 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
     for k in unset:
         env.pop(k, None)
     env.update(extra or {})
-    used = {k: v for k, v in env.items()
+    used = {k: REDACTED if _SECRET_ENV.search(k) else v for k, v in env.items()
             if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
             or k in ("DO_NOT_TRACK", "LD_PRELOAD")}
     return env, used

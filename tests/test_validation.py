@@ -864,16 +864,11 @@ def test_compare_loops_refuses_a_set_of_another_matrix_before_validating(tmp_pat
         V.compare_loops(RUNS, stamp_sets=unknown)  # refused before anything is validated
 
 
-BOTH_LOOPS = sorted(d for d in RUNS.parent.glob("runs-both-loops-*") if d.is_dir())
-
-
-@pytest.mark.skipif(not BOTH_LOOPS, reason="no runs-both-loops-* directory recorded")
-@pytest.mark.parametrize("d", BOTH_LOOPS, ids=lambda d: d.name)
-def test_both_loops_in_one_session_are_judged_on_that_session_alone(d):
-    cmp = V.compare_loops(d, stamp_sets=(), same_session_dirs=[d], interleaved_dir=d)
-    got = cmp.summary["both_loops_same_session"][d.name]
+def _check_same_session(got: dict, d: Path) -> None:
+    """``both_loops_same_session[d.name]`` against a computation of its own: each invocation in ``d``
+    validated alone (:func:`V.validate` with ``stamp``), pooled per loop, the criteria's rules applied."""
     runs = R.load_runs(d)
-    med, agree, noise = {}, {}, {}
+    med, agree, groups, noise = {}, {}, {}, {}
     for name in (V.HEADLINE_MATRIX, V.FAST_MATRIX):
         stamps = sorted(set(runs.loc[runs["matrix"] == name, "stamp"]))
         assert len(stamps) >= 2  # two complete invocations of each loop, each validated on its own probe
@@ -882,22 +877,32 @@ def test_both_loops_in_one_session_are_judged_on_that_session_alone(d):
         ho = pooled[pooled["role"] == "held-out"]
         med[name] = float(np.median(np.abs(ho["error"])))
         bn = V._best_n(pooled)
-        agree[name] = int(bn["agree"].sum())
+        agree[name], groups[name] = int(bn["agree"].sum()), len(bn)
+        assert [(g["family"], g["concurrency"], g["measured_best_n"], g["predicted_best_n"], g["agree"])
+                for g in got["best_n"][name]] == list(bn[["family", "concurrency", "measured_best_n",
+                                                          "predicted_best_n", "agree"]].itertuples(index=False))
         assert [g["regret"] for g in got["best_n"][name]] == pytest.approx(bn["regret"].tolist())
         noise[name] = V.throughput_noise(runs[runs["matrix"] == name])["median_spread"]
+        assert got["noise"][name]["throughput_noise_median"] == pytest.approx(noise[name])
         singles = [s for s in got["single_invocations"] if s["matrix"] == name]
         assert [s["stamp"] for s in singles] == stamps
         for s in singles:
-            e = ones[s["stamp"]].errors
-            assert s["best_n_agree"] == int(ones[s["stamp"]].best_n["agree"].sum())
+            one = ones[s["stamp"]]
+            e = one.errors
+            assert s["best_n_agree"] == int(one.best_n["agree"].sum()) and s["best_n_groups"] == len(one.best_n)
             assert s["median_abs_error"] == pytest.approx(float(np.median(np.abs(e.loc[e["role"] == "held-out",
                                                                                         "error"]))))
+            its = [g for g in got["single_invocations_best_n"] if g["stamp"] == s["stamp"]]
+            assert [g["measured_best_n"] for g in its] == one.best_n["measured_best_n"].tolist()
+            assert [g["predicted_best_n"] for g in its] == one.best_n["predicted_best_n"].tolist()
     full, fast = V.HEADLINE_MATRIX, V.FAST_MATRIX
     c = got["criteria"]
     assert c["median_error_within_noise"]["full"] == pytest.approx(med[full])
     assert c["median_error_within_noise"]["fast"] == pytest.approx(med[fast])
     assert c["median_error_within_noise"]["tolerance"] == pytest.approx(noise[full])
     assert c["median_error_within_noise"]["met"] == (abs(med[fast] - med[full]) <= noise[full])
+    assert c["best_n_agreement_kept"]["full"] == f"{agree[full]} of {groups[full]}"
+    assert c["best_n_agreement_kept"]["fast"] == f"{agree[fast]} of {groups[fast]}"
     assert c["best_n_agreement_kept"]["met"] == (agree[fast] >= agree[full])
     assert c["noise_not_larger"]["met"] == (noise[fast] <= noise[full])
     assert got["same_power"] == all(v["met"] for v in c.values())
@@ -984,8 +989,11 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     for d in later:
         assert cmp.summary["interleaved_noise_later"][d.name] == json.loads(
             json.dumps(V.interleaved_noise(d), default=str))
+    # each directory of both loops in one session, judged on that session alone (reported, not a criterion)
     both = sorted(d for d in RUNS.parent.glob("runs-both-loops-*") if d.is_dir())
     assert sorted(set(cmp.summary.get("both_loops_same_session", {})) - {"definition"}) == [d.name for d in both]
+    for d in both:
+        _check_same_session(cmp.summary["both_loops_same_session"][d.name], d)
     want = V.pairing_shift(fast.runs)
     assert len(want) == fast.runs["stamp"].nunique()  # every fast invocation has a reference
     pd.testing.assert_frame_equal(pd.DataFrame(cmp.summary["pairing_shift"][V.FAST_MATRIX]).astype(want.dtypes),
@@ -998,6 +1006,10 @@ def test_loop_comparison_criteria_follow_from_the_two_validations():
     ho = one.errors[one.errors["role"] == "held-out"]
     assert row["median_abs_error"] == pytest.approx(float(np.median(np.abs(ho["error"]))))
     assert one.summary["latency_fitted_on"].split()[2].endswith(f"{row['stamp']}-verify-cost")
+    groups = [g for g in cmp.summary["single_invocations_best_n"] if g["stamp"] == row["stamp"]]
+    assert {g["matrix"] for g in groups} == {V.FAST_MATRIX} and len(groups) == len(one.best_n) > 0
+    assert [g["measured_best_n"] for g in groups] == one.best_n["measured_best_n"].tolist()
+    assert [g["agree"] for g in groups] == one.best_n["agree"].tolist()
     # the fast loop's runs are its own: no run, probe or fit of the full loop enters it
     assert not set(fast.errors["run_id"]) & set(full.errors["run_id"])
     assert fast.summary["latency_fitted_on"] != full.summary["latency_fitted_on"]

@@ -1625,6 +1625,10 @@ def _same_power_met(full_row: Mapping, median_abs_error: float | None, best_n_ag
             "noise_not_larger": None if noise_median is None else bool(tol is not None and noise_median <= tol)}
 
 
+#: the columns of a best-N group that loops.json reports
+_BEST_N_REPORTED = ["family", "concurrency", "n_values", "measured_best_n", "predicted_best_n", "agree", "regret"]
+
+
 def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEADLINE_MATRIX,
                   fast: str = FAST_MATRIX, results: Mapping[str, ValidationResult] | None = None,
                   interleaved_dir: str | os.PathLike | None = None,
@@ -1674,8 +1678,9 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
         Directories each holding complete invocations of BOTH loops from one session (one host, one
         day, alternated in time), each compared on its own with this function (both loops' figures from
         that directory only): ``summary["both_loops_same_session"]`` (directory name -> criteria,
-        ``same_power``, every invocation alone and the best-N groups of each loop).  Default: the
-        ``runs-both-loops-*`` directories beside ``runs_dir``; ``()`` for none.
+        ``same_power``, every invocation alone with its best-N groups, each loop's pooled best-N groups
+        and each loop's ``noise``, :func:`interleaved_noise`).  Default: the ``runs-both-loops-*``
+        directories beside ``runs_dir``; ``()`` for none; one path is taken as a list of one.
 
     Returns
     -------
@@ -1685,7 +1690,8 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     ------
     DataError
         Either matrix has no recorded runs or no probe, or a pre-registered stamp has no recorded
-        invocation with its own probe.
+        invocation with its own probe, or a same-session directory lacks two invocations of either
+        loop or their probes.
     SpecsimValueError
         A pre-registered set names another matrix than ``fast``.
     """
@@ -1702,11 +1708,12 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
     inv = {name: validate_invocations(runs_dir, matrix=name, whole=done.get(name)) for name in (full, fast)}
     res = {name: v.whole for name, v in inv.items()}
     # every invocation alone, on its own probe and fit (what one make validate-cpu reports)
-    single = []
+    single, single_best = [], []
     for name, v in inv.items():
         for st, one in v.per_stamp.items():
             if one is None:
                 continue
+            single_best += [{"matrix": name, "stamp": st, **g} for g in one.best_n[_BEST_N_REPORTED].to_dict("records")]
             ho = one.errors[one.errors["role"] == "held-out"]
             single.append({"matrix": name, "stamp": st, "held_out": int(len(ho)),
                            "median_abs_error": float(ho["error"].abs().median()) if len(ho) else None,
@@ -1785,6 +1792,7 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                        "fast loop's cells are shorter (fewer output tokens and prompts), so per-configuration "
                        "ratios differ by regime as well as by noise"}
     summary["single_invocations"] = stamps.to_dict("records")
+    summary["single_invocations_best_n"] = single_best  # each invocation's groups, on its own probe
     # noise_not_larger compares the fast loop's pairs of every host with the full loop's pairs, which
     # all ran on one host: the like-for-like figure (pairs on the same kind of machine only) beside it
     summary["noise_same_host"] = {
@@ -1812,8 +1820,7 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
                 "best_n_groups": int(len(best_s)), "throughput_noise_median": tn_s, **met_s,
                 "all_met": all(met_s.values()),
                 # which groups agree, and the measured speedup lost where they do not (regret)
-                "best_n": best_s[["family", "concurrency", "n_values", "measured_best_n", "predicted_best_n",
-                                  "agree", "regret"]].to_dict("records")}
+                "best_n": best_s[_BEST_N_REPORTED].to_dict("records")}
 
     by_session = [{"session": sess, **judged(sts)} for sess, sts in stamp_sessions(res[fast].runs).items()
                   if all(per_stamp_fast.get(st) is not None for st in sts)]
@@ -1861,6 +1868,8 @@ def compare_loops(runs_dir: str | os.PathLike | None = None, *, full: str = HEAD
             summary["interleaved_noise_later"] = {d.name: interleaved_noise(d, full=full, fast=fast) for d in later}
     # both loops run in one session (runs-both-loops-<date>): the criteria with the full loop's reference
     # measured beside the fast loop, and whether the full loop reproduces its own best-N count
+    if isinstance(same_session_dirs, (str, os.PathLike)):
+        same_session_dirs = [same_session_dirs]
     both = ([Path(d) for d in same_session_dirs] if same_session_dirs is not None
             else sorted(d for d in base.parent.glob("runs-both-loops-*") if d.is_dir()))
     if both:
@@ -1882,6 +1891,7 @@ def _same_session(runs_dir: Path, full: str, fast: str) -> dict:
     best = one.best_n.drop(columns="matrix")
     return {"criteria": one.summary["criteria"], "same_power": one.summary["same_power"],
             "single_invocations": one.summary["single_invocations"],
+            "single_invocations_best_n": one.summary["single_invocations_best_n"],
             "best_n": {name: best[one.best_n["matrix"] == name].to_dict("records") for name in (full, fast)},
             "noise": one.summary["interleaved_noise"]}
 

@@ -830,6 +830,12 @@ def test_hf_token_with_or_without_its_value_is_accepted(tmp_path, tail, after):
     assert list(m.serve_cmd[i + 1: i + 2]) == ([] if after is None else [after])
 
 
+def test_hf_token_before_a_short_option_or_spelled_with_underscore(tmp_path):
+    m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --hf_token -tp 1"}))
+    i = m.serve_cmd.index("--hf-token")
+    assert list(m.serve_cmd[i + 1: i + 3]) == ["--tensor-parallel-size", "1"]
+
+
 def test_hf_token_in_a_serve_record(tmp_path):
     serve = {"baseline": {}, "ngram-n3": {"speculative_config": SPEC, "hf_token": True}}
     m = load_matrix(_smoke(tmp_path, serve=serve))

@@ -469,7 +469,7 @@ BENCH_SERVE_SHORT_OPTIONS: dict[str, str] = {}
 #: ``vllm serve`` options whose value may be left out (argparse ``nargs="?"``, ``const=True``): a bare
 #: ``--hf-token`` is ``True`` (use the cached Hugging Face token), ``--hf-token TOKEN`` a string.  vLLM 0.32
 #: gives every engine field typed ``bool | str | None`` that form (vllm/engine/arg_utils.py
-#: ``_compute_kwargs``); read off its parser's actions (``tests/test_run_sweep_files.py`` regenerates it)
+#: ``_compute_kwargs``); read off its parser's actions (``tests/test_run_sweep_files.py`` checks it against them)
 SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset({"hf-token"})
 #: ``vllm bench serve`` options whose value may be left out: none in vLLM 0.32
 BENCH_SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset()

@@ -392,8 +392,7 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
         if value is False and f"no-{opt}" not in table and not opt.startswith("no-"):
             raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt}; leave the key out instead", value)
         return
-    if isinstance(value, bool) and opt in (SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS
-                                           else BENCH_SERVE_OPTIONAL_VALUE):
+    if isinstance(value, bool) and opt in _optional_value(table):
         if value:  # vLLM's sweep writes true as a bare --opt (param_sweep.py _normalize_cmd_kv_pair)
             return
         raise SpecsimValueError(where, f"vLLM 0.32 has no --no-{opt} (vLLM's sweep would write false as it); "
@@ -626,14 +625,18 @@ _SAME_DEST_OPTIONS = {"device-memory-utilization": "gpu-memory-utilization"}
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
+def _optional_value(table: Mapping) -> frozenset[str]:
+    """The options of ``table``'s command whose value may be left out (``nargs="?"``)."""
+    return SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
+
+
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     """Whether ``--opt``, given without ``=``, is an option whose value may be left out standing alone
     (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``): nothing
     follows it, or argparse reads what follows as an option (a word starting with ``-`` that is not
     ``-`` alone nor a negative number; Lib/argparse.py ``_parse_optional``), so ``nargs="?"`` takes no value
     and the next option is read as one, not swallowed as this one's value."""
-    optional = SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
-    if opt not in optional:
+    if opt not in _optional_value(table):
         return False
     return following is None or (following.startswith("-") and following != "-"
                                  and not _NEGATIVE_NUMBER.match(following))

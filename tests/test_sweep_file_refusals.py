@@ -806,6 +806,103 @@ def test_a_negative_decimal_in_a_bench_record_is_refused(tmp_path):
     load_matrix(_smoke(tmp_path / "ok", bench=bench))
 
 
+# ---- a value that argparse reads as an option ------------------------------------------------------------
+# argparse reads a word that starts with '-' as an option unless it is '-' alone, a negative number or holds a
+# space (Lib/argparse.py _parse_optional), so `--code-revision -abc` makes vLLM 0.32's parser fail ("expected one
+# argument") and vLLM's sweep writes a record's value as its own word: a record's `label: "-abc"` failed at the
+# server's / bench's start while specsim had accepted it (a review).
+
+@pytest.mark.parametrize("value", ["-abc", "-tp", "--x"])
+def test_a_serve_cmd_value_read_as_an_option_is_refused(tmp_path, value):
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --code-revision {value}"}))
+    assert e.field == f"serve_cmd.vllm serve: --code-revision {value}", str(e)
+    assert f"write --code-revision={value}" in e.rule and "argparse reads" in e.rule, str(e)
+
+
+def test_a_bench_cmd_value_read_as_an_option_is_refused_also_after_a_short_option(tmp_path):
+    e = _refused(_smoke(tmp_path, sidecar={"bench_cmd": f"{BENCH_CMD} --label -abc"}))
+    assert e.field == "bench_cmd.vllm bench serve: --label -abc" and "write --label=-abc" in e.rule, str(e)
+    e = _refused(_smoke(tmp_path / "short", sidecar={"serve_cmd": f"{SERVE_CMD} -dpa -abc"}))
+    assert e.field == "serve_cmd.vllm serve: --data-parallel-address -abc", str(e)
+
+
+@pytest.mark.parametrize("tail,kept", [
+    ("--code-revision=-abc", ["--code-revision=-abc"]),
+    ("--code-revision '-a b'", ["--code-revision", "-a b"]),
+    ("--code-revision -", ["--code-revision", "-"]),
+    # a short option's value after '=' stays joined to it: as two words argparse would read it as an option
+    ("-dpa=-abc", ["--data-parallel-address=-abc"]),
+    ("-dpa=host1", ["--data-parallel-address", "host1"]),
+])
+def test_a_value_starting_with_a_dash_that_argparse_reads_as_a_value_is_accepted(tmp_path, tail, kept):
+    m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} {tail}"}))
+    i = m.serve_cmd.index(kept[0])
+    assert list(m.serve_cmd[i: i + len(kept)]) == kept
+
+
+@pytest.mark.parametrize("value", ["-abc", "-1e-05", -1e-05])
+def test_a_record_value_read_as_an_option_is_refused(tmp_path, value):
+    bench = json.loads((project_data_path("matrices", "smoke") / "bench_params.json").read_text())
+    name = next(iter(bench))
+    key = "frequency_penalty" if not isinstance(value, str) or value[1].isdigit() else "label"
+    bench[name] = {**bench[name], key: value}
+    e = _refused(_smoke(tmp_path, bench=bench))
+    assert e.field == f"bench_params.json[{name!r}].{key}", str(e)
+    assert f"give it in the command as --{key.replace('_', '-')}={value}" in e.rule, str(e)
+    e = _refused(_smoke(tmp_path / "serve", **_serve({"code_revision": "-abc"})))
+    assert e.field == "serve_params.json['ngram-n3'].code_revision" and "argparse reads" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("value", ["-a b", "-", "-3", "x-y"])
+def test_a_record_value_argparse_reads_as_a_value_is_accepted(tmp_path, value):
+    bench = json.loads((project_data_path("matrices", "smoke") / "bench_params.json").read_text())
+    name = next(iter(bench))
+    bench[name] = {**bench[name], "label": value}
+    m = load_matrix(_smoke(tmp_path, bench=bench))
+    assert any(c.params.get("label") == value for g in m.groups for c in g.cells)
+
+
+_PARSE_VALUES = '''
+import json, sys
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = make_arg_parser(FlexibleArgumentParser())
+out = []
+for v in json.loads(sys.argv[1]):
+    try:
+        p.parse_args(["m", "--code-revision", v])
+        out.append(True)
+    except (SystemExit, Exception):  # argparse's error exits; a dotted word can raise (IndexError)
+        out.append(False)
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.vllm
+def test_values_specsim_refuses_after_an_option_are_those_vllms_parser_refuses(tmp_path):
+    """For each word given as ``--code-revision WORD``: specsim refuses the serve_cmd exactly when vLLM 0.32's
+    own parser (make_arg_parser on FlexibleArgumentParser) fails on it."""
+    import shlex
+    import subprocess
+
+    from vllm_env import vllm_python
+
+    words = ["-abc", "-a b", "-", "-1", "-0.5", "-1e3", "-1e-05", "--x", "-O3", "-tp", "abc", "a-b", "-.5", "-1.5.2"]
+    r = subprocess.run([str(vllm_python()), "-c", _PARSE_VALUES, json.dumps(words)], capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    vllm_reads = json.loads(r.stdout.strip().splitlines()[-1])
+    assert vllm_reads.count(False) >= 5  # the words include ones vLLM refuses
+    for k, (w, ok) in enumerate(zip(words, vllm_reads)):
+        path = _smoke(tmp_path / str(k), sidecar={"serve_cmd": f"{SERVE_CMD} --code-revision {shlex.quote(w)}"})
+        try:
+            load_matrix(path)
+            specsim_reads = True
+        except SpecsimValueError:
+            specsim_reads = False
+        assert specsim_reads == ok, (w, ok)
+
+
 # ---- an option whose value may be left out (`--hf-token`) -----------------------------------------------
 # vLLM 0.32 gives `--hf-token` argparse's nargs="?" (const True): alone it means "the cached token", and the
 # word after it is its value only when argparse does not read that word as an option.  specsim read it as an

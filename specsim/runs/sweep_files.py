@@ -507,6 +507,12 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
                                     f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
                                     f"a token that starts with '-' and holds a '.' as a dotted option ({_DOTTED_SRC}), "
                                     f"so the command fails: give it in the command as --{opt}={value} instead", value)
+        if not isinstance(value, (bool, dict)) and _reads_as_option(str(value)):
+            raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own token after "
+                                    f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and argparse reads a token "
+                                    "that starts with '-' (but for a negative number or one holding a space) as an "
+                                    "option (Lib/argparse.py _parse_optional), so vLLM 0.32's parser fails: give it "
+                                    f"in the command as --{opt}={value} instead", value)
         if isinstance(value, str) and (table[opt] == "json"):
             try:
                 value = json.loads(value)
@@ -593,8 +599,9 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                     out.append(cmd[i])  # its value, whatever it looks like ("-sc.x -1")
                     i += 1
                 continue
-            if eq:  # as two tokens, so that a record's value replaces it (apply_record)
-                out += [f"--{shorts[name]}", val]
+            if eq:  # as two tokens, so that a record's value replaces it (apply_record), but for a value
+                # argparse would read as an option as its own word (kept whole, as vLLM reads -x=VALUE)
+                out += [f"--{shorts[name]}={val}"] if _reads_as_option(val) else [f"--{shorts[name]}", val]
                 i += 1
                 continue
             tok = f"--{shorts[name]}"
@@ -630,16 +637,23 @@ def _optional_value(table: Mapping) -> frozenset[str]:
     return SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
 
 
+def _reads_as_option(token: str) -> bool:
+    """Whether argparse reads ``token``, given as its own word, as an option rather than as a value: it
+    starts with ``-``, is not ``-`` alone, not a negative number and holds no space (Lib/argparse.py
+    ``_parse_optional``, Python 3.11 as vLLM 0.32's environment has it).  So ``--chat-template -abc`` makes
+    vLLM 0.32's parser fail ("expected one argument") while ``--chat-template=-abc``, ``--seed -1`` and
+    ``--chat-template '-a b'`` are read as values (checked with its parser)."""
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token) and " " not in token
+
+
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     """Whether ``--opt``, given without ``=``, is an option whose value may be left out standing alone
     (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``): nothing
-    follows it, or argparse reads what follows as an option (a word starting with ``-`` that is not
-    ``-`` alone nor a negative number; Lib/argparse.py ``_parse_optional``), so ``nargs="?"`` takes no value
-    and the next option is read as one, not swallowed as this one's value."""
+    follows it, or argparse reads what follows as an option (:func:`_reads_as_option`), so ``nargs="?"``
+    takes no value and the next option is read as one, not swallowed as this one's value."""
     if opt not in _optional_value(table):
         return False
-    return following is None or (following.startswith("-") and following != "-"
-                                 and not _NEGATIVE_NUMBER.match(following))
+    return following is None or _reads_as_option(following)
 
 
 def _reads_as_dotted(token: str) -> bool:
@@ -750,7 +764,9 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
         ``--no-X`` included, and an alias of it, :data:`_SAME_DEST_OPTIONS`; but for :data:`_REPEATABLE_OPTIONS`),
         a dotted field with no value or no name, a field given twice,
         an option given both whole and by field (vLLM would keep the fields alone) and one given by fields
-        in both its spellings (vLLM would keep one spelling's).
+        in both its spellings (vLLM would keep one spelling's), and an option's value given as its own word
+        that vLLM's parser would read as an option: one holding a '.' (a dotted option) or one argparse
+        reads as an option (:func:`_reads_as_option`).
     """
     out: list[str] = []
     gathered: dict[str, dict] = {}
@@ -791,6 +807,11 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                     raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "
                                             f"with '-' and holds a '.' as a dotted option, not as --{opt}'s value "
                                             f"({_DOTTED_SRC}), and the command fails: write --{opt}={cmd[i]}", cmd[i])
+                if _reads_as_option(cmd[i]):
+                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "argparse reads a token that starts with '-' "
+                                            "(but for a negative number or one holding a space) as an option, not as "
+                                            f"--{opt}'s value (Lib/argparse.py _parse_optional), and vLLM 0.32's "
+                                            f"parser fails: write --{opt}={cmd[i]}", cmd[i])
                 out.append(cmd[i])  # the option's value, read as it is
                 i += 1
             continue

@@ -38,6 +38,10 @@ FAKE_VLLM = textwrap.dedent('''
     def opt(name, default=None):
         return args[args.index(name) + 1] if name in args else default
     if args[0] == "serve":
+        # its arguments and the environment's tokens, unmasked (vLLM 0.32 shows hf_token as '***' in its
+        # non-default args; a traceback or another version may print them as given)
+        print("fake vllm serve: non-default args:", args[1:],
+              {k: v for k, v in os.environ.items() if k.endswith("TOKEN")}, flush=True)
         port = int(opt("--port"))
         spec = opt("--speculative-config")
         with open(log, "a") as f:
@@ -313,6 +317,39 @@ def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeyp
     ev = _events(fake_env["log"])
     assert [e["event"] for e in ev].count("serve") - n_serve == 3
     assert all(v in ("ok", "invalid", "skipped") for k, v in second.items() if not k.endswith("-manifest-2"))
+
+
+def test_a_token_given_in_the_matrix_or_the_environment_is_recorded_nowhere(fake_env, monkeypatch):
+    """A token in serve_cmd, in the sidecar's env or in the driver's environment reaches the server (which
+    prints it) but no file of any recorded run; a
+    resume of the invocation does not see the matrix as changed for it."""
+    from specsim.runs.provenance import REDACTED
+    from specsim.runs.runner import matrix_changes
+    from specsim.runs.sweep_files import load_matrix
+
+    secrets = ["hf_token_in_serve_cmd_1", "token_in_the_sidecar_env_2", "hf_token_in_the_drivers_env_3"]
+    monkeypatch.setenv("HF_TOKEN", secrets[2])
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], env={"MY_SERVICE_TOKEN": secrets[1]}, sidecar={
+        "serve_cmd": f"vllm serve org/hub-model --dtype float32 --max-num-seqs 4 --hf-token {secrets[0]}"})
+    res = run_matrix(m, runs_dir=runs, install=fake_env["install"], stamp="S7", progress=False)
+    assert len(res) > 3 and all(r.status in ("ok", "invalid", "skipped") for r in res), [(r.run_id, r.error)
+                                                                                        for r in res]
+    logs = sorted(runs.rglob("server.log"))
+    assert logs and all(f"'--hf-token', '{REDACTED}'" in p.read_text() and f"'HF_TOKEN': '{REDACTED}'"
+                        in p.read_text() and f"'MY_SERVICE_TOKEN': '{REDACTED}'" in p.read_text() for p in logs)
+    files = [f for f in runs.rglob("*") if f.is_file()]
+    assert len(files) > 20
+    for f in files:
+        data = f.read_bytes()
+        assert not any(s.encode() in data for s in secrets), f
+    prov = _prov(next(p.parent for p in logs))
+    server = prov["commands"]["server"]
+    assert server[server.index("--hf-token") + 1] == REDACTED
+    assert prov["matrix"]["files"]["specsim.json"]["env"]["MY_SERVICE_TOKEN"] == REDACTED
+    assert matrix_changes(runs, load_matrix(m), "S7") == []
+    (m / "bench_params.json").write_text((m / "bench_params.json").read_text().replace('"num_prompts": 2', '"num_prompts": 3'))
+    assert matrix_changes(runs, load_matrix(m), "S7") == ["bench_params.json"]  # a real change is still seen
 
 
 # ---- Ray (local cluster) ------------------------------------------------------------------------

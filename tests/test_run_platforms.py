@@ -7,12 +7,22 @@ import json
 import pytest
 
 from specsim.errors import SpecsimValueError
+from specsim.runs.executors import import_run
 from specsim.runs.platforms import (
     ROCM_ATTENTION_BACKEND,
     detect_platform,
     platform_settings,
 )
-from specsim.runs.provenance import REDACTED, VLLM_ENV_DEFAULTS, VllmInstall, base_provenance, vllm_env
+from specsim.runs.provenance import (
+    REDACTED,
+    VLLM_ENV_DEFAULTS,
+    VllmInstall,
+    base_provenance,
+    redact,
+    secret_values,
+    vllm_env,
+)
+from specsim.runs.recorder import RunRecorder
 from specsim.runs.runbook import ROCM_SERVER_ARGS
 
 
@@ -157,3 +167,56 @@ def test_runner_commands_follow_the_platform(tmp_path):
     cmd = _serve_cmd(inst, gm, gm.groups[1], args)
     assert cmd.count("--attention-backend") == 1 and cmd[2] == "Qwen/Qwen3-8B"
     assert '"model": "RedHatAI/Qwen3-8B-speculator.eagle3"' in cmd[cmd.index("--speculative-config") + 1]
+
+
+# ---- secrets kept out of a run's record ------------------------------------------------------------------
+# A token given in serve_cmd (`--hf-token hf_...`), a record's `hf_token` or a sidecar's `env` was recorded as
+# given: in provenance.json's commands and matrix files, and in vLLM's own server.log ("non-default args").
+
+def test_secret_values_are_found_where_a_matrix_gives_them():
+    prov = {"commands": {"server": ["vllm", "serve", "m", "--hf-token", "hf_in_the_command_1", "--seed", "0"],
+                         "other": ["--hf_token=hf_with_equals_22", "--api-key", "sk-api-key-333"]},
+            "matrix": {"files": {"specsim.json": {"serve_cmd": "vllm serve m --hf-token 'hf_quoted_4444' -tp 1",
+                                                  "env": {"HF_TOKEN": "hf_in_an_env_55555", "OMP_NUM_THREADS": "2"}},
+                                 "serve_params.json": {"a": {"hf_token": "hf_in_a_record_666666"},
+                                                       "b": {"hf-token": True, "code_revision": "not_a_secret"}}}},
+            "env": {"HF_TOKEN": REDACTED}, "short": ["--hf-token", "hf_1"], "bare": ["--hf-token", "--seed", "1"]}
+    assert secret_values(prov, environ={"MY_API_KEY": "from_the_environment", "PATH": "/usr/bin:/bin"}) == {
+        "hf_in_the_command_1", "hf_with_equals_22", "sk-api-key-333", "hf_quoted_4444", "hf_in_an_env_55555",
+        "hf_in_a_record_666666", "from_the_environment"}  # not REDACTED, not "hf_1" (shorter than 8), not --seed
+
+
+def test_redact_replaces_each_secret_in_every_string_and_changes_nothing_else():
+    obj = {"a": ["x hf_secret_1234 y", 3, None, True], "b": {"c": "hf_secret_1234hf_secret_1234"}, "d": 1.5}
+    out = redact(obj, {"hf_secret_1234"})
+    assert out == {"a": [f"x {REDACTED} y", 3, None, True], "b": {"c": REDACTED * 2}, "d": 1.5}
+    assert obj["a"][0] == "x hf_secret_1234 y"  # the input is left as it was
+    assert redact(obj, ()) == obj
+
+
+def test_a_recorded_run_holds_no_secret_in_its_files_nor_its_provenance(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_from_the_environment")
+    log = "INFO non-default args: {'model': 'm', 'hf_token': 'hf_from_serve_cmd_x'}\nloaded hf_from_the_environment\n"
+    prov = {"commands": {"server": ["vllm", "serve", "m", "--hf-token", "hf_from_serve_cmd_x"]}}
+    with RunRecorder("r1", tmp_path, prov) as rec:
+        (rec.path / "server.log").write_text(log)
+        (rec.path / "outputs.jsonl").write_text('{"text": "def f(): pass"}\n')
+    run = tmp_path / "r1"
+    for f in run.iterdir():
+        text = f.read_text()
+        assert "hf_from_serve_cmd_x" not in text and "hf_from_the_environment" not in text, f.name
+    assert (run / "server.log").read_text() == log.replace("hf_from_serve_cmd_x", REDACTED).replace(
+        "hf_from_the_environment", REDACTED)
+    assert json.loads((run / "provenance.json").read_text())["commands"]["server"][-2:] == ["--hf-token", REDACTED]
+    assert (run / "outputs.jsonl").read_text() == '{"text": "def f(): pass"}\n'  # no secret: untouched
+    assert rec.provenance["commands"]["server"][-1] == REDACTED
+
+
+def test_a_run_imported_from_a_job_holds_no_secret(tmp_path, monkeypatch):
+    """Ray / Slurm jobs' runs are written by import_run (from the driver), not by a RunRecorder there."""
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    prov = {"commands": {"server": ["vllm", "serve", "m", "--hf_token=hf_job_secret_99"]}, "status": "ok"}
+    final = import_run("r2", {"provenance.json": json.dumps(prov).encode(),
+                              "server.log": b"hf_token='hf_job_secret_99'\n"}, tmp_path)
+    assert (final / "server.log").read_bytes() == f"hf_token='{REDACTED}'\n".encode()
+    assert json.loads((final / "provenance.json").read_text())["commands"]["server"][-1] == f"--hf_token={REDACTED}"

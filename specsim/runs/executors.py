@@ -35,7 +35,7 @@ from typing import Any, Iterable, NamedTuple
 from specsim.errors import MissingExtraError, RunError, SpecsimValueError
 from specsim.runs.offline import run_offline
 from specsim.runs.process import stop_signals_as_interrupt
-from specsim.runs.provenance import VllmInstall, vllm_env
+from specsim.runs.provenance import VllmInstall, redact_run, vllm_env
 from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
@@ -213,7 +213,9 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
 
     ``files``: ``{relative path: bytes}`` or a recorded run directory (moved).  ``provenance_update``
     is merged into its ``provenance.json`` before the rename, and its ``error`` and ``commands`` (the
-    bench's ``--result-dir``) name the run's final paths, not the staging ones (:func:`final_paths`).
+    bench's ``--result-dir``) name the run's final paths, not the staging ones (:func:`final_paths`); a
+    secret is replaced by ``<redacted>`` in it and in the run's files
+    (:func:`specsim.runs.provenance.redact_run`).
 
     Raises
     ------
@@ -247,6 +249,7 @@ def import_run(run_id: str, files: dict[str, bytes] | Path, runs_dir: str | os.P
             prov["commands"] = {k: ([final_paths(t, run_id, final, server_log_kept=kept_log) if isinstance(t, str)
                                      else t for t in v] if isinstance(v, list) else v)
                                 for k, v in prov["commands"].items()}
+        prov = redact_run(tmp, prov)  # as RunRecorder does: a secret is recorded nowhere in the run
         pf.write_text(json.dumps(prov, indent=2, default=_json_default) + "\n")
     if final.exists():
         raise RunError(f"run {run_id!r} appeared at {final} meanwhile; this run is left in {tmp}")

@@ -12,6 +12,7 @@ import platform
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +215,138 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
             if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
             or k in ("DO_NOT_TRACK", "LD_PRELOAD")}
     return env, used
+
+
+#: command-line options whose value is a secret: vLLM 0.32 ``vllm serve --hf-token`` (Hugging Face's access
+#: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/openai/cli_args.py), in any spelling
+_SECRET_OPTION = re.compile(r"^--(?:hf[-_]token|api[-_]key)(?:=(.*))?$")
+#: keys whose value is a secret: those options as a parameter record's keys, and environment variables'
+#: names (:data:`_SECRET_ENV`, as a sidecar's ``env`` gives them)
+_SECRET_KEY = re.compile(r"^(?:hf[-_]token|api[-_]key)$|(?:TOKEN|SECRET|PASSWORD|API_KEY)$")
+#: a secret shorter than this is not searched for in recorded text: replacing a short word everywhere would
+#: garble the logs (a Hugging Face token is 37 characters)
+MIN_SECRET_CHARS = 8
+
+
+def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[str]:
+    """The secrets a run's record holds, to be kept out of it (:func:`redact_run`).
+
+    Parameters
+    ----------
+    record : dict, list or str
+        A run's provenance (or any part of it), walked through: the value after a secret option
+        (:data:`_SECRET_OPTION`: ``--hf-token VALUE``, ``--hf_token=VALUE``, ``--api-key VALUE``) in a
+        command given as a list of words or as one string (``serve_cmd``), and the string value of a
+        secret key (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``).
+    environ : mapping, optional
+        Environment variables (default ``os.environ``); the values of the secret ones (:data:`_SECRET_ENV`)
+        are added: a process started from this environment may print them.
+
+    Returns
+    -------
+    set of str
+        The values, those shorter than :data:`MIN_SECRET_CHARS` and :data:`REDACTED` itself left out.
+    """
+    import shlex
+
+    found: set[str] = set()
+
+    def words(seq: Sequence[Any]) -> None:
+        for i, w in enumerate(seq):
+            m = _SECRET_OPTION.match(w) if isinstance(w, str) else None
+            if m is None:
+                continue
+            if m.group(1) is not None:
+                found.add(m.group(1))
+            elif i + 1 < len(seq) and isinstance(seq[i + 1], str) and not seq[i + 1].startswith("--"):
+                found.add(seq[i + 1])
+
+    def walk(o: Any) -> None:
+        if isinstance(o, Mapping):
+            for k, v in o.items():
+                if isinstance(k, str) and isinstance(v, str) and _SECRET_KEY.search(k):
+                    found.add(v)
+                walk(v)
+        elif isinstance(o, (list, tuple)):
+            words(o)
+            for x in o:
+                walk(x)
+        elif isinstance(o, str) and ("--hf" in o or "--api" in o):
+            try:
+                words(shlex.split(o))
+            except ValueError:  # unbalanced quotes: the words as they stand
+                words(o.split())
+
+    walk(record)
+    found.update(v for k, v in (os.environ if environ is None else environ).items() if _SECRET_ENV.search(k))
+    return {s for s in found if len(s) >= MIN_SECRET_CHARS and s != REDACTED}
+
+
+def redact(obj: Any, secrets: Iterable[str]) -> Any:
+    """``obj`` with every occurrence of each secret in its strings replaced by :data:`REDACTED`.
+
+    Parameters
+    ----------
+    obj : dict, list, tuple, str or any JSON value
+        Walked through (tuples come back as lists); numbers, bools and None are kept as they are.
+    secrets : iterable of str
+        The values to replace (:func:`secret_values`); a secret inside a longer one is replaced after it.
+
+    Returns
+    -------
+    object
+        A new object (``obj`` is not changed); ``obj`` itself when ``secrets`` is empty.
+    """
+    secrets = sorted(set(secrets), key=len, reverse=True)  # a secret inside a longer one: the longer first
+    if not secrets:
+        return obj
+
+    def one(o: Any) -> Any:
+        if isinstance(o, str):
+            for s in secrets:
+                o = o.replace(s, REDACTED)
+            return o
+        if isinstance(o, Mapping):
+            return {k: one(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [one(x) for x in o]
+        return o
+
+    return one(obj)
+
+
+def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:
+    """Keep a run's secrets out of its record before it is renamed into place: the provenance returned has
+    each secret (:func:`secret_values` of ``provenance`` and ``os.environ``) replaced by :data:`REDACTED`,
+    and so has every file in ``run_dir`` that holds one, rewritten in place (vLLM 0.32's ``server.log`` shows
+    ``hf_token`` as ``'***'`` among its non-default arguments, vllm/entrypoints/serve/utils/api_utils.py; a
+    traceback, a bench log or another version may print a command as it was given).
+
+    Parameters
+    ----------
+    run_dir : path
+        The run's directory, not yet renamed to its final name (its files are rewritten).
+    provenance : dict
+        The run's provenance, as it would be written.
+
+    Returns
+    -------
+    dict
+        The provenance to write (``provenance`` itself where it holds no secret).
+    """
+    secrets = secret_values(provenance)
+    if not secrets:
+        return provenance
+    raw = [s.encode() for s in sorted(secrets, key=len, reverse=True)]
+    for f in sorted(Path(run_dir).rglob("*")):
+        if not f.is_file() or f.is_symlink():
+            continue
+        data = f.read_bytes()
+        if any(s in data for s in raw):
+            for s in raw:
+                data = data.replace(s, REDACTED.encode())
+            f.write_bytes(data)
+    return redact(provenance, secrets)
 
 
 def base_provenance(*, install: VllmInstall | None = None, model_dir: str | os.PathLike | None = None,

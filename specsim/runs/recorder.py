@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import RunError, SpecsimValueError
-from specsim.runs.provenance import utc_now
+from specsim.runs.provenance import redact_run, utc_now
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -53,7 +53,9 @@ class RunRecorder:
     Files are written into ``.path``.  On exit: writes ``provenance.json`` with ``status`` ("ok",
     "invalid" after :meth:`mark_invalid`, "skipped" after :meth:`mark_skipped`, or "failed" with ``error`` when an exception -- including
     KeyboardInterrupt -- left the block, or after :meth:`mark_failed`), load averages before/after, start/end time, and renames
-    the directory to ``runs_dir/run_id``.  Exceptions propagate.
+    the directory to ``runs_dir/run_id``.  Before that, a secret the provenance or the environment holds
+    (:func:`specsim.runs.provenance.redact_run`: an ``--hf-token`` value, an ``HF_TOKEN``) is replaced by
+    ``<redacted>`` in the provenance and in every file of the run.  Exceptions propagate.
 
     Raises
     ------
@@ -139,6 +141,11 @@ class RunRecorder:
         prov["ended"] = utc_now()
         prov["duration_seconds"] = round(time.monotonic() - self._t0, 3)
         prov["loadavg_after"] = list(os.getloadavg())
+        # a token given in a command, a record or an environment is recorded as <redacted>, here and in the
+        # run's files
+        prov = self.provenance = redact_run(self.path, prov)
+        if self.error:
+            self.error = prov.get("error", self.error)
         write_json(self.path / "provenance.json", prov)
         if self.final_path.exists():
             raise RunError(f"run {self.run_id!r} appeared at {self.final_path} while running; "

@@ -31,7 +31,7 @@ from specsim.runs.platforms import (
     vllm_build,
 )
 from specsim.runs.process import deferred_interrupts, stop_signal_received
-from specsim.runs.provenance import VllmInstall, base_provenance, weights_sha256
+from specsim.runs.provenance import VllmInstall, base_provenance, redact, secret_values, weights_sha256
 from specsim.runs.recorder import RunRecorder, RunResult, write_json
 from specsim.runs.records import CONTENDED_FRACTION, attempt_of
 from specsim.runs.serve_bench import BenchPlan, summarise_run
@@ -242,8 +242,11 @@ def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
         Names of the files that differ from, or are missing in, any record's
         ``provenance["matrix"]["files"]``, in name order per record; empty when they match or nothing
         is recorded.  Unreadable records are passed over; raises nothing beyond reading ``m``'s files.
+        A secret in the files (an ``--hf-token`` value: recorded as ``<redacted>``,
+        :func:`specsim.runs.provenance.redact_run`) is compared redacted.
     """
     now = {f: json.loads((m.root / f).read_text()) for f in m.files}
+    now = redact(now, secret_values(now))
     changed: dict[str, None] = {}
     for p in _stamp_records(runs_dir, m.name, stamp):
         was = (_recorded_prov(p).get("matrix") or {}).get("files")

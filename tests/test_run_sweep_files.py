@@ -690,3 +690,20 @@ def test_a_similar_cell_is_scaled_from_the_recorded_traffic_not_from_a_fixed_cli
     secs, basis = est.cells["ngram-n3-c4"]
     assert basis == "similar"
     assert secs == pytest.approx(PROCESS_OVERHEAD_S + 5 * traffic, rel=1e-9)
+
+
+def test_matrix_name_is_the_sidecars_name_whatever_the_directory_is_called(tmp_path):
+    """``specsim validate --matrix DIR`` finds the runs by the name the sidecar gives (run ids
+    ``<name>-<stamp>-*``); a sidecar without one is refused, naming the field."""
+    from specsim.runs.sweep_files import SIDECAR, matrix_name, resolve_matrix
+
+    mine = tmp_path / "renamed"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    assert matrix_name("smoke") == matrix_name(mine) == matrix_name(mine / SIDECAR) == "smoke"
+    side = json.loads((mine / SIDECAR).read_text())
+    (mine / SIDECAR).write_text(json.dumps({**side, "name": "other"}))
+    assert matrix_name(mine) == "other"
+    (mine / SIDECAR).write_text(json.dumps({k: v for k, v in side.items() if k != "name"}))
+    with pytest.raises(SpecsimValueError) as ei:
+        matrix_name(mine)
+    assert ei.value.field == "matrix" and "gives no name" in ei.value.rule, str(ei.value)

@@ -478,13 +478,9 @@ def _cmd_validate(args) -> int:
     if args.matrix is not None and Path(args.matrix).exists():
         # a matrix directory or its specsim.json, as run-matrix takes (and its last line passes on): the runs
         # are recorded under the name its sidecar gives
-        from specsim.runs.sweep_files import SIDECAR, _read_json, resolve_matrix
+        from specsim.runs.sweep_files import matrix_name
 
-        sidecar = _read_json(resolve_matrix(args.matrix) / SIDECAR, "--matrix")  # as run-matrix reads it
-        if not isinstance(sidecar, dict) or not isinstance(sidecar.get("name"), str):
-            raise SpecsimValueError("matrix", f"its {SIDECAR} gives no name (a string), under which its runs are "
-                                    "recorded", args.matrix)
-        args.matrix = sidecar["name"]
+        args.matrix = matrix_name(args.matrix)  # as run-matrix reads it
     if args.stamp is not None:  # one invocation, on its own probe (--stamp '' refused there, not pooled)
         res, inv = validate(runs_dir, matrix=args.matrix, stamp=args.stamp), None
     else:  # every invocation on its own probe, pooled (as data/validation/loops.csv)

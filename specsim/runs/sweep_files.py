@@ -85,7 +85,7 @@ from specsim.runs.vllm_args import (
 from specsim.vllm.config import parse_speculative_config
 
 __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
-           "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
+           "matrix_name", "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
            "dry_run_json", "over_timeout_cells", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
            "serve_command", "bench_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
            "BENCH_CLIENT_START_S", "TARGET_NEUTRAL_SERVE_OPTIONS"]
@@ -286,6 +286,35 @@ def resolve_matrix(name_or_path: str | os.PathLike) -> Path:
                                 f"them): give a matrix directory", str(name_or_path))
     raise SpecsimValueError("matrix", f"not a shipped matrix name nor a matrix directory holding {SIDECAR}",
                             str(name_or_path), names)
+
+
+def matrix_name(name_or_path: str | os.PathLike) -> str:
+    """The name a matrix records its runs under: its sidecar's ``name`` (``<name>-<stamp>-*`` run ids), read
+    as :func:`load_matrix` reads the sidecar; the directory may be named otherwise.
+
+    Parameters
+    ----------
+    name_or_path : str or path
+        A shipped matrix's name, a matrix directory or its sidecar file (:func:`resolve_matrix`).
+
+    Returns
+    -------
+    str
+        The sidecar's ``name``.
+
+    Raises
+    ------
+    SpecsimValueError
+        ``--matrix``: not found, an empty file or a key given twice; ``matrix``: a sidecar with no
+        ``name`` string.
+    DataError
+        The sidecar is not valid JSON.
+    """
+    sidecar = _read_json(resolve_matrix(name_or_path) / SIDECAR, "--matrix")
+    if not isinstance(sidecar, dict) or not isinstance(sidecar.get("name"), str):
+        raise SpecsimValueError("matrix", f"its {SIDECAR} gives no name (a string), under which its runs are "
+                                "recorded", str(name_or_path))
+    return sidecar["name"]
 
 
 def path_base(root: Path) -> Path:

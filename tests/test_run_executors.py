@@ -37,6 +37,13 @@ FAKE_VLLM = textwrap.dedent('''
     log = os.environ["FAKE_LOG"]
     def opt(name, default=None):
         return args[args.index(name) + 1] if name in args else default
+    def kill_my_worker():  # the Ray worker running this job dies (SIGKILL)
+        import psutil
+        driver = int(os.environ["FAKE_DRIVER_PID"])  # only a worker of this test's own Ray cluster
+        for p in psutil.process_iter(["cmdline"]):
+            if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
+                    driver in [a.pid for a in p.parents()]:
+                p.kill()
     if args[0] == "serve":
         # its arguments and the environment's tokens, unmasked (vLLM 0.32 shows hf_token as '***' in its
         # non-default args; a traceback or another version may print them as given)
@@ -47,13 +54,8 @@ FAKE_VLLM = textwrap.dedent('''
         with open(log, "a") as f:
             f.write(json.dumps({"event": "serve", "pid": os.getpid(), "spec": spec, "t": time.time(),
                                 "omp": os.environ.get("OMP_NUM_THREADS")}) + "\\n")
-        if "kill-my-worker" in args:  # the Ray worker running this job dies (SIGKILL)
-            import psutil
-            driver = int(os.environ["FAKE_DRIVER_PID"])  # only a worker of this test's own Ray cluster
-            for p in psutil.process_iter(["cmdline"]):
-                if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
-                        driver in [a.pid for a in p.parents()]:
-                    p.kill()
+        if "kill-my-worker" in args:
+            kill_my_worker()
         slow = spec and str(json.loads(spec).get("num_speculative_tokens")) == os.environ.get("FAKE_SLOW_N")
         try:  # a slow start (FAKE_SERVE_DELAY seconds before it listens; 30 s for N = FAKE_SLOW_N)
             time.sleep(30.0 if slow else float(os.environ.get("FAKE_SERVE_DELAY", "0")))
@@ -90,6 +92,9 @@ FAKE_VLLM = textwrap.dedent('''
         if os.environ.get("FAKE_BENCH_FAIL") == str(c):
             print("Error: connection refused", flush=True)
             sys.exit(2)
+        if os.environ.get("FAKE_KILL_WORKER_AT_C") == str(c):
+            kill_my_worker()
+            time.sleep(30)
         time.sleep(float(os.environ.get("FAKE_BENCH_SLEEP", "0")))
         burn = float(os.environ.get("FAKE_BENCH_BURN", "0"))  # CPU seconds this bench uses
         t = time.process_time()
@@ -510,7 +515,43 @@ def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_c
     while _no_fake_processes() and time.monotonic() < end:
         time.sleep(0.5)
     assert not _no_fake_processes()
+    # the server log of the run in flight (its server was starting when the worker died) is kept with it
+    assert "fake vllm serve: non-default args" in (runs / "fake-S4-doomed-c1" / "server.log").read_text()
+    assert not (runs / "fake-S4-doomed-t0.8-c2" / "server.log").exists()  # it never ran
+    assert p["executor"]["lost"] is True and p["executor"]["host"] and p["executor"]["pid"]
+    assert not list(runs.glob(".staging-*"))  # every driver-side staging directory removed
     shutil.rmtree(runs)
+
+
+def test_ray_lost_task_keeps_the_runs_it_recorded_and_its_servers_log(fake_env, ray_cluster):
+    """A Ray worker killed during its second cell: the first cell it recorded is kept (ok), the cell in flight
+    is recorded failed with the server's log.  Its runs used to be lost with the worker's own staging directory
+    (every cell of the group recorded failed, without a log)."""
+    m = _matrix(fake_env["tmp"], env={"FAKE_KILL_WORKER_AT_C": "2"})  # the bench at concurrency 2 SIGKILLs its worker
+    # two greedy cells per server, in one job (no health check: the temperature-0.8 cells run in a job of
+    # their own, after their judge)
+    (m / "bench_params.json").write_text(json.dumps({
+        "c1": {"max_concurrency": 1, "num_prompts": 2, "temperature": 0},
+        "c2": {"max_concurrency": 2, "num_prompts": 2, "temperature": 0}}))
+    side = json.loads((m / "specsim.json").read_text())
+    (m / "specsim.json").write_text(json.dumps({k: v for k, v in side.items() if k != "health_checks"}))
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-S5-"): r for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S5", progress=False, executor="ray")}
+    for g in ("baseline", "ngram-n2", "ngram-n3"):
+        assert res[f"{g}-c1"].status == "ok", {k: (r.status, r.error) for k, r in res.items()}
+        first = _prov(runs / f"fake-S5-{g}-c1")
+        assert first["executor"]["kind"] == "ray" and first["executor"].get("lost") is True, first["executor"]
+        assert first["executor"]["pid"] and (runs / f"fake-S5-{g}-c1" / "bench.json").exists()
+        lost = runs / f"fake-S5-{g}-c2"
+        assert res[f"{g}-c2"].status == "failed"
+        assert any(w in _prov(lost)["error"] for w in ("Worker", "worker", "died", "crash", "Crashed"))
+        assert "fake vllm serve: non-default args" in (lost / "server.log").read_text()
+    assert not list(runs.glob(".staging-*"))
+    end = time.monotonic() + 30  # the guardian stops the orphaned fake servers
+    while _no_fake_processes() and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not _no_fake_processes()
 
 
 # ---- the persistent bench client ------------------------------------------------------------------

@@ -443,6 +443,59 @@ def _interrupted(staging: Path, exc: BaseException | None = None) -> dict:
     return _left_in(staging, interrupted=True, interrupt=exc)
 
 
+#: the file naming a remote job's staging directory made by the driver (:func:`_driver_staging`)
+_KEY_FILE = ".driver-key"
+
+
+def _driver_staging(runs_dir: Path, job: dict) -> tuple[dict, Path]:
+    """(``job`` naming a new staging directory in the driver's ``runs_dir`` and a key written into it, that
+    directory).  A Ray task or Slurm job that sees the directory holding the key (on the driver's host, or
+    ``runs_dir`` on a file system the cluster shares) records its runs there instead of its own temporary
+    directory (:func:`_shared_staging`), so that when it is lost (its worker killed: ``ray.cancel(force=True)``,
+    the OOM killer, a node gone) the driver still finds the runs it recorded and its server's log
+    (:func:`_lost_job`)."""
+    import uuid
+
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=runs_dir))
+    key = uuid.uuid4().hex
+    (staging / _KEY_FILE).write_text(key)
+    return {**job, "driver_staging": str(staging), "driver_staging_key": key}, staging
+
+
+def _shared_staging(job: dict) -> Path | None:
+    """The driver's staging directory a job names (:func:`_driver_staging`) when this process sees it with
+    the job's key in it, else None (another machine, no shared file system)."""
+    where, key = job.get("driver_staging"), job.get("driver_staging_key")
+    if not where or not key:
+        return None
+    try:
+        return Path(where) if (Path(where) / _KEY_FILE).read_text() == key else None
+    except OSError:
+        return None
+
+
+def _lost_job(staging: Path | None, exc: BaseException, kind: str) -> dict | BaseException:
+    """What a remote job that raised or was lost instead of returning its runs left in its driver-side
+    staging directory (:func:`_driver_staging`): the runs it recorded, imported as a failed local job's
+    are (:func:`_left_in`, ``error`` the exception, ``lost`` True), the log of its server, which the driver
+    keeps with the run that was in flight (``server_log``: the last ``.tmp-server-*/server.log``; a server
+    stopped normally removes its own), and ``executor`` (``kind``, the host and pid of the job's process
+    from its ``.owner.json``).  ``exc`` itself where the directory is gone."""
+    import json
+
+    if staging is None or not staging.is_dir():
+        return exc
+    got = _left_in(staging, error=exc, lost=True)
+    owner: dict = {}
+    with contextlib.suppress(OSError, ValueError):
+        owner = json.loads((staging / _OWNER_FILE).read_text())
+    got["executor"] = {"kind": kind, "host": owner.get("host"), "pid": owner.get("pid"), "lost": True}
+    logs = sorted(staging.glob(".tmp-server-*/server.log"), key=lambda f: f.stat().st_mtime)
+    if logs:
+        got["server_log"] = logs[-1]
+    return got
+
+
 def _ray_module():
     try:
         import ray
@@ -562,22 +615,28 @@ def sweep_stale_staging(tmp_dir: str | os.PathLike | None = None) -> list[Path]:
 def _packed_job(job: dict, where: dict | None = None) -> dict:
     """Run the job in a private staging directory and return its runs as bytes (for a remote driver).
     The directory names its owner (``.owner.json``): when this process is killed before its
-    ``finally``, a later job or the driver removes it (:func:`sweep_stale_staging`)."""
+    ``finally``, a later job or the driver removes it (:func:`sweep_stale_staging`).  Where this process
+    sees the driver's staging directory the job names (:func:`_shared_staging`), the job records there
+    instead, and leaves it to the driver when it raises or is killed (:func:`_lost_job`)."""
     import json
 
     with contextlib.suppress(Exception):  # a cleanup of others' leftovers never fails this job
         sweep_stale_staging()
-    staging = Path(tempfile.mkdtemp(prefix="specsim-job-"))
+    shared = _shared_staging(job)  # the driver's, where this process sees it: kept for it if this job fails
+    staging = shared or Path(tempfile.mkdtemp(prefix="specsim-job-"))
+    returned = False
     try:
         (staging / _OWNER_FILE).write_text(json.dumps(_owner()))
         out = execute_job(job, staging, keep_interrupted=True)
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
+        returned = True
         return {"runs": packed, "results": res, "server_end": out["server_end"],
                 "interrupted": out.get("interrupted", False),
                 "executor": {"host": out["host"], "pid": out["pid"], **(where or {})}}
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if shared is None or returned:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _ray_job(job: dict) -> dict:
@@ -720,6 +779,7 @@ class RayExecutor:
             self._started = True
         self._task = self.ray.remote(max_retries=0)(_ray_job)
         self._pending: dict = {}
+        self._staging: dict = {}  # task -> its driver-side staging directory (_driver_staging)
 
     def cpus(self) -> int:
         """Cores of the smallest alive node (what one CPU server task asks for)."""
@@ -736,8 +796,10 @@ class RayExecutor:
 
     def submit(self, job: dict, tag: Any) -> Any:
         res = job.get("ray_resources") or self.resources(job)
+        job, staging = _driver_staging(self.runs_dir, job)
         ref = self._task.options(**res).remote(job)
         self._pending[ref] = tag
+        self._staging[ref] = staging
         return ref
 
     def wait(self, timeout_s: float | None = None) -> list[tuple[Any, dict | BaseException]]:
@@ -747,11 +809,14 @@ class RayExecutor:
         ready, _ = self.ray.wait(list(self._pending), num_returns=1, timeout=timeout_s)
         out = []
         for ref in ready:
-            tag = self._pending.pop(ref)
+            tag, staging = self._pending.pop(ref), self._staging.pop(ref, None)
             try:
                 out.append((tag, self.ray.get(ref)))
             except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
-                out.append((tag, exc))
+                out.append((tag, _lost_job(staging, exc, self.kind)))
+            else:  # returned: its runs came back as bytes (the task removed the directory where it saw it)
+                if staging is not None:
+                    shutil.rmtree(staging, ignore_errors=True)
         return out
 
     def pending(self) -> list:
@@ -770,6 +835,9 @@ class RayExecutor:
                 self.wait(timeout_s=5)
         if self._started:
             self.ray.shutdown()
+        for staging in self._staging.values():  # of tasks that never returned (cancelled, still running)
+            shutil.rmtree(staging, ignore_errors=True)
+        self._staging.clear()
         sweep_stale_staging()  # of this host's workers killed before they could remove theirs
 
 
@@ -882,6 +950,7 @@ class SlurmExecutor:
         # the cores a job gets: what cpus_per_task asks for where given, else this host's
         self._cpus = int(cpus or self.extra.get("cpus_per_task") or os.cpu_count() or 1)
         self._pending: dict = {}
+        self._staging: dict = {}  # job -> its driver-side staging directory (_driver_staging)
         # the local cluster runs every submitted job at once on this host: one job at a time there
         self._one_at_a_time = self.cluster == "local"
         self._queue: list[tuple[dict, Any]] = []  # (job, tag) not yet submitted
@@ -914,9 +983,16 @@ class SlurmExecutor:
 
     def _start(self, job: dict, tag: Any) -> Any:
         self.ex.update_parameters(**{**job["slurm_resources"], **self.extra})
-        with self._controller_blocks_sigint():
-            j = self.ex.submit(_slurm_job, job)
-            self._pending[j] = tag  # tracked before a Ctrl-C held back meanwhile is delivered
+        job, staging = _driver_staging(self.runs_dir, job)
+        try:
+            with self._controller_blocks_sigint():
+                j = self.ex.submit(_slurm_job, job)
+                self._pending[j] = tag  # tracked before a Ctrl-C held back meanwhile is delivered
+                self._staging[j] = staging
+        except BaseException:
+            if not any(v is staging for v in self._staging.values()):
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
         return j
 
     @contextlib.contextmanager
@@ -950,11 +1026,14 @@ class SlurmExecutor:
             if done:
                 out = []
                 for j in done:
-                    tag = self._pending.pop(j)
+                    tag, staging = self._pending.pop(j), self._staging.pop(j, None)
                     try:
                         out.append((tag, j.result()))
                     except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
-                        out.append((tag, exc))
+                        out.append((tag, _lost_job(staging, exc, self.kind)))
+                    else:  # its runs came back as bytes (the job removed the directory where it saw it)
+                        if staging is not None:
+                            shutil.rmtree(staging, ignore_errors=True)
                 while self._queue and not self._pending:  # the next queued job, before these are read
                     job, tag = self._queue.pop(0)
                     try:
@@ -986,6 +1065,9 @@ class SlurmExecutor:
             end = time.monotonic() + 60
             while (self._pending or self._cancelled) and time.monotonic() < end:
                 self.wait(timeout_s=5)
+        for staging in self._staging.values():  # of jobs that never returned
+            shutil.rmtree(staging, ignore_errors=True)
+        self._staging.clear()
         sweep_stale_staging()  # of jobs on this host killed before they could remove theirs
 
 

@@ -812,7 +812,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                         # the error as imported: naming the run's final paths, not the staging ones
                         tick(dataclasses.replace(r, path=path, error=_recorded_prov(path).get("error", r.error)),
                              _est_of(expected, r.run_id))
-                    if out.get("server_log") is not None:  # the log of a server interrupted while starting
+                    if out.get("server_log") is not None:  # the log of a server interrupted while starting,
+                        # or of a remote job's server when the job was lost (its driver-side staging directory)
                         with contextlib.suppress(OSError):
                             slog = Path(out["server_log"]).read_bytes()
                     with contextlib.suppress(OSError):
@@ -836,8 +837,9 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                 else:
                     err = "the job ended without recording this run"
                 extra = {"server_end": server_end} if server_end else {}
-                first = i == 0 and in_flight and isinstance(out, dict) and out.get("interrupted")
-                tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": {"kind": ex.kind}, **extra},
+                first = i == 0 and in_flight and isinstance(out, dict) and (out.get("interrupted") or out.get("lost"))
+                how_run = out["executor"] if isinstance(out, dict) and out.get("lost") else {"kind": ex.kind}
+                tick(_record_plain(rid, runs_dir, {**common, **prov, "executor": how_run, **extra},
                                    error=err, files={"server.log": slog} if first and slog is not None else None),
                      est_s)
 

@@ -180,10 +180,22 @@ def test_secret_values_are_found_where_a_matrix_gives_them():
                                                   "env": {"HF_TOKEN": "hf_in_an_env_55555", "OMP_NUM_THREADS": "2"}},
                                  "serve_params.json": {"a": {"hf_token": "hf_in_a_record_666666"},
                                                        "b": {"hf-token": True, "code_revision": "not_a_secret"}}}},
-            "env": {"HF_TOKEN": REDACTED}, "short": ["--hf-token", "hf_1"], "bare": ["--hf-token", "--seed", "1"]}
-    assert secret_values(prov, environ={"MY_API_KEY": "from_the_environment", "PATH": "/usr/bin:/bin"}) == {
+            "env": {"HF_TOKEN": REDACTED}, "short": ["--hf-token", "hf_1"], "bare": ["--hf-token", "--seed", "1"],
+            # text that is not a command is not read as one (a review: "unnecessary" was taken for a key)
+            "description": "runs without --api-key unnecessary"}
+    environ = {"HF_API_KEY": "from_the_environment", "AWS_SECRET_ACCESS_KEY": "not_given_to_vllm",
+               "REDIS_PASSWORD": "12345678", "PATH": "/usr/bin:/bin"}
+    assert secret_values(prov, environ=environ) == {
         "hf_in_the_command_1", "hf_with_equals_22", "sk-api-key-333", "hf_quoted_4444", "hf_in_an_env_55555",
-        "hf_in_a_record_666666", "from_the_environment"}  # not REDACTED, not "hf_1" (shorter than 8), not --seed
+        "hf_in_a_record_666666", "from_the_environment", "hf_1"}  # not REDACTED, not --seed; of the environment
+    # only the variables provenance records (HF_*, VLLM_* ...) with a secret's name
+
+
+def test_a_secret_env_name_is_recorded_redacted_whatever_its_form(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_SECRET_ACCESS_KEY", "abc")  # SECRET anywhere in the name, ACCESS_KEY at its end
+    monkeypatch.setenv("VLLM_ACCESS_KEY", "def")
+    _, used = vllm_env(install=VllmInstall(tmp_path), defaults={})
+    assert used["HF_SECRET_ACCESS_KEY"] == used["VLLM_ACCESS_KEY"] == REDACTED
 
 
 def test_redact_replaces_each_secret_in_every_string_and_changes_nothing_else():
@@ -192,6 +204,11 @@ def test_redact_replaces_each_secret_in_every_string_and_changes_nothing_else():
     assert out == {"a": [f"x {REDACTED} y", 3, None, True], "b": {"c": REDACTED * 2}, "d": 1.5}
     assert obj["a"][0] == "x hf_secret_1234 y"  # the input is left as it was
     assert redact(obj, ()) == obj
+    # a short or numeric secret: where it stands as a word (or an option's value), not inside other text
+    got = redact({"a": "x devkey1 y", "b": "devkey12", "c": ["--hf-token=devkey1", "devkey1"], "d": "v=1.2345678",
+                  "e": "--hf-token '12345678'"}, {"devkey1", "12345678"})
+    assert got == {"a": f"x {REDACTED} y", "b": "devkey12", "c": [f"--hf-token={REDACTED}", REDACTED],
+                   "d": "v=1.2345678", "e": f"--hf-token '{REDACTED}'"}
 
 
 def test_a_recorded_run_holds_no_secret_in_its_files_nor_its_provenance(tmp_path, monkeypatch):
@@ -210,6 +227,23 @@ def test_a_recorded_run_holds_no_secret_in_its_files_nor_its_provenance(tmp_path
     assert json.loads((run / "provenance.json").read_text())["commands"]["server"][-2:] == ["--hf-token", REDACTED]
     assert (run / "outputs.jsonl").read_text() == '{"text": "def f(): pass"}\n'  # no secret: untouched
     assert rec.provenance["commands"]["server"][-1] == REDACTED
+
+
+def test_short_or_numeric_secrets_are_redacted_in_provenance_and_measurements_are_left_whole(tmp_path, monkeypatch):
+    """A review: an environment variable REDIS_PASSWORD=12345678 turned a recorded bench.json's 3.12345678 into
+    3.<redacted> (not JSON any more), and a secret shorter than 8 characters was recorded as given."""
+    monkeypatch.setenv("REDIS_PASSWORD", "12345678")  # not a variable vLLM's processes are recorded with
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    bench = '{"mean_tpot_ms": 3.12345678, "note": "devkey1 1234567890"}\n'
+    prov = {"commands": {"server": ["vllm", "serve", "m", "--hf-token", "1234567890"]},
+            "matrix": {"files": {"specsim.json": {"env": {"VLLM_API_KEY": "devkey1"}}}}}
+    with RunRecorder("r3", tmp_path, prov) as rec:
+        (rec.path / "bench.json").write_text(bench)
+    run = tmp_path / "r3"
+    assert (run / "bench.json").read_text() == bench and json.loads(bench)  # left whole
+    got = json.loads((run / "provenance.json").read_text())
+    assert got["commands"]["server"][-1] == got["matrix"]["files"]["specsim.json"]["env"]["VLLM_API_KEY"] == REDACTED
+    assert "devkey1" not in (run / "provenance.json").read_text()
 
 
 def test_a_run_imported_from_a_job_holds_no_secret(tmp_path, monkeypatch):

@@ -816,7 +816,7 @@ def test_a_negative_decimal_in_a_bench_record_is_refused(tmp_path):
 def test_a_serve_cmd_value_read_as_an_option_is_refused(tmp_path, value):
     e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --code-revision {value}"}))
     assert e.field == f"serve_cmd.vllm serve: --code-revision {value}", str(e)
-    assert f"write --code-revision={value}" in e.rule and "argparse reads" in e.rule, str(e)
+    assert f"write --code-revision={value}" in e.rule and "parser reads" in e.rule, str(e)
 
 
 def test_a_bench_cmd_value_read_as_an_option_is_refused_also_after_a_short_option(tmp_path):
@@ -850,7 +850,7 @@ def test_a_record_value_read_as_an_option_is_refused(tmp_path, value):
     assert e.field == f"bench_params.json[{name!r}].{key}", str(e)
     assert f"give it in the command as --{key.replace('_', '-')}={value}" in e.rule, str(e)
     e = _refused(_smoke(tmp_path / "serve", **_serve({"code_revision": "-abc"})))
-    assert e.field == "serve_params.json['ngram-n3'].code_revision" and "argparse reads" in e.rule, str(e)
+    assert e.field == "serve_params.json['ngram-n3'].code_revision" and "parser reads" in e.rule, str(e)
 
 
 @pytest.mark.parametrize("value", ["-a b", "-", "-3", "x-y"])
@@ -863,44 +863,62 @@ def test_a_record_value_argparse_reads_as_a_value_is_accepted(tmp_path, value):
 
 
 _PARSE_VALUES = '''
-import json, sys
+import contextlib, io, json, sys
+from vllm.benchmarks.serve import add_cli_args
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-p = make_arg_parser(FlexibleArgumentParser())
-out = []
-for v in json.loads(sys.argv[1]):
+serve = make_arg_parser(FlexibleArgumentParser())
+bench = FlexibleArgumentParser()
+add_cli_args(bench)
+
+
+def reads(parser, argv):
     try:
-        p.parse_args(["m", "--code-revision", v])
-        out.append(True)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # -h: help
+            parser.parse_args(argv)
+        return True
     except (SystemExit, Exception):  # argparse's error exits; a dotted word can raise (IndexError)
-        out.append(False)
-print(json.dumps(out))
+        return False
+
+
+words = json.loads(sys.argv[1])
+print(json.dumps({"serve": [reads(serve, ["m", "--code-revision", w]) for w in words],
+                  "bench": [reads(bench, ["--model", "m", "--label", w]) for w in words]}))
 '''
 
 
 @pytest.mark.vllm
 def test_values_specsim_refuses_after_an_option_are_those_vllms_parser_refuses(tmp_path):
-    """For each word given as ``--code-revision WORD``: specsim refuses the serve_cmd exactly when vLLM 0.32's
-    own parser (make_arg_parser on FlexibleArgumentParser) fails on it."""
+    """For each word given as ``vllm serve ... --code-revision WORD`` and ``vllm bench serve ... --label WORD``:
+    specsim refuses the matrix exactly when vLLM 0.32's own parser (make_arg_parser / vllm.benchmarks.serve's
+    add_cli_args on FlexibleArgumentParser) fails on it."""
     import shlex
     import subprocess
 
     from vllm_env import vllm_python
 
-    words = ["-abc", "-a b", "-", "-1", "-0.5", "-1e3", "-1e-05", "--x", "-O3", "-tp", "abc", "a-b", "-.5", "-1.5.2"]
+    words = ["-abc", "-a b", "-", "-1", "-0.5", "-1e3", "-1e-05", "--x", "-O3", "-tp", "abc", "a-b", "-.5", "-1.5.2",
+             # a space does not keep a word a value when it starts with a one-letter short option, -O, or an
+             # option's name before '=' (a review); it does otherwise
+             "-q x", "-O x", "-r main", "-h x", "-n 1", "--seed=1 x", "--see=1 x", "-tp=2 x", "--x y", "-1 x",
+             "-tp 2", "-t x", "-x y", "-=", "-q", "-O", "--=a b"]
     r = subprocess.run([str(vllm_python()), "-c", _PARSE_VALUES, json.dumps(words)], capture_output=True, text=True,
                        timeout=600, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]
     vllm_reads = json.loads(r.stdout.strip().splitlines()[-1])
-    assert vllm_reads.count(False) >= 5  # the words include ones vLLM refuses
-    for k, (w, ok) in enumerate(zip(words, vllm_reads)):
-        path = _smoke(tmp_path / str(k), sidecar={"serve_cmd": f"{SERVE_CMD} --code-revision {shlex.quote(w)}"})
-        try:
-            load_matrix(path)
-            specsim_reads = True
-        except SpecsimValueError:
-            specsim_reads = False
-        assert specsim_reads == ok, (w, ok)
+    # the words include ones vLLM refuses and ones it reads, and the two commands differ on some (-q: serve's)
+    assert vllm_reads["serve"].count(False) >= 10 and vllm_reads["serve"].count(True) >= 10
+    assert vllm_reads["serve"] != vllm_reads["bench"]
+    for k, w in enumerate(words):
+        for cmd, key, tail in (("serve", "serve_cmd", SERVE_CMD + " --code-revision"),
+                               ("bench", "bench_cmd", BENCH_CMD + " --label")):
+            path = _smoke(tmp_path / f"{cmd}{k}", sidecar={key: f"{tail} {shlex.quote(w)}"})
+            try:
+                load_matrix(path)
+                specsim_reads = True
+            except SpecsimValueError:
+                specsim_reads = False
+            assert specsim_reads == vllm_reads[cmd][k], (cmd, w, vllm_reads[cmd][k])
 
 
 # ---- an option whose value may be left out (`--hf-token`) -----------------------------------------------

@@ -177,8 +177,16 @@ _VERSIONS_CACHE: dict[str, dict] = {}
 #: what a secret's value is recorded as (provenance keeps that it was set, never the value)
 REDACTED = "<redacted>"
 #: names of environment variables whose value is a secret (``HF_TOKEN``: Hugging Face's access token,
-#: huggingface_hub's ``constants.HF_TOKEN``; ``VLLM_API_KEY``: the key vLLM's API server requires, vllm/envs.py)
-_SECRET_ENV = re.compile(r"(TOKEN|SECRET|PASSWORD|API_KEY)$")
+#: huggingface_hub's ``constants.HF_TOKEN``; ``VLLM_API_KEY``: the key vLLM's API server requires, vllm/envs.py;
+#: ``AWS_SECRET_ACCESS_KEY``)
+_SECRET_ENV = re.compile(r"(TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
+
+
+def _recorded_env(name: str) -> bool:
+    """Whether provenance records the environment variable ``name`` (:func:`vllm_env`): vLLM's, OpenMP's,
+    Hugging Face's, CUDA's and the tokenizers' settings."""
+    return (name.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
+            or name in ("DO_NOT_TRACK", "LD_PRELOAD"))
 
 
 def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" = None,
@@ -211,21 +219,28 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
     for k in unset:
         env.pop(k, None)
     env.update(extra or {})
-    used = {k: REDACTED if _SECRET_ENV.search(k) else v for k, v in env.items()
-            if k.startswith(("VLLM_", "OMP_", "KMP_", "HF_", "TRANSFORMERS_", "CUDA_", "TOKENIZERS_"))
-            or k in ("DO_NOT_TRACK", "LD_PRELOAD")}
+    used = {k: REDACTED if _SECRET_ENV.search(k) else v for k, v in env.items() if _recorded_env(k)}
     return env, used
 
 
 #: command-line options whose value is a secret: vLLM 0.32 ``vllm serve --hf-token`` (Hugging Face's access
-#: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/openai/cli_args.py), in any spelling
+#: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/launchers/cli_args.py), in any spelling
 _SECRET_OPTION = re.compile(r"^--(?:hf[-_]token|api[-_]key)(?:=(.*))?$")
 #: keys whose value is a secret: those options as a parameter record's keys, and environment variables'
 #: names (:data:`_SECRET_ENV`, as a sidecar's ``env`` gives them)
-_SECRET_KEY = re.compile(r"^(?:hf[-_]token|api[-_]key)$|(?:TOKEN|SECRET|PASSWORD|API_KEY)$")
-#: a secret shorter than this is not searched for in recorded text: replacing a short word everywhere would
-#: garble the logs (a Hugging Face token is 37 characters)
+_SECRET_KEY = re.compile(r"^(?:hf[-_]token|api[-_]key)$|(?:TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
+#: the keys whose string value is a command line (a matrix sidecar's)
+_COMMAND_KEYS = ("serve_cmd", "bench_cmd")
+#: a secret shorter than this, or one that reads as a number, is replaced only where it stands as a word of its
+#: own (provenance); in the run's other files (logs, bench results, outputs) it is not looked for: replacing a
+#: short word or a number everywhere would garble measurements (a Hugging Face token is 37 characters)
 MIN_SECRET_CHARS = 8
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def _searchable(secret: str) -> bool:
+    """Whether ``secret`` is looked for inside any text (:data:`MIN_SECRET_CHARS`), not only as a word."""
+    return len(secret) >= MIN_SECRET_CHARS and not _NUMBER.fullmatch(secret)
 
 
 def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[str]:
@@ -235,17 +250,19 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     ----------
     record : dict, list or str
         A run's provenance (or any part of it), walked through: the value after a secret option
-        (:data:`_SECRET_OPTION`: ``--hf-token VALUE``, ``--hf_token=VALUE``, ``--api-key VALUE``) in a
-        command given as a list of words or as one string (``serve_cmd``), and the string value of a
-        secret key (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``).
+        (:data:`_SECRET_OPTION`: ``--hf-token VALUE``, ``--hf_token=VALUE``) in a command given as a list of
+        words or as a sidecar's ``serve_cmd`` / ``bench_cmd`` string, and the string value of a secret key
+        (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``).  Other text is not read
+        as a command.
     environ : mapping, optional
-        Environment variables (default ``os.environ``); the values of the secret ones (:data:`_SECRET_ENV`)
-        are added: a process started from this environment may print them.
+        Environment variables (default ``os.environ``); the values of those provenance records
+        (:func:`_recorded_env`: ``HF_*``, ``VLLM_*`` ...) with a secret's name (:data:`_SECRET_ENV`) are added:
+        the vLLM processes get them.
 
     Returns
     -------
     set of str
-        The values, those shorter than :data:`MIN_SECRET_CHARS` and :data:`REDACTED` itself left out.
+        The non-empty values, :data:`REDACTED` itself left out.
     """
     import shlex
 
@@ -266,24 +283,28 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
             for k, v in o.items():
                 if isinstance(k, str) and isinstance(v, str) and _SECRET_KEY.search(k):
                     found.add(v)
+                elif k in _COMMAND_KEYS and isinstance(v, str):
+                    try:
+                        words(shlex.split(v))
+                    except ValueError:  # unbalanced quotes: the words as they stand
+                        words(v.split())
                 walk(v)
         elif isinstance(o, (list, tuple)):
             words(o)
             for x in o:
                 walk(x)
-        elif isinstance(o, str) and ("--hf" in o or "--api" in o):
-            try:
-                words(shlex.split(o))
-            except ValueError:  # unbalanced quotes: the words as they stand
-                words(o.split())
 
     walk(record)
-    found.update(v for k, v in (os.environ if environ is None else environ).items() if _SECRET_ENV.search(k))
-    return {s for s in found if len(s) >= MIN_SECRET_CHARS and s != REDACTED}
+    found.update(v for k, v in (os.environ if environ is None else environ).items()
+                 if _recorded_env(k) and _SECRET_ENV.search(k))
+    return {s for s in found if s and s != REDACTED}
 
 
 def redact(obj: Any, secrets: Iterable[str]) -> Any:
-    """``obj`` with every occurrence of each secret in its strings replaced by :data:`REDACTED`.
+    """``obj`` with each secret in its strings replaced by :data:`REDACTED`: a string that is a secret, the
+    value of a secret option (``--hf-token=VALUE``) and a secret standing as a word of its own (between
+    spaces, quotes or after ``=``) whatever its length; and, for a secret of :data:`MIN_SECRET_CHARS` or more
+    that is not a number, every occurrence.
 
     Parameters
     ----------
@@ -300,11 +321,17 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     secrets = sorted(set(secrets), key=len, reverse=True)  # a secret inside a longer one: the longer first
     if not secrets:
         return obj
+    words = [re.compile(r"(?<![^\s'\"=])" + re.escape(s) + r"(?![^\s'\"])") for s in secrets if not _searchable(s)]
 
     def one(o: Any) -> Any:
         if isinstance(o, str):
+            if o in secrets:
+                return REDACTED
             for s in secrets:
-                o = o.replace(s, REDACTED)
+                if _searchable(s):
+                    o = o.replace(s, REDACTED)
+            for w in words:
+                o = w.sub(REDACTED, o)
             return o
         if isinstance(o, Mapping):
             return {k: one(v) for k, v in o.items()}
@@ -317,10 +344,11 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
 
 def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:
     """Keep a run's secrets out of its record before it is renamed into place: the provenance returned has
-    each secret (:func:`secret_values` of ``provenance`` and ``os.environ``) replaced by :data:`REDACTED`,
-    and so has every file in ``run_dir`` that holds one, rewritten in place (vLLM 0.32's ``server.log`` shows
-    ``hf_token`` as ``'***'`` among its non-default arguments, vllm/entrypoints/serve/utils/api_utils.py; a
-    traceback, a bench log or another version may print a command as it was given).
+    each secret (:func:`secret_values` of ``provenance`` and ``os.environ``) replaced by :data:`REDACTED`
+    (:func:`redact`), and so has every file in ``run_dir`` that holds one of :data:`MIN_SECRET_CHARS` or more
+    that is not a number, rewritten in place (vLLM 0.32's ``server.log`` shows ``hf_token`` as ``'***'``
+    among its non-default arguments, vllm/entrypoints/serve/utils/api_utils.py; a traceback, a bench log or
+    another version may print a command as it was given).
 
     Parameters
     ----------
@@ -337,8 +365,8 @@ def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:
     secrets = secret_values(provenance)
     if not secrets:
         return provenance
-    raw = [s.encode() for s in sorted(secrets, key=len, reverse=True)]
-    for f in sorted(Path(run_dir).rglob("*")):
+    raw = [s.encode() for s in sorted(secrets, key=len, reverse=True) if _searchable(s)]
+    for f in sorted(Path(run_dir).rglob("*")) if raw else ():
         if not f.is_file() or f.is_symlink():
             continue
         data = f.read_bytes()

@@ -242,17 +242,19 @@ def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
         Names of the files that differ from, or are missing in, any record's
         ``provenance["matrix"]["files"]``, in name order per record; empty when they match or nothing
         is recorded.  Unreadable records are passed over; raises nothing beyond reading ``m``'s files.
-        A secret in the files (an ``--hf-token`` value: recorded as ``<redacted>``,
-        :func:`specsim.runs.provenance.redact_run`) is compared redacted.
+        A file holding a secret (an ``--hf-token`` value: recorded as ``<redacted>``,
+        :func:`specsim.runs.provenance.redact_run`) matches its record redacted or as given (a run
+        recorded before secrets were redacted).
     """
     now = {f: json.loads((m.root / f).read_text()) for f in m.files}
-    now = redact(now, secret_values(now))
+    hidden = redact(now, secret_values(now))  # as runs record them since secrets are redacted; before, as given
     changed: dict[str, None] = {}
     for p in _stamp_records(runs_dir, m.name, stamp):
         was = (_recorded_prov(p).get("matrix") or {}).get("files")
         if not isinstance(was, dict):
             continue
-        changed.update(dict.fromkeys(f for f in sorted(set(now) | set(was)) if now.get(f) != was.get(f)))
+        changed.update(dict.fromkeys(f for f in sorted(set(now) | set(was))
+                                     if now.get(f) != was.get(f) and hidden.get(f) != was.get(f)))
     return list(changed)
 
 

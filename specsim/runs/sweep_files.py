@@ -536,12 +536,13 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
                                     f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
                                     f"a token that starts with '-' and holds a '.' as a dotted option ({_DOTTED_SRC}), "
                                     f"so the command fails: give it in the command as --{opt}={value} instead", value)
-        if not isinstance(value, (bool, dict)) and _reads_as_option(str(value)):
-            raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own token after "
-                                    f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and argparse reads a token "
-                                    "that starts with '-' (but for a negative number or one holding a space) as an "
-                                    "option (Lib/argparse.py _parse_optional), so vLLM 0.32's parser fails: give it "
-                                    f"in the command as --{opt}={value} instead", value)
+        if not isinstance(value, (bool, dict)) and _reads_as_option(str(value), table):
+            raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own word after "
+                                    f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
+                                    f"{str(value)!r} as an option, not as a value (a word starting with '-' that is "
+                                    "not a negative number; Lib/argparse.py _parse_optional, "
+                                    f"{_DOTTED_SRC}), so the command fails: give it in the command as "
+                                    f"--{opt}={value} instead", value)
         if isinstance(value, str) and (table[opt] == "json"):
             try:
                 value = json.loads(value)
@@ -630,7 +631,7 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                 continue
             if eq:  # as two tokens, so that a record's value replaces it (apply_record), but for a value
                 # argparse would read as an option as its own word (kept whole, as vLLM reads -x=VALUE)
-                out += [f"--{shorts[name]}={val}"] if _reads_as_option(val) else [f"--{shorts[name]}", val]
+                out += [f"--{shorts[name]}={val}"] if _reads_as_option(val, table) else [f"--{shorts[name]}", val]
                 i += 1
                 continue
             tok = f"--{shorts[name]}"
@@ -666,13 +667,30 @@ def _optional_value(table: Mapping) -> frozenset[str]:
     return SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
 
 
-def _reads_as_option(token: str) -> bool:
-    """Whether argparse reads ``token``, given as its own word, as an option rather than as a value: it
-    starts with ``-``, is not ``-`` alone, not a negative number and holds no space (Lib/argparse.py
-    ``_parse_optional``, Python 3.11 as vLLM 0.32's environment has it).  So ``--chat-template -abc`` makes
-    vLLM 0.32's parser fail ("expected one argument") while ``--chat-template=-abc``, ``--seed -1`` and
-    ``--chat-template '-a b'`` are read as values (checked with its parser)."""
-    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token) and " " not in token
+def _reads_as_option(token: str, table: Mapping) -> bool:
+    """Whether vLLM 0.32's parser for ``table``'s command reads ``token``, given as its own word after an option,
+    as an option rather than as that option's value (so ``--code-revision -abc`` fails: "expected one argument",
+    while ``--code-revision=-abc`` works).
+
+    ``FlexibleArgumentParser.parse_args`` (vllm/utils/argparse_utils.py) first turns any word starting with ``-O``
+    into ``--optimization-level``; then Python 3.11's argparse (``_parse_optional``, ``_get_option_tuples``;
+    ``allow_abbrev`` on) reads as an option a word that starts with ``-`` and is more than ``-`` unless it is a
+    negative number or holds a space, and, space or not, one whose part before ``=`` is one of the command's
+    options (a long one also by a prefix of its name) and one whose first two characters are a one-letter short
+    option (``vllm serve``'s ``-n``, ``-q``, ``-r``; ``-h`` of both).  Checked word for word against both
+    parsers (the test of this module)."""
+    if len(token) < 2 or not token.startswith("-"):
+        return False
+    if token.startswith("-O"):
+        return True
+    shorts = SERVE_SHORT_OPTIONS if table is SERVE_OPTIONS else BENCH_SERVE_SHORT_OPTIONS
+    head, eq, _ = token.partition("=")
+    if eq and (head[2:] == "" or any(o.startswith(_canon(head[2:])) for o in table) if head.startswith("--")
+               else head[1:] in shorts):
+        return True
+    if not token.startswith("--") and (token[1] in shorts or token[1] == "h"):
+        return True
+    return not _NEGATIVE_NUMBER.match(token) and " " not in token
 
 
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
@@ -682,7 +700,7 @@ def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     takes no value and the next option is read as one, not swallowed as this one's value."""
     if opt not in _optional_value(table):
         return False
-    return following is None or _reads_as_option(following)
+    return following is None or _reads_as_option(following, table)
 
 
 def _reads_as_dotted(token: str) -> bool:
@@ -836,11 +854,11 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                     raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "
                                             f"with '-' and holds a '.' as a dotted option, not as --{opt}'s value "
                                             f"({_DOTTED_SRC}), and the command fails: write --{opt}={cmd[i]}", cmd[i])
-                if _reads_as_option(cmd[i]):
-                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "argparse reads a token that starts with '-' "
-                                            "(but for a negative number or one holding a space) as an option, not as "
-                                            f"--{opt}'s value (Lib/argparse.py _parse_optional), and vLLM 0.32's "
-                                            f"parser fails: write --{opt}={cmd[i]}", cmd[i])
+                if _reads_as_option(cmd[i], table):
+                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", f"vLLM 0.32's parser reads {cmd[i]!r} as an "
+                                            f"option, not as --{opt}'s value (a word starting with '-' that is not a "
+                                            f"negative number; Lib/argparse.py _parse_optional, {_DOTTED_SRC}), and "
+                                            f"the command fails: write --{opt}={cmd[i]}", cmd[i])
                 out.append(cmd[i])  # the option's value, read as it is
                 i += 1
             continue

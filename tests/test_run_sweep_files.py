@@ -387,6 +387,41 @@ def test_cli_dry_run_starts_nothing(capsys, tmp_path):
     assert d["estimate_seconds"] > 20 * 60
 
 
+def test_cli_prints_no_token_a_matrix_gives(capsys, tmp_path, monkeypatch):
+    """A new-user trial: the dry run (text and --json) printed a serve_cmd's --hf-token, a record's hf_token and
+    a sidecar env's HF_TOKEN in clear, and so did a refusal quoting them; dry runs and errors are what users paste
+    into issues and CI logs."""
+    from specsim.runs.provenance import REDACTED
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    secrets = ["hf_in_serve_cmd_12345", "hf_in_the_sidecar_env_6789", "shortk1"]
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    side = json.loads((mine / SIDECAR).read_text())
+    side = {**side, "serve_cmd": f"{side['serve_cmd']} --hf-token {secrets[0]}", "env": {"HF_TOKEN": secrets[1]}}
+    (mine / SIDECAR).write_text(json.dumps(side))
+    for extra in ([], ["--json"]):
+        assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r"),
+                         *extra]) == 0
+        out = capsys.readouterr().out
+        assert f"--hf-token {REDACTED}" in out and f"HF_TOKEN={REDACTED}" in out.replace("'", "")
+        assert not any(x in out for x in secrets), out
+    # a token given both in serve_cmd and in a record (refused, quoting both), a short one in the record
+    serve = json.loads((mine / "serve_params.json").read_text())
+    serve["ngram-n3"]["hf_token"] = secrets[2]
+    (mine / "serve_params.json").write_text(json.dumps(serve))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "specsim: error:" in err and "hf_token" in err and not any(x in err for x in secrets), err
+    # given twice in serve_cmd: the refusal quotes both
+    side["serve_cmd"] += " --hf-token hf_second_one_98765"
+    (mine / SIDECAR).write_text(json.dumps(side))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "given twice" in err and "hf_second_one_98765" not in err and secrets[0] not in err, err
+
+
 def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
     """--runs-dir is where the estimate's records come from: one holding a copy of the fast loop's health
     check gives that check's own recorded duration; an empty one has none, so the checkout's data/runs

@@ -945,6 +945,15 @@ def test_hf_token_with_or_without_its_value_is_accepted(tmp_path, tail, after):
     assert list(m.serve_cmd[i + 1: i + 2]) == ([] if after is None else [after])
 
 
+def test_a_dash_value_after_hf_token_is_refused_naming_the_spelling_that_works(tmp_path):
+    """vLLM 0.32 reads `--hf-token -abc` as a bare --hf-token and an unknown option -abc (a new-user trial: the
+    refusal said only "not a short option")."""
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --hf-token -abc"}))
+    assert e.field == "serve_cmd.vllm serve: -abc" and "write --hf-token=-abc" in e.rule, str(e)
+    e = _refused(_smoke(tmp_path / "other", sidecar={"serve_cmd": f"{SERVE_CMD} --enforce-eager -abc"}))
+    assert "not a short option" in e.rule and "write" not in e.rule, str(e)  # no value to give there
+
+
 def test_hf_token_before_a_short_option_or_spelled_with_underscore(tmp_path):
     m = load_matrix(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --hf_token -tp 1"}))
     i = m.serve_cmd.index("--hf-token")

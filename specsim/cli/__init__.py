@@ -404,7 +404,11 @@ def _cmd_run_matrix(args) -> int:
     if args.dry_run:  # the same selection and checks as the run: --only, --stamp / --resume, --platform
         text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume, runs_dir=runs_dir,
                              executor=args.executor, platform=args.platform)
-        print(json.dumps(data, indent=2, default=str) if args.json else text)
+        from specsim.runs.provenance import redact_text
+        from specsim.runs.sweep_files import matrix_secrets
+
+        # the servers' commands as they would run, with a token given to them as <redacted> (pasted into issues)
+        print(redact_text(json.dumps(data, indent=2, default=str) if args.json else text, matrix_secrets(args.matrix)))
         return 0
     rd = runs_dir if runs_dir is not None else project_data_path("runs")  # an installed copy: DataError, asks for it
     if args.resume and args.stamp:  # a mistyped stamp would silently start a whole new invocation
@@ -775,7 +779,11 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'specsim[{extra}]'", file=sys.stderr)
         return 2
     except SpecsimError as e:
-        print(f"specsim: error: {_as_typed(e, args, build_parser(), argv)}", file=sys.stderr)
+        from specsim.runs.provenance import redact_text
+        from specsim.runs.sweep_files import matrix_secrets
+
+        msg = _as_typed(e, args, build_parser(), argv)  # a matrix's token quoted in it as <redacted>
+        print(f"specsim: error: {redact_text(msg, matrix_secrets(getattr(args, 'matrix', None)))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
         try:

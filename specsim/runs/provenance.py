@@ -342,6 +342,29 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     return one(obj)
 
 
+#: a secret option's value in printed text: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--hf-token 'VALUE'``
+_SECRET_OPTION_TEXT = re.compile(r"(--(?:hf[-_]token|api[-_]key)(?:=|[ \t]+)['\"]?)(?!-)([^\s'\"]+)")
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` as it may be printed (a dry run, an error message): each of ``secrets`` replaced as
+    :func:`redact` replaces it, and the value written after a secret option (``--hf-token VALUE``,
+    ``--hf-token=VALUE``, quoted or not; :data:`_SECRET_OPTION`) replaced by :data:`REDACTED`.
+
+    Parameters
+    ----------
+    text : str
+        The text.
+    secrets : iterable of str, optional
+        Known secrets (:func:`secret_values` of a matrix's files).
+
+    Returns
+    -------
+    str
+    """
+    return _SECRET_OPTION_TEXT.sub(lambda m: m.group(1) + REDACTED, redact(text, secrets))
+
+
 def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:
     """Keep a run's secrets out of its record before it is renamed into place: the provenance returned has
     each secret (:func:`secret_values` of ``provenance`` and ``os.environ``) replaced by :data:`REDACTED`

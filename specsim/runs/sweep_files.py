@@ -53,6 +53,7 @@ changes what the target computes (another model, dtype, parallelism ...) gets no
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import math
@@ -67,6 +68,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
+from specsim.runs.provenance import secret_values
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
@@ -85,9 +87,10 @@ from specsim.runs.vllm_args import (
 from specsim.vllm.config import parse_speculative_config
 
 __all__ = ["SIDECAR", "SIDECAR_KEYS", "BenchCell", "ServeGroup", "SweepMatrix", "load_matrix",
-           "matrix_name", "matrix_names", "resolve_matrix", "write_matrix_files", "estimate_seconds", "dry_run_text",
-           "dry_run_json", "over_timeout_cells", "SERVE_OWNED", "BENCH_OWNED", "PLATFORMS", "matrix_to_sweep_files", "apply_record",
-           "serve_command", "bench_command", "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
+           "matrix_name", "matrix_names", "matrix_secrets", "resolve_matrix", "write_matrix_files",
+           "estimate_seconds", "dry_run_text", "dry_run_json", "over_timeout_cells", "SERVE_OWNED", "BENCH_OWNED",
+           "PLATFORMS", "matrix_to_sweep_files", "apply_record", "serve_command", "bench_command",
+           "recorded_bench_client", "PERSISTENT_OVERHEAD_S", "PROCESS_OVERHEAD_S",
            "BENCH_CLIENT_START_S", "TARGET_NEUTRAL_SERVE_OPTIONS"]
 
 #: file name of the sidecar in a matrix directory
@@ -315,6 +318,33 @@ def matrix_name(name_or_path: str | os.PathLike) -> str:
         raise SpecsimValueError("matrix", f"its {SIDECAR} gives no name (a string), under which its runs are "
                                 "recorded", str(name_or_path))
     return sidecar["name"]
+
+
+def matrix_secrets(name_or_path: str | os.PathLike | None) -> set[str]:
+    """The secrets a matrix's files give (an ``--hf-token`` value, a record's ``hf_token``, a sidecar ``env``'s
+    ``HF_TOKEN``) and those of the recorded environment: :func:`specsim.runs.provenance.secret_values` of its
+    JSON files, read as they are (a file that does not parse, or a matrix not found, gives none), so that what
+    specsim prints about the matrix (a dry run, an error) hides them.
+
+    Parameters
+    ----------
+    name_or_path : str, path or None
+        As :func:`resolve_matrix` takes it; None: the environment's only.
+
+    Returns
+    -------
+    set of str
+        Raises nothing.
+    """
+    files: dict[str, Any] = {}
+    try:
+        root = resolve_matrix(name_or_path) if name_or_path is not None else None
+        for f in sorted(root.glob("*.json")) if root is not None else ():
+            with contextlib.suppress(ValueError, OSError):
+                files[f.name] = json.loads(f.read_text(encoding="utf-8-sig"))
+    except Exception:  # noqa: BLE001 - best effort: an unreadable matrix is reported by whoever reads it
+        pass
+    return secret_values(files)
 
 
 def path_base(root: Path) -> Path:
@@ -619,9 +649,12 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                 allowed = [f"-{k} (--{v})" for k, v in sorted(shorts.items())]
                 if table is SERVE_OPTIONS:
                     allowed.append("-O<level> (--optimization-level)")
+                before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
+                value_of = (f"; if it is {before}'s value, write {before}={tok}"
+                            if _canon(before[2:]) in _optional_value(table) else "")  # --hf-token -abc
                 raise SpecsimValueError(f"{where}: {tok}", f"not a short option of `{where.split('.')[-1]}` in vLLM "
-                                        "0.32" + ("" if allowed else " (it has none: give the long --option)"),
-                                        tok, allowed or None)
+                                        "0.32" + ("" if allowed else " (it has none: give the long --option)")
+                                        + value_of, tok, allowed or None)
             if dot:  # a field: kept as written, vLLM gathers each spelling apart (_flexible_options)
                 out.append(tok)
                 i += 1

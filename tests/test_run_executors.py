@@ -525,7 +525,8 @@ def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_c
     # the server log of the run in flight (its server was starting when the worker died) is kept with it
     assert "fake vllm serve: non-default args" in (runs / "fake-S4-doomed-c1" / "server.log").read_text()
     assert not (runs / "fake-S4-doomed-t0.8-c2" / "server.log").exists()  # it never ran
-    assert p["executor"]["lost"] is True and p["executor"]["host"] and p["executor"]["pid"]
+    ex = p["executor"]
+    assert ex["job_returned"] is False and ex["host"] and ex["pid"] and ex["task_id"] and ex["job_error"], ex
     assert not list(runs.glob(".staging-*"))  # every driver-side staging directory removed
     shutil.rmtree(runs)
 
@@ -548,7 +549,7 @@ def test_ray_lost_task_keeps_the_runs_it_recorded_and_its_servers_log(fake_env, 
     for g in ("baseline", "ngram-n2", "ngram-n3"):
         assert res[f"{g}-c1"].status == "ok", {k: (r.status, r.error) for k, r in res.items()}
         first = _prov(runs / f"fake-S5-{g}-c1")
-        assert first["executor"]["kind"] == "ray" and first["executor"].get("lost") is True, first["executor"]
+        assert first["executor"]["kind"] == "ray" and first["executor"].get("job_returned") is False, first["executor"]
         assert first["executor"]["pid"] and (runs / f"fake-S5-{g}-c1" / "bench.json").exists()
         lost = runs / f"fake-S5-{g}-c2"
         assert res[f"{g}-c2"].status == "failed"
@@ -1455,3 +1456,36 @@ def test_the_dry_run_refuses_an_unreachable_ray_address_as_the_run_does(capsys):
                f"127.0.0.1:{port}"])
     err = capsys.readouterr().err
     assert rc == 2 and "nothing accepts connections" in err and f"--ray-address '127.0.0.1:{port}'" in err
+
+
+def test_closing_an_executor_removes_the_staging_of_jobs_that_end_too_late(tmp_path):
+    """A review: a job lost while ``close()`` waited for it left its driver-side ``.staging-*`` directory (and
+    the runs in it) in --runs-dir for good: close() dropped what ``wait`` returned, and only the runner's import
+    removes one."""
+    from specsim.runs.executors import RayExecutor, _driver_staging, _lost_job
+
+    job, staging = _driver_staging(tmp_path, {"kind": "group"})
+    (staging / "m-S-c1").mkdir()  # a run the job recorded before it was lost
+    _, left = _driver_staging(tmp_path, {"kind": "group"})  # a job that never returns at all
+
+    class FakeRay:
+        def cancel(self, ref, force=False):
+            pass
+
+        def shutdown(self):
+            pass
+
+    ex = object.__new__(RayExecutor)  # the executor's own close(), without a Ray cluster
+    ex.ray, ex._started = FakeRay(), False
+    ex._pending, ex._staging = {"lost": "tag", "never": "tag2"}, {"never": left}
+
+    def wait(timeout_s=None):
+        if "lost" not in ex._pending:  # the other one is given up on (close waits 60 s at most)
+            ex._pending.pop("never", None)
+            return []
+        ex._pending.pop("lost")
+        return [("tag", _lost_job(staging, RuntimeError("worker died"), "ray"))]
+
+    ex.wait = wait
+    ex.close()
+    assert not staging.exists() and not left.exists() and not list(tmp_path.glob(".staging-*"))

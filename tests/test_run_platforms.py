@@ -204,11 +204,34 @@ def test_redact_replaces_each_secret_in_every_string_and_changes_nothing_else():
     assert out == {"a": [f"x {REDACTED} y", 3, None, True], "b": {"c": REDACTED * 2}, "d": 1.5}
     assert obj["a"][0] == "x hf_secret_1234 y"  # the input is left as it was
     assert redact(obj, ()) == obj
-    # a short or numeric secret: where it stands as a word (or an option's value), not inside other text
-    got = redact({"a": "x devkey1 y", "b": "devkey12", "c": ["--hf-token=devkey1", "devkey1"], "d": "v=1.2345678",
-                  "e": "--hf-token '12345678'"}, {"devkey1", "12345678"})
-    assert got == {"a": f"x {REDACTED} y", "b": "devkey12", "c": [f"--hf-token={REDACTED}", REDACTED],
-                   "d": "v=1.2345678", "e": f"--hf-token '{REDACTED}'"}
+    # a short or numeric secret: only in its places (a secret key's value, a secret option's), nowhere else
+    short = {"devkey1", "12345678"}
+    got = redact({"a": "x devkey1 y", "b": "devkey12", "c": ["--hf-token=devkey1", "--seed", "devkey1"],
+                  "d": ["--hf_token", "12345678", "--seed", "12345678"], "serve_cmd": "vllm serve m --hf-token "
+                  "'12345678' --seed 12345678", "bench_cmd": "vllm bench serve --seed 12345678",
+                  "HF_TOKEN": "devkey1", "hf_token": "12345678", "VLLM_API_KEY": "other"}, short)
+    assert got == {"a": "x devkey1 y", "b": "devkey12", "c": [f"--hf-token={REDACTED}", "--seed", "devkey1"],
+                   "d": ["--hf_token", REDACTED, "--seed", "12345678"],
+                   "serve_cmd": f"vllm serve m --hf-token '{REDACTED}' --seed 12345678",  # shlex.join quotes it
+                   "bench_cmd": "vllm bench serve --seed 12345678", "HF_TOKEN": REDACTED, "hf_token": REDACTED,
+                   "VLLM_API_KEY": "other"}
+
+
+def test_settings_with_a_secrets_name_and_a_bare_hf_token_are_not_taken_for_secrets(tmp_path, monkeypatch):
+    """A review: HF_HUB_DISABLE_IMPLICIT_TOKEN=1 (a huggingface_hub setting) made "1" a secret, and every
+    whole word "1" (--tensor-parallel-size 1, OMP_NUM_THREADS) became <redacted>; a bare --hf_token before -tp
+    took "-tp" for the token."""
+    monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    prov = {"commands": {"server": ["vllm", "serve", "m", "--hf_token", "-tp", "1", "--seed", "1"]},
+            "env": {"OMP_NUM_THREADS": "1"}, "matrix": {"files": {"s.json": {"env": {"HF_HUB_OFFLINE_TOKEN": "0"}}}}}
+    assert secret_values(prov) == set()
+    with RunRecorder("r4", tmp_path, prov) as rec:
+        (rec.path / "bench.json").write_text('{"completed": 1}\n')
+    got = json.loads((tmp_path / "r4" / "provenance.json").read_text())
+    assert got["commands"] == prov["commands"] and got["env"] == prov["env"] and got["matrix"] == prov["matrix"]
+    _, used = vllm_env(install=VllmInstall(tmp_path), defaults={})
+    assert used["HF_HUB_DISABLE_IMPLICIT_TOKEN"] == "1"  # a setting, recorded as it is
 
 
 def test_a_recorded_run_holds_no_secret_in_its_files_nor_its_provenance(tmp_path, monkeypatch):

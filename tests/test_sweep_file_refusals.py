@@ -901,7 +901,8 @@ def test_values_specsim_refuses_after_an_option_are_those_vllms_parser_refuses(t
              # a space does not keep a word a value when it starts with a one-letter short option, -O, or an
              # option's name before '=' (a review); it does otherwise
              "-q x", "-O x", "-r main", "-h x", "-n 1", "--seed=1 x", "--see=1 x", "-tp=2 x", "--x y", "-1 x",
-             "-tp 2", "-t x", "-x y", "-=", "-q", "-O", "--=a b"]
+             "-tp 2", "-t x", "-x y", "-=", "-q", "-O", "--=a b", "--help=1 x", "--hel=1 x", "--max_model=1 x",
+             "-qx y", "-dp=1 x", "-n=1 x", "-hx y", "--lab=a b", "-Ox y", "---x y", "-- x"]
     r = subprocess.run([str(vllm_python()), "-c", _PARSE_VALUES, json.dumps(words)], capture_output=True, text=True,
                        timeout=600, env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -456,7 +456,8 @@ def _driver_staging(runs_dir: Path, job: dict) -> tuple[dict, Path]:
     (:func:`_lost_job`)."""
     import uuid
 
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=runs_dir))
+    # absolute: a worker started in another directory (a --ray-address cluster) finds it all the same
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=Path(runs_dir).resolve()))
     key = uuid.uuid4().hex
     (staging / _KEY_FILE).write_text(key)
     return {**job, "driver_staging": str(staging), "driver_staging_key": key}, staging
@@ -474,13 +475,15 @@ def _shared_staging(job: dict) -> Path | None:
         return None
 
 
-def _lost_job(staging: Path | None, exc: BaseException, kind: str) -> dict | BaseException:
-    """What a remote job that raised or was lost instead of returning its runs left in its driver-side
-    staging directory (:func:`_driver_staging`): the runs it recorded, imported as a failed local job's
-    are (:func:`_left_in`, ``error`` the exception, ``lost`` True), the log of its server, which the driver
-    keeps with the run that was in flight (``server_log``: the last ``.tmp-server-*/server.log``; a server
-    stopped normally removes its own), and ``executor`` (``kind``, the host and pid of the job's process
-    from its ``.owner.json``).  ``exc`` itself where the directory is gone."""
+def _lost_job(staging: Path | None, exc: BaseException, kind: str, job_id: dict | None = None) -> dict | BaseException:
+    """What a remote job that did not return its runs (it raised, was cancelled, or its process died) left in
+    its driver-side staging directory (:func:`_driver_staging`): the runs it recorded, imported as a failed
+    local job's are (:func:`_left_in`, ``error`` the exception, ``lost`` True), the log of its server, which
+    the driver keeps with the run that was in flight (``server_log``: the last ``.tmp-server-*/server.log``;
+    a server stopped normally removes its own), and ``executor``: ``kind``, ``job_id`` (Ray's ``task_id``,
+    submitit's ``job_id``), the host and pid of the job's process from its ``.owner.json`` (None where it
+    never started), ``job_returned`` False and ``job_error`` (the exception's type).  ``exc`` itself where
+    the directory is gone."""
     import json
 
     if staging is None or not staging.is_dir():
@@ -489,11 +492,28 @@ def _lost_job(staging: Path | None, exc: BaseException, kind: str) -> dict | Bas
     owner: dict = {}
     with contextlib.suppress(OSError, ValueError):
         owner = json.loads((staging / _OWNER_FILE).read_text())
-    got["executor"] = {"kind": kind, "host": owner.get("host"), "pid": owner.get("pid"), "lost": True}
+    got["executor"] = {"kind": kind, **(job_id or {}), "host": owner.get("host"), "pid": owner.get("pid"),
+                       "job_returned": False, "job_error": type(exc).__name__}
     logs = sorted(staging.glob(".tmp-server-*/server.log"), key=lambda f: f.stat().st_mtime)
     if logs:
         got["server_log"] = logs[-1]
     return got
+
+
+def _drop(outcomes: Iterable[tuple[Any, dict | BaseException]]) -> None:
+    """Remove the driver-side staging directories of jobs whose outcome comes too late to be imported (an
+    executor's ``close``): a lost job's (:func:`_lost_job`) holds the runs it recorded."""
+    for _, out in outcomes:
+        if isinstance(out, dict) and out.get("staging") is not None:
+            shutil.rmtree(out["staging"], ignore_errors=True)
+
+
+def _task_id(ref: Any) -> dict:
+    """``{"task_id": ...}`` of a Ray object ref (``ObjectRef.task_id``), or {} where it has none."""
+    try:
+        return {"task_id": ref.task_id().hex()}
+    except Exception:  # noqa: BLE001 - an id for the record only
+        return {}
 
 
 def _ray_module():
@@ -813,7 +833,7 @@ class RayExecutor:
             try:
                 out.append((tag, self.ray.get(ref)))
             except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
-                out.append((tag, _lost_job(staging, exc, self.kind)))
+                out.append((tag, _lost_job(staging, exc, self.kind, _task_id(ref))))
             else:  # returned: its runs came back as bytes (the task removed the directory where it saw it)
                 if staging is not None:
                     shutil.rmtree(staging, ignore_errors=True)
@@ -832,7 +852,7 @@ class RayExecutor:
             self.cancel_all(force=False)
             t0 = time.monotonic()
             while self._pending and time.monotonic() - t0 < 60:
-                self.wait(timeout_s=5)
+                _drop(self.wait(timeout_s=5))
         if self._started:
             self.ray.shutdown()
         for staging in self._staging.values():  # of tasks that never returned (cancelled, still running)
@@ -1030,7 +1050,7 @@ class SlurmExecutor:
                     try:
                         out.append((tag, j.result()))
                     except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
-                        out.append((tag, _lost_job(staging, exc, self.kind)))
+                        out.append((tag, _lost_job(staging, exc, self.kind, {"job_id": str(j.job_id)})))
                     else:  # its runs came back as bytes (the job removed the directory where it saw it)
                         if staging is not None:
                             shutil.rmtree(staging, ignore_errors=True)
@@ -1064,7 +1084,7 @@ class SlurmExecutor:
             self.cancel_all()
             end = time.monotonic() + 60
             while (self._pending or self._cancelled) and time.monotonic() < end:
-                self.wait(timeout_s=5)
+                _drop(self.wait(timeout_s=5))
         for staging in self._staging.values():  # of jobs that never returned
             shutil.rmtree(staging, ignore_errors=True)
         self._staging.clear()

@@ -182,6 +182,17 @@ REDACTED = "<redacted>"
 _SECRET_ENV = re.compile(r"(TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
 
 
+#: values a variable with a secret's name may hold that are settings, not secrets
+#: (``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``, huggingface_hub's constants)
+_NOT_SECRETS = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
+
+
+def _is_secret(name: str, value: Any) -> bool:
+    """Whether environment variable / key ``name`` holding ``value`` holds a secret: a secret's name
+    (:data:`_SECRET_ENV`) and a string value that is not a setting's (:data:`_NOT_SECRETS`)."""
+    return bool(_SECRET_ENV.search(name)) and isinstance(value, str) and value.strip().lower() not in _NOT_SECRETS
+
+
 def _recorded_env(name: str) -> bool:
     """Whether provenance records the environment variable ``name`` (:func:`vllm_env`): vLLM's, OpenMP's,
     Hugging Face's, CUDA's and the tokenizers' settings."""
@@ -219,7 +230,7 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
     for k in unset:
         env.pop(k, None)
     env.update(extra or {})
-    used = {k: REDACTED if _SECRET_ENV.search(k) else v for k, v in env.items() if _recorded_env(k)}
+    used = {k: REDACTED if _is_secret(k, v) else v for k, v in env.items() if _recorded_env(k)}
     return env, used
 
 
@@ -231,16 +242,39 @@ _SECRET_OPTION = re.compile(r"^--(?:hf[-_]token|api[-_]key)(?:=(.*))?$")
 _SECRET_KEY = re.compile(r"^(?:hf[-_]token|api[-_]key)$|(?:TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
 #: the keys whose string value is a command line (a matrix sidecar's)
 _COMMAND_KEYS = ("serve_cmd", "bench_cmd")
-#: a secret shorter than this, or one that reads as a number, is replaced only where it stands as a word of its
-#: own (provenance); in the run's other files (logs, bench results, outputs) it is not looked for: replacing a
-#: short word or a number everywhere would garble measurements (a Hugging Face token is 37 characters)
+#: a secret shorter than this, or one that reads as a number, is replaced only where it stands as a secret
+#: (a secret option's value, a secret key's value); of one this long or longer every occurrence is, in the
+#: provenance and in the run's other files: replacing a short word or a number everywhere would garble
+#: measurements and settings (a Hugging Face token is 37 characters)
 MIN_SECRET_CHARS = 8
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def _searchable(secret: str) -> bool:
-    """Whether ``secret`` is looked for inside any text (:data:`MIN_SECRET_CHARS`), not only as a word."""
+    """Whether every occurrence of ``secret`` is replaced (:data:`MIN_SECRET_CHARS`), not only its place."""
     return len(secret) >= MIN_SECRET_CHARS and not _NUMBER.fullmatch(secret)
+
+
+def _secret_words(seq: Sequence[Any]) -> list[int]:
+    """Indices of the words of command ``seq`` that are secrets: the word after a secret option
+    (:data:`_SECRET_OPTION`: ``--hf-token VALUE``; a word starting with ``-`` is the next option, the secret
+    option then given bare), and a ``--hf-token=VALUE`` word itself."""
+    out = []
+    for i, w in enumerate(seq):
+        m = _SECRET_OPTION.match(w) if isinstance(w, str) else None
+        if m is None:
+            continue
+        if m.group(1) is not None:
+            out.append(i)
+        elif i + 1 < len(seq) and isinstance(seq[i + 1], str) and not seq[i + 1].startswith("-"):
+            out.append(i + 1)
+    return out
+
+
+def _option_value(word: str) -> str:
+    """The secret a word at a :func:`_secret_words` index holds (the text after ``=`` of ``--opt=VALUE``)."""
+    m = _SECRET_OPTION.match(word)
+    return m.group(1) if m is not None and m.group(1) is not None else word
 
 
 def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[str]:
@@ -249,39 +283,33 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     Parameters
     ----------
     record : dict, list or str
-        A run's provenance (or any part of it), walked through: the value after a secret option
+        A run's provenance (or any part of it), walked through: the value of a secret option
         (:data:`_SECRET_OPTION`: ``--hf-token VALUE``, ``--hf_token=VALUE``) in a command given as a list of
         words or as a sidecar's ``serve_cmd`` / ``bench_cmd`` string, and the string value of a secret key
-        (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``).  Other text is not read
-        as a command.
+        (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``) but for a setting's
+        (:data:`_NOT_SECRETS`: ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``).  Other text is not read as a command.
     environ : mapping, optional
         Environment variables (default ``os.environ``); the values of those provenance records
-        (:func:`_recorded_env`: ``HF_*``, ``VLLM_*`` ...) with a secret's name (:data:`_SECRET_ENV`) are added:
+        (:func:`_recorded_env`: ``HF_*``, ``VLLM_*`` ...) that hold a secret (:func:`_is_secret`) are added:
         the vLLM processes get them.
 
     Returns
     -------
     set of str
-        The non-empty values, :data:`REDACTED` itself left out.
+        The values, :data:`REDACTED` itself left out.
     """
     import shlex
 
     found: set[str] = set()
 
     def words(seq: Sequence[Any]) -> None:
-        for i, w in enumerate(seq):
-            m = _SECRET_OPTION.match(w) if isinstance(w, str) else None
-            if m is None:
-                continue
-            if m.group(1) is not None:
-                found.add(m.group(1))
-            elif i + 1 < len(seq) and isinstance(seq[i + 1], str) and not seq[i + 1].startswith("--"):
-                found.add(seq[i + 1])
+        found.update(_option_value(seq[i]) for i in _secret_words(seq))
 
     def walk(o: Any) -> None:
         if isinstance(o, Mapping):
             for k, v in o.items():
-                if isinstance(k, str) and isinstance(v, str) and _SECRET_KEY.search(k):
+                if (isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, str)
+                        and v.strip().lower() not in _NOT_SECRETS):
                     found.add(v)
                 elif k in _COMMAND_KEYS and isinstance(v, str):
                     try:
@@ -296,15 +324,15 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
 
     walk(record)
     found.update(v for k, v in (os.environ if environ is None else environ).items()
-                 if _recorded_env(k) and _SECRET_ENV.search(k))
+                 if _recorded_env(k) and _is_secret(k, v))
     return {s for s in found if s and s != REDACTED}
 
 
 def redact(obj: Any, secrets: Iterable[str]) -> Any:
-    """``obj`` with each secret in its strings replaced by :data:`REDACTED`: a string that is a secret, the
-    value of a secret option (``--hf-token=VALUE``) and a secret standing as a word of its own (between
-    spaces, quotes or after ``=``) whatever its length; and, for a secret of :data:`MIN_SECRET_CHARS` or more
-    that is not a number, every occurrence.
+    """``obj`` with its secrets replaced by :data:`REDACTED`: in their places, whatever their length (a secret
+    key's string value, the word after a secret option in a list of words or in a sidecar's ``serve_cmd`` /
+    ``bench_cmd``, the value of ``--hf-token=VALUE``); and, for a secret of :data:`MIN_SECRET_CHARS` or more
+    that is not a number, every occurrence in any string.
 
     Parameters
     ----------
@@ -318,32 +346,48 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     object
         A new object (``obj`` is not changed); ``obj`` itself when ``secrets`` is empty.
     """
-    secrets = sorted(set(secrets), key=len, reverse=True)  # a secret inside a longer one: the longer first
+    import shlex
+
+    secrets = set(secrets)
     if not secrets:
         return obj
-    words = [re.compile(r"(?<![^\s'\"=])" + re.escape(s) + r"(?![^\s'\"])") for s in secrets if not _searchable(s)]
+    everywhere = sorted((s for s in secrets if _searchable(s)), key=len, reverse=True)  # the longer first
 
-    def one(o: Any) -> Any:
+    def text(o: str) -> str:
+        for s in everywhere:
+            o = o.replace(s, REDACTED)
+        return o
+
+    def placed(seq: list) -> list:
+        for i in _secret_words(seq):
+            value = _option_value(seq[i])
+            if value in secrets:
+                seq[i] = seq[i][: len(seq[i]) - len(value)] + REDACTED
+        return seq
+
+    def one(o: Any, key: Any = None) -> Any:
         if isinstance(o, str):
-            if o in secrets:
+            if isinstance(key, str) and _SECRET_KEY.search(key) and o in secrets:
                 return REDACTED
-            for s in secrets:
-                if _searchable(s):
-                    o = o.replace(s, REDACTED)
-            for w in words:
-                o = w.sub(REDACTED, o)
-            return o
+            if key in _COMMAND_KEYS:
+                try:
+                    words = shlex.split(o)
+                except ValueError:
+                    words = None
+                if words is not None and any(_option_value(words[i]) in secrets for i in _secret_words(words)):
+                    o = shlex.join(placed(words))
+            return text(o)
         if isinstance(o, Mapping):
-            return {k: one(v) for k, v in o.items()}
+            return {k: one(v, k) for k, v in o.items()}
         if isinstance(o, (list, tuple)):
-            return [one(x) for x in o]
+            return [one(x) for x in placed(list(o))]
         return o
 
     return one(obj)
 
 
 #: a secret option's value in printed text: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--hf-token 'VALUE'``
-_SECRET_OPTION_TEXT = re.compile(r"(--(?:hf[-_]token|api[-_]key)(?:=|[ \t]+)['\"]?)(?!-)([^\s'\"]+)")
+_SECRET_OPTION_TEXT = re.compile(r"(--(?:hf[-_]token|api[-_]key)(?:=|[ \t]+)['\"]?)(?![-|])([^\s'\"|]+)")
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -709,8 +709,8 @@ def _reads_as_option(token: str, table: Mapping) -> bool:
     into ``--optimization-level``; then Python 3.11's argparse (``_parse_optional``, ``_get_option_tuples``;
     ``allow_abbrev`` on) reads as an option a word that starts with ``-`` and is more than ``-`` unless it is a
     negative number or holds a space, and, space or not, one whose part before ``=`` is one of the command's
-    options (a long one also by a prefix of its name) and one whose first two characters are a one-letter short
-    option (``vllm serve``'s ``-n``, ``-q``, ``-r``; ``-h`` of both).  Checked word for word against both
+    options (a long one also by a prefix of its name; ``--help`` too) and one whose first two characters are a
+    one-letter short option (``vllm serve``'s ``-n``, ``-q``, ``-r``; ``-h`` of both).  Checked word for word against both
     parsers (the test of this module)."""
     if len(token) < 2 or not token.startswith("-"):
         return False
@@ -718,8 +718,8 @@ def _reads_as_option(token: str, table: Mapping) -> bool:
         return True
     shorts = SERVE_SHORT_OPTIONS if table is SERVE_OPTIONS else BENCH_SERVE_SHORT_OPTIONS
     head, eq, _ = token.partition("=")
-    if eq and (head[2:] == "" or any(o.startswith(_canon(head[2:])) for o in table) if head.startswith("--")
-               else head[1:] in shorts):
+    if eq and (head[2:] == "" or any(o.startswith(_canon(head[2:])) for o in (*table, "help"))
+               if head.startswith("--") else head[1:] in shorts):
         return True
     if not token.startswith("--") and (token[1] in shorts or token[1] == "h"):
         return True

@@ -508,6 +508,14 @@ def _drop(outcomes: Iterable[tuple[Any, dict | BaseException]]) -> None:
             shutil.rmtree(out["staging"], ignore_errors=True)
 
 
+def _drop_staging(staging: dict) -> None:
+    """Remove the driver-side staging directories left in ``staging`` (job -> directory: an executor's, of
+    jobs that never returned: cancelled, still running) and empty it."""
+    for d in staging.values():
+        shutil.rmtree(d, ignore_errors=True)
+    staging.clear()
+
+
 def _task_id(ref: Any) -> dict:
     """``{"task_id": ...}`` of a Ray object ref (``ObjectRef.task_id``), or {} where it has none."""
     try:
@@ -855,9 +863,7 @@ class RayExecutor:
                 _drop(self.wait(timeout_s=5))
         if self._started:
             self.ray.shutdown()
-        for staging in self._staging.values():  # of tasks that never returned (cancelled, still running)
-            shutil.rmtree(staging, ignore_errors=True)
-        self._staging.clear()
+        _drop_staging(self._staging)  # of tasks that never returned (cancelled, still running)
         sweep_stale_staging()  # of this host's workers killed before they could remove theirs
 
 
@@ -1085,9 +1091,7 @@ class SlurmExecutor:
             end = time.monotonic() + 60
             while (self._pending or self._cancelled) and time.monotonic() < end:
                 _drop(self.wait(timeout_s=5))
-        for staging in self._staging.values():  # of jobs that never returned
-            shutil.rmtree(staging, ignore_errors=True)
-        self._staging.clear()
+        _drop_staging(self._staging)  # of jobs that never returned
         sweep_stale_staging()  # of jobs on this host killed before they could remove theirs
 
 

@@ -187,10 +187,12 @@ _SECRET_ENV = re.compile(r"(TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
 _NOT_SECRETS = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
 
 
-def _is_secret(name: str, value: Any) -> bool:
+def _is_secret(name: Any, value: Any, names: re.Pattern = _SECRET_ENV) -> bool:
     """Whether environment variable / key ``name`` holding ``value`` holds a secret: a secret's name
-    (:data:`_SECRET_ENV`) and a string value that is not a setting's (:data:`_NOT_SECRETS`)."""
-    return bool(_SECRET_ENV.search(name)) and isinstance(value, str) and value.strip().lower() not in _NOT_SECRETS
+    (``names``: :data:`_SECRET_ENV`, or :data:`_SECRET_KEY` for a record's keys) and a string value that is
+    not a setting's (:data:`_NOT_SECRETS`)."""
+    return (isinstance(name, str) and bool(names.search(name)) and isinstance(value, str)
+            and value.strip().lower() not in _NOT_SECRETS)
 
 
 def _recorded_env(name: str) -> bool:
@@ -236,10 +238,11 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
 
 #: command-line options whose value is a secret: vLLM 0.32 ``vllm serve --hf-token`` (Hugging Face's access
 #: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/launchers/cli_args.py), in any spelling
-_SECRET_OPTION = re.compile(r"^--(?:hf[-_]token|api[-_]key)(?:=(.*))?$")
+_SECRET_OPTION_NAMES = r"(?:hf[-_]token|api[-_]key)"
+_SECRET_OPTION = re.compile(rf"^--{_SECRET_OPTION_NAMES}(?:=(.*))?$")
 #: keys whose value is a secret: those options as a parameter record's keys, and environment variables'
 #: names (:data:`_SECRET_ENV`, as a sidecar's ``env`` gives them)
-_SECRET_KEY = re.compile(r"^(?:hf[-_]token|api[-_]key)$|(?:TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
+_SECRET_KEY = re.compile(rf"^{_SECRET_OPTION_NAMES}$|{_SECRET_ENV.pattern}")
 #: the keys whose string value is a command line (a matrix sidecar's)
 _COMMAND_KEYS = ("serve_cmd", "bench_cmd")
 #: a secret shorter than this, or one that reads as a number, is replaced only where it stands as a secret
@@ -253,6 +256,12 @@ _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 def _searchable(secret: str) -> bool:
     """Whether every occurrence of ``secret`` is replaced (:data:`MIN_SECRET_CHARS`), not only its place."""
     return len(secret) >= MIN_SECRET_CHARS and not _NUMBER.fullmatch(secret)
+
+
+def _everywhere(secrets: Iterable[str]) -> list[str]:
+    """The secrets whose every occurrence is replaced (:func:`_searchable`), the longer first (a secret
+    inside a longer one is replaced after it)."""
+    return sorted((s for s in set(secrets) if _searchable(s)), key=len, reverse=True)
 
 
 def _secret_words(seq: Sequence[Any]) -> list[int]:
@@ -308,8 +317,7 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     def walk(o: Any) -> None:
         if isinstance(o, Mapping):
             for k, v in o.items():
-                if (isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, str)
-                        and v.strip().lower() not in _NOT_SECRETS):
+                if _is_secret(k, v, _SECRET_KEY):
                     found.add(v)
                 elif k in _COMMAND_KEYS and isinstance(v, str):
                     try:
@@ -351,7 +359,7 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     secrets = set(secrets)
     if not secrets:
         return obj
-    everywhere = sorted((s for s in secrets if _searchable(s)), key=len, reverse=True)  # the longer first
+    everywhere = _everywhere(secrets)
 
     def text(o: str) -> str:
         for s in everywhere:
@@ -387,7 +395,7 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
 
 
 #: a secret option's value in printed text: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--hf-token 'VALUE'``
-_SECRET_OPTION_TEXT = re.compile(r"(--(?:hf[-_]token|api[-_]key)(?:=|[ \t]+)['\"]?)(?![-|])([^\s'\"|]+)")
+_SECRET_OPTION_TEXT = re.compile(rf"(--{_SECRET_OPTION_NAMES}(?:=|[ \t]+)['\"]?)(?![-|])([^\s'\"|]+)")
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
@@ -432,7 +440,7 @@ def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:
     secrets = secret_values(provenance)
     if not secrets:
         return provenance
-    raw = [s.encode() for s in sorted(secrets, key=len, reverse=True) if _searchable(s)]
+    raw = [s.encode() for s in _everywhere(secrets)]
     for f in sorted(Path(run_dir).rglob("*")) if raw else ():
         if not f.is_file() or f.is_symlink():
             continue

@@ -561,17 +561,11 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
                        f"{where}.{key}", opt)
             continue
         _check_value(f"{where}.{key}", opt, table[opt], value, table)
-        if not isinstance(value, (bool, dict)) and _reads_as_dotted(str(value)):
-            raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own token after "
-                                    f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
-                                    f"a token that starts with '-' and holds a '.' as a dotted option ({_DOTTED_SRC}), "
-                                    f"so the command fails: give it in the command as --{opt}={value} instead", value)
-        if not isinstance(value, (bool, dict)) and _reads_as_option(str(value), table):
+        why = None if isinstance(value, (bool, dict)) else _read_as_option_why(str(value), table)
+        if why is not None:
             raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own word after "
                                     f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
-                                    f"{str(value)!r} as an option, not as a value (a word starting with '-' that is "
-                                    "not a negative number; Lib/argparse.py _parse_optional, "
-                                    f"{_DOTTED_SRC}), so the command fails: give it in the command as "
+                                    f"{why}, not as a value, so the command fails: give it in the command as "
                                     f"--{opt}={value} instead", value)
         if isinstance(value, str) and (table[opt] == "json"):
             try:
@@ -710,8 +704,8 @@ def _reads_as_option(token: str, table: Mapping) -> bool:
     ``allow_abbrev`` on) reads as an option a word that starts with ``-`` and is more than ``-`` unless it is a
     negative number or holds a space, and, space or not, one whose part before ``=`` is one of the command's
     options (a long one also by a prefix of its name; ``--help`` too) and one whose first two characters are a
-    one-letter short option (``vllm serve``'s ``-n``, ``-q``, ``-r``; ``-h`` of both).  Checked word for word against both
-    parsers (the test of this module)."""
+    one-letter short option (``vllm serve``'s ``-n``, ``-q``, ``-r``; ``-h`` of both).  Checked word for word
+    against both parsers (the test of this module)."""
     if len(token) < 2 or not token.startswith("-"):
         return False
     if token.startswith("-O"):
@@ -724,6 +718,18 @@ def _reads_as_option(token: str, table: Mapping) -> bool:
     if not token.startswith("--") and (token[1] in shorts or token[1] == "h"):
         return True
     return not _NEGATIVE_NUMBER.match(token) and " " not in token
+
+
+def _read_as_option_why(word: str, table: Mapping) -> str | None:
+    """How vLLM 0.32's parser for ``table``'s command reads ``word``, given as its own word after an option,
+    when it does not read it as that option's value (:func:`_reads_as_dotted`, :func:`_reads_as_option`);
+    None when it reads it as the value."""
+    if _reads_as_dotted(word):
+        return f"a word that starts with '-' and holds a '.' as a dotted option ({_DOTTED_SRC})"
+    if _reads_as_option(word, table):
+        return (f"{word!r} as an option (a word starting with '-' that is not a negative number; Lib/argparse.py "
+                f"_parse_optional, {_DOTTED_SRC})")
+    return None
 
 
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
@@ -883,15 +889,10 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                                             "so a record's would be ignored; give it once", given)
                 once[base] = given
             if kind not in (None, "flag") and not eq and i < len(cmd) and not _stands_alone(table, opt, cmd[i]):
-                if _reads_as_dotted(cmd[i]):
-                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", "vLLM 0.32's parser reads a token that starts "
-                                            f"with '-' and holds a '.' as a dotted option, not as --{opt}'s value "
-                                            f"({_DOTTED_SRC}), and the command fails: write --{opt}={cmd[i]}", cmd[i])
-                if _reads_as_option(cmd[i], table):
-                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", f"vLLM 0.32's parser reads {cmd[i]!r} as an "
-                                            f"option, not as --{opt}'s value (a word starting with '-' that is not a "
-                                            f"negative number; Lib/argparse.py _parse_optional, {_DOTTED_SRC}), and "
-                                            f"the command fails: write --{opt}={cmd[i]}", cmd[i])
+                why = _read_as_option_why(cmd[i], table)
+                if why is not None:
+                    raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", f"vLLM 0.32's parser reads {why}, not as "
+                                            f"--{opt}'s value, and the command fails: write --{opt}={cmd[i]}", cmd[i])
                 out.append(cmd[i])  # the option's value, read as it is
                 i += 1
             continue

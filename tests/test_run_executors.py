@@ -37,11 +37,12 @@ FAKE_VLLM = textwrap.dedent('''
     log = os.environ["FAKE_LOG"]
     def opt(name, default=None):
         return args[args.index(name) + 1] if name in args else default
-    def kill_my_worker():  # the Ray worker running this job dies (SIGKILL)
+    def kill_my_worker():  # the Ray worker or submitit job running this job dies (SIGKILL)
         import psutil
         driver = int(os.environ["FAKE_DRIVER_PID"])  # only a worker of this test's own Ray cluster
         for p in psutil.process_iter(["cmdline"]):
-            if (p.info["cmdline"] or [""])[0].startswith("ray::_ray_job") and \
+            cmd = p.info["cmdline"] or [""]
+            if (cmd[0].startswith("ray::_ray_job") or "submitit.core._submit" in cmd) and \
                     driver in [a.pid for a in p.parents()]:
                 p.kill()
     if args[0] == "serve":
@@ -531,18 +532,38 @@ def test_ray_lost_task_is_recorded_failed_and_the_matrix_goes_on(fake_env, ray_c
     shutil.rmtree(runs)
 
 
-def test_ray_lost_task_keeps_the_runs_it_recorded_and_its_servers_log(fake_env, ray_cluster):
-    """A Ray worker killed during its second cell: the first cell it recorded is kept (ok), the cell in flight
-    is recorded failed with the server's log.  Its runs used to be lost with the worker's own staging directory
-    (every cell of the group recorded failed, without a log)."""
-    m = _matrix(fake_env["tmp"], env={"FAKE_KILL_WORKER_AT_C": "2"})  # the bench at concurrency 2 SIGKILLs its worker
-    # two greedy cells per server, in one job (no health check: the temperature-0.8 cells run in a job of
-    # their own, after their judge)
+def _killed_at_second_cell(tmp: Path) -> Path:
+    """A matrix whose jobs die (their Ray worker or submitit job SIGKILLed) at their second cell: two greedy
+    cells per server, in one job (no health check: the temperature-0.8 cells would run in a job of their own,
+    after their judge); the bench at concurrency 2 kills its worker."""
+    m = _matrix(tmp, env={"FAKE_KILL_WORKER_AT_C": "2"})
     (m / "bench_params.json").write_text(json.dumps({
         "c1": {"max_concurrency": 1, "num_prompts": 2, "temperature": 0},
         "c2": {"max_concurrency": 2, "num_prompts": 2, "temperature": 0}}))
     side = json.loads((m / "specsim.json").read_text())
     (m / "specsim.json").write_text(json.dumps({k: v for k, v in side.items() if k != "health_checks"}))
+    return m
+
+
+@pytest.mark.parametrize("sees_runs_dir", [True, False], ids=["worker-sees-runs-dir", "worker-elsewhere"])
+def test_ray_lost_task_keeps_the_runs_it_recorded_and_its_servers_log(fake_env, ray_cluster, monkeypatch,
+                                                                       sees_runs_dir):
+    """A Ray worker killed during its second cell: the first cell it recorded is kept (ok), the cell in flight
+    is recorded failed with the server's log.  Its runs used to be lost with the worker's own staging directory
+    (every cell of the group recorded failed, without a log); then, on a worker that does not see the driver's
+    ``--runs-dir`` (another machine, no shared file system: here the staging path the job names is one the
+    worker cannot find), they still were, until the worker shipped them to the driver as it recorded them."""
+    from specsim.runs import executors
+
+    if not sees_runs_dir:
+        orig = executors._driver_staging
+
+        def elsewhere(runs_dir, job):
+            job, staging = orig(runs_dir, job)
+            return {**job, "driver_staging": str(fake_env["tmp"] / "not-on-this-machine" / staging.name)}, staging
+
+        monkeypatch.setattr(executors, "_driver_staging", elsewhere)
+    m = _killed_at_second_cell(fake_env["tmp"])
     runs = fake_env["tmp"] / "runs"
     res = {r.run_id.removeprefix("fake-S5-"): r for r in run_matrix(
         m, runs_dir=runs, install=fake_env["install"], stamp="S5", progress=False, executor="ray")}
@@ -556,6 +577,7 @@ def test_ray_lost_task_keeps_the_runs_it_recorded_and_its_servers_log(fake_env, 
         assert any(w in _prov(lost)["error"] for w in ("Worker", "worker", "died", "crash", "Crashed"))
         assert "fake vllm serve: non-default args" in (lost / "server.log").read_text()
     assert not list(runs.glob(".staging-*"))
+    assert not (fake_env["tmp"] / "not-on-this-machine").exists()
     end = time.monotonic() + 30  # the guardian stops the orphaned fake servers
     while _no_fake_processes() and time.monotonic() < end:
         time.sleep(0.5)
@@ -739,6 +761,32 @@ def test_slurm_executor_records_what_local_records(fake_env):
     assert p["executor"]["resources"]["timeout_min"] >= 16 and "slurm_exclusive" not in p["executor"]["resources"]
     assert (sl / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text() == \
         (loc / "fake-S6-ngram-n3-c1" / "outputs.jsonl").read_text()
+    assert not _no_fake_processes()
+
+
+def test_slurm_lost_job_keeps_the_runs_it_recorded_and_its_servers_log(fake_env):
+    """A submitit job (its local cluster) SIGKILLed during its second cell, as the OOM killer or a node
+    failure would: the cell it recorded first is kept (ok), the cell in flight is recorded failed with its
+    server's log and the loss (``job_returned`` false, submitit's job id), and the matrix goes on."""
+    pytest.importorskip("submitit")
+    m = _killed_at_second_cell(fake_env["tmp"])
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-S12-"): r for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="S12", progress=False, executor="slurm",
+        slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit"})}
+    for g in ("baseline", "ngram-n2", "ngram-n3"):  # each group's job is lost at its second cell
+        assert res[f"{g}-c1"].status == "ok", {k: (r.status, r.error) for k, r in res.items()}
+        first = _prov(runs / f"fake-S12-{g}-c1")
+        ex = first["executor"]
+        assert ex["kind"] == "slurm" and ex["job_returned"] is False and ex["job_id"] and ex["pid"], ex
+        assert (runs / f"fake-S12-{g}-c1" / "bench.json").exists()
+        lost = runs / f"fake-S12-{g}-c2"
+        assert res[f"{g}-c2"].status == "failed" and _prov(lost)["executor"]["job_error"], _prov(lost)["executor"]
+        assert "fake vllm serve: non-default args" in (lost / "server.log").read_text()
+    assert not list(runs.glob(".staging-*"))
+    end = time.monotonic() + 30  # the guardian stops the orphaned fake servers
+    while _no_fake_processes() and time.monotonic() < end:
+        time.sleep(0.5)
     assert not _no_fake_processes()
 
 
@@ -1476,7 +1524,7 @@ def test_closing_an_executor_removes_the_staging_of_jobs_that_end_too_late(tmp_p
             pass
 
     ex = object.__new__(RayExecutor)  # the executor's own close(), without a Ray cluster
-    ex.ray, ex._started = FakeRay(), False
+    ex.ray, ex._started, ex._collector = FakeRay(), False, None
     ex._pending, ex._staging = {"lost": "tag", "never": "tag2"}, {"never": left}
 
     def wait(timeout_s=None):

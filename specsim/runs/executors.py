@@ -15,7 +15,9 @@ equal machines a server has a whole machine and two servers never share cores --
 settings of :func:`specsim.runs.platforms.platform_settings` for those cores; the worker's own
 ``OMP_NUM_THREADS=1`` is removed (:func:`specsim.runs.platforms.omp_setting`, recorded as
 ``env_removed``).  A task that raises, is cancelled or whose worker dies is reported as
-failed; the driver records its cells as failed and goes on.
+failed; the driver records its cells as failed and goes on, keeping the runs the task recorded before
+(from a staging directory in the driver's runs directory where the worker sees it, else shipped to the
+driver's :class:`_RunCollector` as they are recorded).
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ def job_server(job: dict, runs_dir: str | os.PathLike, job_env: tuple | None = N
 def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool = False,
                 clients: dict | None = None, server=None, server_error: RunError | None = None,
                 started_with: Iterable[str] = (), start_batch_seconds: float | None = None,
-                job_env: tuple | None = None) -> dict:
+                job_env: tuple | None = None, progress: Any = None) -> dict:
     """Run one job (``job["kind"]`` ``"group"`` or ``"offline"``) into ``staging``.
 
     Returns ``{"results": [RunResult, ...], "server_end": dict | None, "host": name, "pid": pid,
@@ -94,7 +96,8 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
     the batch to its last server healthy or failed: ``start_batch_seconds``) for a batch.
     ``job_env``: the job's ``(env, used, removed)`` (:func:`_job_env`) its server was made with, so
     that the server, the bench client and provenance share one environment, made once; made here
-    when not given.
+    when not given.  ``progress``: a group job's, ``.update(1)`` after each of its runs is recorded
+    (:func:`specsim.runs.serve_bench.serve_and_bench`).
     """
     staging = Path(staging)
     staging.mkdir(parents=True, exist_ok=True)
@@ -134,7 +137,8 @@ def execute_job(job: dict, staging: str | os.PathLike, *, keep_interrupted: bool
                                                  base_provenance=prov, warmup=job.get("warmup"),
                                                  health_timeout_s=job.get("health_timeout_s", 600.0),
                                                  stop_timeout_s=job.get("stop_timeout_s", 30.0), server_stats=stats,
-                                                 bench_client=bc, server=server, server_error=server_error)
+                                                 bench_client=bc, server=server, server_error=server_error,
+                                                 progress=progress)
             except KeyboardInterrupt as e:
                 if not stats and started and started[-1].stop_seconds is not None:
                     stats = _server_end(started[-1])  # interrupted while the server was starting
@@ -653,9 +657,14 @@ def _packed_job(job: dict, where: dict | None = None) -> dict:
     shared = _shared_staging(job)  # the driver's, where this process sees it: kept for it if this job fails
     staging = shared or Path(tempfile.mkdtemp(prefix="specsim-job-"))
     returned = False
+    shipper = None
     try:
         (staging / _OWNER_FILE).write_text(json.dumps(_owner()))
-        out = execute_job(job, staging, keep_interrupted=True)
+        if shared is None and job.get("collector") is not None:  # elsewhere: what it records goes to the driver
+            shipper = _Shipper(staging, job["collector"], job["collector_key"])
+        out = execute_job(job, staging, keep_interrupted=True, progress=shipper)
+        if shipper is not None:
+            shipper.stop()  # before the return: the runs go back with it, and nothing is shipped after
         packed = pack_runs(out["results"])
         res = [{"run_id": r.run_id, "status": r.status, "error": r.error, "summary": r.summary} for r in out["results"]]
         returned = True
@@ -663,8 +672,114 @@ def _packed_job(job: dict, where: dict | None = None) -> dict:
                 "interrupted": out.get("interrupted", False),
                 "executor": {"host": out["host"], "pid": out["pid"], **(where or {})}}
     finally:
+        if shipper is not None:
+            shipper.stop(final=not returned)  # a job that raises ships what it recorded before it goes
         if shared is None or returned:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+#: seconds between a remote job's shipments to the driver of its running server's log (:class:`_Shipper`)
+SHIP_EVERY_S = 2.0
+
+
+class _RunCollector:
+    """The Ray actor, on the driver's node, that holds what the remote jobs not seeing the driver's
+    ``--runs-dir`` have recorded so far (:class:`_Shipper`): ``{job key: {relative path: bytes}}`` of
+    their staging directories.  The driver takes a lost job's files (:meth:`RayExecutor.wait`) and drops
+    a returned one's."""
+
+    def __init__(self):
+        self._files: dict[str, dict[str, bytes]] = {}
+
+    def put(self, key: str, files: dict[str, bytes], appends: dict[str, tuple[int, bytes]] | None = None) -> None:
+        """Keep ``files`` ({relative path: bytes}) of job ``key``, and ``appends`` ({relative path: (offset,
+        bytes)}: a growing file's bytes from that offset on)."""
+        mine = self._files.setdefault(key, {})
+        mine.update(files)
+        for rel, (offset, data) in (appends or {}).items():
+            mine[rel] = mine.get(rel, b"")[:offset] + data
+
+    def take(self, key: str) -> dict[str, bytes]:
+        return self._files.pop(key, {})
+
+    def drop(self, key: str) -> None:
+        self._files.pop(key, None)
+
+
+class _Shipper:
+    """Ships what a remote job records in its own staging directory to the driver's
+    :class:`_RunCollector` while the job runs: each run as soon as it is recorded (its directory renamed
+    into place: complete; :meth:`update`, the job's ``progress``), and every :data:`SHIP_EVERY_S` seconds
+    (a thread) its ``.owner.json`` and what its running server has added to its log.  A job whose worker is
+    lost -- ``ray.cancel(force=True)``, the OOM killer, a node gone -- on a machine that does not see
+    the driver's ``--runs-dir`` so leaves the driver the runs it recorded and the log of the cell in
+    flight up to the last shipment, as a worker seeing it leaves them in the driver's staging
+    directory (:func:`_shared_staging`)."""
+
+    def __init__(self, staging: Path, collector: Any, key: str):
+        import threading
+
+        self.staging, self.collector, self.key = staging, collector, key
+        self._sent: set[str] = set()
+        self._log_sizes: dict[str, int] = {}
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()  # one shipment at a time: the thread's, or update's
+        self._thread = threading.Thread(target=self._loop, name="specsim-shipper", daemon=True)
+        self._thread.start()
+
+    def _new_files(self) -> tuple[dict[str, bytes], dict[str, tuple[int, bytes]], set[str], dict[str, int]]:
+        """(files not yet shipped, the server logs' new bytes (offset, bytes), the runs and files shipped
+        with them, the logs' sizes then)."""
+        files: dict[str, bytes] = {}
+        appends: dict[str, tuple[int, bytes]] = {}
+        done: set[str] = set()
+        sizes: dict[str, int] = {}
+        if _OWNER_FILE not in self._sent and (self.staging / _OWNER_FILE).exists():
+            files[_OWNER_FILE] = (self.staging / _OWNER_FILE).read_bytes()
+            done.add(_OWNER_FILE)
+        for r in _recorded_in(self.staging):
+            if r.run_id not in self._sent:
+                files.update({f"{r.run_id}/{rel}": data for rel, data in pack_runs([r])[r.run_id].items()})
+                done.add(r.run_id)
+        for log in self.staging.glob(".tmp-server-*/server.log"):
+            rel = str(log.relative_to(self.staging))
+            with contextlib.suppress(OSError):  # a server that stops removes its log directory
+                offset = self._log_sizes.get(rel, 0)
+                with open(log, "rb") as f:
+                    f.seek(offset)
+                    data = f.read()
+                if data:
+                    appends[rel] = (offset, data)
+                    sizes[rel] = offset + len(data)
+        return files, appends, done, sizes
+
+    def _ship(self) -> None:
+        import ray
+
+        with self._lock:
+            files, appends, done, sizes = self._new_files()
+            if files or appends:
+                ray.get(self.collector.put.remote(self.key, files, appends))
+            self._sent |= done  # only once the collector has them: a failed shipment is repeated
+            self._log_sizes.update(sizes)
+
+    def update(self, n: int = 1) -> None:
+        """A run was recorded (``serve_and_bench``'s ``progress``): ship it now."""
+        with contextlib.suppress(Exception):  # else the thread's next shipment
+            self._ship()
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(SHIP_EVERY_S):
+            with contextlib.suppress(Exception):  # a shipment that fails is retried at the next one
+                self._ship()
+
+    def stop(self, final: bool = False) -> None:
+        """End the thread; ``final``: then ship what is new (the job raised: the driver takes it)."""
+        self._stopping.set()
+        self._thread.join(timeout=60)
+        if final:
+            with contextlib.suppress(Exception):
+                self._ship()
 
 
 def _ray_job(job: dict) -> dict:
@@ -808,6 +923,20 @@ class RayExecutor:
         self._task = self.ray.remote(max_retries=0)(_ray_job)
         self._pending: dict = {}
         self._staging: dict = {}  # task -> its driver-side staging directory (_driver_staging)
+        self._collector = None  # the _RunCollector actor, made with the first task
+
+    def _collector_actor(self) -> Any:
+        """The :class:`_RunCollector` of this executor's jobs, started on the driver's node (so that a node
+        lost with a job does not take it along) with no CPU of its own."""
+        if self._collector is None:
+            opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}
+            with contextlib.suppress(Exception):  # where the driver's node has no id to name, Ray places it
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                    self.ray.get_runtime_context().get_node_id(), soft=False)
+            self._collector = self.ray.remote(_RunCollector).options(**opts).remote()
+        return self._collector
 
     def cpus(self) -> int:
         """Cores of the smallest alive node (what one CPU server task asks for)."""
@@ -825,6 +954,7 @@ class RayExecutor:
     def submit(self, job: dict, tag: Any) -> Any:
         res = job.get("ray_resources") or self.resources(job)
         job, staging = _driver_staging(self.runs_dir, job)
+        job = {**job, "collector": self._collector_actor(), "collector_key": staging.name}
         ref = self._task.options(**res).remote(job)
         self._pending[ref] = tag
         self._staging[ref] = staging
@@ -841,11 +971,36 @@ class RayExecutor:
             try:
                 out.append((tag, self.ray.get(ref)))
             except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
+                self._collected(staging)
                 out.append((tag, _lost_job(staging, exc, self.kind, _task_id(ref))))
             else:  # returned: its runs came back as bytes (the task removed the directory where it saw it)
                 if staging is not None:
+                    self._collector_drop(staging)
                     shutil.rmtree(staging, ignore_errors=True)
         return out
+
+    def _collected(self, staging: Path | None) -> None:
+        """Write into a lost job's driver-side staging directory what it shipped to the collector from a
+        worker that did not see that directory (:class:`_Shipper`; nothing where it saw it): its recorded
+        runs, ``.owner.json`` and the end of its server's log, for :func:`_lost_job`."""
+        if staging is None or self._collector is None or not staging.is_dir():
+            return
+        try:
+            files = self.ray.get(self._collector.take.remote(staging.name), timeout=60)
+        except Exception:  # noqa: BLE001 - the collector gone: the job's cells are recorded failed without them
+            return
+        root = staging.resolve()
+        for rel, data in files.items():
+            dst = (staging / rel).resolve()
+            if root not in dst.parents or dst.exists():  # only below it, never over what the job wrote there
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+
+    def _collector_drop(self, staging: Path) -> None:
+        if self._collector is not None:
+            with contextlib.suppress(Exception):
+                self._collector.drop.remote(staging.name)
 
     def pending(self) -> list:
         return list(self._pending)
@@ -861,6 +1016,10 @@ class RayExecutor:
             t0 = time.monotonic()
             while self._pending and time.monotonic() - t0 < 60:
                 _drop(self.wait(timeout_s=5))
+        if self._collector is not None:
+            with contextlib.suppress(Exception):
+                self.ray.kill(self._collector)
+            self._collector = None
         if self._started:
             self.ray.shutdown()
         _drop_staging(self._staging)  # of tasks that never returned (cancelled, still running)

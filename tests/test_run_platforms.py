@@ -19,6 +19,7 @@ from specsim.runs.provenance import (
     VllmInstall,
     base_provenance,
     redact,
+    redact_text,
     secret_values,
     vllm_env,
 )
@@ -189,6 +190,32 @@ def test_secret_values_are_found_where_a_matrix_gives_them():
         "hf_in_the_command_1", "hf_with_equals_22", "sk-api-key-333", "hf_quoted_4444", "hf_in_an_env_55555",
         "hf_in_a_record_666666", "from_the_environment", "hf_1"}  # not REDACTED, not --seed; of the environment
     # only the variables provenance records (HF_*, VLLM_* ...) with a secret's name
+
+
+def test_bench_headers_are_secrets_as_vllm_s_benchmark_takes_them():
+    """vLLM 0.32's benchmark records every ``--header`` as ``***`` (``_SENSITIVE_ARG_FIELDS``,
+    vllm/benchmarks/serve.py): an ``Authorization`` header given in ``bench_cmd`` or a bench record was recorded
+    by specsim as given, in the run's commands and matrix files, and printed by a dry run."""
+    prov = {"commands": {"bench": ["vllm", "bench", "serve", "--header", "Authorization=Bearer sk-abc", "x-k=1",
+                                   "--seed", "0"]},
+            "matrix": {"files": {"specsim.json": {"bench_cmd": "vllm bench serve --header 'X-Api-Key=k3y' --seed 0"},
+                                 "bench_params.json": {"c1": {"header": "x-tenant=acme-prod-42", "max_concurrency": 1}}}}}
+    found = secret_values(prov, environ={})
+    assert found == {"Authorization=Bearer sk-abc", "x-k=1", "X-Api-Key=k3y", "x-tenant=acme-prod-42"}
+    got = redact(prov, found)
+    assert got["commands"]["bench"] == ["vllm", "bench", "serve", "--header", REDACTED, REDACTED, "--seed", "0"]
+    assert got["matrix"]["files"]["specsim.json"]["bench_cmd"] == f"vllm bench serve --header '{REDACTED}' --seed 0"
+    assert got["matrix"]["files"]["bench_params.json"]["c1"] == {"header": REDACTED, "max_concurrency": 1}
+    # printed text whose secrets are not known: a quoted header whole, spaces and all; the next option kept
+    assert redact_text("vllm bench serve --header 'Authorization=Bearer sk-abc' --seed 0") == \
+        f"vllm bench serve --header '{REDACTED}' --seed 0"
+    assert redact_text('run --header="X-Api-Key=k3y" -x 1; --hf-token hf_abc --header --seed 0') == \
+        f'run --header="{REDACTED}" -x 1; --hf-token {REDACTED} --header --seed 0'
+    assert redact_text("b --header a=b 'c=d e' --seed 0 --header=f=g h") == \
+        f"b --header {REDACTED} '{REDACTED}' --seed 0 --header={REDACTED} h"  # several after --header, one after =
+    # a command quoted inside a command (the dry run's `vllm bench sweep` line): its quoting is kept whole
+    inner = "--bench-cmd 'vllm bench serve --header '\"'\"'<redacted>'\"'\"' x-k=1 --seed 0'"
+    assert redact_text(inner) == inner.replace("x-k=1", REDACTED)
 
 
 def test_a_secret_env_name_is_recorded_redacted_whatever_its_form(monkeypatch, tmp_path):

@@ -237,9 +237,14 @@ def vllm_env(extra: dict[str, str] | None = None, install: "VllmInstall | None" 
 
 
 #: command-line options whose value is a secret: vLLM 0.32 ``vllm serve --hf-token`` (Hugging Face's access
-#: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/launchers/cli_args.py), in any spelling
-_SECRET_OPTION_NAMES = r"(?:hf[-_]token|api[-_]key)"
+#: token) and ``--api-key`` (the key its API server requires; vllm/entrypoints/launchers/cli_args.py), in any
+#: spelling, and ``vllm bench serve --header KEY=VALUE ...`` (the requests' extra headers, e.g. an
+#: ``Authorization`` one, which vLLM's benchmark itself records as ``***``: ``_SENSITIVE_ARG_FIELDS`` in
+#: vllm/benchmarks/serve.py)
+_SECRET_OPTION_NAMES = r"(?:hf[-_]token|api[-_]key|header)"
 _SECRET_OPTION = re.compile(rf"^--{_SECRET_OPTION_NAMES}(?:=(.*))?$")
+#: the secret options that take several values (``--header`` has ``nargs="*"``, vllm/benchmarks/serve.py)
+_SECRET_OPTION_MANY = re.compile(r"^--header$")
 #: keys whose value is a secret: those options as a parameter record's keys, and environment variables'
 #: names (:data:`_SECRET_ENV`, as a sidecar's ``env`` gives them)
 _SECRET_KEY = re.compile(rf"^{_SECRET_OPTION_NAMES}$|{_SECRET_ENV.pattern}")
@@ -267,7 +272,8 @@ def _everywhere(secrets: Iterable[str]) -> list[str]:
 def _secret_words(seq: Sequence[Any]) -> list[int]:
     """Indices of the words of command ``seq`` that are secrets: the word after a secret option
     (:data:`_SECRET_OPTION`: ``--hf-token VALUE``; a word starting with ``-`` is the next option, the secret
-    option then given bare), and a ``--hf-token=VALUE`` word itself."""
+    option then given bare), every word up to the next option after one taking several
+    (:data:`_SECRET_OPTION_MANY`: ``--header K1=V1 K2=V2``), and a ``--hf-token=VALUE`` word itself."""
     out = []
     for i, w in enumerate(seq):
         m = _SECRET_OPTION.match(w) if isinstance(w, str) else None
@@ -275,8 +281,13 @@ def _secret_words(seq: Sequence[Any]) -> list[int]:
             continue
         if m.group(1) is not None:
             out.append(i)
-        elif i + 1 < len(seq) and isinstance(seq[i + 1], str) and not seq[i + 1].startswith("-"):
-            out.append(i + 1)
+            continue
+        j = i + 1
+        while j < len(seq) and isinstance(seq[j], str) and not seq[j].startswith("-"):
+            out.append(j)
+            if not _SECRET_OPTION_MANY.match(w):
+                break
+            j += 1
     return out
 
 
@@ -394,14 +405,43 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     return one(obj)
 
 
-#: a secret option's value in printed text: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--hf-token 'VALUE'``
-_SECRET_OPTION_TEXT = re.compile(rf"(--{_SECRET_OPTION_NAMES}(?:=|[ \t]+)['\"]?)(?![-|])([^\s'\"|]+)")
+#: a secret option in printed text, up to its value: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--header ...``
+_SECRET_OPTION_TEXT = re.compile(rf"--({_SECRET_OPTION_NAMES})(=|[ \t]+)")
+#: one value after it: a word holding :data:`REDACTED` already (kept: in a command quoted inside a command it is
+#: ``'"'"'<redacted>'"'"'``, as ``shlex.join`` quotes a quote), quoted (up to the closing quote, spaces and all)
+#: or a word; not an option, a pipe, nor a quote that opens another quoting
+_TEXT_VALUE = re.compile(rf"""(?P<done>[^\s|]*{re.escape(REDACTED)}[^\s|]*)|(['"])(?![-|'"])[^\n]*?\2|(?![-|'"])[^\s'"|]+""")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def _redact_option_values(text: str) -> str:
+    """``text`` with the values printed after secret options replaced by :data:`REDACTED` (quotes kept): one
+    value, or every value up to the next option after ``--header`` (:data:`_SECRET_OPTION_MANY`)."""
+    out, pos = [], 0
+    for m in _SECRET_OPTION_TEXT.finditer(text):
+        if m.start() < pos:  # inside a value already replaced
+            continue
+        out.append(text[pos:m.end()])
+        pos = m.end()
+        many = _SECRET_OPTION_MANY.match(f"--{m.group(1)}") is not None and m.group(2) != "="
+        while (v := _TEXT_VALUE.match(text, pos)) is not None:
+            q = v.group(2) or ""
+            out.append(v.group() if v.group("done") else q + REDACTED + q)
+            pos = v.end()
+            gap = _BLANKS.match(text, pos)
+            if not many or gap is None or _TEXT_VALUE.match(text, gap.end()) is None:
+                break
+            out.append(gap.group())
+            pos = gap.end()
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` as it may be printed (a dry run, an error message): each of ``secrets`` replaced as
     :func:`redact` replaces it, and the value written after a secret option (``--hf-token VALUE``,
-    ``--hf-token=VALUE``, quoted or not; :data:`_SECRET_OPTION`) replaced by :data:`REDACTED`.
+    ``--hf-token=VALUE``, ``--header 'KEY=VALUE'``, quoted or not; :data:`_SECRET_OPTION`) replaced by
+    :data:`REDACTED` (after ``--header``, every value up to the next option: ``--header K1=V1 'K2=V 2'``).
 
     Parameters
     ----------
@@ -414,7 +454,7 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     -------
     str
     """
-    return _SECRET_OPTION_TEXT.sub(lambda m: m.group(1) + REDACTED, redact(text, secrets))
+    return _redact_option_values(redact(text, secrets))
 
 
 def redact_run(run_dir: str | os.PathLike, provenance: dict) -> dict:

@@ -1506,6 +1506,51 @@ def test_the_dry_run_refuses_an_unreachable_ray_address_as_the_run_does(capsys):
     assert rc == 2 and "nothing accepts connections" in err and f"--ray-address '127.0.0.1:{port}'" in err
 
 
+def test_the_collector_keeps_a_growing_log_and_a_repeated_shipment_changes_nothing():
+    """The driver-side collector (its methods, without Ray): a log shipped as appends is the file, a shipment
+    repeated after a time-out changes nothing, and what the driver reads stays until it drops it."""
+    from specsim.runs.executors import _RunCollector
+
+    c = _RunCollector()
+    c.put("k", {"r1/bench.json": b"{}"}, {"log": (0, b"abc")})
+    c.put("k", {}, {"log": (3, b"def")})
+    c.put("k", {}, {"log": (3, b"def")})  # the same shipment again
+    c.put("k", {}, {"log": (6, b"g")})
+    assert c.get("k") == {"r1/bench.json": b"{}", "log": b"abcdefg"} == c.get("k")
+    assert all(type(v) is bytes for v in c.get("k").values())
+    c.drop("k")
+    assert c.get("k") == {}
+
+
+def test_a_shipper_whose_collector_is_gone_stops_shipping(tmp_path, monkeypatch):
+    """A review: once the driver's collector actor had died, every shipment (each recorded run, and every 2 s)
+    re-read and tried to re-send every run and the whole server log, until the job ended."""
+    ray = pytest.importorskip("ray")
+    from specsim.runs import executors
+
+    calls = []
+
+    class Gone:
+        class put:
+            @staticmethod
+            def remote(key, files, appends):
+                calls.append(sorted(files) + sorted(appends))
+                raise ray.exceptions.RayActorError()
+
+    monkeypatch.setattr(executors, "SHIP_EVERY_S", 0.05)
+    (tmp_path / ".owner.json").write_text("{}")
+    (tmp_path / ".tmp-server-x").mkdir()
+    (tmp_path / ".tmp-server-x" / "server.log").write_text("INFO started\n")
+    shipper = executors._Shipper(tmp_path, Gone, "k")  # ships .owner.json (and the log) at once: refused
+    assert calls == [[".owner.json", ".tmp-server-x/server.log"]]
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "provenance.json").write_text('{"status": "ok"}')
+    shipper.update()  # a run recorded
+    time.sleep(0.5)  # ten of the thread's ticks
+    shipper.stop(final=True)
+    assert len(calls) == 1, calls
+
+
 def test_closing_an_executor_removes_the_staging_of_jobs_that_end_too_late(tmp_path):
     """A review: a job lost while ``close()`` waited for it left its driver-side ``.staging-*`` directory (and
     the runs in it) in --runs-dir for good: close() dropped what ``wait`` returned, and only the runner's import

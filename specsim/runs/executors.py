@@ -672,35 +672,43 @@ def _packed_job(job: dict, where: dict | None = None) -> dict:
                 "interrupted": out.get("interrupted", False),
                 "executor": {"host": out["host"], "pid": out["pid"], **(where or {})}}
     finally:
-        if shipper is not None:
-            shipper.stop(final=not returned)  # a job that raises ships what it recorded before it goes
-        if shared is None or returned:
-            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            if shipper is not None:
+                shipper.stop(final=not returned)  # a job that raises ships what it recorded before it goes
+        finally:  # also when a second interrupt lands in that stop
+            if shared is None or returned:
+                shutil.rmtree(staging, ignore_errors=True)
 
 
 #: seconds between a remote job's shipments to the driver of its running server's log (:class:`_Shipper`)
 SHIP_EVERY_S = 2.0
+#: seconds a shipment may take (a collector that does not answer: the job goes on, the shipment is repeated)
+SHIP_TIMEOUT_S = 30.0
 
 
 class _RunCollector:
-    """The Ray actor, on the driver's node, that holds what the remote jobs not seeing the driver's
-    ``--runs-dir`` have recorded so far (:class:`_Shipper`): ``{job key: {relative path: bytes}}`` of
-    their staging directories.  The driver takes a lost job's files (:meth:`RayExecutor.wait`) and drops
-    a returned one's."""
+    """The Ray actor (on the driver's node: :meth:`RayExecutor._collector_actor`) that holds what the remote
+    jobs not seeing the driver's ``--runs-dir`` have recorded so far (:class:`_Shipper`): ``{job key:
+    {relative path: bytes}}`` of their staging directories.  The driver reads a lost job's files
+    (:meth:`RayExecutor.wait`), then drops them, as it drops a returned one's.  A job holds its runs (each with
+    its copy of the server's log so far) and its server's log until it ends: a few MB for a CPU server."""
 
     def __init__(self):
-        self._files: dict[str, dict[str, bytes]] = {}
+        self._files: dict[str, dict[str, bytes | bytearray]] = {}
 
     def put(self, key: str, files: dict[str, bytes], appends: dict[str, tuple[int, bytes]] | None = None) -> None:
         """Keep ``files`` ({relative path: bytes}) of job ``key``, and ``appends`` ({relative path: (offset,
-        bytes)}: a growing file's bytes from that offset on)."""
+        bytes)}: a growing file's bytes from that offset on; a repeated shipment changes nothing)."""
         mine = self._files.setdefault(key, {})
         mine.update(files)
         for rel, (offset, data) in (appends or {}).items():
-            mine[rel] = mine.get(rel, b"")[:offset] + data
+            buf = mine.setdefault(rel, bytearray())
+            del buf[offset:]
+            buf += data
 
-    def take(self, key: str) -> dict[str, bytes]:
-        return self._files.pop(key, {})
+    def get(self, key: str) -> dict[str, bytes]:
+        """Job ``key``'s files (kept until :meth:`drop`: a driver that gives up waiting loses nothing)."""
+        return {rel: bytes(data) for rel, data in self._files.get(key, {}).items()}
 
     def drop(self, key: str) -> None:
         self._files.pop(key, None)
@@ -708,13 +716,15 @@ class _RunCollector:
 
 class _Shipper:
     """Ships what a remote job records in its own staging directory to the driver's
-    :class:`_RunCollector` while the job runs: each run as soon as it is recorded (its directory renamed
-    into place: complete; :meth:`update`, the job's ``progress``), and every :data:`SHIP_EVERY_S` seconds
-    (a thread) its ``.owner.json`` and what its running server has added to its log.  A job whose worker is
-    lost -- ``ray.cancel(force=True)``, the OOM killer, a node gone -- on a machine that does not see
-    the driver's ``--runs-dir`` so leaves the driver the runs it recorded and the log of the cell in
-    flight up to the last shipment, as a worker seeing it leaves them in the driver's staging
-    directory (:func:`_shared_staging`)."""
+    :class:`_RunCollector` while the job runs: its ``.owner.json`` at once, each run the bench loop records as
+    soon as it is recorded (its directory renamed into place: complete; :meth:`update`, the job's
+    ``progress``), and every :data:`SHIP_EVERY_S` seconds (a thread) what else is new: what its running server
+    has added to its log, a run recorded on an interrupt.  A job whose worker is lost --
+    ``ray.cancel(force=True)``, the OOM killer, a node gone -- on a machine that does not see the driver's
+    ``--runs-dir`` so leaves the driver the runs it recorded and the log of the cell in flight up to the last
+    shipment, as a worker seeing it leaves them in the driver's staging directory (:func:`_shared_staging`).
+    A shipment waits at most :data:`SHIP_TIMEOUT_S`; once the collector is gone (``RayActorError``) nothing
+    more is shipped."""
 
     def __init__(self, staging: Path, collector: Any, key: str):
         import threading
@@ -722,8 +732,10 @@ class _Shipper:
         self.staging, self.collector, self.key = staging, collector, key
         self._sent: set[str] = set()
         self._log_sizes: dict[str, int] = {}
+        self._gone = False  # the collector died: shipping again would only re-read and re-send everything
         self._stopping = threading.Event()
         self._lock = threading.Lock()  # one shipment at a time: the thread's, or update's
+        self.update()  # .owner.json: who ran the job, also when it is lost before its first run
         self._thread = threading.Thread(target=self._loop, name="specsim-shipper", daemon=True)
         self._thread.start()
 
@@ -756,12 +768,20 @@ class _Shipper:
     def _ship(self) -> None:
         import ray
 
-        with self._lock:
+        if self._gone or not self._lock.acquire(timeout=SHIP_TIMEOUT_S):
+            return
+        try:
             files, appends, done, sizes = self._new_files()
             if files or appends:
-                ray.get(self.collector.put.remote(self.key, files, appends))
+                try:
+                    ray.get(self.collector.put.remote(self.key, files, appends), timeout=SHIP_TIMEOUT_S)
+                except ray.exceptions.RayActorError:
+                    self._gone = True
+                    raise
             self._sent |= done  # only once the collector has them: a failed shipment is repeated
             self._log_sizes.update(sizes)
+        finally:
+            self._lock.release()
 
     def update(self, n: int = 1) -> None:
         """A run was recorded (``serve_and_bench``'s ``progress``): ship it now."""
@@ -769,17 +789,16 @@ class _Shipper:
             self._ship()
 
     def _loop(self) -> None:
-        while not self._stopping.wait(SHIP_EVERY_S):
-            with contextlib.suppress(Exception):  # a shipment that fails is retried at the next one
+        while not self._stopping.wait(SHIP_EVERY_S) and not self._gone:
+            with contextlib.suppress(Exception):  # a shipment that fails is repeated at the next one
                 self._ship()
 
     def stop(self, final: bool = False) -> None:
         """End the thread; ``final``: then ship what is new (the job raised: the driver takes it)."""
         self._stopping.set()
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=2 * SHIP_TIMEOUT_S)
         if final:
-            with contextlib.suppress(Exception):
-                self._ship()
+            self.update()
 
 
 def _ray_job(job: dict) -> dict:
@@ -927,10 +946,11 @@ class RayExecutor:
 
     def _collector_actor(self) -> Any:
         """The :class:`_RunCollector` of this executor's jobs, started on the driver's node (so that a node
-        lost with a job does not take it along) with no CPU of its own."""
+        lost with a job does not take it along; under Ray Client the head node, the node Ray names for the
+        client's driver) with no CPU of its own."""
         if self._collector is None:
             opts: dict[str, Any] = {"num_cpus": 0, "max_restarts": 0}
-            with contextlib.suppress(Exception):  # where the driver's node has no id to name, Ray places it
+            with contextlib.suppress(Exception):  # where Ray names no node for the driver, it places the actor
                 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
                 opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
@@ -967,28 +987,37 @@ class RayExecutor:
         ready, _ = self.ray.wait(list(self._pending), num_returns=1, timeout=timeout_s)
         out = []
         for ref in ready:
-            tag, staging = self._pending.pop(ref), self._staging.pop(ref, None)
+            # left pending until handled: a Ctrl-C meanwhile leaves the task to close(), which handles it again
+            tag, staging = self._pending[ref], self._staging.get(ref)
             try:
-                out.append((tag, self.ray.get(ref)))
+                got = self.ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
-                self._collected(staging)
-                out.append((tag, _lost_job(staging, exc, self.kind, _task_id(ref))))
+                why = self._collected(staging)
+                got = _lost_job(staging, exc, self.kind, _task_id(ref))
+                if why is not None and isinstance(got, dict):
+                    got["executor"]["shipped_runs_error"] = why
             else:  # returned: its runs came back as bytes (the task removed the directory where it saw it)
                 if staging is not None:
-                    self._collector_drop(staging)
                     shutil.rmtree(staging, ignore_errors=True)
+            if staging is not None:
+                self._collector_drop(staging)
+            del self._pending[ref]
+            self._staging.pop(ref, None)
+            out.append((tag, got))
         return out
 
-    def _collected(self, staging: Path | None) -> None:
+    def _collected(self, staging: Path | None) -> str | None:
         """Write into a lost job's driver-side staging directory what it shipped to the collector from a
         worker that did not see that directory (:class:`_Shipper`; nothing where it saw it): its recorded
-        runs, ``.owner.json`` and the end of its server's log, for :func:`_lost_job`."""
+        runs, ``.owner.json`` and its server's log, for :func:`_lost_job`.  Returns why they could not be
+        read (the collector gone or not answering: the job's cells are then recorded failed without them),
+        else None."""
         if staging is None or self._collector is None or not staging.is_dir():
-            return
+            return None
         try:
-            files = self.ray.get(self._collector.take.remote(staging.name), timeout=60)
-        except Exception:  # noqa: BLE001 - the collector gone: the job's cells are recorded failed without them
-            return
+            files = self.ray.get(self._collector.get.remote(staging.name), timeout=2 * SHIP_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - recorded with the job's executor
+            return f"the runs it shipped could not be read from the driver's collector: {type(exc).__name__}: {exc}"
         root = staging.resolve()
         for rel, data in files.items():
             dst = (staging / rel).resolve()
@@ -996,6 +1025,7 @@ class RayExecutor:
                 continue
             dst.parent.mkdir(parents=True, exist_ok=True)
             dst.write_bytes(data)
+        return None
 
     def _collector_drop(self, staging: Path) -> None:
         if self._collector is not None:

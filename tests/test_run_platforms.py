@@ -213,6 +213,21 @@ def test_bench_headers_are_secrets_as_vllm_s_benchmark_takes_them():
         f'run --header="{REDACTED}" -x 1; --hf-token {REDACTED} --header --seed 0'
     assert redact_text("b --header a=b 'c=d e' --seed 0 --header=f=g h") == \
         f"b --header {REDACTED} '{REDACTED}' --seed 0 --header={REDACTED} h"  # several after --header, one after =
+    # text that only names the option, or quotes one, is left as it is but for the header values
+    assert redact_text("--header is given twice ('--header k=v' and '--header k=w'): vLLM keeps the last") == \
+        f"--header is given twice ('--header {REDACTED}' and '--header {REDACTED}'): vLLM keeps the last"
+    assert redact_text("--header a=b; echo hi") == f"--header {REDACTED}; echo hi"
+    # the shell's other spellings: quoted after '=', a quote left open, a line continued, a value after '='
+    assert redact_text("--header Authorization='Bearer sk-xyz' x=1 --seed 0") == \
+        f"--header {REDACTED} {REDACTED} --seed 0"
+    assert redact_text("serve m --api-key 'k3y") == f"serve m --api-key '{REDACTED}"
+    assert redact_text("--header a=b \\\n  c=d --seed 0") == f"--header {REDACTED} \\\n  {REDACTED} --seed 0"
+    assert redact_text("--header=-x=1 more") == f"--header={REDACTED} more"
+    # a header given as a dict or a list: its values (not its keys) are secrets
+    given = {"c4": {"header": {"Authorization": "Bearer sk-dictval"}}, "c8": {"header": ["a=b", "0"]}}
+    assert secret_values(given, environ={}) == {"Bearer sk-dictval", "a=b"}
+    assert redact(given, secret_values(given, environ={})) == {
+        "c4": {"header": {"Authorization": REDACTED}}, "c8": {"header": [REDACTED, "0"]}}
     # a command quoted inside a command (the dry run's `vllm bench sweep` line): its quoting is kept whole
     inner = "--bench-cmd 'vllm bench serve --header '\"'\"'<redacted>'\"'\"' x-k=1 --seed 0'"
     assert redact_text(inner) == inner.replace("x-k=1", REDACTED)

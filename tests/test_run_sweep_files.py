@@ -405,7 +405,13 @@ def test_cli_prints_no_token_a_matrix_gives(capsys, tmp_path, monkeypatch):
         assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r"),
                          *extra]) == 0
         out = capsys.readouterr().out
-        assert f"--hf-token {REDACTED}" in out and f"HF_TOKEN={REDACTED}" in out.replace("'", "")
+        # the commands are redacted word by word, then quoted: --hf-token '<redacted>'
+        if extra:
+            cmd = json.loads(out)["servers"][0]["command"]
+            assert cmd[cmd.index("--hf-token") + 1] == REDACTED
+            assert f"HF_TOKEN={REDACTED}" in json.loads(out)["vllm_sweep_commands"][0].replace("'", "")
+        else:
+            assert f"--hf-token '{REDACTED}'" in out and f"HF_TOKEN={REDACTED}" in out.replace("'", "")
         assert not any(x in out for x in secrets), out
     # a token given both in serve_cmd and in a record (refused, quoting both), a short one in the record
     serve = json.loads((mine / "serve_params.json").read_text())
@@ -420,6 +426,41 @@ def test_cli_prints_no_token_a_matrix_gives(capsys, tmp_path, monkeypatch):
     assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "given twice" in err and "hf_second_one_98765" not in err and secrets[0] not in err, err
+
+
+def test_cli_prints_no_bench_header_a_matrix_gives(capsys, tmp_path, monkeypatch):
+    """A review: headers short, holding a space or a quote leaked from the dry run's `vllm bench sweep` line (the
+    bench command quoted inside it) and a header given as a dict from the refusal quoting it.  The commands are now
+    redacted word by word before they are quoted, and the line still parses as the shell reads it."""
+    import shlex
+
+    from specsim.runs.provenance import REDACTED
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    side = json.loads((mine / SIDECAR).read_text())
+    headers = ["k=a b", "x=$1", "y=2", "Authorization=Bearer sk-it's-long"]
+    side["bench_cmd"] = f"{side['bench_cmd']} --header {shlex.join(headers)}"
+    (mine / SIDECAR).write_text(json.dumps(side))
+    leaks = ("a b", "x=$1", "y=2", "sk-it")
+    for extra in ([], ["--json"]):
+        assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r"),
+                         *extra]) == 0
+        out = capsys.readouterr().out
+        assert not any(x in out for x in leaks), out
+    sweep = json.loads(out)["vllm_sweep_commands"][0]
+    words = shlex.split(sweep)
+    bench = shlex.split(words[words.index("--bench-cmd") + 1])
+    assert bench[bench.index("--header"):] == ["--header"] + [REDACTED] * 4
+    # a header given as a dict (refused: --header takes text) is not quoted in the refusal
+    bench_params = json.loads((mine / "bench_params.json").read_text())
+    bench_params["c4"]["header"] = {"Authorization": "Bearer sk-dictval"}
+    (mine / "bench_params.json").write_text(json.dumps(bench_params))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "specsim: error:" in err and "header" in err and "sk-dictval" not in err, err
 
 
 def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):

@@ -325,11 +325,20 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     def words(seq: Sequence[Any]) -> None:
         found.update(_option_value(seq[i]) for i in _secret_words(seq))
 
+    def strings(o: Any) -> None:  # a secret key's list or dict value: its strings (of a dict, the values)
+        if isinstance(o, str):
+            found.add(o) if o.strip().lower() not in _NOT_SECRETS else None
+        elif isinstance(o, (list, tuple, Mapping)):
+            for x in (o.values() if isinstance(o, Mapping) else o):
+                strings(x)
+
     def walk(o: Any) -> None:
         if isinstance(o, Mapping):
             for k, v in o.items():
                 if _is_secret(k, v, _SECRET_KEY):
                     found.add(v)
+                elif isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, (list, tuple, Mapping)):
+                    strings(v)
                 elif k in _COMMAND_KEYS and isinstance(v, str):
                     try:
                         words(shlex.split(v))
@@ -396,10 +405,11 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
                 if words is not None and any(_option_value(words[i]) in secrets for i in _secret_words(words)):
                     o = shlex.join(placed(words))
             return text(o)
+        inside = key if isinstance(key, str) and _SECRET_KEY.search(key) else None  # a secret key's list / dict
         if isinstance(o, Mapping):
-            return {k: one(v, k) for k, v in o.items()}
+            return {k: one(v, inside or k) for k, v in o.items()}
         if isinstance(o, (list, tuple)):
-            return [one(x) for x in placed(list(o))]
+            return [one(x, inside) for x in placed(list(o))]
         return o
 
     return one(obj)
@@ -407,32 +417,49 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
 
 #: a secret option in printed text, up to its value: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--header ...``
 _SECRET_OPTION_TEXT = re.compile(rf"--({_SECRET_OPTION_NAMES})(=|[ \t]+)")
-#: one value after it: a word holding :data:`REDACTED` already (kept: in a command quoted inside a command it is
-#: ``'"'"'<redacted>'"'"'``, as ``shlex.join`` quotes a quote), quoted (up to the closing quote, spaces and all)
-#: or a word; not an option, a pipe, nor a quote that opens another quoting
-_TEXT_VALUE = re.compile(rf"""(?P<done>[^\s|]*{re.escape(REDACTED)}[^\s|]*)|(['"])(?![-|'"])[^\n]*?\2|(?![-|'"])[^\s'"|]+""")
-_BLANKS = re.compile(r"[ \t]+")
+#: a value in printed text: a word holding :data:`REDACTED` already (kept as it is: in a command quoted inside a
+#: command it reads ``'"'"'<redacted>'"'"'``, as ``shlex.join`` quotes a quote); else a shell word -- quoted
+#: whole (``'K=V W'``), unquoted, or quoted after its ``=`` (``K='V W'``) -- or, with a quote left open, the quote
+#: and the word after it; never a shell operator (``|``, ``;``, ``&``, brackets)
+_TEXT_VALUE = re.compile(rf"""(?P<done>[^\s|]{{0,64}}{re.escape(REDACTED)}[^\s|]*)"""
+                         r"""|(?:'[^'\n]*'|"[^"\n]*"|[^\s'"|;&()])(?:[^\s'"|;&()]|(?<==)'[^'\n]*'|(?<==)"[^"\n]*")*"""
+                         r"""|['"][^\s'"|;&()]+""")
+#: between two values of ``--header``: blanks, or a line continued with a backslash
+_VALUE_GAP = re.compile(r"(?:[ \t]|\\\n)+")
+
+
+def _redacted_value(value: str) -> str:
+    """:data:`REDACTED` in place of a printed value (:data:`_TEXT_VALUE`), its enclosing quotes kept."""
+    q = value[0]
+    if q in "'\"" and len(value) > 1 and value[-1] == q and q not in value[1:-1]:
+        return q + REDACTED + q  # 'K=V W'
+    return (q + REDACTED) if q in "'\"" and q not in value[1:] else REDACTED  # 'k3y (left open), else the word
 
 
 def _redact_option_values(text: str) -> str:
-    """``text`` with the values printed after secret options replaced by :data:`REDACTED` (quotes kept): one
-    value, or every value up to the next option after ``--header`` (:data:`_SECRET_OPTION_MANY`)."""
+    """``text`` with the values printed after secret options replaced by :data:`REDACTED`: the value after
+    ``--hf-token`` / ``--api-key`` (the next word, unless it is an option's, starting with ``-``), or after
+    ``=``; after ``--header`` (:data:`_SECRET_OPTION_MANY`), every following word that reads as a header
+    (``KEY=VALUE``, holding ``=``), so that text merely naming the option (``--header is given twice``) is
+    left as it is."""
     out, pos = [], 0
     for m in _SECRET_OPTION_TEXT.finditer(text):
         if m.start() < pos:  # inside a value already replaced
             continue
-        out.append(text[pos:m.end()])
-        pos = m.end()
-        many = _SECRET_OPTION_MANY.match(f"--{m.group(1)}") is not None and m.group(2) != "="
-        while (v := _TEXT_VALUE.match(text, pos)) is not None:
-            q = v.group(2) or ""
-            out.append(v.group() if v.group("done") else q + REDACTED + q)
-            pos = v.end()
-            gap = _BLANKS.match(text, pos)
-            if not many or gap is None or _TEXT_VALUE.match(text, gap.end()) is None:
+        header = _SECRET_OPTION_MANY.match(f"--{m.group(1)}") is not None
+        at = m.end()
+        while (v := _TEXT_VALUE.match(text, at)) is not None:
+            value = v.group()
+            if (m.group(2) != "=" or at != m.end()) and value[0] in "-|":  # the next option, or a pipe
                 break
-            out.append(gap.group())
-            pos = gap.end()
+            if header and not v.group("done") and "=" not in value:  # not a header: prose, the next word
+                break
+            out += [text[pos:at], value if v.group("done") else _redacted_value(value)]
+            pos = at = v.end()
+            gap = _VALUE_GAP.match(text, at)
+            if not header or m.group(2) == "=" or gap is None:
+                break
+            at = gap.end()
     out.append(text[pos:])
     return "".join(out)
 

@@ -68,7 +68,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
-from specsim.runs.provenance import secret_values
+from specsim.runs.provenance import redact, secret_values
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
@@ -225,9 +225,12 @@ class SweepMatrix:
     def vllm_sweep_commands(self) -> list[str]:
         """The equivalent ``vllm bench sweep serve`` command of each sweep (what vLLM alone would run;
         without specsim's judges, probes and provenance), prefixed with the matrix's ``env`` as
-        ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment)."""
+        ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment); the
+        matrix's secrets (:func:`matrix_secrets`: a token, a bench ``--header``) as ``<redacted>``, replaced
+        word by word before the commands are quoted (:func:`specsim.runs.provenance.redact`)."""
         sc = json.loads((self.root / SIDECAR).read_text())
-        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(dict(self.env).items())]
+        secrets = matrix_secrets(self.root)
+        env = [f"{k}={shlex.quote(v)}" for k, v in sorted(redact(dict(self.env), secrets).items())]
         # the local model and prompts as load_matrix resolved them (--models-dir included), so the command
         # runs from any directory; the served name follows the model path, so the bench's --model does too
         local = {self.model: str(self.model_path)} if self.model_path is not None else {}
@@ -238,6 +241,7 @@ class SweepMatrix:
                 bench[i + 1] = local[bench[i + 1]]
             elif bench[i] == "--dataset-path" and self.prompts is not None:
                 bench[i + 1] = str(self.prompts)
+        serve, bench = redact(serve, secrets), redact(bench, secrets)
         out = []
         for sw in sc.get("sweeps", []):
             cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve),
@@ -2095,8 +2099,10 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
                  executor: str = "local") -> str:
     """What ``specsim run-matrix --dry-run`` prints: the cells (each with its bench command:
     :func:`bench_command`), the servers they need, the estimate (made for ``executor``:
-    :func:`estimate_seconds`)."""
+    :func:`estimate_seconds`); the matrix's secrets (:func:`matrix_secrets`: a token, a bench ``--header``)
+    as ``<redacted>`` in the commands, replaced word by word before they are quoted."""
     local = executor == "local"
+    secrets = matrix_secrets(m.root)  # the commands print them as <redacted>, replaced word by word
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
              f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}"
@@ -2106,7 +2112,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
                 if m.concurrent_server_starts > 1 else ""), "", "servers:"]
     for g in m.groups:
         cfg = json.dumps(g.speculative_config, sort_keys=True) if g.speculative_config else "(no speculation)"
-        lines.append(f"  {g.name}: {shlex.join(serve_command(m, g))} | spec {cfg} | "
+        lines.append(f"  {g.name}: {shlex.join(redact(serve_command(m, g), secrets))} | spec {cfg} | "
                      f"{g.gpus} GPU(s) on a GPU host, the whole machine on a CPU host")
     lines += ["", f"cells ({'run label':<28} T    conc  prompts  out  seed timeout_s  est_s  basis / judges):"]
     for g in m.groups:
@@ -2116,7 +2122,7 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
             lines.append(f"  {c.run_label:<38} {c.temperature:<4g} {c.concurrency!s:>5} {c.num_prompts!s:>8} "
                          f"{c.output_len!s:>4} {c.seed:>5} {c.timeout_s:>9g} {s:>6.1f}  {basis}"
                          + (f"; {', '.join(judges)}" if judges else ""))
-            lines.append(f"      bench: {shlex.join(bench_command(m, c))}")
+            lines.append(f"      bench: {shlex.join(redact(bench_command(m, c), secrets))}")
     for h in m.health_checks:
         lines.append(f"  health check {h.name}: offline self-draft at T={h.temperature:g}, est "
                      f"{est.health_checks[h.name]:.0f} s ({est.judge_basis.get(h.name, 'recorded')}); guards {', '.join(m.health_guards.get(h.name, ())) or '-'}")
@@ -2178,8 +2184,10 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
     ``output_len``, ``seed``, ``timeout_s``) and judges (``greedy_vs``: the baseline it must equal or
     None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours, and
     the recorded runs it was made from (``estimate_from``: their directory and number), and the cells
-    estimated beyond their timeout (``over_timeout``: :func:`over_timeout_cells`, the text's WARNING)."""
+    estimated beyond their timeout (``over_timeout``: :func:`over_timeout_cells`, the text's WARNING).  The
+    matrix's secrets (:func:`matrix_secrets`) are ``<redacted>`` in the commands, as in the text."""
     tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
+    secrets = matrix_secrets(m.root)  # the commands hold them as <redacted>, replaced word by word
     cells: dict[str, dict[str, Any]] = {}
     for c in m.cells():
         s, b = est.cells[c.run_label]
@@ -2190,7 +2198,8 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
                               "guarded_by": list(c.guarded_by)}
     return {"matrix": m.name,
             "servers": [{"name": g.name, "gpus": g.gpus, "speculative_config": g.speculative_config,
-                         "command": apply_record(m.serve_cmd, g.params), "cells": [c.run_label for c in g.cells]}
+                         "command": redact(apply_record(m.serve_cmd, g.params), secrets),
+                         "cells": [c.run_label for c in g.cells]}
                         for g in m.groups],
             "health_checks": [h.name for h in m.health_checks], "probes": [p.name for p in m.probes],
             "bench_client": m.bench_client,

@@ -1551,6 +1551,58 @@ def test_a_shipper_whose_collector_is_gone_stops_shipping(tmp_path, monkeypatch)
     assert len(calls) == 1, calls
 
 
+def test_a_lost_task_whose_files_cannot_be_written_is_reported_once_and_close_still_closes(tmp_path):
+    """A review: with a finished task left pending until handled, an error while handling it (here: a file of
+    the job that cannot be written, as on a full disk) was raised again by every ``wait()`` and by ``close()``,
+    before the collector, Ray and the staging directories were seen to.  Now the error is recorded with the
+    cells (``shipped_runs_error``), the task is handled once, and close() goes through."""
+    from specsim.runs.executors import RayExecutor
+
+    class Ref:
+        def task_id(self):
+            raise AttributeError
+
+    closed = []
+
+    class FakeRay:
+        def wait(self, refs, num_returns=1, timeout=None):
+            return refs[:1], refs[1:]
+
+        def get(self, x, timeout=None):
+            if isinstance(x, Ref):
+                raise RuntimeError("worker died")
+            return x
+
+        def kill(self, actor):
+            closed.append("collector")
+
+        def shutdown(self):
+            closed.append("ray")
+
+    class Call:
+        def __init__(self, f):
+            self.remote = f
+
+    class Collector:
+        get = Call(lambda key: {"r1/provenance.json": b'{"status": "ok"}', "f/x": b"x"})
+        drop = Call(lambda key: closed.append(f"drop {key}"))
+
+    staging = tmp_path / ".staging-x"
+    staging.mkdir()
+    (staging / "f").write_text("")  # a file where the job's directory f/ must go: writing f/x fails
+    ex = object.__new__(RayExecutor)
+    ex.ray, ex.runs_dir, ex._started, ex._collector = FakeRay(), tmp_path, True, Collector()
+    ref = Ref()
+    ex._pending, ex._staging = {ref: "tag"}, {ref: staging}
+    [(tag, got)] = ex.wait(1)
+    assert tag == "tag" and not ex._pending and not ex._staging
+    assert "could not be written" in got["executor"]["shipped_runs_error"], got["executor"]
+    assert [r.run_id for r in got["results"]] == ["r1"]  # what could be written is kept
+    assert ex.wait(1) == []
+    ex.close()
+    assert closed == ["drop .staging-x", "collector", "ray"]
+
+
 def test_closing_an_executor_removes_the_staging_of_jobs_that_end_too_late(tmp_path):
     """A review: a job lost while ``close()`` waited for it left its driver-side ``.staging-*`` directory (and
     the runs in it) in --runs-dir for good: close() dropped what ``wait`` returned, and only the runner's import

@@ -707,7 +707,8 @@ class _RunCollector:
             buf += data
 
     def get(self, key: str) -> dict[str, bytes]:
-        """Job ``key``'s files (kept until :meth:`drop`: a driver that gives up waiting loses nothing)."""
+        """Job ``key``'s files, kept until :meth:`drop` (a driver interrupted while it writes them reads them
+        again when it closes)."""
         return {rel: bytes(data) for rel, data in self._files.get(key, {}).items()}
 
     def drop(self, key: str) -> None:
@@ -990,15 +991,10 @@ class RayExecutor:
             # left pending until handled: a Ctrl-C meanwhile leaves the task to close(), which handles it again
             tag, staging = self._pending[ref], self._staging.get(ref)
             try:
-                got = self.ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
-                why = self._collected(staging)
-                got = _lost_job(staging, exc, self.kind, _task_id(ref))
-                if why is not None and isinstance(got, dict):
-                    got["executor"]["shipped_runs_error"] = why
-            else:  # returned: its runs came back as bytes (the task removed the directory where it saw it)
-                if staging is not None:
-                    shutil.rmtree(staging, ignore_errors=True)
+                got = self._outcome(ref, staging)
+            except Exception as exc:  # noqa: BLE001 - handling it failed: its cells are recorded failed with that,
+                got = RunError(f"handling the finished Ray task failed ({type(exc).__name__}: {exc})"  # once
+                               + (f"; what it left is kept in {staging}" if staging is not None else ""))
             if staging is not None:
                 self._collector_drop(staging)
             del self._pending[ref]
@@ -1006,12 +1002,27 @@ class RayExecutor:
             out.append((tag, got))
         return out
 
+    def _outcome(self, ref: Any, staging: Path | None) -> dict | BaseException:
+        """A finished task's result; a lost one's what it left (:meth:`_collected`, :func:`_lost_job`)."""
+        try:
+            got = self.ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - RayTaskError, WorkerCrashedError, TaskCancelledError
+            why = self._collected(staging)
+            lost = _lost_job(staging, exc, self.kind, _task_id(ref))
+            if why is not None and isinstance(lost, dict):
+                lost["executor"]["shipped_runs_error"] = why
+            return lost
+        if staging is not None:  # returned: its runs came back as bytes (the task removed the directory where
+            shutil.rmtree(staging, ignore_errors=True)  # it saw it)
+        return got
+
     def _collected(self, staging: Path | None) -> str | None:
         """Write into a lost job's driver-side staging directory what it shipped to the collector from a
         worker that did not see that directory (:class:`_Shipper`; nothing where it saw it): its recorded
-        runs, ``.owner.json`` and its server's log, for :func:`_lost_job`.  Returns why they could not be
-        read (the collector gone or not answering: the job's cells are then recorded failed without them),
-        else None."""
+        runs, ``.owner.json`` and its server's log, for :func:`_lost_job`; each file written whole (a temporary
+        file renamed), so that a Ctrl-C meanwhile leaves none half-written for the second pass (``close``).
+        Returns why they could not be read or written (the collector gone or not answering, a full disk: the
+        cells it did not write are then recorded failed), else None."""
         if staging is None or self._collector is None or not staging.is_dir():
             return None
         try:
@@ -1019,12 +1030,17 @@ class RayExecutor:
         except Exception as exc:  # noqa: BLE001 - recorded with the job's executor
             return f"the runs it shipped could not be read from the driver's collector: {type(exc).__name__}: {exc}"
         root = staging.resolve()
-        for rel, data in files.items():
-            dst = (staging / rel).resolve()
-            if root not in dst.parents or dst.exists():  # only below it, never over what the job wrote there
-                continue
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(data)
+        try:
+            for rel, data in files.items():
+                dst = (staging / rel).resolve()
+                if root not in dst.parents or dst.exists():  # only below it, never over what the job wrote there
+                    continue
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                part = dst.with_name(f".part-{dst.name}")
+                part.write_bytes(data)
+                os.replace(part, dst)
+        except OSError as exc:
+            return f"the runs it shipped could not be written into {staging}: {exc}"
         return None
 
     def _collector_drop(self, staging: Path) -> None:

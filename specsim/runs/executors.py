@@ -992,8 +992,8 @@ class RayExecutor:
             tag, staging = self._pending[ref], self._staging.get(ref)
             try:
                 got = self._outcome(ref, staging)
-            except Exception as exc:  # noqa: BLE001 - handling it failed: its cells are recorded failed with that,
-                got = RunError(f"handling the finished Ray task failed ({type(exc).__name__}: {exc})"  # once
+            except Exception as exc:  # noqa: BLE001 - handling it failed: its cells recorded failed with that, once
+                got = RunError(f"handling the finished Ray task failed ({type(exc).__name__}: {exc})"
                                + (f"; what it left is kept in {staging}" if staging is not None else ""))
             if staging is not None:
                 self._collector_drop(staging)

@@ -327,7 +327,8 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
 
     def strings(o: Any) -> None:  # a secret key's list or dict value: its strings (of a dict, the values)
         if isinstance(o, str):
-            found.add(o) if o.strip().lower() not in _NOT_SECRETS else None
+            if o.strip().lower() not in _NOT_SECRETS:
+                found.add(o)
         elif isinstance(o, (list, tuple, Mapping)):
             for x in (o.values() if isinstance(o, Mapping) else o):
                 strings(x)
@@ -468,7 +469,8 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` as it may be printed (a dry run, an error message): each of ``secrets`` replaced as
     :func:`redact` replaces it, and the value written after a secret option (``--hf-token VALUE``,
     ``--hf-token=VALUE``, ``--header 'KEY=VALUE'``, quoted or not; :data:`_SECRET_OPTION`) replaced by
-    :data:`REDACTED` (after ``--header``, every value up to the next option: ``--header K1=V1 'K2=V 2'``).
+    :data:`REDACTED` (after ``--header``, each following value that reads as ``KEY=VALUE``: ``--header K1=V1
+    'K2=V 2'``; :func:`_redact_option_values`).
 
     Parameters
     ----------

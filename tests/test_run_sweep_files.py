@@ -463,6 +463,56 @@ def test_cli_prints_no_bench_header_a_matrix_gives(capsys, tmp_path, monkeypatch
     assert "specsim: error:" in err and "header" in err and "sk-dictval" not in err, err
 
 
+@pytest.mark.parametrize("where", ["bench_cmd", "record"])
+def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(capsys, tmp_path, where):
+    """A new-user trial: ``--header`` values without ``=`` passed every check; vLLM 0.32's benchmark refuses them
+    ("Invalid header format. Please use KEY=VALUE format.", vllm/benchmarks/serve.py) only when it starts, after
+    its server has started."""
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    if where == "bench_cmd":  # the second of two values
+        side = json.loads((mine / SIDECAR).read_text())
+        side["bench_cmd"] = f"{side['bench_cmd']} --header a=1 no-equals-sign"
+        (mine / SIDECAR).write_text(json.dumps(side))
+    else:
+        bench_params = json.loads((mine / "bench_params.json").read_text())
+        bench_params["c4"]["header"] = "no-equals-sign"
+        (mine / "bench_params.json").write_text(json.dumps(bench_params))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "--header takes KEY=VALUE" in err, err
+
+
+def test_a_record_header_that_would_drop_one_of_bench_cmd_s_headers_is_refused(capsys, tmp_path):
+    """A new-user trial: with ``--header A=1 B=2`` in bench_cmd and a record's ``header``, vLLM's sweep writes the
+    record's value over ``A=1`` only: A was silently dropped (and the dry run, redacting the values, could not
+    show it).  One header in bench_cmd and one in the record is what vLLM's sweep reads as intended."""
+    from specsim.runs.sweep_files import SIDECAR, bench_command, load_matrix, resolve_matrix
+
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    side = json.loads((mine / SIDECAR).read_text())
+    base = side["bench_cmd"]
+    bench_params = json.loads((mine / "bench_params.json").read_text())
+    bench_params["c4"]["header"] = "X-Rec=r"
+    (mine / "bench_params.json").write_text(json.dumps(bench_params))
+    for headers, ok in (("--header A=1 B=2", False), ("--header A=1", True), ("--header=A=1", True)):
+        side["bench_cmd"] = f"{base} {headers}"
+        (mine / SIDECAR).write_text(json.dumps(side))
+        rc = cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")])
+        err = capsys.readouterr().err
+        assert rc == (0 if ok else 2), (headers, err)
+        if ok:  # the record's header replaces bench_cmd's one, as vLLM's sweep does: written over it, or
+            m = load_matrix(str(mine))  # appended after --header=A=1 (argparse keeps the last --header)
+            cmd = bench_command(m, m.cells()[0])
+            last = max(i for i, w in enumerate(cmd) if w.startswith("--header"))
+            assert cmd[last:last + 2] == ["--header", "X-Rec=r"], cmd
+        else:
+            assert "would replace only the first of bench_cmd's 2 --header values" in err, err
+
+
 def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):
     """--runs-dir is where the estimate's records come from: one holding a copy of the fast loop's health
     check gives that check's own recorded duration; an empty one has none, so the checkout's data/runs

@@ -444,6 +444,28 @@ def _canon(key: str) -> str:
     return key.replace("_", "-")
 
 
+def _header_values(cmd: Sequence[str]) -> list[str]:
+    """The values of ``--header`` in a ``vllm bench serve`` command: the words after it up to the next option
+    (``nargs="*"``, vllm/benchmarks/serve.py), or the text after ``--header=``."""
+    for i, w in enumerate(cmd):
+        if w.startswith("--header="):
+            return [w.partition("=")[2]]
+        if w == "--header":
+            vals = []
+            for x in cmd[i + 1:]:
+                if x.startswith("-"):
+                    break
+                vals.append(x)
+            return vals
+    return []
+
+
+#: ``vllm bench serve --header``'s values: vLLM 0.32 raises "Invalid header format. Please use KEY=VALUE format."
+#: for one without ``=`` (vllm/benchmarks/serve.py), when the bench starts: after its server has started
+_HEADER_RULE = ("--header takes KEY=VALUE (vLLM 0.32's benchmark refuses any other value when it starts, after the "
+                "server started)")
+
+
 def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
     choices = None
     if isinstance(kind, tuple):
@@ -494,6 +516,8 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
         raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
     if kind == "str" and isinstance(value, (dict, list)):
         raise SpecsimValueError(where, f"--{opt} takes a single value, not {type(value).__name__}", value)
+    if table is BENCH_SERVE_OPTIONS and opt == "header" and "=" not in str(value):
+        raise SpecsimValueError(where, _HEADER_RULE, value)
     if choices is not None and str(value) not in choices:
         raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt}", value, choices)
 
@@ -609,6 +633,11 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
                 i += 1
             _check_value(f"{where}: {tok}", opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
+            if table is BENCH_SERVE_OPTIONS and opt == "header" and not eq:  # nargs="*": its further values
+                while i + 1 < len(cmd) and not cmd[i + 1].startswith("-"):
+                    i += 1
+                    if "=" not in cmd[i]:
+                        raise SpecsimValueError(f"{where}: {tok}", _HEADER_RULE, cmd[i])
         i += 1
     return out
 
@@ -1376,6 +1405,12 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
+                if "header" in bp and len(_header_values(bench_cmd)) > 1:
+                    raise SpecsimValueError(f"{bwhere}.header", "would replace only the first of bench_cmd's "
+                                            f"{len(_header_values(bench_cmd))} --header values (vLLM's sweep writes "
+                                            "a record's value over the word after the option, "
+                                            "vllm/benchmarks/sweep/param_sweep.py) and drop it; give the headers "
+                                            "in bench_cmd or one in each record, not both", bp["header"])
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)

@@ -634,10 +634,9 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             _check_value(f"{where}: {tok}", opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
             if table is BENCH_SERVE_OPTIONS and opt == "header" and not eq:  # nargs="*": its further values
-                while i + 1 < len(cmd) and not cmd[i + 1].startswith("-"):
-                    i += 1
-                    if "=" not in cmd[i]:
-                        raise SpecsimValueError(f"{where}: {tok}", _HEADER_RULE, cmd[i])
+                for extra in _header_values(cmd[i - 1:])[1:]:  # (the words are skipped below: not options)
+                    if "=" not in extra:
+                        raise SpecsimValueError(f"{where}: {tok}", _HEADER_RULE, extra)
         i += 1
     return out
 
@@ -1405,9 +1404,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
-                if "header" in bp and len(_header_values(bench_cmd)) > 1:
+                if "header" in bp and len(headers := _header_values(bench_cmd)) > 1:
                     raise SpecsimValueError(f"{bwhere}.header", "would replace only the first of bench_cmd's "
-                                            f"{len(_header_values(bench_cmd))} --header values (vLLM's sweep writes "
+                                            f"{len(headers)} --header values (vLLM's sweep writes "
                                             "a record's value over the word after the option, "
                                             "vllm/benchmarks/sweep/param_sweep.py) and drop it; give the headers "
                                             "in bench_cmd or one in each record, not both", bp["header"])

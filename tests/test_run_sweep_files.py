@@ -463,6 +463,56 @@ def test_cli_prints_no_bench_header_a_matrix_gives(capsys, tmp_path, monkeypatch
     assert "specsim: error:" in err and "header" in err and "sk-dictval" not in err, err
 
 
+def test_a_secret_given_as_a_number_is_neither_printed_nor_recorded(capsys, tmp_path, monkeypatch):
+    """A review: a record's ``hf_token`` given as a JSON number was printed by the dry run (in the reason the
+    cell had no greedy judge) and kept in the recorded matrix files, and a sidecar ``env`` refused for a value
+    that is not a string was quoted whole, its string tokens beside the number."""
+    from specsim.runs.provenance import REDACTED, redact, secret_values
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    serve = json.loads((mine / "serve_params.json").read_text())
+    serve["ngram-n3"]["hf_token"] = 98765432109
+    (mine / "serve_params.json").write_text(json.dumps(serve))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "98765432109" not in out and f"--hf-token '{REDACTED}'" in out, out
+    # a token authenticates the download only: the cell keeps its greedy judge
+    assert "no greedy judge" not in out, out
+    # recorded: the number in its place, as a string's would be
+    files = {"serve_params.json": serve, "specsim.json": {"env": {"HF_TOKEN": 0}}}
+    found = secret_values(files, environ={})
+    assert found == {"98765432109"}  # a number 0 / 1 under a secret's name is a setting, as "0" / "1" are
+    assert redact(files, found) == {"serve_params.json": {**serve, "ngram-n3": {**serve["ngram-n3"],
+                                                                               "hf_token": REDACTED}},
+                                    "specsim.json": {"env": {"HF_TOKEN": 0}}}
+    # an env value that is not a string: refused naming its key and type, no value quoted
+    side = json.loads((mine / SIDECAR).read_text())
+    side["env"] = {"MY_API_KEY": 12345678, "HF_TOKEN": "hf_abcdefghijkl", "OMP_NUM_THREADS": "2"}
+    (mine / SIDECAR).write_text(json.dumps(side))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "env.MY_API_KEY" in err and "int" in err and "12345678" not in err and "hf_abc" not in err, err
+    side["env"] = ["HF_TOKEN=hf_abcdefghijkl"]
+    (mine / SIDECAR).write_text(json.dumps(side))
+    assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "env" in err and "list" in err and "hf_abc" not in err, err
+    # a record's header as a list or an object, short or a number: refused for what it is, never quoted
+    del side["env"]
+    (mine / SIDECAR).write_text(json.dumps(side))
+    bench = json.loads((mine / "bench_params.json").read_text())
+    for header in (["a=1", 123456789], {"Authorization": 123456789}):
+        bench[next(iter(bench))]["header"] = header
+        (mine / "bench_params.json").write_text(json.dumps(bench))
+        assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert "one KEY=VALUE string" in err and "values of one --header in bench_cmd" in err, err
+        assert "123456789" not in err and "a=1" not in err, err
+
+
 @pytest.mark.parametrize("where", ["bench_cmd", "record"])
 def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(capsys, tmp_path, where):
     """A new-user trial: ``--header`` values without ``=`` passed every check; vLLM 0.32's benchmark refuses them

@@ -187,12 +187,21 @@ _SECRET_ENV = re.compile(r"(TOKEN|PASSWORD|API_KEY|ACCESS_KEY)$|SECRET")
 _NOT_SECRETS = frozenset({"", "0", "1", "true", "false", "yes", "no", "on", "off", "none", "null"})
 
 
+def _secret_text(value: Any) -> str | None:
+    """What a value under a secret's name is as a secret: a string, or a number (a JSON record may give a
+    token as ``12345678``; vLLM's sweep passes it as that word), unless it is a setting's (:data:`_NOT_SECRETS`:
+    ``"1"``, ``0``, ``"true"``); None for a bool, None, a list or dict, and a setting."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        return None
+    text = value if isinstance(value, str) else str(value)
+    return None if text.strip().lower() in _NOT_SECRETS else text
+
+
 def _is_secret(name: Any, value: Any, names: re.Pattern = _SECRET_ENV) -> bool:
     """Whether environment variable / key ``name`` holding ``value`` holds a secret: a secret's name
-    (``names``: :data:`_SECRET_ENV`, or :data:`_SECRET_KEY` for a record's keys) and a string value that is
-    not a setting's (:data:`_NOT_SECRETS`)."""
-    return (isinstance(name, str) and bool(names.search(name)) and isinstance(value, str)
-            and value.strip().lower() not in _NOT_SECRETS)
+    (``names``: :data:`_SECRET_ENV`, or :data:`_SECRET_KEY` for a record's keys) and a string or number value
+    that is not a setting's (:func:`_secret_text`)."""
+    return isinstance(name, str) and bool(names.search(name)) and _secret_text(value) is not None
 
 
 def _recorded_env(name: str) -> bool:
@@ -305,9 +314,10 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     record : dict, list or str
         A run's provenance (or any part of it), walked through: the value of a secret option
         (:data:`_SECRET_OPTION`: ``--hf-token VALUE``, ``--hf_token=VALUE``) in a command given as a list of
-        words or as a sidecar's ``serve_cmd`` / ``bench_cmd`` string, and the string value of a secret key
-        (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``) but for a setting's
-        (:data:`_NOT_SECRETS`: ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``).  Other text is not read as a command.
+        words or as a sidecar's ``serve_cmd`` / ``bench_cmd`` string, and the string or number value of a
+        secret key (:data:`_SECRET_KEY`: a record's ``hf_token``, an ``env``'s ``HF_TOKEN``; a number as its
+        text) but for a setting's (:data:`_NOT_SECRETS`: ``HF_HUB_DISABLE_IMPLICIT_TOKEN=1``).  Other text is
+        not read as a command.
     environ : mapping, optional
         Environment variables (default ``os.environ``); the values of those provenance records
         (:func:`_recorded_env`: ``HF_*``, ``VLLM_*`` ...) that hold a secret (:func:`_is_secret`) are added:
@@ -325,19 +335,18 @@ def secret_values(record: Any, environ: Mapping[str, str] | None = None) -> set[
     def words(seq: Sequence[Any]) -> None:
         found.update(_option_value(seq[i]) for i in _secret_words(seq))
 
-    def strings(o: Any) -> None:  # a secret key's list or dict value: its strings (of a dict, the values)
-        if isinstance(o, str):
-            if o.strip().lower() not in _NOT_SECRETS:
-                found.add(o)
-        elif isinstance(o, (list, tuple, Mapping)):
+    def strings(o: Any) -> None:  # a secret key's list or dict value: its strings and numbers (of a dict, the values)
+        if isinstance(o, (list, tuple, Mapping)):
             for x in (o.values() if isinstance(o, Mapping) else o):
                 strings(x)
+        elif (t := _secret_text(o)) is not None:
+            found.add(t)
 
     def walk(o: Any) -> None:
         if isinstance(o, Mapping):
             for k, v in o.items():
                 if _is_secret(k, v, _SECRET_KEY):
-                    found.add(v)
+                    found.add(_secret_text(v))
                 elif isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, (list, tuple, Mapping)):
                     strings(v)
                 elif k in _COMMAND_KEYS and isinstance(v, str):
@@ -366,7 +375,8 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
     Parameters
     ----------
     obj : dict, list, tuple, str or any JSON value
-        Walked through (tuples come back as lists); numbers, bools and None are kept as they are.
+        Walked through (tuples come back as lists); numbers, bools and None are kept as they are, but for a
+        secret key's number that is one of ``secrets`` (as text).
     secrets : iterable of str
         The values to replace (:func:`secret_values`); a secret inside a longer one is replaced after it.
 
@@ -395,9 +405,9 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
         return seq
 
     def one(o: Any, key: Any = None) -> Any:
+        if isinstance(key, str) and _SECRET_KEY.search(key) and _secret_text(o) in secrets:
+            return REDACTED  # a secret key's string or number
         if isinstance(o, str):
-            if isinstance(key, str) and _SECRET_KEY.search(key) and o in secrets:
-                return REDACTED
             if key in _COMMAND_KEYS:
                 try:
                     words = shlex.split(o)
@@ -414,6 +424,12 @@ def redact(obj: Any, secrets: Iterable[str]) -> Any:
         return o
 
     return one(obj)
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether command-line option ``name`` (``hf_token``, ``--api-key``, ``header``; dashes or underscores, with
+    or without the leading ``--``) takes a secret as its value (:data:`_SECRET_OPTION`)."""
+    return isinstance(name, str) and _SECRET_OPTION.match("--" + name.lstrip("-")) is not None
 
 
 #: a secret option in printed text, up to its value: ``--hf-token VALUE`` / ``--hf_token=VALUE`` / ``--header ...``

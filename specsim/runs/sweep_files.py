@@ -68,7 +68,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
-from specsim.runs.provenance import redact, secret_values
+from specsim.runs.provenance import is_secret_option, redact, secret_values
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
@@ -467,6 +467,20 @@ _HEADER_RULE = ("--header takes KEY=VALUE (vLLM 0.32's benchmark refuses any oth
 
 
 def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
+    """Refuse ``value`` where vLLM 0.32 would refuse it for option ``--opt`` (``kind``: its entry in ``table``),
+    quoting it, but for a secret option's (:func:`is_secret_option`: ``--hf-token``, ``--header``), whose
+    refusal gives the value's JSON type only."""
+    if not is_secret_option(opt):
+        return _check_shown_value(where, opt, kind, value, table)
+    try:
+        _check_shown_value(where, opt, kind, value, table)
+    except SpecsimValueError as exc:
+        kind_of = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}
+        raise SpecsimValueError(exc.field, f"{exc.rule} (the value given, {kind_of.get(type(value), 'of another type')}"
+                                ", is not shown: it may be a secret)") from None
+
+
+def _check_shown_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
     choices = None
     if isinstance(kind, tuple):
         kind, choices = kind
@@ -514,6 +528,10 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
                                 [f">= {-MAX_INT} and <= {MAX_INT}"])
     if kind == "json" and not isinstance(value, (dict, list, str)):
         raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
+    if table is BENCH_SERVE_OPTIONS and opt == "header" and isinstance(value, (dict, list)):
+        raise SpecsimValueError(where, "a record's header is one KEY=VALUE string: vLLM's sweep writes a list or "
+                                "an object as one word (its Python or JSON text, param_sweep.py), not as several "
+                                "headers; give several as the values of one --header in bench_cmd")
     if kind == "str" and isinstance(value, (dict, list)):
         raise SpecsimValueError(where, f"--{opt} takes a single value, not {type(value).__name__}", value)
     if table is BENCH_SERVE_OPTIONS and opt == "header" and "=" not in str(value):
@@ -1123,9 +1141,9 @@ def _unknown(d: Mapping, allowed: Sequence[str], where: str) -> None:
         raise SpecsimValueError(f"{where}.{bad[0]}" if where else bad[0], "unknown key", bad[0], allowed)
 
 
-#: ``vllm serve`` options that do not change what the target model computes: the speculation itself
-#: and logging / metrics / API-frontend settings.  A serve record that differs from the baseline's in
-#: any other option (``model``, ``dtype``, ``tensor_parallel_size``, ``quantization``, ``max_model_len``,
+#: ``vllm serve`` options that do not change what the target model computes: the speculation itself,
+#: logging / metrics / API-frontend settings and the hub token.  A serve record that differs from the
+#: baseline's in any other option (``model``, ``dtype``, ``tensor_parallel_size``, ``quantization``, ``max_model_len``,
 #: ``max_num_seqs``: batch composition can change fp32 results ...) gets no greedy-identity judge.
 TARGET_NEUTRAL_SERVE_OPTIONS = frozenset({
     "speculative-config", "spec-method", "spec-model", "spec-tokens",
@@ -1137,6 +1155,7 @@ TARGET_NEUTRAL_SERVE_OPTIONS = frozenset({
     "custom-histogram-buckets", "otlp-traces-endpoint", "collect-detailed-traces", "disable-fastapi-docs",
     "enable-offline-docs", "enable-server-load-tracking", "enable-request-id-headers", "api-key", "root-path",
     "allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials", "served-model-name",
+    "hf-token",
 })
 
 
@@ -1276,8 +1295,14 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                 " (each server started holds its weights and KV cache while it waits)", starts,
                                 list(range(1, MAX_CONCURRENT_SERVER_STARTS + 1)))
     env = sc.get("env", {})
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise SpecsimValueError("env", "must be an object of string -> string", env)
+    # the values are not quoted: a variable's value may be a secret whatever its name
+    if not isinstance(env, dict):
+        raise SpecsimValueError("env", f"must be an object of variable name -> string value, got JSON type "
+                                f"{type(env).__name__} (not shown: it may hold a secret)")
+    for k, v in env.items():
+        if not isinstance(v, str):
+            raise SpecsimValueError(f"env.{k}", f"an environment variable's value must be a string, got JSON "
+                                    f"type {type(v).__name__} (not shown: it may be a secret); quote it")
     local: list[Path] = []
     # what a missing path's error says: where relative paths were resolved, and how to get / point at them
     if is_source_checkout():

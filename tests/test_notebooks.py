@@ -34,6 +34,11 @@ def test_notebook_executes(path, monkeypatch, tmp_path):
     monkeypatch.delenv("SPECSIM_RUN_GPU", raising=False)  # notebook 03's GPU switch: never on in a test
     monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "mpl"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    # the kernel's temporary files go here, to be checked: a notebook run leaves none behind (01 and 02 left
+    # a directory of figures in /tmp on every run)
+    kernel_tmp = tmp_path / "tmp"
+    kernel_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(kernel_tmp))
     client = nbclient.NotebookClient(
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
@@ -46,6 +51,7 @@ def test_notebook_executes(path, monkeypatch, tmp_path):
     assert all(c.get("execution_count") for c in code_cells), "a code cell did not run"
     errors = [o for c in code_cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
+    assert not list(kernel_tmp.iterdir()), f"{path.name} left temporary files: {sorted(kernel_tmp.iterdir())}"
 
 
 def _this_python_kernel_manager():

@@ -1431,6 +1431,35 @@ def test_an_orphaned_guardian_removes_its_status_file(tmp_path):
     _wait_for(lambda: not list((tmp_path / "tmp").glob("specsim-guard-*")), 10)
 
 
+def test_a_guarded_child_s_ipc_sockets_go_with_it(tmp_path):
+    """vLLM 0.32 binds its ZMQ IPC sockets in VLLM_RPC_BASE_PATH (default: the temporary directory) and leaves
+    them there: about seven files in /tmp per server start.  The guardian gives each child a directory of its
+    own for them and removes it when the child has ended; one the environment sets is left to the user."""
+    from specsim.runs.process import _Guarded
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import os, socket, sys; d = os.environ['VLLM_RPC_BASE_PATH']; "
+            "s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(d, 'engine-core')); print(d, flush=True)")
+    for given in (None, tmp_path / "mine"):
+        env = {**os.environ, "TMPDIR": str(tmp)}
+        env.pop("VLLM_RPC_BASE_PATH", None)
+        if given is not None:
+            given.mkdir()
+            env["VLLM_RPC_BASE_PATH"] = str(given)
+        out = tmp_path / f"out-{given is None}.txt"
+        with open(out, "wb") as f:
+            g = _Guarded([REAL_PY, "-c", code], stdout=f, env=env, cwd=None)
+            assert g.wait(30) == 0
+            g.close()
+        rpc = Path(out.read_text().strip())
+        if given is None:
+            assert rpc.parent == tmp and rpc.name.startswith("specsim-rpc-"), rpc
+            assert not rpc.exists() and not list(tmp.iterdir())  # the directory and its socket are gone
+        else:
+            assert rpc == given and (given / "engine-core").exists()  # the user's own: kept as it is
+
+
 def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():
     """A new-user trial: ``--executor ray --ray-address 127.0.0.1:1`` printed Ray's "Failed to connect
     to GCS" for more than 3 minutes and recorded nothing.  One TCP connection attempt refuses it."""

@@ -36,12 +36,20 @@ def _require_vllm():
 
 
 @pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
+def server_tmp(tmp_path_factory):
+    """The temporary directory the smoke matrix's servers are given (TMPDIR)."""
+    return tmp_path_factory.mktemp("server-tmp")
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory, server_tmp):
     install = _require_vllm()
     from specsim.runs.runner import run_matrix
 
     runs_dir = tmp_path_factory.mktemp("runs")
-    results = run_matrix("smoke", runs_dir=runs_dir, install=install, progress=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(server_tmp))
+        results = run_matrix("smoke", runs_dir=runs_dir, install=install, progress=False)
     return runs_dir, {r.run_id.split("-", 2)[2]: r for r in results}
 
 
@@ -88,3 +96,16 @@ def test_smoke_greedy_outputs_identical_to_baseline(smoke_runs):
     a = [json.loads(x)["text"] for x in (res["ngram-n3-c4"].path / "outputs.jsonl").read_text().splitlines()]
     b = [json.loads(x)["text"] for x in (res["baseline-c4"].path / "outputs.jsonl").read_text().splitlines()]
     assert a == b and all(len(t) > 0 for t in a)
+
+
+def test_smoke_servers_leave_no_ipc_socket_behind(smoke_runs, server_tmp):
+    """vLLM 0.32 left about seven ZMQ IPC sockets in the temporary directory per server start
+    (VLLM_RPC_BASE_PATH, vllm/utils/network_utils.py); the guardian now gives each server a directory for them
+    that goes with it.  (vLLM's distributed-init file, ``vllm_dist_*``, still stays: it is made in the
+    temporary directory itself, which the servers keep, as they keep their hub download locks there.)"""
+    import stat
+
+    assert list(server_tmp.glob("vllm_dist_*")), "the servers did not use this temporary directory"
+    left = [p for p in server_tmp.rglob("*")
+            if stat.S_ISSOCK(p.lstat().st_mode) or p.name.startswith("specsim-rpc-")]
+    assert not left, left

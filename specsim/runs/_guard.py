@@ -15,6 +15,13 @@ died first), ``signals_sent`` (by the guardian), ``stop_seconds`` (first stop si
 end) and ``ended`` (UTC); with ``SPECSIM_GUARD_STATUS_COPY=DIR`` a copy goes to ``DIR/guard-<child pid>.json``.
 The starter reads and removes ``STATUS``; when the starter died first (``orphaned``) the guardian
 removes it itself (nobody else would: it is a temporary file).
+
+Unless the environment sets ``VLLM_RPC_BASE_PATH``, the child gets it as a directory of its own, made in
+the temporary directory and removed when the child has ended: vLLM 0.32 binds its ZMQ IPC sockets there
+(``get_open_zmq_ipc_path``, vllm/utils/network_utils.py; default the temporary directory itself) and
+leaves them behind, about seven per server start.  ``TMPDIR`` itself is left as it is: vLLM keeps the
+locks of concurrent hub downloads there (vllm/model_executor/model_loader/weight_utils.py), which servers
+started together must share.
 Standard library only: it runs under any interpreter.
 """
 from __future__ import annotations
@@ -22,9 +29,11 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -51,7 +60,12 @@ def main(argv: list[str]) -> int:
 
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
-    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+    rpc_dir = None
+    env = None
+    if "VLLM_RPC_BASE_PATH" not in os.environ:  # the child's IPC sockets, removed with this directory
+        rpc_dir = tempfile.mkdtemp(prefix="specsim-rpc-")
+        env = {**os.environ, "VLLM_RPC_BASE_PATH": rpc_dir}
+    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env,
                              preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
                                                  for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
 
@@ -88,6 +102,8 @@ def main(argv: list[str]) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries
             continue
+    if rpc_dir is not None:  # the child has ended; what is left of its group is being stopped
+        shutil.rmtree(rpc_dir, ignore_errors=True)
     end_signal = None
     if rc < 0:
         try:

@@ -413,6 +413,10 @@ def test_cli_prints_no_token_a_matrix_gives(capsys, tmp_path, monkeypatch):
         else:
             assert f"--hf-token '{REDACTED}'" in out and f"HF_TOKEN={REDACTED}" in out.replace("'", "")
         assert not any(x in out for x in secrets), out
+    # read once with the matrix, which keeps them out of its repr (a traceback or a log may print it)
+    from specsim.runs.sweep_files import load_matrix
+    loaded = load_matrix(mine)
+    assert set(secrets[:2]) <= loaded.secrets and not any(x in repr(loaded) for x in secrets)
     # a token given both in serve_cmd and in a record (refused, quoting both), a short one in the record
     serve = json.loads((mine / "serve_params.json").read_text())
     serve["ngram-n3"]["hf_token"] = secrets[2]

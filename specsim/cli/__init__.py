@@ -405,10 +405,9 @@ def _cmd_run_matrix(args) -> int:
         text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume, runs_dir=runs_dir,
                              executor=args.executor, platform=args.platform)
         from specsim.runs.provenance import redact_text
-        from specsim.runs.sweep_files import matrix_secrets
 
         # the servers' commands as they would run, with a token given to them as <redacted> (pasted into issues)
-        print(redact_text(json.dumps(data, indent=2, default=str) if args.json else text, matrix_secrets(args.matrix)))
+        print(redact_text(json.dumps(data, indent=2, default=str) if args.json else text, m.secrets))
         return 0
     rd = runs_dir if runs_dir is not None else project_data_path("runs")  # an installed copy: DataError, asks for it
     if args.resume and args.stamp:  # a mistyped stamp would silently start a whole new invocation

@@ -61,14 +61,14 @@ import os
 import re
 import shlex
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
-from specsim.runs.provenance import is_secret_option, redact, secret_values
+from specsim.runs.provenance import is_secret_option, redact, redact_text, secret_values
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
@@ -215,6 +215,16 @@ class SweepMatrix:
     server_start_timeout_s: float = DEFAULT_SERVER_START_TIMEOUT_S
     files: tuple[str, ...] = ()
     local_paths: tuple[Path, ...] = ()
+    #: the matrix's secrets (:func:`matrix_secrets`, read once by :func:`load_matrix`): what is printed about
+    #: the matrix shows them as ``<redacted>``, its ``repr`` included
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        """The dataclass's repr with the matrix's secrets as ``<redacted>`` (a traceback or a log may print it):
+        each field redacted in place (:func:`specsim.runs.provenance.redact`; sequences shown as lists), then the
+        text (:func:`specsim.runs.provenance.redact_text`)."""
+        shown = ", ".join(f"{f.name}={redact(getattr(self, f.name), self.secrets)!r}" for f in fields(self) if f.repr)
+        return redact_text(f"{type(self).__name__}({shown})", self.secrets)
 
     def cells(self) -> list[BenchCell]:
         return [c for g in self.groups for c in g.cells]
@@ -226,10 +236,10 @@ class SweepMatrix:
         """The equivalent ``vllm bench sweep serve`` command of each sweep (what vLLM alone would run;
         without specsim's judges, probes and provenance), prefixed with the matrix's ``env`` as
         ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment); the
-        matrix's secrets (:func:`matrix_secrets`: a token, a bench ``--header``) as ``<redacted>``, replaced
-        word by word before the commands are quoted (:func:`specsim.runs.provenance.redact`)."""
+        matrix's secrets (``secrets``: a token, a bench ``--header``) as ``<redacted>``, replaced word by
+        word before the commands are quoted (:func:`specsim.runs.provenance.redact`)."""
         sc = json.loads((self.root / SIDECAR).read_text())
-        secrets = matrix_secrets(self.root)
+        secrets = self.secrets
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(redact(dict(self.env), secrets).items())]
         # the local model and prompts as load_matrix resolved them (--models-dir included), so the command
         # runs from any directory; the served name follows the model path, so the bench's --model does too
@@ -1676,7 +1686,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
         timeout_s=timeout_s, seed=seed, bench_client=bench_client,
         concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)),
-        server_start_timeout_s=start_timeout_s)
+        server_start_timeout_s=start_timeout_s, secrets=frozenset(matrix_secrets(root)))
 
 
 def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:
@@ -2158,10 +2168,10 @@ def dry_run_text(m: SweepMatrix, est: Estimate, *, devices_per_server: Mapping[s
                  executor: str = "local") -> str:
     """What ``specsim run-matrix --dry-run`` prints: the cells (each with its bench command:
     :func:`bench_command`), the servers they need, the estimate (made for ``executor``:
-    :func:`estimate_seconds`); the matrix's secrets (:func:`matrix_secrets`: a token, a bench ``--header``)
+    :func:`estimate_seconds`); the matrix's secrets (``m.secrets``: a token, a bench ``--header``)
     as ``<redacted>`` in the commands, replaced word by word before they are quoted."""
     local = executor == "local"
-    secrets = matrix_secrets(m.root)  # the commands print them as <redacted>, replaced word by word
+    secrets = m.secrets  # the commands print them as <redacted>, replaced word by word
     lines = [f"matrix {m.name}: {m.description}", f"  files: {', '.join(str(m.root / f) for f in m.files)}",
              f"  {len(m.groups)} server(s), {len(m.cells())} bench cell(s), {len(m.health_checks)} health "
              f"check(s), {len(m.probes)} probe(s); bench client: {m.bench_client}"
@@ -2244,9 +2254,9 @@ def dry_run_json(m: SweepMatrix, est: Estimate, executor: str = "local") -> dict
     None, ``no_greedy_judge``: why not, ``guarded_by``); the estimate in seconds and device-hours, and
     the recorded runs it was made from (``estimate_from``: their directory and number), and the cells
     estimated beyond their timeout (``over_timeout``: :func:`over_timeout_cells`, the text's WARNING).  The
-    matrix's secrets (:func:`matrix_secrets`) are ``<redacted>`` in the commands, as in the text."""
+    matrix's secrets (``m.secrets``) are ``<redacted>`` in the commands, as in the text."""
     tot, gpu_s = est.total_seconds(m), _gpu_seconds(m, est)
-    secrets = matrix_secrets(m.root)  # the commands hold them as <redacted>, replaced word by word
+    secrets = m.secrets  # the commands hold them as <redacted>, replaced word by word
     cells: dict[str, dict[str, Any]] = {}
     for c in m.cells():
         s, b = est.cells[c.run_label]

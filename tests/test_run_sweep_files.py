@@ -565,6 +565,23 @@ def test_a_record_header_that_would_drop_one_of_bench_cmd_s_headers_is_refused(c
             assert cmd[last:last + 2] == ["--header", "X-Rec=r"], cmd
         else:
             assert "would replace only the first of bench_cmd's 2 --header values" in err, err
+    # a bare --header (nargs="*": no headers, as vLLM 0.32 reads it) is no error of itself, but a record's header
+    # would be written over the word after it, the next option (a review: it was refused as "--header --seed")
+    for rec in (None, "X-Rec=r"):
+        if rec is None:
+            del bench_params["c4"]["header"]
+        else:
+            bench_params["c4"]["header"] = rec
+        (mine / "bench_params.json").write_text(json.dumps(bench_params))
+        assert base.endswith(" --seed 0")
+        for cmd in (base.replace(" --seed 0", " --header --seed 0"), f"{base} --header"):
+            side["bench_cmd"] = cmd
+            (mine / SIDECAR).write_text(json.dumps(side))
+            rc = cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")])
+            err = capsys.readouterr().err
+            assert rc == (0 if rec is None else 2), (cmd, err)
+            if rec is not None:
+                assert "gives --header without a value" in err, err
 
 
 def test_dry_run_estimates_from_the_runs_dir_it_is_given(capsys, tmp_path):

@@ -794,10 +794,11 @@ def _read_as_option_why(word: str, table: Mapping) -> str | None:
 
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     """Whether ``--opt``, given without ``=``, is an option whose value may be left out standing alone
-    (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``): nothing
-    follows it, or argparse reads what follows as an option (:func:`_reads_as_option`), so ``nargs="?"``
-    takes no value and the next option is read as one, not swallowed as this one's value."""
-    if opt not in _optional_value(table):
+    (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``; ``vllm bench
+    serve --header``, ``nargs="*"``: no headers): nothing follows it, or argparse reads what follows as an
+    option (:func:`_reads_as_option`), so ``nargs="?"`` / ``"*"`` takes no value and the next option is read
+    as one, not swallowed as this one's value."""
+    if opt not in _optional_value(table) and not (table is BENCH_SERVE_OPTIONS and opt == "header"):
         return False
     return following is None or _reads_as_option(following, table)
 
@@ -1439,6 +1440,12 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
+                if "header" in bp and "--header" in bench_cmd and not _header_values(bench_cmd):
+                    raise SpecsimValueError(f"{bwhere}.header", "bench_cmd gives --header without a value, and vLLM's "
+                                            "sweep writes a record's value over the word after the option "
+                                            "(vllm/benchmarks/sweep/param_sweep.py): over the next option, or "
+                                            "nothing if none follows; give the header in bench_cmd or in the "
+                                            "records, not both", bp["header"])
                 if "header" in bp and len(headers := _header_values(bench_cmd)) > 1:
                     raise SpecsimValueError(f"{bwhere}.header", "would replace only the first of bench_cmd's "
                                             f"{len(headers)} --header values (vLLM's sweep writes "

@@ -1433,31 +1433,64 @@ def test_an_orphaned_guardian_removes_its_status_file(tmp_path):
 
 def test_a_guarded_child_s_ipc_sockets_go_with_it(tmp_path):
     """vLLM 0.32 binds its ZMQ IPC sockets in VLLM_RPC_BASE_PATH (default: the temporary directory) and leaves
-    them there: about seven files in /tmp per server start.  The guardian gives each child a directory of its
-    own for them and removes it when the child has ended; one the environment sets is left to the user."""
-    from specsim.runs.process import _Guarded
+    them there: about seven files in /tmp per server start.  Each guarded child gets a directory of its own for
+    them, removed when it has ended: by the guardian, or by the starter where SIGKILL took the guardian too (a
+    review: left behind then, and when the command could not be started).  One the environment sets is left to
+    the user, and none is made where vLLM's socket paths would be too long for a Unix socket."""
+    from specsim.runs.process import _Guarded, _kill_group
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    code = ("import os, socket, sys; d = os.environ['VLLM_RPC_BASE_PATH']; "
-            "s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(d, 'engine-core')); print(d, flush=True)")
-    for given in (None, tmp_path / "mine"):
-        env = {**os.environ, "TMPDIR": str(tmp)}
+    tmp = Path(tempfile.mkdtemp(prefix="ipc-"))  # short: tmp_path is too long for vLLM's socket paths
+    try:
+        _child_ipc_sockets_go_with_it(tmp, tmp_path, _Guarded, _kill_group)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _child_ipc_sockets_go_with_it(tmp, tmp_path, _Guarded, _kill_group):
+    code = ("import os, signal, socket, sys, time, uuid; d = os.environ.get('VLLM_RPC_BASE_PATH');"
+            "print(d, os.environ.get('SPECSIM_GUARD_RPC_DIR'), flush=True);"
+            "s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(d or sys.argv[1], str(uuid.uuid4())));"
+            "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(float(sys.argv[2]))")
+
+    def guarded(env_tmp, sleep_s=0.0, given=None, cmd=None):
+        env = {**os.environ, "TMPDIR": str(env_tmp)}
         env.pop("VLLM_RPC_BASE_PATH", None)
         if given is not None:
-            given.mkdir()
             env["VLLM_RPC_BASE_PATH"] = str(given)
-        out = tmp_path / f"out-{given is None}.txt"
-        with open(out, "wb") as f:
-            g = _Guarded([REAL_PY, "-c", code], stdout=f, env=env, cwd=None)
-            assert g.wait(30) == 0
-            g.close()
-        rpc = Path(out.read_text().strip())
-        if given is None:
-            assert rpc.parent == tmp and rpc.name.startswith("specsim-rpc-"), rpc
-            assert not rpc.exists() and not list(tmp.iterdir())  # the directory and its socket are gone
-        else:
-            assert rpc == given and (given / "engine-core").exists()  # the user's own: kept as it is
+        out = tmp_path / "out.txt"
+        f = open(out, "wb")
+        g = _Guarded(cmd or [REAL_PY, "-c", code, str(env_tmp), str(sleep_s)], stdout=f, env=env, cwd=None)
+        return g, f, out
+
+    g, f, out = guarded(tmp)  # ends by itself: the guardian removes the directory
+    assert g.wait(30) == 0
+    f.close()
+    rpc, marker = out.read_text().split()
+    assert Path(rpc).parent == tmp and Path(rpc).name.startswith("specsim-rpc-") and marker == "None"
+    assert not list(tmp.iterdir())  # the directory and its socket are gone
+    g, f, out = guarded(tmp, sleep_s=60)  # ignores SIGINT: the group is SIGKILLed, the guardian with it
+    _wait_for(lambda: out.read_text().strip(), 30)
+    assert len(list(tmp.iterdir())) == 1
+    _kill_group(g, 1.0)
+    f.close()
+    assert g.returncode == -signal.SIGKILL and not list(tmp.iterdir())
+    g, f, out = guarded(tmp, cmd=["/nonexistent/vllm"])  # cannot be started
+    g.wait(30)
+    f.close()
+    assert not list(tmp.iterdir())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    g, f, out = guarded(tmp, given=mine)  # the user's own: kept as it is
+    assert g.wait(30) == 0
+    f.close()
+    assert out.read_text().split() == [str(mine), "None"] and len(list(mine.iterdir())) == 1
+    long_tmp = tmp_path / "long"  # 103 - 37 - 21 = 45 characters at most give a directory
+    assert len(str(long_tmp)) > 45
+    long_tmp.mkdir()
+    g, f, out = guarded(long_tmp)  # vLLM's socket paths would not fit: its default stays
+    assert g.wait(30) == 0
+    f.close()
+    assert out.read_text().split() == ["None", "None"]
 
 
 def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():

@@ -36,9 +36,16 @@ def _require_vllm():
 
 
 @pytest.fixture(scope="module")
-def server_tmp(tmp_path_factory):
-    """The temporary directory the smoke matrix's servers are given (TMPDIR)."""
-    return tmp_path_factory.mktemp("server-tmp")
+def server_tmp():
+    """The temporary directory the smoke matrix's servers are given (TMPDIR): a short path, so that vLLM's
+    socket paths fit in it (specsim.runs.process._rpc_dir); removed after the module."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix="smoke-tmp-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

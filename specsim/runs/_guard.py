@@ -16,12 +16,10 @@ end) and ``ended`` (UTC); with ``SPECSIM_GUARD_STATUS_COPY=DIR`` a copy goes to 
 The starter reads and removes ``STATUS``; when the starter died first (``orphaned``) the guardian
 removes it itself (nobody else would: it is a temporary file).
 
-Unless the environment sets ``VLLM_RPC_BASE_PATH``, the child gets it as a directory of its own, made in
-the temporary directory and removed when the child has ended: vLLM 0.32 binds its ZMQ IPC sockets there
-(``get_open_zmq_ipc_path``, vllm/utils/network_utils.py; default the temporary directory itself) and
-leaves them behind, about seven per server start.  ``TMPDIR`` itself is left as it is: vLLM keeps the
-locks of concurrent hub downloads there (vllm/model_executor/model_loader/weight_utils.py), which servers
-started together must share.
+``SPECSIM_GUARD_RPC_DIR`` (set by the starter, :class:`specsim.runs.process._Guarded`, with
+``VLLM_RPC_BASE_PATH`` naming the same directory) is removed, with what is in it, when the child has ended
+or could not be started; the child does not see that variable.  The starter removes it too when it finds
+the guardian gone (a group stopped by SIGKILL takes the guardian with it).
 Standard library only: it runs under any interpreter.
 """
 from __future__ import annotations
@@ -33,7 +31,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -60,14 +57,15 @@ def main(argv: list[str]) -> int:
 
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
-    rpc_dir = None
-    env = None
-    if "VLLM_RPC_BASE_PATH" not in os.environ:  # the child's IPC sockets, removed with this directory
-        rpc_dir = tempfile.mkdtemp(prefix="specsim-rpc-")
-        env = {**os.environ, "VLLM_RPC_BASE_PATH": rpc_dir}
-    child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env,
-                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
-                                                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
+    rpc_dir = os.environ.pop("SPECSIM_GUARD_RPC_DIR", None)  # the child's IPC sockets: removed with it
+    try:
+        child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                 preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
+                                                     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)])
+    except BaseException:
+        if rpc_dir is not None:
+            shutil.rmtree(rpc_dir, ignore_errors=True)
+        raise
 
     def watch_parent():
         try:

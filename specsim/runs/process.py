@@ -88,6 +88,7 @@ class _Guarded:
         os.close(fd)
         os.unlink(status)
         self.status_path = Path(status)
+        self.rpc_dir, env = _rpc_dir(env)
         r, self._w = os.pipe()  # the guardian's stdin: end-of-file when this process dies
         try:
             launcher = subprocess.Popen([sys.executable, str(GUARD), "--detach", status, "--", *[str(c) for c in cmd]],
@@ -95,6 +96,7 @@ class _Guarded:
                                         start_new_session=True, preexec_fn=_reset_child_signals)
         except BaseException:
             os.close(self._w)
+            self._remove_rpc_dir()
             raise
         finally:
             os.close(r)
@@ -106,9 +108,17 @@ class _Guarded:
             pidfile.unlink()
         except (OSError, ValueError) as exc:
             os.close(self._w)
+            self._remove_rpc_dir()
             raise OSError(f"the guardian did not start (launcher exit {launcher.returncode})") from exc
         self.returncode: int | None = None
         self.signals_sent: list[str] = []
+
+    def _remove_rpc_dir(self) -> None:
+        """Remove the child's IPC socket directory (:func:`_rpc_dir`), once the guardian is gone: it removes
+        it itself when the child ends, but not when SIGKILL took the group, itself included."""
+        if self.rpc_dir is not None:
+            shutil.rmtree(self.rpc_dir, ignore_errors=True)
+            self.rpc_dir = None
 
     def _status(self) -> dict | None:
         try:
@@ -123,6 +133,7 @@ class _Guarded:
             return None
         st = self._status()
         self.returncode = st["returncode"] if st is not None else -signal.SIGKILL
+        self._remove_rpc_dir()
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -139,6 +150,44 @@ class _Guarded:
             with contextlib.suppress(OSError):
                 os.close(self._w)
             self._w = None
+
+
+#: the longest path of a Unix socket on every platform vLLM binds them on (``sun_path``: 108 bytes on Linux,
+#: 104 on macOS and the BSDs, each with its terminating NUL)
+_MAX_SOCKET_PATH = 103
+#: what vLLM 0.32 adds to ``VLLM_RPC_BASE_PATH`` for a socket: ``/`` and a uuid4 (``get_open_zmq_ipc_path``,
+#: vllm/utils/network_utils.py)
+_RPC_SOCKET_NAME_CHARS = 1 + 36
+
+
+def _rpc_dir(env: dict[str, str] | None) -> tuple[str | None, dict[str, str] | None]:
+    """A directory of its own for a guarded child's vLLM IPC sockets, and the child's environment naming it.
+
+    vLLM 0.32 binds its ZMQ IPC sockets in ``VLLM_RPC_BASE_PATH`` (default: the temporary directory itself;
+    vllm/envs.py, vllm/utils/network_utils.py ``get_open_zmq_ipc_path``) and leaves them there, about seven
+    per server start.  Unless ``env`` (default ``os.environ``) sets ``VLLM_RPC_BASE_PATH``, the child gets
+    a new directory in its temporary directory (``TMPDIR``) for them (``VLLM_RPC_BASE_PATH``, and
+    ``SPECSIM_GUARD_RPC_DIR`` for the guardian, which removes it when the child has ended); none where its
+    sockets' paths would be longer than :data:`_MAX_SOCKET_PATH` (vLLM's own default is then kept).  ``TMPDIR``
+    itself is left as it is: vLLM keeps the locks of concurrent hub downloads there
+    (vllm/model_executor/model_loader/weight_utils.py), which servers started together share.
+
+    Returns
+    -------
+    (str or None, dict or None)
+        The directory (None: none made) and the environment to start the guardian with (``env`` when none).
+    """
+    base = os.environ if env is None else env
+    if "VLLM_RPC_BASE_PATH" in base:
+        return None, env
+    try:  # in the child's temporary directory
+        d = tempfile.mkdtemp(prefix="specsim-rpc-", dir=base.get("TMPDIR") or None)
+    except OSError:
+        d = tempfile.mkdtemp(prefix="specsim-rpc-")
+    if len(d.encode()) + _RPC_SOCKET_NAME_CHARS > _MAX_SOCKET_PATH:
+        os.rmdir(d)
+        return None, env
+    return d, {**base, "VLLM_RPC_BASE_PATH": d, "SPECSIM_GUARD_RPC_DIR": d}
 
 
 def _alive(pid: int) -> bool:

@@ -135,6 +135,21 @@ _INT_RE = re.compile(r"^[+-]?[0-9]+$")
 _DEFAULT_TIMEOUT_S = 1800.0
 
 
+def _redacted_repr(obj: Any, secrets: Iterable[str] = ()) -> str:
+    """The dataclass ``obj``'s repr with secrets as ``<redacted>`` (a traceback or a log may print it): those
+    given and those each field holds (:func:`specsim.runs.provenance.secret_values`: a record's ``hf_token``, a
+    ``--header`` value, short or a number), each field redacted in place (:func:`specsim.runs.provenance.redact`;
+    sequences shown as lists, a dataclass in it by its own repr), then the text
+    (:func:`specsim.runs.provenance.redact_text`)."""
+    known = set(secrets)
+    shown = []
+    for f in fields(obj):
+        if f.repr:
+            v = getattr(obj, f.name)
+            shown.append(f"{f.name}={redact(v, known | secret_values(v, environ={}))!r}")
+    return redact_text(f"{type(obj).__name__}({', '.join(shown)})", known)
+
+
 @dataclass(frozen=True)
 class BenchCell:
     """One ``vllm bench serve`` run against a server: a (serve record, bench record) pair.
@@ -166,6 +181,9 @@ class BenchCell:
     def key(self) -> str:
         return f"{self.serve}/{self.bench}"
 
+    def __repr__(self) -> str:
+        return _redacted_repr(self)
+
 
 @dataclass(frozen=True)
 class ServeGroup:
@@ -180,6 +198,9 @@ class ServeGroup:
     speculative_config: Mapping[str, Any] | None
     cells: tuple[BenchCell, ...]
     gpus: int = 1
+
+    def __repr__(self) -> str:
+        return _redacted_repr(self)
 
 
 @dataclass(frozen=True)
@@ -220,11 +241,7 @@ class SweepMatrix:
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def __repr__(self) -> str:
-        """The dataclass's repr with the matrix's secrets as ``<redacted>`` (a traceback or a log may print it):
-        each field redacted in place (:func:`specsim.runs.provenance.redact`; sequences shown as lists), then the
-        text (:func:`specsim.runs.provenance.redact_text`)."""
-        shown = ", ".join(f"{f.name}={redact(getattr(self, f.name), self.secrets)!r}" for f in fields(self) if f.repr)
-        return redact_text(f"{type(self).__name__}({shown})", self.secrets)
+        return _redacted_repr(self, self.secrets)
 
     def cells(self) -> list[BenchCell]:
         return [c for g in self.groups for c in g.cells]
@@ -476,6 +493,16 @@ _HEADER_RULE = ("--header takes KEY=VALUE (vLLM 0.32's benchmark refuses any oth
                 "server started)")
 
 
+#: what a refusal says in place of the value of a secret option (:func:`is_secret_option`)
+_NOT_SHOWN = "(the value given is not shown: it may be a secret)"
+#: how to give a secret option's value that starts with '-' (said without the option's spelling, which a printed
+#: refusal's redaction would take for the value's start)
+_IN_ITS_WORD = "write the value in the option's own word, after an '='"
+#: how vLLM's parser reads a secret option's value that starts with '-', said without quoting it
+_SECRET_WORD_WHY = ("the word given (it starts with '-') as an option (Lib/argparse.py _parse_optional, "
+                    "vllm/utils/argparse_utils.py)")
+
+
 def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
     """Refuse ``value`` where vLLM 0.32 would refuse it for option ``--opt`` (``kind``: its entry in ``table``),
     quoting it, but for a secret option's (:func:`is_secret_option`: ``--hf-token``, ``--header``), whose
@@ -485,9 +512,17 @@ def _check_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None
     try:
         _check_shown_value(where, opt, kind, value, table)
     except SpecsimValueError as exc:
-        kind_of = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "an object"}
-        raise SpecsimValueError(exc.field, f"{exc.rule} (the value given, {kind_of.get(type(value), 'of another type')}"
-                                ", is not shown: it may be a secret)") from None
+        raise SpecsimValueError(exc.field, f"{exc.rule} (the value given, {_json_kind(value)}, is not shown: it "
+                                "may be a secret)") from None
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls the kind of ``value``: "a string", "a number", "true or false", "null", "an array",
+    "an object"."""
+    if isinstance(value, bool):
+        return "true or false"
+    return {str: "a string", int: "a number", float: "a number", type(None): "null", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
 
 
 def _check_shown_value(where: str, opt: str, kind, value: Any, table: Mapping) -> None:
@@ -619,10 +654,13 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
         _check_value(f"{where}.{key}", opt, table[opt], value, table)
         why = None if isinstance(value, (bool, dict)) else _read_as_option_why(str(value), table)
         if why is not None:
+            hide = is_secret_option(opt)  # a token or a header: not quoted
             raise SpecsimValueError(f"{where}.{key}", f"vLLM's sweep writes a record's value as its own word after "
                                     f"--{opt} (param_sweep.py _normalize_cmd_kv_pair), and vLLM 0.32's parser reads "
-                                    f"{why}, not as a value, so the command fails: give it in the command as "
-                                    f"--{opt}={value} instead", value)
+                                    f"{_SECRET_WORD_WHY if hide else why}, not as a value, so the command fails: give "
+                                    + (f"it in the command instead: {_IN_ITS_WORD}" if hide
+                                       else f"it in the command as --{opt}={value} instead")
+                                    + (f" {_NOT_SHOWN}" if hide else ""), None if hide else value)
         if isinstance(value, str) and (table[opt] == "json"):
             try:
                 value = json.loads(value)
@@ -659,12 +697,13 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
                     raise SpecsimValueError(f"{where}: {tok}", "needs a value", opt)
                 val = cmd[i + 1]
                 i += 1
-            _check_value(f"{where}: {tok}", opt, table[opt], val if kind != "int" else str(val), table)
+            at = f"{where}: --{opt}" if is_secret_option(opt) else f"{where}: {tok}"  # --header=SECRET: not quoted
+            _check_value(at, opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
             if table is BENCH_SERVE_OPTIONS and opt == "header" and not eq:  # nargs="*": its further values
                 for extra in _header_values(cmd[i - 1:])[1:]:  # (the words are skipped below: not options)
                     if "=" not in extra:
-                        raise SpecsimValueError(f"{where}: {tok}", _HEADER_RULE, extra)
+                        raise SpecsimValueError(at, f"{_HEADER_RULE} {_NOT_SHOWN}")
         i += 1
     return out
 
@@ -704,8 +743,12 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                 if table is SERVE_OPTIONS:
                     allowed.append("-O<level> (--optimization-level)")
                 before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
+                if is_secret_option(before):  # --hf-token -abc, --api-key -abc: the word may be the secret
+                    raise SpecsimValueError(f"{where}: {before}", f"the word after {before} starts with '-', and "
+                                            "vLLM 0.32's parser reads it as an option, not as the value; if it is "
+                                            f"the value, {_IN_ITS_WORD} {_NOT_SHOWN}")
                 value_of = (f"; if it is {before}'s value, write {before}={tok}"
-                            if _canon(before[2:]) in _optional_value(table) else "")  # --hf-token -abc
+                            if _canon(before[2:]) in _optional_value(table) else "")
                 raise SpecsimValueError(f"{where}: {tok}", f"not a short option of `{where.split('.')[-1]}` in vLLM "
                                         "0.32" + ("" if allowed else " (it has none: give the long --option)")
                                         + value_of, tok, allowed or None)
@@ -951,6 +994,9 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                 once[base] = given
             if kind not in (None, "flag") and not eq and i < len(cmd) and not _stands_alone(table, opt, cmd[i]):
                 why = _read_as_option_why(cmd[i], table)
+                if why is not None and is_secret_option(opt):
+                    raise SpecsimValueError(f"{where}: {tok}", f"vLLM 0.32's parser reads {_SECRET_WORD_WHY}, not as "
+                                            f"--{opt}'s value, and the command fails: {_IN_ITS_WORD} {_NOT_SHOWN}")
                 if why is not None:
                     raise SpecsimValueError(f"{where}: {tok} {cmd[i]}", f"vLLM 0.32's parser reads {why}, not as "
                                             f"--{opt}'s value, and the command fails: write --{opt}={cmd[i]}", cmd[i])
@@ -1153,7 +1199,8 @@ def _unknown(d: Mapping, allowed: Sequence[str], where: str) -> None:
 
 
 #: ``vllm serve`` options that do not change what the target model computes: the speculation itself,
-#: logging / metrics / API-frontend settings and the hub token.  A serve record that differs from the
+#: logging / metrics / API-frontend settings and the hub token (it authenticates downloads only; vLLM 0.32 leaves
+#: ``hf_token`` out of ``ModelConfig.compute_hash``, vllm/config/model.py).  A serve record that differs from the
 #: baseline's in any other option (``model``, ``dtype``, ``tensor_parallel_size``, ``quantization``, ``max_model_len``,
 #: ``max_num_seqs``: batch composition can change fp32 results ...) gets no greedy-identity judge.
 TARGET_NEUTRAL_SERVE_OPTIONS = frozenset({
@@ -1308,12 +1355,12 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     env = sc.get("env", {})
     # the values are not quoted: a variable's value may be a secret whatever its name
     if not isinstance(env, dict):
-        raise SpecsimValueError("env", f"must be an object of variable name -> string value, got JSON type "
-                                f"{type(env).__name__} (not shown: it may hold a secret)")
+        raise SpecsimValueError("env", f"must be an object of variable name -> string value, got {_json_kind(env)} "
+                                "(not shown: it may hold a secret)")
     for k, v in env.items():
         if not isinstance(v, str):
-            raise SpecsimValueError(f"env.{k}", f"an environment variable's value must be a string, got JSON "
-                                    f"type {type(v).__name__} (not shown: it may be a secret); quote it")
+            raise SpecsimValueError(f"env.{k}", f"an environment variable's value must be a string, got "
+                                    f"{_json_kind(v)} (not shown: it may be a secret)")
     local: list[Path] = []
     # what a missing path's error says: where relative paths were resolved, and how to get / point at them
     if is_source_checkout():

@@ -536,20 +536,40 @@ def test_a_secret_given_as_a_number_is_neither_printed_nor_recorded(capsys, tmp_
                               ("serve_cmd", "--api-key -qz7", "in the option's own word"),
                               ("serve_cmd", "--api-key --qz7.x", "in the option's own word"),
                               ("serve_cmd", "--hf-token -zq7", "in the option's own word"),
-                              ("serve_params", "-qz7", "in the option's own word")):
+                              ("serve_params", "-qz7", "in the option's own word"),
+                              ("serve_cmd", "--hf-token -Oqz7", "in the option's own word"),
+                              ("serve_cmd", "--hf-token qz7a --hf-token qz7b", "values given are not shown"),
+                              ("serve_cmd", "--api-key=qz7sec", "set by specsim's runner"),
+                              ("bench_cmd", "--header a=qz7 --header b=qz8", "values given are not shown"),
+                              ("bench_cmd", "--header", "without a value"),
+                              ("bench_cmd", "--header a=1 b=2", "only the first")):
         side["bench_cmd"] = (base_bench.replace(" --seed 0", f" {given} --seed 0") if where == "bench_cmd"
                              else base_bench)
         side["serve_cmd"] = f"{base_serve} {given}" if where == "serve_cmd" else base_serve
         (mine / SIDECAR).write_text(json.dumps(side))
-        serve["ngram-n3"]["hf_token"] = given if where == "serve_params" else 98765432109
+        serve["ngram-n3"].pop("hf_token", None)  # given in serve_cmd by some: not in a record too
+        if where == "serve_params":
+            serve["ngram-n3"]["hf_token"] = given
         (mine / "serve_params.json").write_text(json.dumps(serve))
+        # a short record header beside bench_cmd's, which the last two refuse
+        (mine / "bench_params.json").write_text(json.dumps(
+            {k: {**v, "header": "X-K=qz7"} for k, v in bench.items()} if given.startswith("--header a=1") or
+            given == "--header" else bench))
         rc = cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")])
         err = capsys.readouterr().err
-        assert rc == 2 and why in err and "not shown" in err and "qz7" not in err and "zq7" not in err, (given, err)
+        assert rc == 2 and why in err and "qz7" not in err and "zq7" not in err and "qz8" not in err, (given, err)
         # so does the library's own error, which no CLI redacts
         with pytest.raises(SpecsimValueError) as ei:
             load_matrix(mine)
-        assert "qz7" not in str(ei.value) and "zq7" not in str(ei.value), str(ei.value)
+        assert not any(w in str(ei.value) for w in ("qz7", "zq7", "qz8")), str(ei.value)
+    # a command that does not start as it must is quoted with its secret options' values redacted
+    for bad in ("vllm serv m --hf-token qz7c", "vllm serve --hf-token qz7c"):
+        side["serve_cmd"] = bad
+        (mine / SIDECAR).write_text(json.dumps(side))
+        with pytest.raises(SpecsimValueError) as ei:
+            load_matrix(mine)
+        assert "qz7c" not in str(ei.value) and REDACTED in str(ei.value), str(ei.value)
+    (mine / "bench_params.json").write_text(json.dumps(bench))
     # a negative number is a value to vLLM's parser (argparse), not the next option: a token too
     side["bench_cmd"], side["serve_cmd"] = base_bench, base_serve
     (mine / SIDECAR).write_text(json.dumps(side))

@@ -88,9 +88,10 @@ class _Guarded:
         os.close(fd)
         os.unlink(status)
         self.status_path = Path(status)
-        self.rpc_dir, env = _rpc_dir(env)
+        self.rpc_dir = None
         r, self._w = os.pipe()  # the guardian's stdin: end-of-file when this process dies
         try:
+            self.rpc_dir, env = _rpc_dir(env)
             launcher = subprocess.Popen([sys.executable, str(GUARD), "--detach", status, "--", *[str(c) for c in cmd]],
                                         stdin=r, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                         start_new_session=True, preexec_fn=_reset_child_signals)

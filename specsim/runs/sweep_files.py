@@ -681,12 +681,12 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             if table is SERVE_OPTIONS and _canon(opt) == "model":
                 raise SpecsimValueError(f"{where}: {tok}", _SERVE_MODEL_RULE, opt)
             if _canon(opt.partition(".")[0]) in owned:  # any spelling: vLLM reads --api_key as --api-key
-                raise SpecsimValueError(f"{where}: {tok}", f"--{_canon(opt)} is set by specsim's runner", opt)
+                raise SpecsimValueError(f"{where}: --{opt}", f"--{_canon(opt)} is set by specsim's runner", opt)
             if opt not in table:
                 raise SpecsimValueError(f"{where}: {tok}", f"not an option of `{where.split('.')[-1]}` in vLLM 0.32",
                                         opt, _suggest(opt, table) or None)
             if opt in owned:
-                raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is set by specsim's runner", opt)
+                raise SpecsimValueError(f"{where}: --{opt}", f"--{opt} is set by specsim's runner", opt)
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
             if kind == "flag" or not eq and _stands_alone(table, opt, cmd[i + 1] if i + 1 < len(cmd) else None):
                 out[opt] = True  # a flag, or an option whose value may be left out given without one
@@ -728,6 +728,13 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
         tok = cmd[i]
         if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1:
             name, eq, val = tok[1:].partition("=")
+            before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
+            o_level = table is SERVE_OPTIONS and re.fullmatch(r"-O(=?[0-3])?", tok) is not None
+            if (is_secret_option(before) and not o_level and name.partition(".")[0] not in shorts
+                    and not _NEGATIVE_NUMBER.match(tok)):  # --hf-token -abc / -Oabc: the word may be the secret
+                raise SpecsimValueError(f"{where}: {before}", f"a word starting with '-' after {before}: vLLM 0.32's "
+                                        "parser reads it as an option (a short one, or -O<level>), not as the "
+                                        f"value; if it is the value, {_IN_ITS_WORD} {_NOT_SHOWN}")
             if table is SERVE_OPTIONS and name.startswith("O"):  # -O3, -O=3, -O 3 (FlexibleArgumentParser)
                 if name != "O" or eq:
                     out += ["--optimization-level", val if eq else name[1:]]
@@ -742,11 +749,6 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                 allowed = [f"-{k} (--{v})" for k, v in sorted(shorts.items())]
                 if table is SERVE_OPTIONS:
                     allowed.append("-O<level> (--optimization-level)")
-                before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
-                if is_secret_option(before):  # --hf-token -abc, --api-key -abc: the word may be the secret
-                    raise SpecsimValueError(f"{where}: {before}", f"the word after {before} starts with '-', and "
-                                            "vLLM 0.32's parser reads it as an option, not as the value; if it is "
-                                            f"the value, {_IN_ITS_WORD} {_NOT_SHOWN}")
                 value_of = (f"; if it is {before}'s value, write {before}={tok}"
                             if _canon(before[2:]) in _optional_value(table) else "")
                 raise SpecsimValueError(f"{where}: {tok}", f"not a short option of `{where.split('.')[-1]}` in vLLM "
@@ -987,10 +989,14 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
                 alone = eq or kind == "flag" or i >= len(cmd) or _stands_alone(table, opt, cmd[i])
                 given = tok if alone else f"{tok} {cmd[i]}"
                 if base in once and base not in _REPEATABLE_OPTIONS:
-                    raise SpecsimValueError(f"{where}: {tok}", f"--{base} is given twice ({once[base]!r} and {given!r}): "
-                                            "vLLM 0.32's parser keeps the last, while a parameter record's value "
+                    hide = is_secret_option(base)  # a token, a header: neither spelling quoted
+                    raise SpecsimValueError(f"{where}: --{base}" if hide else f"{where}: {tok}",
+                                            f"--{base} is given twice"
+                                            + (" (the values given are not shown: they may be secrets)" if hide
+                                               else f" ({once[base]!r} and {given!r})")
+                                            + ": vLLM 0.32's parser keeps the last, while a parameter record's value "
                                             "replaces the first (vllm/benchmarks/sweep/param_sweep.py apply_to_cmd), "
-                                            "so a record's would be ignored; give it once", given)
+                                            "so a record's would be ignored; give it once", None if hide else given)
                 once[base] = given
             if kind not in (None, "flag") and not eq and i < len(cmd) and not _stands_alone(table, opt, cmd[i]):
                 why = _read_as_option_why(cmd[i], table)
@@ -1073,14 +1079,15 @@ def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
             cmd = shlex.split(value)
         except ValueError as exc:  # an unbalanced quote
             raise SpecsimValueError(field_name, f"is not a command line a shell can split ({exc}): check its "
-                                    "quotes", value) from None
+                                    "quotes", redact_text(value)) from None
     elif isinstance(value, list) and all(isinstance(x, str) for x in value):
         cmd = list(value)
     else:
         raise SpecsimValueError(field_name, "must be a command line (a string as given to vllm bench sweep, "
-                                "or a list of strings)", value)
-    if not cmd or (Path(cmd[0]).name, *cmd[1:len(head)]) != head:
-        raise SpecsimValueError(field_name, f"must start with {' '.join(head)!r}", value)
+                                f"or a list of strings), got {_json_kind(value)}")
+    if not cmd or (Path(cmd[0]).name, *cmd[1:len(head)]) != head:  # quoted with its secrets redacted
+        raise SpecsimValueError(field_name, f"must start with {' '.join(head)!r}",
+                                redact_text(shlex.join(redact(cmd, secret_values(cmd, environ={})))) if cmd else value)
     return cmd
 
 
@@ -1384,7 +1391,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
 
     serve_cmd = _split_cmd(sc["serve_cmd"], "serve_cmd", ("vllm", "serve"))
     if len(serve_cmd) < 3 or serve_cmd[2].startswith("-"):
-        raise SpecsimValueError("serve_cmd", "must name the model right after 'vllm serve'", sc["serve_cmd"])
+        raise SpecsimValueError("serve_cmd", "must name the model right after 'vllm serve'",
+                                redact_text(shlex.join(redact(serve_cmd, secret_values(serve_cmd, environ={})))))
     model = serve_cmd[2]
     serve_cmd[3:] = _long_options(serve_cmd[3:], SERVE_OPTIONS, SERVE_SHORT_OPTIONS, "serve_cmd.vllm serve")
     serve_cmd[3:], serve_dotted = _flexible_options(serve_cmd[3:], SERVE_OPTIONS, SERVE_SHORT_OPTIONS,
@@ -1492,13 +1500,13 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                             "sweep writes a record's value over the word after the option "
                                             "(vllm/benchmarks/sweep/param_sweep.py): over the next option, or "
                                             "nothing if none follows; give the header in bench_cmd or in the "
-                                            "records, not both", bp["header"])
+                                            f"records, not both {_NOT_SHOWN}")
                 if "header" in bp and len(headers := _header_values(bench_cmd)) > 1:
                     raise SpecsimValueError(f"{bwhere}.header", "would replace only the first of bench_cmd's "
                                             f"{len(headers)} --header values (vLLM's sweep writes "
                                             "a record's value over the word after the option, "
                                             "vllm/benchmarks/sweep/param_sweep.py) and drop it; give the headers "
-                                            "in bench_cmd or one in each record, not both", bp["header"])
+                                            f"in bench_cmd or one in each record, not both {_NOT_SHOWN}")
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)

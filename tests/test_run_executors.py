@@ -1440,17 +1440,11 @@ def test_a_guarded_child_s_ipc_sockets_go_with_it(tmp_path):
     from specsim.runs.process import _Guarded, _kill_group
 
     tmp = Path(tempfile.mkdtemp(prefix="ipc-"))  # short: tmp_path is too long for vLLM's socket paths
-    try:
-        _child_ipc_sockets_go_with_it(tmp, tmp_path, _Guarded, _kill_group)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _child_ipc_sockets_go_with_it(tmp, tmp_path, _Guarded, _kill_group):
     code = ("import os, signal, socket, sys, time, uuid; d = os.environ.get('VLLM_RPC_BASE_PATH');"
             "print(d, os.environ.get('SPECSIM_GUARD_RPC_DIR'), flush=True);"
             "s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(d or sys.argv[1], str(uuid.uuid4())));"
             "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(float(sys.argv[2]))")
+    status_files = []  # the guardians' status files: Server reads and removes them, _Guarded alone does not
 
     def guarded(env_tmp, sleep_s=0.0, given=None, cmd=None):
         env = {**os.environ, "TMPDIR": str(env_tmp)}
@@ -1460,37 +1454,43 @@ def _child_ipc_sockets_go_with_it(tmp, tmp_path, _Guarded, _kill_group):
         out = tmp_path / "out.txt"
         f = open(out, "wb")
         g = _Guarded(cmd or [REAL_PY, "-c", code, str(env_tmp), str(sleep_s)], stdout=f, env=env, cwd=None)
+        status_files.append(g.status_path)
         return g, f, out
 
-    g, f, out = guarded(tmp)  # ends by itself: the guardian removes the directory
-    assert g.wait(30) == 0
-    f.close()
-    rpc, marker = out.read_text().split()
-    assert Path(rpc).parent == tmp and Path(rpc).name.startswith("specsim-rpc-") and marker == "None"
-    assert not list(tmp.iterdir())  # the directory and its socket are gone
-    g, f, out = guarded(tmp, sleep_s=60)  # ignores SIGINT: the group is SIGKILLed, the guardian with it
-    _wait_for(lambda: out.read_text().strip(), 30)
-    assert len(list(tmp.iterdir())) == 1
-    _kill_group(g, 1.0)
-    f.close()
-    assert g.returncode == -signal.SIGKILL and not list(tmp.iterdir())
-    g, f, out = guarded(tmp, cmd=["/nonexistent/vllm"])  # cannot be started
-    g.wait(30)
-    f.close()
-    assert not list(tmp.iterdir())
-    mine = tmp_path / "mine"
-    mine.mkdir()
-    g, f, out = guarded(tmp, given=mine)  # the user's own: kept as it is
-    assert g.wait(30) == 0
-    f.close()
-    assert out.read_text().split() == [str(mine), "None"] and len(list(mine.iterdir())) == 1
-    long_tmp = tmp_path / "long"  # 103 - 37 - 21 = 45 characters at most give a directory
-    assert len(str(long_tmp)) > 45
-    long_tmp.mkdir()
-    g, f, out = guarded(long_tmp)  # vLLM's socket paths would not fit: its default stays
-    assert g.wait(30) == 0
-    f.close()
-    assert out.read_text().split() == ["None", "None"]
+    try:
+        g, f, out = guarded(tmp)  # ends by itself: the guardian removes the directory
+        assert g.wait(30) == 0
+        f.close()
+        rpc, marker = out.read_text().split()
+        assert Path(rpc).parent == tmp and Path(rpc).name.startswith("specsim-rpc-") and marker == "None"
+        assert not list(tmp.iterdir())  # the directory and its socket are gone
+        g, f, out = guarded(tmp, sleep_s=60)  # ignores SIGINT: the group is SIGKILLed, the guardian with it
+        _wait_for(lambda: out.read_text().strip(), 30)
+        assert len(list(tmp.iterdir())) == 1
+        _kill_group(g, 1.0)
+        f.close()
+        assert g.returncode == -signal.SIGKILL and not list(tmp.iterdir())
+        g, f, out = guarded(tmp, cmd=["/nonexistent/vllm"])  # cannot be started
+        g.wait(30)
+        f.close()
+        assert not list(tmp.iterdir())
+        mine = tmp_path / "mine"
+        mine.mkdir()
+        g, f, out = guarded(tmp, given=mine)  # the user's own: kept as it is
+        assert g.wait(30) == 0
+        f.close()
+        assert out.read_text().split() == [str(mine), "None"] and len(list(mine.iterdir())) == 1
+        long_tmp = tmp_path / "long"  # 103 - 37 - 21 = 45 characters at most give a directory
+        assert len(str(long_tmp)) > 45
+        long_tmp.mkdir()
+        g, f, out = guarded(long_tmp)  # vLLM's socket paths would not fit: its default stays
+        assert g.wait(30) == 0
+        f.close()
+        assert out.read_text().split() == ["None", "None"]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in status_files:
+            p.unlink(missing_ok=True)
 
 
 def test_an_unreachable_ray_address_is_refused_in_seconds_naming_the_flag():

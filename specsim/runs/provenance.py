@@ -267,9 +267,9 @@ MIN_SECRET_CHARS = 8
 _NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 
-#: a negative number, which argparse reads as an option's value, not as an option (Lib/argparse.py
+#: a negative number (``fullmatch``), which argparse reads as an option's value, not as an option (Lib/argparse.py
 #: ``_negative_number_matcher``; vLLM 0.32's parsers have no option that looks like one)
-_NEGATIVE = re.compile(r"-\d+|-\d*\.\d+")
+NEGATIVE_NUMBER = re.compile(r"-\d+|-\d*\.\d+")
 
 
 def _searchable(secret: str) -> bool:
@@ -286,9 +286,9 @@ def _everywhere(secrets: Iterable[str]) -> list[str]:
 def _secret_words(seq: Sequence[Any]) -> list[int]:
     """Indices of the words of command ``seq`` that are secrets: the word after a secret option
     (:data:`_SECRET_OPTION`: ``--hf-token VALUE``; a word starting with ``-`` is the next option, the secret
-    option then given bare, but for a negative number, :data:`_NEGATIVE`), every word up to the next option
-    after one taking several
-    (:data:`_SECRET_OPTION_MANY`: ``--header K1=V1 K2=V2``), and a ``--hf-token=VALUE`` word itself."""
+    option then given bare, but for a negative number, :data:`NEGATIVE_NUMBER`), every word up to the next
+    option after one taking several (:data:`_SECRET_OPTION_MANY`: ``--header K1=V1 K2=V2``), and a
+    ``--hf-token=VALUE`` word itself."""
     out = []
     for i, w in enumerate(seq):
         m = _SECRET_OPTION.match(w) if isinstance(w, str) else None
@@ -299,7 +299,7 @@ def _secret_words(seq: Sequence[Any]) -> list[int]:
             continue
         j = i + 1
         while (j < len(seq) and isinstance(seq[j], str)
-               and (not seq[j].startswith("-") or _NEGATIVE.fullmatch(seq[j]))):
+               and (not seq[j].startswith("-") or NEGATIVE_NUMBER.fullmatch(seq[j]))):
             out.append(j)
             if not _SECRET_OPTION_MANY.match(w):
                 break
@@ -474,7 +474,8 @@ def _redact_option_values(text: str) -> str:
         at = m.end()
         while (v := _TEXT_VALUE.match(text, at)) is not None:
             value = v.group()
-            if (m.group(2) != "=" or at != m.end()) and value[0] in "-|" and not _NEGATIVE.fullmatch(value):
+            if ((m.group(2) != "=" or at != m.end()) and value[0] in "-|"
+                    and not NEGATIVE_NUMBER.fullmatch(value)):
                 break  # the next option, or a pipe
             if header and not v.group("done") and "=" not in value:  # not a header: prose, the next word
                 break

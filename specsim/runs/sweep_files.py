@@ -68,7 +68,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from specsim.catalog import is_source_checkout, project_data_path, project_dir
 from specsim.errors import DataError, SpecsimError, SpecsimValueError
 from specsim.runs.matrix import HealthCheck, Matrix, SpecConfig, VerifyCostProbe
-from specsim.runs.provenance import is_secret_option, redact, redact_text, secret_values
+from specsim.runs.provenance import (
+    NEGATIVE_NUMBER,
+    is_secret_option,
+    redact,
+    redact_text,
+    secret_values,
+)
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
@@ -471,6 +477,12 @@ def _canon(key: str) -> str:
     return key.replace("_", "-")
 
 
+def _is_header(table: Mapping, opt: str) -> bool:
+    """Whether ``--opt`` of ``table``'s command is ``vllm bench serve --header`` (``nargs="*"``, each value
+    ``KEY=VALUE``, a secret: vllm/benchmarks/serve.py)."""
+    return table is BENCH_SERVE_OPTIONS and opt == "header"
+
+
 def _header_values(cmd: Sequence[str]) -> list[str]:
     """The values of ``--header`` in a ``vllm bench serve`` command: the words after it up to the next option
     (``nargs="*"``, vllm/benchmarks/serve.py), or the text after ``--header=``."""
@@ -480,7 +492,7 @@ def _header_values(cmd: Sequence[str]) -> list[str]:
         if w == "--header":
             vals = []
             for x in cmd[i + 1:]:
-                if x.startswith("-"):
+                if x.startswith("-") and not NEGATIVE_NUMBER.fullmatch(x):  # as provenance reads it
                     break
                 vals.append(x)
             return vals
@@ -573,13 +585,13 @@ def _check_shown_value(where: str, opt: str, kind, value: Any, table: Mapping) -
                                 [f">= {-MAX_INT} and <= {MAX_INT}"])
     if kind == "json" and not isinstance(value, (dict, list, str)):
         raise SpecsimValueError(where, f"--{opt} takes a JSON object", value)
-    if table is BENCH_SERVE_OPTIONS and opt == "header" and isinstance(value, (dict, list)):
+    if _is_header(table, opt) and isinstance(value, (dict, list)):
         raise SpecsimValueError(where, "a record's header is one KEY=VALUE string: vLLM's sweep writes a list or "
                                 "an object as one word (its Python or JSON text, param_sweep.py), not as several "
                                 "headers; give several as the values of one --header in bench_cmd")
     if kind == "str" and isinstance(value, (dict, list)):
         raise SpecsimValueError(where, f"--{opt} takes a single value, not {type(value).__name__}", value)
-    if table is BENCH_SERVE_OPTIONS and opt == "header" and "=" not in str(value):
+    if _is_header(table, opt) and "=" not in str(value):
         raise SpecsimValueError(where, _HEADER_RULE, value)
     if choices is not None and str(value) not in choices:
         raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt}", value, choices)
@@ -700,7 +712,7 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             at = f"{where}: --{opt}" if is_secret_option(opt) else f"{where}: {tok}"  # --header=SECRET: not quoted
             _check_value(at, opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
-            if table is BENCH_SERVE_OPTIONS and opt == "header" and not eq:  # nargs="*": its further values
+            if _is_header(table, opt) and not eq:  # nargs="*": its further values
                 for extra in _header_values(cmd[i - 1:])[1:]:  # (the words are skipped below: not options)
                     if "=" not in extra:
                         raise SpecsimValueError(at, f"{_HEADER_RULE} {_NOT_SHOWN}")
@@ -731,7 +743,7 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
             before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
             o_level = table is SERVE_OPTIONS and re.fullmatch(r"-O(=?[0-3])?", tok) is not None
             if (is_secret_option(before) and not o_level and name.partition(".")[0] not in shorts
-                    and not _NEGATIVE_NUMBER.match(tok)):  # --hf-token -abc / -Oabc: the word may be the secret
+                    and not NEGATIVE_NUMBER.fullmatch(tok)):  # --hf-token -abc / -Oabc: the word may be the secret
                 raise SpecsimValueError(f"{where}: {before}", f"a word starting with '-' after {before}: vLLM 0.32's "
                                         "parser reads it as an option (a short one, or -O<level>), not as the "
                                         f"value; if it is the value, {_IN_ITS_WORD} {_NOT_SHOWN}")
@@ -789,9 +801,6 @@ _REPEATABLE_OPTIONS = frozenset({"middleware"})
 _SAME_DEST_OPTIONS = {"device-memory-utilization": "gpu-memory-utilization"}
 
 
-#: argparse's test for a negative number, which it reads as a value, not an option, where the parser has no
-#: option that looks like one (Lib/argparse.py ``_negative_number_matcher``; vLLM 0.32's parsers have none)
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
 def _optional_value(table: Mapping) -> frozenset[str]:
@@ -822,7 +831,7 @@ def _reads_as_option(token: str, table: Mapping) -> bool:
         return True
     if not token.startswith("--") and (token[1] in shorts or token[1] == "h"):
         return True
-    return not _NEGATIVE_NUMBER.match(token) and " " not in token
+    return not NEGATIVE_NUMBER.fullmatch(token) and " " not in token
 
 
 def _read_as_option_why(word: str, table: Mapping) -> str | None:
@@ -843,7 +852,7 @@ def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     serve --header``, ``nargs="*"``: no headers): nothing follows it, or argparse reads what follows as an
     option (:func:`_reads_as_option`), so ``nargs="?"`` / ``"*"`` takes no value and the next option is read
     as one, not swallowed as this one's value."""
-    if opt not in _optional_value(table) and not (table is BENCH_SERVE_OPTIONS and opt == "header"):
+    if opt not in _optional_value(table) and not _is_header(table, opt):
         return False
     return following is None or _reads_as_option(following, table)
 

@@ -312,6 +312,27 @@ def test_vllm_sweep_commands_carry_the_matrix_env(tmp_path):
     assert all(c.startswith("vllm bench sweep serve ") for c in load_matrix("cpu-validation-fast").vllm_sweep_commands())
 
 
+
+def test_vllm_sweep_commands_are_those_of_the_matrix_as_loaded(tmp_path):
+    """The sweeps' files and ``--link-vars`` come from the sidecar as :func:`load_matrix` read it, not from the
+    file as it is when the commands are asked for (they read the sidecar again, after it may have changed)."""
+    from specsim.runs.sweep_files import resolve_matrix
+
+    d = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), d)
+    serve = json.loads((d / "serve_params.json").read_text())
+    (d / "serve_params.json").write_text(json.dumps({k: {**v, "max_num_seqs": 4} for k, v in serve.items()}))
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["link_vars"] = "max_num_seqs=max_concurrency"
+    (d / "specsim.json").write_text(json.dumps(sc))
+    m = load_matrix(d)
+    (cmd,) = m.vllm_sweep_commands()
+    assert cmd.endswith(f"--serve-params {d / 'serve_params.json'} --bench-params {d / 'bench_params.json'} "
+                        "--link-vars max_num_seqs=max_concurrency"), cmd
+    sc["sweeps"] = [{"serve_params": "other.json", "bench_params": "bench_params.json"}]
+    (d / "specsim.json").write_text(json.dumps(sc))
+    assert m.vllm_sweep_commands() == [cmd]
+
 def test_estimate_takes_server_starts_and_judges_from_the_matrix_layout(tmp_path):
     """Records of cpu-validation-fast in both layouts (the recorded matrix files' ``env`` says which): a
     two-process matrix is estimated from the two-process records, the shipped one from the others."""
@@ -580,6 +601,32 @@ def test_a_secret_given_as_a_number_is_neither_printed_nor_recorded(capsys, tmp_
                          *extra]) == 0
         out = capsys.readouterr().out
         assert "98765432" not in out, out
+
+
+def test_a_secret_in_a_parameter_file_of_a_subdirectory_is_not_printed(capsys, tmp_path, monkeypatch):
+    """A review: the matrix's secrets were read from the JSON files of its directory only, so a parameter file
+    the sidecar names in a subdirectory (``"serve_params": "sub/serve.json"``, which vLLM's sweep and
+    specsim read) had its record's ``hf_token`` printed by ``--dry-run --json``."""
+    from specsim.runs.provenance import REDACTED
+    from specsim.runs.sweep_files import SIDECAR, load_matrix, matrix_secrets, resolve_matrix
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    serve = json.loads((mine / "serve_params.json").read_text())
+    serve["ngram-n3"]["hf_token"] = "hf_qz7insub"
+    (mine / "sub").mkdir()
+    (mine / "sub" / "serve.json").write_text(json.dumps(serve))
+    side = json.loads((mine / SIDECAR).read_text())
+    for sw in side["sweeps"]:
+        sw["serve_params"] = "sub/serve.json"
+    (mine / SIDECAR).write_text(json.dumps(side))
+    assert "hf_qz7insub" in load_matrix(mine).secrets and "hf_qz7insub" in matrix_secrets(mine)
+    for extra in ([], ["--json"]):
+        assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r"),
+                         *extra]) == 0
+        out = capsys.readouterr().out
+        assert "hf_qz7insub" not in out and REDACTED in out, out
 
 
 @pytest.mark.parametrize("where", ["bench_cmd", "record"])

@@ -241,9 +241,12 @@ class SweepMatrix:
     concurrent_server_starts: int = 1
     server_start_timeout_s: float = DEFAULT_SERVER_START_TIMEOUT_S
     files: tuple[str, ...] = ()
+    #: the sidecar's ``sweeps`` as loaded: ``(serve_params, bench_params, link_vars or None)`` of each
+    sweeps: tuple[tuple[str, str, str | None], ...] = ()
     local_paths: tuple[Path, ...] = ()
-    #: the matrix's secrets (:func:`matrix_secrets`, read once by :func:`load_matrix`): what is printed about
-    #: the matrix shows them as ``<redacted>``, its ``repr`` included
+    #: the matrix's secrets (:func:`specsim.runs.provenance.secret_values` of its sidecar and parameter files as
+    #: :func:`load_matrix` read them, and of the environment): what is printed about the matrix shows them as
+    #: ``<redacted>``, its ``repr`` included
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def __repr__(self) -> str:
@@ -261,7 +264,6 @@ class SweepMatrix:
         ``NAME=value`` assignments (``env`` is specsim's key; vLLM's sweep reads its environment); the
         matrix's secrets (``secrets``: a token, a bench ``--header``) as ``<redacted>``, replaced word by
         word before the commands are quoted (:func:`specsim.runs.provenance.redact`)."""
-        sc = json.loads((self.root / SIDECAR).read_text())
         secrets = self.secrets
         env = [f"{k}={shlex.quote(v)}" for k, v in sorted(redact(dict(self.env), secrets).items())]
         # the local model and prompts as load_matrix resolved them (--models-dir included), so the command
@@ -276,13 +278,12 @@ class SweepMatrix:
                 bench[i + 1] = str(self.prompts)
         serve, bench = redact(serve, secrets), redact(bench, secrets)
         out = []
-        for sw in sc.get("sweeps", []):
+        for serve_params, bench_params, link_vars in self.sweeps:
             cmd = ["vllm", "bench", "sweep", "serve", "--serve-cmd", shlex.join(serve),
                    "--bench-cmd", shlex.join(bench),
-                   "--serve-params", str(self.root / sw["serve_params"]),
-                   "--bench-params", str(self.root / sw["bench_params"])]
-            if sw.get("link_vars"):
-                cmd += ["--link-vars", sw["link_vars"]]
+                   "--serve-params", str(self.root / serve_params), "--bench-params", str(self.root / bench_params)]
+            if link_vars:
+                cmd += ["--link-vars", link_vars]
             out.append(" ".join([*env, shlex.join(cmd)]))
         return out
 
@@ -359,9 +360,10 @@ def matrix_name(name_or_path: str | os.PathLike) -> str:
 
 def matrix_secrets(name_or_path: str | os.PathLike | None) -> set[str]:
     """The secrets a matrix's files give (an ``--hf-token`` value, a record's ``hf_token``, a sidecar ``env``'s
-    ``HF_TOKEN``) and those of the recorded environment: :func:`specsim.runs.provenance.secret_values` of its
-    JSON files, read as they are (a file that does not parse, or a matrix not found, gives none), so that what
-    specsim prints about the matrix (a dry run, an error) hides them.
+    ``HF_TOKEN``) and those of the recorded environment: :func:`specsim.runs.provenance.secret_values` of the
+    JSON files of its directory and of the parameter files its sidecar names (``sub/serve.json`` too), read as
+    they are (a file that does not parse, or a matrix not found, gives none), so that an error specsim prints
+    about a matrix that did not load hides them (a loaded one holds its own: ``SweepMatrix.secrets``).
 
     Parameters
     ----------
@@ -374,11 +376,21 @@ def matrix_secrets(name_or_path: str | os.PathLike | None) -> set[str]:
         Raises nothing.
     """
     files: dict[str, Any] = {}
+
+    def read(path: Path, name: str) -> None:
+        with contextlib.suppress(ValueError, OSError):
+            files[name] = json.loads(path.read_text(encoding="utf-8-sig"))
+
     try:
         root = resolve_matrix(name_or_path) if name_or_path is not None else None
         for f in sorted(root.glob("*.json")) if root is not None else ():
-            with contextlib.suppress(ValueError, OSError):
-                files[f.name] = json.loads(f.read_text(encoding="utf-8-sig"))
+            read(f, f.name)
+        sweeps = files.get(SIDECAR, {}).get("sweeps", []) if isinstance(files.get(SIDECAR), dict) else []
+        for sw in sweeps if isinstance(sweeps, list) else ():
+            for key in ("serve_params", "bench_params"):
+                name = sw.get(key) if isinstance(sw, dict) else None
+                if isinstance(name, str) and name not in files:
+                    read(root / name, name)
     except Exception:  # noqa: BLE001 - best effort: an unreadable matrix is reported by whoever reads it
         pass
     return secret_values(files)
@@ -1463,6 +1475,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             _pos_number(cfg["timeout_s"], f"cells[{pat!r}].timeout_s")
     groups: dict[str, dict] = {}
     files = [SIDECAR]
+    parsed: dict[str, Any] = {SIDECAR: sc}  # the files as read, for the matrix's secrets (read once)
+    sweeps_read: list[tuple[str, str, str | None]] = []
     for i, sw in enumerate(sweeps):
         where = f"sweeps[{i}]"
         if not isinstance(sw, dict):
@@ -1471,8 +1485,10 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if "serve_params" not in sw or "bench_params" not in sw:
             raise SpecsimValueError(where, "needs serve_params and bench_params (file names)", sw, _SWEEP_KEYS)
         files += [sw["serve_params"], sw["bench_params"]]
+        sweeps_read.append((sw["serve_params"], sw["bench_params"], sw.get("link_vars") or None))
         serve_recs = read_param_file(root / sw["serve_params"], f"{where}.serve_params")
         bench_recs = read_param_file(root / sw["bench_params"], f"{where}.bench_params")
+        parsed.update({sw["serve_params"]: serve_recs, sw["bench_params"]: bench_recs})
         if not serve_recs:
             raise SpecsimValueError(f"{where}.serve_params", f"{sw['serve_params']} holds no serve record (vLLM's "
                                     "sweep would start no server and run nothing); give at least one: "
@@ -1756,8 +1772,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         dtype=str(serve_base.get("dtype", "auto")), prompts=prompts,
         output_len=None if out_len_base is None else int(out_len_base), env=dict(env), platform=platform,
         timeout_s=timeout_s, seed=seed, bench_client=bench_client,
-        concurrent_server_starts=starts, files=tuple(files), local_paths=tuple(dict.fromkeys(local)),
-        server_start_timeout_s=start_timeout_s, secrets=frozenset(matrix_secrets(root)))
+        concurrent_server_starts=starts, files=tuple(files), sweeps=tuple(sweeps_read),
+        local_paths=tuple(dict.fromkeys(local)),
+        server_start_timeout_s=start_timeout_s, secrets=frozenset(secret_values(parsed)))
 
 
 def _serve_cmd_spec(serve_base: Mapping[str, Any], need) -> dict | None:

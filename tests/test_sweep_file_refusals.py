@@ -1005,3 +1005,52 @@ def test_a_negative_number_after_a_header_is_one_more_header_value(tmp_path):
     assert "-1" not in str(e).replace("--header", ""), str(e)
     m = load_matrix(_smoke(tmp_path / "ok", sidecar={"bench_cmd": f"{BENCH_CMD} --header a=1 b=-1 --ignore-eos"}))
     assert list(m.bench_cmd[-4:]) == ["--header", "a=1", "b=-1", "--ignore-eos"]
+
+
+@pytest.mark.parametrize("which,extra,values", [
+    ("serve_cmd", "--cudagraph-capture-sizes 1 2 4", ["1", "2", "4"]),
+    ("serve_cmd", "--cudagraph-capture-sizes 1 -2", ["1", "-2"]),
+    ("bench_cmd", "--goodput ttft:500 tpot:50", ["ttft:500", "tpot:50"]),
+    ("bench_cmd", "--metadata a=1 b=2", ["a=1", "b=2"]),
+    ("bench_cmd", "--metadata", []),
+    ("bench_cmd", "--metadata --ignore-eos", []),
+])
+def test_an_option_taking_several_words_keeps_them(tmp_path, which, extra, values):
+    """argparse gives an option with ``nargs`` "+" / "*" every word up to the next option (vllm_args
+    ``SERVE_SEVERAL_VALUES``, read off vLLM 0.32's parsers): they are values, not stray words, and a bare
+    ``nargs="*"`` option takes none."""
+    base = SERVE_CMD if which == "serve_cmd" else BENCH_CMD
+    m = load_matrix(_smoke(tmp_path, sidecar={which: f"{base} {extra}"}))
+    cmd = list(m.serve_cmd if which == "serve_cmd" else m.bench_cmd)
+    i = cmd.index(extra.split()[0])
+    assert cmd[i + 1: i + 1 + len(values)] == values and cmd[i + 1 + len(values):] == extra.split()[1 + len(values):]
+
+
+def test_each_further_value_of_an_option_is_checked_as_its_first(tmp_path):
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} --cudagraph-capture-sizes 1 x"}))
+    assert e.field == "serve_cmd.vllm serve: --cudagraph-capture-sizes" and "an integer" in e.rule and e.value == "x"
+    e = _refused(_smoke(tmp_path / "h", sidecar={"bench_cmd": f"{BENCH_CMD} --header a=1 qz7"}))
+    assert "--header takes KEY=VALUE" in e.rule and "qz7" not in str(e), str(e)
+
+
+@pytest.mark.parametrize("which,extra,rec,why", [
+    ("serve_cmd", "--cudagraph-capture-sizes 1 2 4", {"cudagraph_capture_sizes": 8},
+     "would replace only the first of serve_cmd's 3 --cudagraph-capture-sizes values"),
+    ("bench_cmd", "--goodput ttft:500 tpot:50", {"goodput": "e2el:900"},
+     "would replace only the first of bench_cmd's 2 --goodput values"),
+    ("bench_cmd", "--metadata --ignore-eos", {"metadata": "a=1"}, "gives --metadata without a value"),
+])
+def test_a_record_over_an_option_the_command_gives_several_words_is_refused(tmp_path, which, extra, rec, why):
+    """vLLM's sweep writes a record's value over the one word after the option (param_sweep.py apply_to_cmd):
+    ``--cudagraph-capture-sizes 1 2 4`` and a record's 8 would run as ``8 2 4``; a bare ``--metadata`` would
+    have the next option written over.  Only ``--header`` was refused so."""
+    base = SERVE_CMD if which == "serve_cmd" else BENCH_CMD
+    kw = ({"serve": {"baseline": rec, "ngram-n3": {"speculative_config": SPEC, **rec}}} if which == "serve_cmd"
+          else {"bench": {"c4": {**C4, **rec}}})
+    e = _refused(_smoke(tmp_path, sidecar={which: f"{base} {extra}"}, **kw))
+    assert e.field.endswith(f".{next(iter(rec))}") and why in e.rule, str(e)
+    opt, first = extra.split()[:2]
+    if not first.startswith("--"):  # one value in the command: the record's replaces it, as vLLM's sweep does
+        m = load_matrix(_smoke(tmp_path / "one", sidecar={which: f"{base} {opt} {first}"}, **kw))
+        cmd = sweep_files.serve_command(m, m.groups[0]) if which == "serve_cmd" else bench_command(m, m.cells()[0])
+        assert cmd[cmd.index(opt) + 1] == str(next(iter(rec.values()))), cmd

@@ -79,11 +79,13 @@ from specsim.runs.provenance import (
 from specsim.runs.vllm_args import (
     BENCH_SERVE_OPTIONAL_VALUE,
     BENCH_SERVE_OPTIONS,
+    BENCH_SERVE_SEVERAL_VALUES,
     BENCH_SERVE_SHORT_OPTIONS,
     MAX_INT,
     MAX_SEED,
     SERVE_OPTIONAL_VALUE,
     SERVE_OPTIONS,
+    SERVE_SEVERAL_VALUES,
     SERVE_SHORT_OPTIONS,
     SIZE_OR_AUTO,
     bounds_of,
@@ -496,20 +498,45 @@ def _is_header(table: Mapping, opt: str) -> bool:
     return table is BENCH_SERVE_OPTIONS and opt == "header"
 
 
-def _header_values(cmd: Sequence[str]) -> list[str]:
-    """The values of ``--header`` in a ``vllm bench serve`` command: the words after it up to the next option
-    (``nargs="*"``, vllm/benchmarks/serve.py), or the text after ``--header=``."""
+def _option_values(cmd: Sequence[str], opt: str, table: Mapping) -> list[str]:
+    """The words vLLM 0.32's parser for ``table``'s command gives the first ``--opt`` of ``cmd`` (its options
+    read as :func:`_flexible_options` writes them): the text after ``--opt=``, else the word after it, or every
+    word up to the next option for one taking several (:func:`_several_values`: ``--header K1=V1 K2=V2``); none
+    for a bare ``nargs="*"`` option or one ``cmd`` does not give."""
     for i, w in enumerate(cmd):
-        if w.startswith("--header="):
+        if w.startswith(f"--{opt}="):
             return [w.partition("=")[2]]
-        if w == "--header":
-            vals = []
+        if w == f"--{opt}":
+            vals: list[str] = []
             for x in cmd[i + 1:]:
-                if x.startswith("-") and not NEGATIVE_NUMBER.fullmatch(x):  # as provenance reads it
+                if _reads_as_option(x, table) or vals and opt not in _several_values(table):
                     break
                 vals.append(x)
             return vals
     return []
+
+
+def _refuse_record_over_several_words(where: str, rec: Mapping[str, Any], cmd: Sequence[str], table: Mapping) -> None:
+    """Refuse a record's option that ``cmd`` gives bare (``nargs="*"``) or with several words: vLLM's sweep writes
+    a record's value over the one word after the option (vllm/benchmarks/sweep/param_sweep.py ``apply_to_cmd``),
+    so it would overwrite the next option, or replace the first value and keep the others."""
+    base = "serve_cmd" if table is SERVE_OPTIONS else "bench_cmd"
+    for key in rec:
+        opt = _canon(key)
+        if opt not in _several_values(table) or f"--{opt}" not in cmd:
+            continue
+        vals = _option_values(cmd, opt, table)
+        hide = f" {_NOT_SHOWN}" if is_secret_option(opt) else ""
+        if not vals:
+            raise SpecsimValueError(f"{where}.{key}", f"{base} gives --{opt} without a value, and vLLM's sweep writes "
+                                    "a record's value over the word after the option (vllm/benchmarks/sweep/"
+                                    "param_sweep.py apply_to_cmd): over the next option, or nothing if none follows; "
+                                    f"give --{opt} in {base} or in the records, not both{hide}")
+        if len(vals) > 1:
+            raise SpecsimValueError(f"{where}.{key}", f"would replace only the first of {base}'s {len(vals)} --{opt} "
+                                    "values (vLLM's sweep writes a record's value over the word after the option, "
+                                    "vllm/benchmarks/sweep/param_sweep.py apply_to_cmd) and keep the others; give "
+                                    f"the values in {base} or in the records, not both{hide}")
 
 
 #: ``vllm bench serve --header``'s values: vLLM 0.32 raises "Invalid header format. Please use KEY=VALUE format."
@@ -726,11 +753,10 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             at = f"{where}: --{opt}" if is_secret_option(opt) else f"{where}: {tok}"  # --header=SECRET: not quoted
             _check_value(at, opt, table[opt], val if kind != "int" else str(val), table)
             out[opt] = val
-            if _is_header(table, opt) and not eq:  # nargs="*": its further values
-                extras = _header_values(cmd[i - 1:])[1:]
-                if any("=" not in extra for extra in extras):
-                    raise SpecsimValueError(at, f"{_HEADER_RULE} {_NOT_SHOWN}")
-                i += len(extras)
+            while not eq and opt in _several_values(table) and i + 1 < len(cmd) and not _reads_as_option(
+                    cmd[i + 1], table):  # nargs "+" / "*": its further values (--cudagraph-capture-sizes 1 2 4)
+                i += 1
+                _check_value(at, opt, table[opt], cmd[i] if kind != "int" else str(cmd[i]), table)
         else:  # a word that is no option's value (a dotted field was gathered: _flexible_options)
             raise SpecsimValueError(f"{where}: {tok}", _STRAY_WORD_RULE.format(cmd=where.split(".")[-1]), tok)
         i += 1
@@ -834,6 +860,12 @@ def _optional_value(table: Mapping) -> frozenset[str]:
     return SERVE_OPTIONAL_VALUE if table is SERVE_OPTIONS else BENCH_SERVE_OPTIONAL_VALUE
 
 
+def _several_values(table: Mapping) -> Mapping[str, str]:
+    """The options of ``table``'s command that take several words as values (option -> ``nargs``, ``"+"`` or
+    ``"*"``: :data:`~specsim.runs.vllm_args.SERVE_SEVERAL_VALUES`)."""
+    return SERVE_SEVERAL_VALUES if table is SERVE_OPTIONS else BENCH_SERVE_SEVERAL_VALUES
+
+
 def _reads_as_option(token: str, table: Mapping) -> bool:
     """Whether vLLM 0.32's parser for ``table``'s command reads ``token``, given as its own word after an option,
     as an option rather than as that option's value (so ``--code-revision -abc`` fails: "expected one argument",
@@ -874,11 +906,11 @@ def _read_as_option_why(word: str, table: Mapping) -> str | None:
 
 def _stands_alone(table: Mapping, opt: str, following: str | None) -> bool:
     """Whether ``--opt``, given without ``=``, is an option whose value may be left out standing alone
-    (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``; ``vllm bench
-    serve --header``, ``nargs="*"``: no headers): nothing follows it, or argparse reads what follows as an
-    option (:func:`_reads_as_option`), so ``nargs="?"`` / ``"*"`` takes no value and the next option is read
-    as one, not swallowed as this one's value."""
-    if opt not in _optional_value(table) and not _is_header(table, opt):
+    (:data:`~specsim.runs.vllm_args.SERVE_OPTIONAL_VALUE`: a bare ``--hf-token`` is ``True``; ``nargs="*"``,
+    :func:`_several_values`: a bare ``vllm bench serve --header`` gives no headers): nothing follows it, or
+    argparse reads what follows as an option (:func:`_reads_as_option`), so ``nargs="?"`` / ``"*"`` takes no
+    value and the next option is read as one, not swallowed as this one's value."""
+    if opt not in _optional_value(table) and _several_values(table).get(opt) != "*":
         return False
     return following is None or _reads_as_option(following, table)
 
@@ -1523,6 +1555,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                             "value over the option token for token (param_sweep.py apply_to_cmd), "
                                             "so it would take the next option as the value or leave the old one "
                                             "behind; give it in serve_cmd or in the records, not both", k)
+            _refuse_record_over_several_words(f"{sw['serve_params']}[{sname!r}]", sp, serve_cmd[3:], SERVE_OPTIONS)
             g = groups.get(sname)
             if g is not None and g["params"] != sp:
                 raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "
@@ -1534,18 +1567,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                     continue  # vLLM's --link-vars: only combinations whose linked values agree
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
-                if "header" in bp and "--header" in bench_cmd and not _header_values(bench_cmd):
-                    raise SpecsimValueError(f"{bwhere}.header", "bench_cmd gives --header without a value, and vLLM's "
-                                            "sweep writes a record's value over the word after the option "
-                                            "(vllm/benchmarks/sweep/param_sweep.py): over the next option, or "
-                                            "nothing if none follows; give the header in bench_cmd or in the "
-                                            f"records, not both {_NOT_SHOWN}")
-                if "header" in bp and len(headers := _header_values(bench_cmd)) > 1:
-                    raise SpecsimValueError(f"{bwhere}.header", "would replace only the first of bench_cmd's "
-                                            f"{len(headers)} --header values (vLLM's sweep writes "
-                                            "a record's value over the word after the option, "
-                                            "vllm/benchmarks/sweep/param_sweep.py) and drop it; give the headers "
-                                            f"in bench_cmd or one in each record, not both {_NOT_SHOWN}")
+                _refuse_record_over_several_words(bwhere, bp, bench_cmd[3:], BENCH_SERVE_OPTIONS)
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)

@@ -16,7 +16,8 @@ vLLM's checks elsewhere and specsim's rules, each with its source) let a paramet
 from __future__ import annotations
 
 __all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_SHORT_OPTIONS",
-           "BENCH_SERVE_SHORT_OPTIONS", "SERVE_OPTIONAL_VALUE", "BENCH_SERVE_OPTIONAL_VALUE", "SERVE_BOUNDS",
+           "BENCH_SERVE_SHORT_OPTIONS", "SERVE_OPTIONAL_VALUE", "BENCH_SERVE_OPTIONAL_VALUE",
+           "SERVE_SEVERAL_VALUES", "BENCH_SERVE_SEVERAL_VALUES", "SERVE_BOUNDS",
            "SERVE_BOUNDS_EXTRA", "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
            "human_readable_int"]
 
@@ -473,6 +474,19 @@ BENCH_SERVE_SHORT_OPTIONS: dict[str, str] = {}
 SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset({"hf-token"})
 #: ``vllm bench serve`` options whose value may be left out: none in vLLM 0.32
 BENCH_SERVE_OPTIONAL_VALUE: frozenset[str] = frozenset()
+
+#: ``vllm serve`` options that take several words as their values (option -> argparse ``nargs``: ``"+"``, one
+#: or more; ``--cudagraph-capture-sizes 1 2 4``), read off its parser's actions (``tests/test_run_sweep_files.py``
+#: checks it against them); argparse gives such an option every word up to the next one it reads as an option
+SERVE_SEVERAL_VALUES: dict[str, str] = {
+    'allowed-media-domains': '+', 'api-key': '+', 'collect-detailed-traces': '+', 'cpu-offload-params': '+',
+    'cudagraph-capture-sizes': '+', 'ignore-patterns': '+', 'kv-cache-dtype-skip-layers': '+',
+    'logits-processors': '+', 'lora-modules': '+', 'lora-target-modules': '+', 'numa-bind-cpus': '+',
+    'numa-bind-nodes': '+', 'offload-params': '+', 'served-model-name': '+', 'sleep-preserve-parameter-names': '+',
+}
+#: ``vllm bench serve`` options that take several words (``"*"``: none or more; ``--header K1=V1 K2=V2``,
+#: ``--goodput ttft:500 tpot:50``), read off its parser (vllm/benchmarks/serve.py ``add_cli_args``)
+BENCH_SERVE_SEVERAL_VALUES: dict[str, str] = {'goodput': '+', 'header': '*', 'lora-modules': '+', 'metadata': '*'}
 
 #: ``vllm bench serve`` options (without the leading ``--``)
 BENCH_SERVE_OPTIONS: dict[str, str | tuple[str, tuple[str, ...]]] = {

@@ -631,6 +631,41 @@ def test_a_secret_in_a_parameter_file_of_a_subdirectory_is_not_printed(capsys, t
         assert "hf_qz7insub" not in out and REDACTED in out, out
 
 
+def test_refusals_printed_by_the_cli_keep_their_words_and_hide_an_unsplittable_line(capsys, tmp_path, monkeypatch):
+    """A new-user trial: the CLI's redaction took the word after a secret option's name in a refusal's prose
+    for its value (``--hf-token <redacted> a single value``, ``--api-key <redacted> set by specsim's runner``),
+    and a command with a quote left open was quoted with the secret's tail in clear (``--hf-token "<redacted>
+    SECRETXYZ``: the open quote runs on into the next words, which no redaction of a word finds)."""
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    side = json.loads((mine / SIDECAR).read_text())
+    serve = json.loads((mine / "serve_params.json").read_text())
+
+    def refused(serve_cmd=None, bench_cmd=None, record=None) -> str:
+        (mine / SIDECAR).write_text(json.dumps({**side, "serve_cmd": serve_cmd or side["serve_cmd"],
+                                                "bench_cmd": bench_cmd or side["bench_cmd"]}))
+        (mine / "serve_params.json").write_text(json.dumps(
+            {**serve, "ngram-n3": {**serve["ngram-n3"], **(record or {})}}))
+        assert cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")]) == 2
+        return capsys.readouterr().err
+
+    s, b = side["serve_cmd"], side["bench_cmd"]
+    for err, words in ((refused(record={"hf_token": ["hf_qz7abcdefgh"]}), "--hf-token takes a single value"),
+                       (refused(serve_cmd=f"{s} --api-key qz7k"), "--api-key is set by specsim's runner"),
+                       (refused(serve_cmd=f"{s} --hf-token qz7a --hf-token qz7b"), "--hf-token is given twice"),
+                       (refused(serve_cmd=f"{s} --hf-token", record={"hf_token": "hf_qz7abcdefgh"}),
+                        "serve_cmd gives --hf-token too, and its value may be left out")):
+        assert words in err and "qz7" not in err, err
+    for err in (refused(serve_cmd=f'{s} --hf-token "hf_abc SECRETXYZ'),
+                refused(serve_cmd=f"{s} --hf-token='hf_a SECRETXYZ"),
+                refused(serve_cmd=f"{s} --hf-token hf_abc'SECRETXYZ"),
+                refused(bench_cmd=f'{b} --header A=abcdefgh"SECRETXYZ')):
+        assert "shell can split" in err and "SECRETXYZ" not in err and "hf_a" not in err, err
+
+
 @pytest.mark.parametrize("where", ["bench_cmd", "record"])
 def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(capsys, tmp_path, where):
     """A new-user trial: ``--header`` values without ``=`` passed every check; vLLM 0.32's benchmark refuses them

@@ -726,6 +726,25 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 _FIELD_DESTS = {"max_num_speculative_tokens": "max_n"}
 
 
+def _error_text(e: SpecsimError, args: argparse.Namespace, argv: list[str]) -> str:
+    """The message of ``e`` as it is printed (:func:`_as_typed`), with the matrix's secrets
+    (:func:`specsim.runs.sweep_files.matrix_secrets`) and the values written after secret options (``--hf-token
+    VALUE``: :func:`specsim.runs.provenance.redact_text`) as ``<redacted>``.  Of a :class:`SpecsimValueError`
+    the rule is prose, where the word after an option's name is no value (``--hf-token takes a single value``):
+    it gets the matrix's secrets replaced alone (specsim's refusals put no secret option's value into a rule:
+    tests/test_run_sweep_files.py), its field and value both."""
+    from specsim.runs.provenance import redact, redact_text
+    from specsim.runs.sweep_files import matrix_secrets
+
+    secrets = matrix_secrets(getattr(args, "matrix", None))
+    if not isinstance(e, SpecsimValueError):
+        return redact_text(_as_typed(e, args, build_parser(), argv), secrets)
+    value = redact_text(e.value, secrets) if isinstance(e.value, str) else redact(e.value, secrets)
+    shown = SpecsimValueError(redact_text(e.field, secrets) if isinstance(e.field, str) else e.field,
+                              redact(e.rule, secrets), value, e.allowed)
+    return _as_typed(shown, args, build_parser(), argv)
+
+
 def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser,
               argv: list[str]) -> str:
     """The error's message with a library field (``osl``, ``method``, ``num_speculative_tokens``)
@@ -778,11 +797,7 @@ def main(argv: list[str] | None = None) -> int:
               f"pip install 'specsim[{extra}]'", file=sys.stderr)
         return 2
     except SpecsimError as e:
-        from specsim.runs.provenance import redact_text
-        from specsim.runs.sweep_files import matrix_secrets
-
-        msg = _as_typed(e, args, build_parser(), argv)  # a matrix's token quoted in it as <redacted>
-        print(f"specsim: error: {redact_text(msg, matrix_secrets(getattr(args, 'matrix', None)))}", file=sys.stderr)
+        print(f"specsim: error: {_error_text(e, args, argv)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` & co.: stop quietly, like other CLI tools
         try:

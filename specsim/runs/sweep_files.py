@@ -1144,9 +1144,10 @@ def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
     if isinstance(value, str):
         try:
             cmd = shlex.split(value)
-        except ValueError as exc:  # an unbalanced quote
+        except ValueError as exc:  # an unbalanced quote; the line is not quoted: no redaction can find a secret
+            # option's value in a line that cannot be split (an open quote runs on into the words after it)
             raise SpecsimValueError(field_name, f"is not a command line a shell can split ({exc}): check its "
-                                    "quotes", redact_text(value)) from None
+                                    "quotes (the line is not shown: it may hold a secret)") from None
     elif isinstance(value, list) and all(isinstance(x, str) for x in value):
         cmd = list(value)
     else:

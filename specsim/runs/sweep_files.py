@@ -741,6 +741,10 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             if opt in owned:
                 raise SpecsimValueError(f"{where}: --{opt}", f"--{opt} is set by specsim's runner", opt)
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
+            if kind == "flag" and eq:  # argparse: "ignored explicit argument" (store_true, BooleanOptionalAction)
+                raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is a flag and takes no value: vLLM 0.32's parser "
+                                        f"refuses --{opt}=VALUE ('ignored explicit argument'); give --{opt}"
+                                        + (f" or --no-{opt}" if f"no-{opt}" in table else "") + " alone", tok)
             if kind == "flag" or not eq and _stands_alone(table, opt, cmd[i + 1] if i + 1 < len(cmd) else None):
                 out[opt] = True  # a flag, or an option whose value may be left out given without one
                 i += 1
@@ -1433,9 +1437,22 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         raise SpecsimValueError("env", f"must be an object of variable name -> string value, got {_json_kind(env)} "
                                 "(not shown: it may hold a secret)")
     for k, v in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # Popen refuses '=' and NUL; a shell, blanks
+            raise SpecsimValueError("env", "an environment variable's name is letters, digits and '_', not "
+                                    "starting with a digit (a process cannot be started with it: every run would "
+                                    f"fail), got one starting {k.partition('=')[0][:40]!r} (the rest not shown: "
+                                    "it may hold a secret)")
+        if k == "VLLM_API_KEY":
+            raise SpecsimValueError(f"env.{k}", "vLLM's server then asks every /v1 request for that key (vllm/"
+                                    "entrypoints/serve/middleware/register.py: --api-key, else VLLM_API_KEY), which "
+                                    "specsim's health checks, warm-up and bench do not send, as --api-key is set "
+                                    "by specsim's runner (none)")
         if not isinstance(v, str):
             raise SpecsimValueError(f"env.{k}", f"an environment variable's value must be a string, got "
                                     f"{_json_kind(v)} (not shown: it may be a secret)")
+        if "\0" in v:
+            raise SpecsimValueError(f"env.{k}", "an environment variable's value cannot hold a NUL character (a "
+                                    "process cannot be started with it) (not shown: it may be a secret)")
     local: list[Path] = []
     # what a missing path's error says: where relative paths were resolved, and how to get / point at them
     if is_source_checkout():
@@ -1467,6 +1484,15 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                                     "serve_cmd.vllm serve", SERVE_OWNED)
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
+
+    def absolute_tokenizer(opts: Mapping[str, Any], where: str) -> None:
+        """A ``--tokenizer`` given as an absolute path must exist: vLLM 0.32 takes a missing one for a hub id
+        and fails at start ("Repo id must use alphanumeric chars"); a relative one may be a hub id."""
+        for k, v in opts.items():
+            if _canon(k) == "tokenizer" and isinstance(v, str) and v.startswith(("/", "~")):
+                need(str(Path(v).expanduser()), where.format(k))
+
+    absolute_tokenizer(serve_base, "serve_cmd --tokenizer")
     base_spec = _serve_cmd_spec(serve_base, need)
     _refuse_spec_shortcuts(serve_base, "serve_cmd")
 
@@ -1490,6 +1516,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         bench_cmd[3:], bench_dotted = _flexible_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, BENCH_SERVE_SHORT_OPTIONS,
                                                         "bench_cmd.vllm bench serve", BENCH_OWNED)
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
+        absolute_tokenizer(bench_base, "bench_cmd --tokenizer")
         # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
         # --model; --model then only names the tokenizer): checked here when no bench record can change it
         # (no record may give its own: checked per cell below)
@@ -1557,6 +1584,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                             "so it would take the next option as the value or leave the old one "
                                             "behind; give it in serve_cmd or in the records, not both", k)
             _refuse_record_over_several_words(f"{sw['serve_params']}[{sname!r}]", sp, serve_cmd[3:], SERVE_OPTIONS)
+            absolute_tokenizer(sp, f"{sw['serve_params']}[{sname!r}]" + ".{}")
             g = groups.get(sname)
             if g is not None and g["params"] != sp:
                 raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "
@@ -1569,6 +1597,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
                 _refuse_record_over_several_words(bwhere, bp, bench_cmd[3:], BENCH_SERVE_OPTIONS)
+                absolute_tokenizer(bp, bwhere + ".{}")
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)
@@ -1763,11 +1792,16 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
             olen = bp.get("output_len", bench_base.get("output-len",
                           bp.get("custom_output_len", bp.get("random_output_len", out_len_base))))
             if olen is not None and mml_n is not None and mml_n > 0 and int(olen) >= mml_n:
-                # vLLM refuses a request whose prompt + max_tokens exceeds max_model_len: every request fails
+                # vLLM 0.32 refuses a request whose max_tokens exceeds max_model_len (vllm/renderers/params.py) and
+                # cuts the others' to max_model_len minus the prompt (vllm/entrypoints/serve/utils/api_utils.py
+                # get_max_tokens): at >= max_model_len no request gives the output length the cell is labelled with
+                why = ("vLLM 0.32 refuses every request ('cannot be greater than max_model_len', vllm/renderers/"
+                       "params.py)" if int(olen) > mml_n else "vLLM 0.32 cuts every request's max_tokens to "
+                       "max_model_len minus its prompt's tokens (vllm/entrypoints/serve/utils/api_utils.py "
+                       "get_max_tokens), so no request gives that output length")
                 raise SpecsimValueError(f"{key}: output length", f"{int(olen)} output tokens cannot fit the server's "
-                                        f"max_model_len {mml_n} beside any prompt: vLLM refuses every such request; "
-                                        "lower the output length or raise --max-model-len", int(olen),
-                                        [f"< {mml_n} minus the prompt's tokens"])
+                                        f"max_model_len {mml_n} beside any prompt: {why}; lower the output length "
+                                        "or raise --max-model-len", int(olen), [f"< {mml_n} minus the prompt's tokens"])
             over = overrides(key)
             cell_seed = seed_of(key, bp)
             rl = f"{sname}-{c['bench']}"

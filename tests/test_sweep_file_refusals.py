@@ -1001,6 +1001,13 @@ def test_a_word_that_is_no_option_s_value_is_refused(tmp_path, which, extra):
     assert "unrecognized arguments" in e.rule and "short option" not in e.rule, str(e)
 
 
+def test_a_word_that_is_a_line_break_is_named_on_one_line(tmp_path):
+    """A new-user trial: a backslash line break in serve_cmd (shlex leaves the newline a word, which vLLM's own
+    sweep, splitting with shlex too, would pass on) was refused with a raw newline in the message."""
+    e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} \\\n --block-size 16"}))
+    assert e.field == "serve_cmd.vllm serve: '\\n'" and "\n" not in str(e), str(e)
+
+
 def test_a_negative_number_after_a_header_is_one_more_header_value(tmp_path):
     """``--header a=1 -1``: argparse gives ``-1`` to ``--header`` (``nargs="*"``; a negative number is no
     option), and vLLM 0.32's benchmark refuses it at its start ("Invalid header format. Please use KEY=VALUE

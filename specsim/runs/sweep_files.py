@@ -766,7 +766,8 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
                 i += 1
                 _check_value(at, opt, table[opt], cmd[i] if kind != "int" else str(cmd[i]), table)
         else:  # a word that is no option's value (a dotted field was gathered: _flexible_options)
-            raise SpecsimValueError(f"{where}: {tok}", _STRAY_WORD_RULE.format(cmd=where.split(".")[-1]), tok)
+            raise SpecsimValueError(f"{where}: {tok if tok.isprintable() else repr(tok)}",  # a newline: as '\n'
+                                    _STRAY_WORD_RULE.format(cmd=where.split(".")[-1]), tok)
         i += 1
     return out
 

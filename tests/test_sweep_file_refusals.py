@@ -539,7 +539,7 @@ def test_matrix_files_with_a_byte_order_mark_are_read(tmp_path):
 
 def test_an_output_length_the_servers_context_cannot_hold_is_refused(tmp_path):
     """The run-matrix trial: custom_output_len 100000 with --max-model-len 2048 was accepted (and
-    estimated at 4305 s), though vLLM refuses every request whose prompt + max_tokens exceeds it."""
+    estimated at 4305 s), though vLLM 0.32 refuses every request whose max_tokens exceeds it."""
     e = _refused(_smoke(tmp_path, bench={"c4": {**C4, "custom_output_len": 100000}}))
     assert e.field.endswith("/c4: output length"), str(e)
     assert "max_model_len 2048" in str(e) and "refuses every request" in e.rule, str(e)
@@ -1120,8 +1120,70 @@ def test_an_optimization_level_other_than_0_to_3_is_refused(tmp_path, kw, field,
     "Input should be 0, 1, 2 or 3"), and ``-O.mode=3`` was read as level 3 where vLLM reads the rest of the word,
     ``.mode=3`` (vllm/utils/argparse_utils.py: ``arg[3:] if arg[2] == "=" else arg[2:]``)."""
     e = _refused(_smoke(tmp_path, **kw))
-    assert e.field == field and e.value == got and e.allowed == ["0", "1", "2", "3"], str(e)
-    for ok in ("-O3", "-O=0", "-O 1", "--optimization-level 2"):
+    assert e.field == field and e.value == got and e.allowed == [0, 1, 2, 3], str(e)
+    for ok in ("-O3", "-O=0", "-O 1", "--optimization-level 2", "-O03"):
         m = load_matrix(_smoke(tmp_path / ok.replace(" ", "_"), sidecar={"serve_cmd": f"{SERVE_CMD} {ok}"}))
         i = m.serve_cmd.index("--optimization-level")
-        assert m.serve_cmd[i + 1] == ok[-1], (ok, m.serve_cmd)
+        assert m.serve_cmd[i + 1] == ok.split()[-1].lstrip("-O="), (ok, m.serve_cmd)
+    # as pydantic reads the text (a review: "03", "3.0", a record's 2.0 were refused; VllmConfig takes them)
+    assert load_matrix(_smoke(tmp_path / "float", **_serve({"optimization_level": 2.0}))).cells()
+
+
+def test_a_tokenizer_with_a_tilde_is_refused_and_names_with_braces_are_no_format(tmp_path):
+    """A review: ``~nosuchuser/tok`` crashed (Path.expanduser), and ``~/tok`` was checked as the expanded path
+    though vLLM 0.32 expands no '~' (it reads the word as a hub id and fails); a parameter file named with braces
+    (``s{x}.json``) crashed the field's formatting (KeyError)."""
+    for tok in ("~nosuchuserzz/tok", "~/tok"):
+        e = _refused(_smoke(tmp_path / tok.replace("/", "_"), sidecar={"serve_cmd": f"{SERVE_CMD} --tokenizer {tok}"}))
+        assert e.field == "serve_cmd --tokenizer" and "expands no '~'" in e.rule, str(e)
+    d = _smoke(tmp_path / "braces", raw={"s{x}.json": json.dumps(_serve({"tokenizer": "/nonexistent/tok"})["serve"])})
+    sc = json.loads((d / "specsim.json").read_text())
+    sc["sweeps"][0]["serve_params"] = "s{x}.json"
+    (d / "specsim.json").write_text(json.dumps(sc))
+    e = _refused(d)
+    assert e.field == "s{x}.json['ngram-n3'].tokenizer" and "local path does not exist" in e.rule, str(e)
+
+
+@pytest.mark.parametrize("which,extra", [("bench_cmd", "--header=Authorization=Bearer sk-live-QZ7SECRET"),
+                                         ("serve_cmd", "--hf-token=hf_abc hf_QZ7SECRETtail"),
+                                         ("serve_cmd", "--hf-token hf_abcdefghij hf_QZ7SECRETtail")])
+def test_a_stray_word_after_a_secret_option_s_value_is_not_quoted(tmp_path, which, extra):
+    """A review: the stray-word refusal quoted the word, which after a token or a header may be the secret's
+    tail (a blank left unquoted in it)."""
+    base = SERVE_CMD if which == "serve_cmd" else BENCH_CMD
+    e = _refused(_smoke(tmp_path, sidecar={which: f"{base} {extra}"}))
+    assert "unrecognized arguments" in e.rule and "QZ7" not in str(e) and "not shown" in e.rule, str(e)
+
+
+def test_vllm_api_key_empty_is_taken_and_one_inherited_is_refused(tmp_path, monkeypatch):
+    """A review: an empty VLLM_API_KEY turns vLLM's key check off (register.py keeps only non-empty keys), the
+    way to cancel one set in the shell, and was refused; one the servers would inherit was not."""
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    assert load_matrix(_smoke(tmp_path / "empty", sidecar={"env": {"VLLM_API_KEY": ""}})).cells()
+    monkeypatch.setenv("VLLM_API_KEY", "qz7inherited")
+    e = _refused(_smoke(tmp_path / "inherited"))
+    assert e.field == "env" and "VLLM_API_KEY is set in specsim's environment" in e.rule and "qz7" not in str(e)
+    assert load_matrix(_smoke(tmp_path / "blanked", sidecar={"env": {"VLLM_API_KEY": ""}})).cells()
+
+
+@pytest.mark.parametrize("kw,field", [
+    ({"sidecar": {"env": {"HF_TOKEN hf_QZ7SECRETabc": "x"}}}, "env"),
+    ({"sidecar": {"serve_cmd": f"{SERVE_CMD} --revision a\u0000QZ7"}}, "serve_cmd"),
+    (_serve({"revision": "a\u0000QZ7"}), "serve_params.json['ngram-n3']"),
+    ({"bench": {"c4": {**C4, "extra_body": {"x": "a\u0000QZ7"}}}}, "bench_params.json['c4']"),
+])
+def test_a_nul_in_a_command_or_a_record_and_a_bad_env_name_are_refused_unquoted(tmp_path, kw, field):
+    """A review: a NUL in a command word or a record's value was accepted (Popen refuses it: every run would fail),
+    and the refusal of an env name showed all of it up to an '=' (a blank left the secret after it in view)."""
+    e = _refused(_smoke(tmp_path, **kw))
+    assert e.field == field and "QZ7" not in str(e), str(e)
+
+
+def test_a_list_record_named_by_its_values_is_refused_when_one_is_a_secret(tmp_path):
+    """A review: a record in a list, without ``_benchmark_name``, is named by its values (``k=v`` joined by '-',
+    as vLLM's sweep names it); with an ``hf_token`` or a ``header`` the name, printed and made the run ids and
+    record directories, held the secret (its '=' and blanks made '_', so no redaction found it)."""
+    serve = [{"_benchmark_name": "baseline"}, {"speculative_config": SPEC, "hf_token": "hf_QZ7SECRETabcdefgh"}]
+    e = _refused(_smoke(tmp_path, raw={"serve_params.json": json.dumps(serve)}))
+    assert e.field == "sweeps[0].serve_params[1]" and "give this record a _benchmark_name" in e.rule, str(e)
+    assert "QZ7" not in str(e)

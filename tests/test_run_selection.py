@@ -202,6 +202,47 @@ def test_a_deleted_earlier_attempt_does_not_hide_the_later_ones(recorded):
     assert runner._run_id_for(recorded, rid, True) == (f"{rid}-retry11", None)  # never a reused number
 
 
+def _manifest(runs: Path, name: str, rows: list[tuple[str, str]]) -> None:
+    """A manifest record as run-matrix writes it: runs.csv with run_id, status, error, kept."""
+    _record(runs, name, status="ok", kind="manifest")
+    (runs / name / "runs.csv").write_text("run_id,status,error,kept\n" + "".join(
+        f'{rid},{st},"",false\n' for rid, st in rows))
+
+
+def test_a_deleted_latest_attempt_s_number_is_never_handed_out_again(recorded, capsys):
+    """Found by a new-user trial: a resume after the latest attempt's record was deleted took one past
+    the highest attempt still there, so the deleted attempt's id (listed in the stamp's manifest, with
+    its status) named another measurement; with the failed plain id deleted too, the plain id was
+    reused."""
+    p = "cpu-validation-fast-S"
+    rid = f"{p}-baseline-c4"  # recorded failed
+    _record(recorded, f"{rid}-retry1", status="ok")
+    _manifest(recorded, f"{p}-manifest", [(rid, "failed"), (f"{p}-baseline-c1", "ok")])
+    _manifest(recorded, f"{p}-manifest-2", [(f"{rid}-retry1", "ok")])
+    _manifest(recorded, f"{p}-manifest-2x", [(f"{rid}-retry9", "ok")])  # not a manifest of stamp S
+    listed = runner._listed_runs(recorded, p)
+    assert listed == {rid: f"{p}-manifest", f"{p}-baseline-c1": f"{p}-manifest", f"{rid}-retry1": f"{p}-manifest-2"}
+    assert runner._run_id_for(recorded, rid, True, listed)[1].run_id == f"{rid}-retry1"  # kept while recorded
+    shutil.rmtree(recorded / f"{rid}-retry1")  # the latest attempt deleted, the failed one left
+    assert runner._run_id_for(recorded, rid, True, listed) == (f"{rid}-retry2", None)
+    shutil.rmtree(recorded / rid)  # every attempt deleted
+    assert runner._run_id_for(recorded, rid, True, listed) == (f"{rid}-retry2", None)
+    with pytest.raises(RunError, match=rf"run '{rid}-retry1' was recorded in .* \(listed in {p}-manifest-2\) and its "
+                                       "record deleted; run ids are never reused"):
+        runner._run_id_for(recorded, rid, False, listed)
+    # the plan (and so the run and the dry run) reads the manifests itself
+    m = runner.select_matrix(load_matrix("cpu-validation-fast"), ["baseline-c4"])
+    assert runner.plan_runs(m, recorded, p, True)[("cell", "baseline-c4")] == (f"{rid}-retry2", None)
+    args = ["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(recorded), "--dry-run",
+            "--stamp", "S", "--only", "baseline-c4"]
+    assert main([*args, "--resume", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_ids"] == {"cell baseline-c4": f"{rid}-retry2"}
+    assert main(args) == 2 and "never reused" in capsys.readouterr().err
+    # a manifest that cannot be read hands out nothing and fails nothing
+    (recorded / f"{p}-manifest-2" / "runs.csv").write_bytes(b"\xff\xfe\x00")
+    assert runner._listed_runs(recorded, p) == {rid: f"{p}-manifest", f"{p}-baseline-c1": f"{p}-manifest"}
+
+
 def test_dry_run_resume_marks_kept_and_estimates_only_what_runs(recorded, capsys):
     m = load_matrix("cpu-validation-fast")
     args = ["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(recorded), "--dry-run",

@@ -178,11 +178,39 @@ def _attempts(runs_dir: Path, rid: str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _next_attempt(runs_dir: Path, rid: str) -> str:
-    """The id of a new attempt of ``rid``: ``rid-retry<k>``, ``k`` one past the highest recorded (a
-    deleted attempt's number is never reused, so the highest number is always the latest attempt)."""
+def _listed_runs(runs_dir: Path, prefix: str) -> dict[str, str]:
+    """``{run id: manifest}`` of every run the manifests of the invocations ``prefix``
+    (``<matrix>-<stamp>``) list in their ``runs.csv``: the ids handed out under that stamp, also where
+    a run's record has since been deleted.  Unreadable manifests are passed over; raises nothing."""
+    import csv
+
+    out: dict[str, str] = {}
+    name = re.compile(rf"{re.escape(prefix)}-manifest(-[0-9]+)?")
+    for d in sorted(Path(runs_dir).glob(f"{glob.escape(prefix)}-manifest*")):
+        if not name.fullmatch(d.name):
+            continue
+        try:
+            with open(d / "runs.csv", newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    if row.get("run_id"):
+                        out.setdefault(row["run_id"], d.name)
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+    return out
+
+
+def _listed_attempts(rid: str, listed: dict[str, str]) -> list[int]:
+    """The attempt numbers of ``rid`` (0: ``rid`` itself) among the listed run ids, ascending."""
+    return sorted(k for r in listed for base, k in [attempt_of(r)] if base == rid)
+
+
+def _next_attempt(runs_dir: Path, rid: str, listed: dict[str, str] | None = None) -> str:
+    """The id of a new attempt of ``rid``: ``rid-retry<k>``, ``k`` one past the highest recorded or listed
+    in a manifest of its stamp (``listed``: :func:`_listed_runs`), so that a deleted attempt's number is
+    never reused, also the latest's, and the highest number is always the latest attempt."""
     tried = _attempts(runs_dir, rid)
     k = attempt_of(tried[-1].name)[1] if tried and tried[-1].name != rid else 0
+    k = max([k, *_listed_attempts(rid, listed or {})])
     return f"{rid}-retry{k + 1}"
 
 
@@ -277,23 +305,32 @@ def check_stamp(stamp: str | None) -> None:
                                 "the default is the UTC time, e.g. 20261203T054937)", stamp)
 
 
-def _run_id_for(runs_dir: Path, rid: str, resume: bool) -> tuple[str | None, RunResult | None]:
+def _run_id_for(runs_dir: Path, rid: str, resume: bool,
+                listed: dict[str, str] | None = None) -> tuple[str | None, RunResult | None]:
     """(id to record under, an already recorded result to keep).  Without ``resume`` an existing id is
-    an error (never overwritten); with it, the latest attempt (``<id>``, ``<id>-retry1``, ...) is kept
-    when it is a kept run (:func:`_keeps`), else the run is re-run as ``<id>-retry<k>`` (``-retry1``
-    first)."""
+    an error (never overwritten), and so is one a manifest of its stamp lists (``listed``:
+    :func:`_listed_runs`) whose record was deleted (never reused); with it, the latest attempt recorded
+    (``<id>``, ``<id>-retry1``, ...) is kept when it is a kept run (:func:`_keeps`), else the run is re-run
+    as ``<id>-retry<k>`` (``-retry1`` first; :func:`_next_attempt`)."""
     tried = _attempts(runs_dir, rid)
-    if not tried:
+    spent = _listed_attempts(rid, listed or {})
+    if not tried and not spent:
         return rid, None
     if not resume:
+        if not tried:
+            gone = rid if spent[-1] == 0 else f"{rid}-retry{spent[-1]}"
+            raise RunError(f"run {gone!r} was recorded in {runs_dir} (listed in {(listed or {})[gone]}) and its "
+                           "record deleted; run ids are never reused (--stamp STAMP --resume runs it again as "
+                           "its next attempt, or choose another stamp)")
         raise RunError(f"run {tried[-1].name!r} is already recorded in {runs_dir}; recorded runs are never "
                        f"overwritten (--stamp STAMP --resume re-runs only what is missing or failed)")
     # the latest attempt decides (a cell skipped behind a verdict that was redone has a later one: plan_runs)
-    last = tried[-1]
-    prov = _recorded_prov(last)
-    if _keeps(prov):
-        return None, RunResult(last.name, last, prov.get("status"), prov.get("error"), prov.get("summary") or {})
-    return _next_attempt(runs_dir, rid), None
+    if tried:
+        last = tried[-1]
+        prov = _recorded_prov(last)
+        if _keeps(prov):
+            return None, RunResult(last.name, last, prov.get("status"), prov.get("error"), prov.get("summary") or {})
+    return _next_attempt(runs_dir, rid, listed), None
 
 
 # --------------------------------------------------------------------------------------------
@@ -398,21 +435,22 @@ def plan_runs(m: SweepMatrix, runs_dir: Path, prefix: str, resume: bool) -> dict
     invalid) is kept whatever its check's verdict is now."""
     out = {}
     failed_verdicts = set()  # run ids of the kept checks whose verdict failed
+    listed = _listed_runs(runs_dir, prefix)  # ids handed out under this stamp: never handed out again
     for h in m.health_checks:
-        out[("check", h.name)] = got = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume)
+        out[("check", h.name)] = got = _run_id_for(runs_dir, f"{prefix}-{h.name}", resume, listed)
         if got[1] is not None and not (_recorded_prov(got[1].path).get("health") or {}).get("passed", True):
             failed_verdicts.add(got[1].run_id)
     for c in m.cells():
         rid = f"{prefix}-{c.run_label}"
-        got = _run_id_for(runs_dir, rid, resume)
+        got = _run_id_for(runs_dir, rid, resume, listed)
         if got[1] is not None and got[1].status == "skipped":
             by = _skipped_by(_recorded_prov(got[1].path))
             if not by or not by <= failed_verdicts or any(
                     out.get(("check", h), (None, True))[1] is None for h in c.guarded_by):
-                got = (_next_attempt(runs_dir, rid), None)  # its verdict is being (or was) redone
+                got = (_next_attempt(runs_dir, rid, listed), None)  # its verdict is being (or was) redone
         out[("cell", c.run_label)] = got
     for p in m.probes:
-        out[("probe", p.name)] = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume)
+        out[("probe", p.name)] = _run_id_for(runs_dir, f"{prefix}-{p.name}", resume, listed)
     return out
 
 

@@ -699,6 +699,51 @@ def test_sigterm_stops_a_ray_matrix_as_it_stops_a_local_one(tmp_path):
     assert p.returncode == 0 and "SIGTERM received" not in p.stderr, (p.returncode, p.stderr[-3000:])
 
 
+def test_ray_and_slurm_jobs_run_the_driver_s_specsim_not_one_in_the_working_directory(tmp_path):
+    """Found by a new-user trial: run-matrix started in another checkout of specsim ran its Ray tasks
+    and submitit jobs with that checkout's code (Ray puts the driver's working directory first on its
+    workers' sys.path, ``python -m submitit.core._submit`` the job's), not with the specsim the command
+    runs.  Run in a fresh interpreter (its own local Ray cluster) started with -P in a directory holding
+    a decoy ``specsim`` package."""
+    pytest.importorskip("ray")
+    pytest.importorskip("submitit")
+    decoy = tmp_path / "other-checkout"
+    (decoy / "specsim").mkdir(parents=True)
+    (decoy / "specsim" / "__init__.py").write_text("DECOY = True\n")
+    code = textwrap.dedent(f"""
+        import json, os, ray, specsim
+        from specsim.runs.executors import RayExecutor, SlurmExecutor
+
+        def probe(job):
+            import os, specsim
+            from specsim.runs import executors
+            executors._enter_driver_cwd(job)
+            return {{"specsim": specsim.__file__, "cwd": os.getcwd()}}
+
+        out = {{"driver": specsim.__file__}}
+        ex = RayExecutor({str(tmp_path / "runs")!r}, init_kwargs={{"num_cpus": 1}})
+        try:
+            out["driver_cwd_after_init"] = os.getcwd()
+            out["ray"] = ray.get(ray.remote(probe).remote({{"driver_cwd": os.getcwd()}}), timeout=120)
+        finally:
+            ex.close()
+        sl = SlurmExecutor({str(tmp_path / "runs")!r}, cluster="local", folder={str(tmp_path / "submitit")!r})
+        out["slurm"] = sl.ex.submit(probe, {{}}).result()
+        print("RESULT", json.dumps(out))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    p = subprocess.run([REAL_PY, "-P", "-c", code], capture_output=True, text=True, env=env, cwd=decoy, timeout=300)
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    assert p.returncode == 0 and line, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    out = json.loads(line[0][len("RESULT "):])
+    assert not out["driver"].startswith(str(decoy))  # the driver itself is not fooled (-P)
+    assert out["ray"]["specsim"] == out["driver"] and out["slurm"]["specsim"] == out["driver"], out
+    # the driver stays where it was; a Ray task runs where the driver runs, as a local job does (and a
+    # submitit job, started from the driver's directory)
+    assert out["driver_cwd_after_init"] == str(decoy)
+    assert out["ray"]["cwd"] == str(decoy) and out["slurm"]["cwd"] == str(decoy), out
+
+
 def test_a_stop_signal_during_ray_wait_is_named_by_the_signal(tmp_path):
     """Ray's ``ray.wait`` (where the driver of ``--executor ray`` spends the matrix) raises a plain
     ``KeyboardInterrupt()`` in place of the StopSignal the handler raised: a SIGTERM to the driver was

@@ -25,10 +25,12 @@ import contextlib
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
 import stat
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -802,10 +804,19 @@ class _Shipper:
             self.update()
 
 
+def _enter_driver_cwd(job: dict) -> None:
+    """Move to the job's ``driver_cwd`` where this process has that directory (else stay)."""
+    with contextlib.suppress(OSError, TypeError):
+        os.chdir(job.get("driver_cwd") or os.getcwd())
+
+
 def _ray_job(job: dict) -> dict:
-    """The Ray task: :func:`_packed_job` with the task's node, id and resources."""
+    """The Ray task: :func:`_packed_job` with the task's node, id and resources, run in the driver's
+    working directory (``driver_cwd``) where this worker has it, as a local job runs (:func:`_in_import_root`
+    started the workers elsewhere)."""
     import ray
 
+    _enter_driver_cwd(job)
     ctx = ray.get_runtime_context()
     return _packed_job(job, {"kind": "ray", "node_id": ctx.get_node_id(), "task_id": ctx.get_task_id(),
                              "resources": job.get("ray_resources")})
@@ -899,8 +910,48 @@ def _keep_sigterm_handler():
             signal.signal(signal.SIGTERM, before)
 
 
+def _specsim_import_root() -> Path:
+    """The directory this ``specsim`` package is imported from (the package's parent: a checkout for an
+    editable install, else ``site-packages``).
+
+    Returns
+    -------
+    Path
+        Raises nothing.
+    """
+    import specsim
+
+    return Path(specsim.__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def _in_import_root():
+    """Run the block (``ray.init``) in :func:`_specsim_import_root`, then return to the working directory.
+
+    ``ray.init`` puts the driver's working directory first on every worker's ``sys.path``
+    (``ray/_private/worker.py``, ``py_driver_sys_path``; the workers of a local cluster start there too),
+    so a driver started in another checkout of specsim ran its Ray tasks with that checkout's code, not
+    its own.  From here the workers import the driver's specsim; :func:`_ray_job` then moves to the
+    driver's working directory, where a local server runs (paths a command gives relative to it).  Where
+    the directory cannot be entered, the block runs where it is."""
+    here = os.getcwd()
+    try:
+        os.chdir(_specsim_import_root())
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
 class RayExecutor:
     """Runs each job as a Ray task (``ray.init(address)``; a local cluster when ``address`` is None).
+
+    ``ray.init`` is called from :func:`_specsim_import_root`, so that the workers import this specsim
+    (:func:`_in_import_root`); each task runs in the driver's working directory where its host has it.
+    Where Ray is initialized already, it is used as it is.
 
     Parameters
     ----------
@@ -932,7 +983,7 @@ class RayExecutor:
         if not self.ray.is_initialized():
             check_ray_address(address)
             try:
-                with _keep_sigterm_handler():
+                with _keep_sigterm_handler(), _in_import_root():  # the workers import the driver's specsim
                     self.ray.init(address=address, include_dashboard=False, log_to_driver=False,
                                   **(init_kwargs or {}))
             except ConnectionError as exc:  # Ray's own text names its flags (--address), not specsim's
@@ -975,7 +1026,8 @@ class RayExecutor:
     def submit(self, job: dict, tag: Any) -> Any:
         res = job.get("ray_resources") or self.resources(job)
         job, staging = _driver_staging(self.runs_dir, job)
-        job = {**job, "collector": self._collector_actor(), "collector_key": staging.name}
+        job = {**job, "collector": self._collector_actor(), "collector_key": staging.name,
+               "driver_cwd": os.getcwd()}
         ref = self._task.options(**res).remote(job)
         self._pending[ref] = tag
         self._staging[ref] = staging
@@ -1176,7 +1228,12 @@ class SlurmExecutor:
         self.folder = Path(folder) if folder else self.runs_dir / ".submitit"
         self.extra = dict(slurm_parameters or {})
         check_slurm_parameters(cluster, self.extra)  # before submitit makes its folder
-        self.ex = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
+        # the job's Python with -P: `python -m submitit.core._submit` would put the job's working directory (the
+        # driver's) first on sys.path, and a driver started in another checkout of specsim would run its jobs
+        # with that checkout's code
+        python = f"{shlex.quote(sys.executable)} -P"
+        self.ex = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster, local_python=python,
+                                        slurm_python=python)
         self.cluster = self.ex.cluster
         # the cores a job gets: what cpus_per_task asks for where given, else this host's
         self._cpus = int(cpus or self.extra.get("cpus_per_task") or os.cpu_count() or 1)

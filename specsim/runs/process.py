@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -255,14 +256,56 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> int | None:
 
 
 def _tail(path: Path, n_chars: int = 3000) -> str:
+    """The last lines of a log, at most ``n_chars`` characters of it from the start of a line (a line
+    longer than that: its end); "" where it cannot be read."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - n_chars))
-            return f.read().decode("utf-8", "replace")
+            text = f.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    if size > n_chars and "\n" in text[:-1]:  # the first line is cut: from the next
+        text = text[text.index("\n") + 1:]
+    return text
+
+
+#: a Python exception's line in a log (``ValueError: ...``, ``pkg.mod.ValidationError: ...``), also behind
+#: vLLM's process prefix (``(EngineCore pid=123) ``)
+_EXCEPTION_LINE = re.compile(r"(?:\(\w+ pid=\d+\) )?((?:\w+\.)*\w*(?:Error|Exception|Exit|Interrupt)(?:: .*)?)")
+
+
+def _causes(log_tail: str, n_chars: int = 600) -> str:
+    """The exception lines of a log's tail (``_EXCEPTION_LINE``), in order, each with the indented lines
+    that continue it (pydantic's validation errors give their reason there), joined by " | "; at most ``n_chars``
+    characters (the last ones), "" where there is none.  What a refused start says first: vLLM ends its
+    log with the traceback, the reason in the last line or two."""
+    lines = log_tail.splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        mt = _EXCEPTION_LINE.fullmatch(line.rstrip())
+        if not mt:
+            continue
+        more = []
+        for x in lines[i + 1:i + 3]:  # the indented lines right after it
+            if not x.startswith(" "):
+                break
+            if not x.strip().startswith(("File ", "For further information")):
+                more.append(x.strip())
+        cause = " ".join([mt.group(1), *more])
+        if cause not in out:
+            out.append(cause)
+    text = " | ".join(out)
+    return text if len(text) <= n_chars else "..." + text[-n_chars:]
+
+
+def _log_excerpt(log_path: str | os.PathLike) -> str:
+    """``": <causes>; log <path> (its last lines):\n<tail>"`` (:func:`_causes`, :func:`_tail`), or
+    ``"; log <path>:\n<tail>"`` where the tail holds no exception."""
+    tail = _tail(Path(log_path))
+    cause = _causes(tail)
+    return f": {cause}; log {log_path} (its last lines):\n{tail}" if cause else f"; log {log_path}:\n{tail}"
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -602,14 +645,14 @@ class Server:
             st = _guard_status(self._status) or {}
             raise RunError(
                 f"server exited with code {st.get('returncode', self.proc.returncode)} before /health answered "
-                f"(after {time.monotonic() - self._t0:.1f} s); log {self.log_path}:\n{_tail(self.log_path)}")
+                f"(after {time.monotonic() - self._t0:.1f} s){_log_excerpt(self.log_path)}")
         if self._healthy():
             self.startup_seconds = time.monotonic() - self._t0
             return True
         if time.monotonic() - self._t0 > self.health_timeout_s:
             raise RunError(
-                f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health; "
-                f"log {self.log_path}:\n{_tail(self.log_path)}")
+                f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health"
+                f"{_log_excerpt(self.log_path)}")
         return False
 
     def start(self) -> "Server":
@@ -795,7 +838,7 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
         if usage is not None:
             usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
     if rc != 0:
-        raise RunError(f"{command_name(cmd)} exited with code {rc}; log {log_path}:\n{_tail(log_path)}")
+        raise RunError(f"{command_name(cmd)} exited with code {rc}{_log_excerpt(log_path)}")
     return time.monotonic() - t0
 
 

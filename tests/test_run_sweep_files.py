@@ -654,7 +654,8 @@ def test_refusals_printed_by_the_cli_keep_their_words_and_hide_an_unsplittable_l
 
     s, b = side["serve_cmd"], side["bench_cmd"]
     for err, words in ((refused(record={"hf_token": ["hf_qz7abcdefgh"]}), "--hf-token takes a single value"),
-                       (refused(serve_cmd=f"{s} --api-key qz7k"), "--api-key may not be given: the server would then ask"),
+                       (refused(serve_cmd=f"{s} --api-key qz7k"),
+                        "--api-key may not be given: the server would then ask"),
                        (refused(serve_cmd=f"{s} --hf-token qz7a --hf-token qz7b"), "--hf-token is given twice"),
                        (refused(serve_cmd=f"{s} --hf-token", record={"hf_token": "hf_qz7abcdefgh"}),
                         "serve_cmd gives --hf-token too, and its value may be left out")):

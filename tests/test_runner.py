@@ -172,7 +172,8 @@ def test_a_refused_start_leads_with_vllms_reason_and_quotes_whole_lines(tmp_path
         "ValueError: no room for the KV cache | pydantic_core._pydantic_core.ValidationError: 1 validation error "
         "for SchedulerConfig Value error, max_num_batched_tokens (16) must be greater than or equal to max_num_seqs "
         f"(32). [type=value_error]; log {tmp_path / 'server.log'} (its last lines):"), head
-    assert tail.startswith("Traceback (most recent call last):") and tail in log_text  # whole lines, the cut one dropped
+    # whole lines, the cut one dropped
+    assert tail.startswith("Traceback (most recent call last):") and tail in log_text
     # a log without an exception: the tail alone, as before
     cmd = [PY, "-c", "print('cannot load model'); import sys; sys.exit(3)"]
     with pytest.raises(RunError, match=rf"before /health answered \(after [0-9.]+ s\); log {tmp_path / 's2.log'}:\n"

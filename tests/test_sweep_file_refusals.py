@@ -70,7 +70,8 @@ def test_options_the_runner_owns_are_refused_in_serve_cmd(tmp_path, opt):
 
 
 @pytest.mark.parametrize("where, opt, why", [
-    ("serve", "--api-key s", "ask every /v1 request for that key, which specsim's health checks, warm-up and bench do not send"),
+    ("serve", "--api-key s",
+     "ask every /v1 request for that key, which specsim's health checks, warm-up and bench do not send"),
     ("serve", "--port 8001", "gives each server a free port"), ("serve", "--host 0.0.0.0", "serves on 127.0.0.1"),
     ("serve", "--uds /tmp/x.sock", "over TCP"), ("serve", "--served-model-name foo", "would refuse them"),
     ("bench", "--port 8001", "points the bench at its own server"),

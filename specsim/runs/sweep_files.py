@@ -164,6 +164,8 @@ def _owned_rule(opt: str, table: Mapping) -> str:
     serve`` may not be given."""
     why = _OWNED_WHY.get(("serve" if table is SERVE_OPTIONS else "bench", opt), "specsim's runner sets it")
     return f"--{opt} may not be given: {why}"
+
+
 #: options the runner adds to every bench command when the file does not give them
 _BENCH_ADDED = ("--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -506,6 +506,45 @@ def test_slurm_param_is_checked_for_every_executor_and_dry_run(capsys, params, e
         assert "specsim: error: --slurm-param:" in err and what in err, err
 
 
+def test_a_slurm_dry_run_shows_what_each_job_asks_for(tmp_path, capsys):
+    """A new-user trial: ``--dry-run --executor slurm`` did not show the Slurm resources, which the run
+    then recorded (``timeout_min``, ``cpus_per_task``).  The expected values computed here from the
+    matrix's own timeouts: each server's cells' timeouts summed, 15 minutes added, in minutes rounded up."""
+    import math
+
+    from specsim.runs.executors import SlurmExecutor
+
+    m = load_matrix("smoke")
+    argv = ["run-matrix", "--matrix", "smoke", "--executor", "slurm", "--slurm-param", "cluster=local",
+            "--slurm-param", "cpus_per_task=3", "--slurm-param", "mem_gb=8", "--dry-run",
+            "--runs-dir", str(tmp_path / "runs")]
+    assert main([*argv, "--json"]) == 0
+    jobs = json.loads(capsys.readouterr().out)["slurm_jobs"]
+    want = {f"server {g.name}": {"mem_gb": 8, "cpus_per_task": 3,
+                                 "timeout_min": math.ceil((sum(c.timeout_s for c in g.cells) + 900) / 60)}
+            for g in m.groups}
+    want.update({f"health check {h.name}": {"mem_gb": 8, "cpus_per_task": 3,
+                                            "timeout_min": math.ceil((m.timeout_s + 900) / 60)}
+                 for h in m.health_checks})
+    want.update({f"probe {p.name}": {"mem_gb": 8, "cpus_per_task": 3,
+                                     "timeout_min": math.ceil((m.timeout_s + 900) / 60)} for p in m.probes})
+    assert jobs == want and len(jobs) >= 2
+    # what the run itself asks for a server's job (the executor's own computation, no job submitted)
+    ex = SlurmExecutor(tmp_path / "runs", cluster="local", folder=tmp_path / "submitit",
+                       slurm_parameters={"cpus_per_task": 3, "mem_gb": 8})
+    g = m.groups[0]
+    job = {"plans": [runner.BenchPlan(run_id="x", bench_cmd=[], provenance={}, timeout_s=c.timeout_s) for c in g.cells],
+           "gpus": g.gpus}
+    assert {**ex.extra, **ex.resources(job)} == jobs[f"server {g.name}"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "Slurm jobs (what each asks for" in out and f"  server {g.name}: timeout_min=" in out, out
+    assert "cpus_per_task=3, mem_gb=8\n" in out, out
+    # other executors: no Slurm jobs
+    assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert json.loads(capsys.readouterr().out)["slurm_jobs"] is None
+
+
 @pytest.mark.parametrize("params,what", [
     (["cluster=nonsense"], "--slurm-param cluster: is not one of submitit's clusters (got 'nonsense'); "
                            "allowed: slurm, local, debug"),

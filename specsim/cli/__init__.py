@@ -403,7 +403,7 @@ def _cmd_run_matrix(args) -> int:
         check_ray_address(args.ray_address)
     if args.dry_run:  # the same selection and checks as the run: --only, --stamp / --resume, --platform
         text, data = dry_run(m, only=only, stamp=args.stamp, resume=args.resume, runs_dir=runs_dir,
-                             executor=args.executor, platform=args.platform)
+                             executor=args.executor, platform=args.platform, slurm=slurm_kw)
         from specsim.runs.provenance import redact_text
 
         # the servers' commands as they would run, with a token given to them as <redacted> (pasted into issues)

@@ -44,7 +44,7 @@ from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
 __all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
-           "make_executor", "check_slurm_parameters", "SUBMITIT_CLUSTERS", "sweep_stale_staging"]
+           "make_executor", "check_slurm_parameters", "slurm_job_resources", "SUBMITIT_CLUSTERS", "sweep_stale_staging"]
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -1189,6 +1189,44 @@ def check_slurm_parameters(cluster: str | None, slurm_parameters: dict | None = 
     return cl
 
 
+def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int, cluster: str,
+                        slurm_parameters: dict | None = None) -> dict:
+    """What :class:`SlurmExecutor` asks Slurm for, for one job (a server's cells, or an offline judge).
+
+    Parameters
+    ----------
+    timeout_s : float
+        The job's seconds: the sum of its cells' timeouts, or a judge's ``timeout_s``; 15 minutes are
+        added for the server's start and stop.
+    gpus : int
+        GPUs its server needs (tensor x pipeline x data parallel size; 1 for a judge).
+    platform : str
+        ``"cpu"``, ``"cuda"`` or ``"rocm"``.
+    cpus : int
+        Cores per job on the CPU platform (``cpus_per_task``).
+    cluster : str
+        submitit's cluster (``"slurm"``, ``"local"``, ``"debug"``).
+    slurm_parameters : dict, optional
+        ``--slurm-param`` values: where they set a parameter derived here, theirs is used.
+
+    Returns
+    -------
+    dict
+        ``timeout_min`` and ``gpus_per_node`` (GPU platforms) or ``cpus_per_task`` (and
+        ``slurm_exclusive`` on Slurm itself, a whole node per server).  Raises nothing.
+    """
+    res: dict[str, Any] = {"timeout_min": int(math.ceil((timeout_s + 900) / 60))}
+    if platform in ("cuda", "rocm"):
+        res["gpus_per_node"] = int(gpus)
+    else:
+        res["cpus_per_task"] = int(cpus)
+        if cluster == "slurm":
+            res["slurm_exclusive"] = True
+    # what the user set (--slurm-param timeout_min=..., ...) wins over what is derived here
+    res.update({k: v for k, v in (slurm_parameters or {}).items() if k in res})
+    return res
+
+
 class SlurmExecutor:
     """Runs each job as a Slurm job through submitit (optional extra ``specsim[slurm]``).
 
@@ -1249,16 +1287,8 @@ class SlurmExecutor:
 
     def resources(self, job: dict) -> dict:
         t = sum(p.timeout_s or 1800.0 for p in job.get("plans", [])) or job.get("timeout_s", 1800.0)
-        res: dict[str, Any] = {"timeout_min": int(math.ceil((t + 900) / 60))}
-        if self.platform in ("cuda", "rocm"):
-            res["gpus_per_node"] = int(job.get("gpus", 1))
-        else:
-            res["cpus_per_task"] = self._cpus
-            if self.cluster == "slurm":
-                res["slurm_exclusive"] = True
-        # what the user set (--slurm-param timeout_min=..., ...) wins over what is derived here
-        res.update({k: v for k, v in self.extra.items() if k in res})
-        return res
+        return slurm_job_resources(t, int(job.get("gpus", 1)), platform=self.platform, cpus=self._cpus,
+                                   cluster=self.cluster, slurm_parameters=self.extra)
 
     def submit(self, job: dict, tag: Any) -> Any:
         """Submit ``job`` (its cells: ``tag``); on the local cluster, queue it while another is in

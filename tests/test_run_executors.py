@@ -297,6 +297,31 @@ def test_a_job_failing_after_recording_some_runs_keeps_them(fake_env, monkeypatc
     assert not [x for x in runs.iterdir() if x.name.startswith(".")]
 
 
+def test_relative_runs_and_models_dirs_are_recorded_absolute(fake_env, monkeypatch):
+    """A second user trial: with a relative --runs-dir / --models-dir the records held the servers' and
+    benches' commands with those relative paths (``--result-dir ../runs-B/...``), and the dry run's
+    ``vllm bench sweep`` line, which it says to run from the checkout, a models path relative to another
+    directory: none of them could be followed later or from elsewhere."""
+    from specsim.runs.sweep_files import SIDECAR, load_matrix, resolve_matrix
+
+    monkeypatch.chdir(fake_env["tmp"])
+    m = _matrix(fake_env["tmp"])
+    got = run_matrix(m, runs_dir=Path("rel-runs"), install=fake_env["install"], stamp="S9", progress=False,
+                     only=["baseline-c1"])
+    rid = "fake-S9-baseline-c1"
+    assert [(r.run_id, r.status) for r in got if r.run_id == rid] == [(rid, "ok")]
+    bench = _prov(fake_env["tmp"] / "rel-runs" / rid)["commands"]["bench"]
+    assert bench[bench.index("--result-dir") + 1] == str(fake_env["tmp"] / "rel-runs" / rid)
+    # --models-dir: a relative one stands absolute in the servers' commands and vLLM's own sweep line
+    models = fake_env["tmp"] / "rel" / "models"
+    models.mkdir(parents=True)
+    real = Path(json.loads((resolve_matrix("smoke") / SIDECAR).read_text())["serve_cmd"].split()[2])
+    (models / real.name).symlink_to(project_data_path("runs").parent.parent / real)
+    sm = load_matrix("smoke", models_dir="rel/models")
+    assert sm.model_path == models / real.name and sm.model_path.is_absolute()
+    assert f"'vllm serve {models / real.name} " in sm.vllm_sweep_commands()[0]
+
+
 def test_resume_reruns_only_what_failed_and_overwrites_nothing(fake_env, monkeypatch):
     runs = fake_env["tmp"] / "runs"
     m = _matrix(fake_env["tmp"])

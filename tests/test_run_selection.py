@@ -223,12 +223,16 @@ def test_a_deleted_latest_attempt_s_number_is_never_handed_out_again(recorded, c
     listed = runner._listed_runs(recorded, p)
     assert listed == {rid: f"{p}-manifest", f"{p}-baseline-c1": f"{p}-manifest", f"{rid}-retry1": f"{p}-manifest-2"}
     assert runner._run_id_for(recorded, rid, True, listed)[1].run_id == f"{rid}-retry1"  # kept while recorded
+    # without --resume the refusal names the id the run would use, and its latest attempt (a second trial)
+    with pytest.raises(RunError, match=rf"run '{rid}' is already recorded in .* "
+                                       rf"\(its latest attempt: '{rid}-retry1'\)"):
+        runner._run_id_for(recorded, rid, False, listed)
     shutil.rmtree(recorded / f"{rid}-retry1")  # the latest attempt deleted, the failed one left
     assert runner._run_id_for(recorded, rid, True, listed) == (f"{rid}-retry2", None)
     shutil.rmtree(recorded / rid)  # every attempt deleted
     assert runner._run_id_for(recorded, rid, True, listed) == (f"{rid}-retry2", None)
-    with pytest.raises(RunError, match=rf"run '{rid}-retry1' was recorded in .* \(listed in {p}-manifest-2\) and its "
-                                       "record deleted; run ids are never reused"):
+    with pytest.raises(RunError, match=rf"run '{rid}' was recorded in .* and its record deleted \(its latest attempt "
+                                       rf"'{rid}-retry1' is listed in {p}-manifest-2\); run ids are never reused"):
         runner._run_id_for(recorded, rid, False, listed)
     # the plan (and so the run and the dry run) reads the manifests itself
     m = runner.select_matrix(load_matrix("cpu-validation-fast"), ["baseline-c4"])
@@ -520,9 +524,8 @@ def test_a_slurm_dry_run_shows_what_each_job_asks_for(tmp_path, capsys):
             "--runs-dir", str(tmp_path / "runs")]
     assert main([*argv, "--json"]) == 0
     jobs = json.loads(capsys.readouterr().out)["slurm_jobs"]
-    want = {f"server {g.name}": {"mem_gb": 8, "cpus_per_task": 3,
-                                 "timeout_min": math.ceil((sum(c.timeout_s for c in g.cells) + 900) / 60)}
-            for g in m.groups}
+    want = {f"server {g.name}": {"mem_gb": 8, "cpus_per_task": 3, "timeout_min": math.ceil(
+                (sum(c.timeout_s for c in g.cells) + m.server_start_timeout_s + 300) / 60)} for g in m.groups}
     want.update({f"health check {h.name}": {"mem_gb": 8, "cpus_per_task": 3,
                                             "timeout_min": math.ceil((m.timeout_s + 900) / 60)}
                  for h in m.health_checks})
@@ -540,6 +543,19 @@ def test_a_slurm_dry_run_shows_what_each_job_asks_for(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Slurm jobs (what each asks for" in out and f"  server {g.name}: timeout_min=" in out, out
     assert "cpus_per_task=3, mem_gb=8\n" in out, out
+    # a server allowed an hour to start gets the hour (a second trial: the limit did not follow it, and Slurm
+    # would have killed the job while specsim still waited for /health)
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    slow = tmp_path / "slow"
+    shutil.copytree(resolve_matrix("smoke"), slow)
+    side = json.loads((slow / SIDECAR).read_text())
+    (slow / SIDECAR).write_text(json.dumps({**side, "server_start_timeout_s": 3600}))
+    assert main([str(slow) if a == "smoke" else a for a in argv] + ["--json"]) == 0
+    slow_jobs = json.loads(capsys.readouterr().out)["slurm_jobs"]
+    assert slow_jobs[f"server {g.name}"]["timeout_min"] == jobs[f"server {g.name}"]["timeout_min"] + 50
+    job["health_timeout_s"] = 3600  # the executor reads it from the job, as the runner makes it
+    assert ex.resources(job)["timeout_min"] == slow_jobs[f"server {g.name}"]["timeout_min"]
     # other executors: no Slurm jobs
     assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert json.loads(capsys.readouterr().out)["slurm_jobs"] is None

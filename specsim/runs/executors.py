@@ -1190,14 +1190,14 @@ def check_slurm_parameters(cluster: str | None, slurm_parameters: dict | None = 
 
 
 def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int, cluster: str,
-                        slurm_parameters: dict | None = None) -> dict:
+                        slurm_parameters: dict | None = None, start_timeout_s: float = 600.0) -> dict:
     """What :class:`SlurmExecutor` asks Slurm for, for one job (a server's cells, or an offline judge).
 
     Parameters
     ----------
     timeout_s : float
-        The job's seconds: the sum of its cells' timeouts, or a judge's ``timeout_s``; 15 minutes are
-        added for the server's start and stop.
+        The job's seconds: the sum of its cells' timeouts, or a judge's ``timeout_s``; its server's
+        ``start_timeout_s`` and 5 minutes (stop, bookkeeping) are added.
     gpus : int
         GPUs its server needs (tensor x pipeline x data parallel size; 1 for a judge).
     platform : str
@@ -1208,6 +1208,9 @@ def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int
         submitit's cluster (``"slurm"``, ``"local"``, ``"debug"``).
     slurm_parameters : dict, optional
         ``--slurm-param`` values: where they set a parameter derived here, theirs is used.
+    start_timeout_s : float
+        Seconds its server may take to answer ``/health`` (the sidecar's ``server_start_timeout_s``;
+        600 for a judge, whose engine starts within its ``timeout_s``).
 
     Returns
     -------
@@ -1215,7 +1218,7 @@ def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int
         ``timeout_min`` and ``gpus_per_node`` (GPU platforms) or ``cpus_per_task`` (and
         ``slurm_exclusive`` on Slurm itself, a whole node per server).  Raises nothing.
     """
-    res: dict[str, Any] = {"timeout_min": int(math.ceil((timeout_s + 900) / 60))}
+    res: dict[str, Any] = {"timeout_min": int(math.ceil((timeout_s + start_timeout_s + 300) / 60))}
     if platform in ("cuda", "rocm"):
         res["gpus_per_node"] = int(gpus)
     else:
@@ -1288,7 +1291,8 @@ class SlurmExecutor:
     def resources(self, job: dict) -> dict:
         t = sum(p.timeout_s or 1800.0 for p in job.get("plans", [])) or job.get("timeout_s", 1800.0)
         return slurm_job_resources(t, int(job.get("gpus", 1)), platform=self.platform, cpus=self._cpus,
-                                   cluster=self.cluster, slurm_parameters=self.extra)
+                                   cluster=self.cluster, slurm_parameters=self.extra,
+                                   start_timeout_s=float(job.get("health_timeout_s") or 600.0))
 
     def submit(self, job: dict, tag: Any) -> Any:
         """Submit ``job`` (its cells: ``tag``); on the local cluster, queue it while another is in

@@ -319,10 +319,11 @@ def _run_id_for(runs_dir: Path, rid: str, resume: bool,
     if not resume:
         if not tried:
             gone = rid if spent[-1] == 0 else f"{rid}-retry{spent[-1]}"
-            raise RunError(f"run {gone!r} was recorded in {runs_dir} (listed in {(listed or {})[gone]}) and its "
-                           "record deleted; run ids are never reused (--stamp STAMP --resume runs it again as "
-                           "its next attempt, or choose another stamp)")
-        raise RunError(f"run {tried[-1].name!r} is already recorded in {runs_dir}; recorded runs are never "
+            raise RunError(f"run {rid!r} was recorded in {runs_dir} and its record deleted (its latest attempt "
+                           f"{gone!r} is listed in {(listed or {})[gone]}); run ids are never reused (--stamp STAMP "
+                           "--resume runs it again as its next attempt, or choose another stamp)")
+        latest = "" if tried[-1].name == rid else f" (its latest attempt: {tried[-1].name!r})"
+        raise RunError(f"run {rid!r} is already recorded in {runs_dir}{latest}; recorded runs are never "
                        f"overwritten (--stamp STAMP --resume re-runs only what is missing or failed)")
     # the latest attempt decides (a cell skipped behind a verdict that was redone has a later one: plan_runs)
     if tried:
@@ -581,7 +582,8 @@ def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
     extra = dict(slurm.get("slurm_parameters") or {})
     kw = {"platform": platform, "cpus": int(extra.get("cpus_per_task") or os.cpu_count() or 1),
           "cluster": slurm.get("cluster") or "slurm", "slurm_parameters": extra}
-    jobs = {f"server {g.name}": slurm_job_resources(sum(c.timeout_s or 1800.0 for c in g.cells), g.gpus, **kw)
+    jobs = {f"server {g.name}": slurm_job_resources(sum(c.timeout_s or 1800.0 for c in g.cells), g.gpus, **kw,
+                                                    start_timeout_s=m.server_start_timeout_s)
             for g in m.groups}
     jobs.update({f"{what} {name}": slurm_job_resources(m.timeout_s, 1, **kw)
                  for what, names in (("health check", [h.name for h in m.health_checks]),
@@ -776,7 +778,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     groups, checks, probes = list(sel.groups), list(sel.health_checks), list(sel.probes)
     install = install or VllmInstall.default()
     install.check()
-    runs_dir = Path(runs_dir) if runs_dir else project_data_path("runs")
+    # absolute: the records' commands (--result-dir) and paths stay readable from anywhere
+    runs_dir = Path(runs_dir).absolute() if runs_dir else project_data_path("runs")
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # a place no directory can be made (/proc/x, read-only, no permission): name the option

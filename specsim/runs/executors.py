@@ -1235,7 +1235,8 @@ class SlurmExecutor:
 
     Each job asks for ``gpus_per_node`` = its GPUs on a GPU platform, or a whole node
     (``slurm_exclusive``) on the CPU platform with ``cpus_per_task`` = ``cpus`` (default: this host's
-    cores), and ``timeout_min`` from its cells' timeouts.  ``cluster="local"`` runs the jobs as local
+    cores), and ``timeout_min`` from its cells' timeouts and its server's start timeout
+    (:func:`slurm_job_resources`).  ``cluster="local"`` runs the jobs as local
     processes (submitit's LocalExecutor: what the tests use); ``None`` picks Slurm, and is refused
     (RunError) where there is none (submitit would fall back to local processes).
     ``slurm_parameters`` are passed to ``update_parameters`` (``slurm_partition``, ...); where they set

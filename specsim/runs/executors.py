@@ -44,7 +44,8 @@ from specsim.runs.recorder import RunResult, _json_default
 from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
 __all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
-           "make_executor", "check_slurm_parameters", "slurm_job_resources", "SUBMITIT_CLUSTERS", "sweep_stale_staging"]
+           "make_executor", "check_slurm_parameters", "slurm_cpus", "slurm_job_resources", "SUBMITIT_CLUSTERS",
+           "sweep_stale_staging"]
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -1189,15 +1190,21 @@ def check_slurm_parameters(cluster: str | None, slurm_parameters: dict | None = 
     return cl
 
 
-def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int, cluster: str,
+def slurm_cpus(slurm_parameters: dict | None = None) -> int:
+    """Cores per Slurm job on the CPU platform: ``cpus_per_task`` where ``--slurm-param`` gives it, else
+    this host's (``os.cpu_count``).  Raises nothing beyond ``int()`` of the value given."""
+    return int((slurm_parameters or {}).get("cpus_per_task") or os.cpu_count() or 1)
+
+
+def slurm_job_resources(timeouts_s: Iterable[float | None], gpus: int, *, platform: str, cpus: int, cluster: str,
                         slurm_parameters: dict | None = None, start_timeout_s: float = 600.0) -> dict:
     """What :class:`SlurmExecutor` asks Slurm for, for one job (a server's cells, or an offline judge).
 
     Parameters
     ----------
-    timeout_s : float
-        The job's seconds: the sum of its cells' timeouts, or a judge's ``timeout_s``; its server's
-        ``start_timeout_s`` and 5 minutes (stop, bookkeeping) are added.
+    timeouts_s : iterable of float or None
+        Seconds: its cells' timeouts (a judge: its ``timeout_s`` alone), summed, 1800 for one not given;
+        its server's ``start_timeout_s`` and 5 minutes (stop, bookkeeping) are added.
     gpus : int
         GPUs its server needs (tensor x pipeline x data parallel size; 1 for a judge).
     platform : str
@@ -1218,7 +1225,8 @@ def slurm_job_resources(timeout_s: float, gpus: int, *, platform: str, cpus: int
         ``timeout_min`` and ``gpus_per_node`` (GPU platforms) or ``cpus_per_task`` (and
         ``slurm_exclusive`` on Slurm itself, a whole node per server).  Raises nothing.
     """
-    res: dict[str, Any] = {"timeout_min": int(math.ceil((timeout_s + start_timeout_s + 300) / 60))}
+    t = sum(x or 1800.0 for x in timeouts_s)
+    res: dict[str, Any] = {"timeout_min": int(math.ceil((t + start_timeout_s + 300) / 60))}
     if platform in ("cuda", "rocm"):
         res["gpus_per_node"] = int(gpus)
     else:
@@ -1278,7 +1286,7 @@ class SlurmExecutor:
                                         slurm_python=python)
         self.cluster = self.ex.cluster
         # the cores a job gets: what cpus_per_task asks for where given, else this host's
-        self._cpus = int(cpus or self.extra.get("cpus_per_task") or os.cpu_count() or 1)
+        self._cpus = int(cpus or slurm_cpus(self.extra))
         self._pending: dict = {}
         self._staging: dict = {}  # job -> its driver-side staging directory (_driver_staging)
         # the local cluster runs every submitted job at once on this host: one job at a time there
@@ -1290,8 +1298,8 @@ class SlurmExecutor:
         return self._cpus
 
     def resources(self, job: dict) -> dict:
-        t = sum(p.timeout_s or 1800.0 for p in job.get("plans", [])) or job.get("timeout_s", 1800.0)
-        return slurm_job_resources(t, int(job.get("gpus", 1)), platform=self.platform, cpus=self._cpus,
+        timeouts = [p.timeout_s for p in job.get("plans", [])] or [job.get("timeout_s")]
+        return slurm_job_resources(timeouts, int(job.get("gpus", 1)), platform=self.platform, cpus=self._cpus,
                                    cluster=self.cluster, slurm_parameters=self.extra,
                                    start_timeout_s=float(job.get("health_timeout_s") or 600.0))
 

@@ -577,15 +577,15 @@ def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
     """``{job: what it asks Slurm for}`` for the servers, health checks and probes of ``m`` as
     :class:`specsim.runs.executors.SlurmExecutor` submits them (a server's cells' timeouts summed; a judge's
     the matrix's ``timeout_s``; cores: ``cpus_per_task`` where given, else this host's)."""
-    from specsim.runs.executors import slurm_job_resources
+    from specsim.runs.executors import slurm_cpus, slurm_job_resources
 
     extra = dict(slurm.get("slurm_parameters") or {})
-    kw = {"platform": platform, "cpus": int(extra.get("cpus_per_task") or os.cpu_count() or 1),
-          "cluster": slurm.get("cluster") or "slurm", "slurm_parameters": extra}
-    jobs = {f"server {g.name}": slurm_job_resources(sum(c.timeout_s or 1800.0 for c in g.cells), g.gpus, **kw,
+    kw = {"platform": platform, "cpus": slurm_cpus(extra), "cluster": slurm.get("cluster") or "slurm",
+          "slurm_parameters": extra}
+    jobs = {f"server {g.name}": slurm_job_resources([c.timeout_s for c in g.cells], g.gpus, **kw,
                                                     start_timeout_s=m.server_start_timeout_s)
             for g in m.groups}
-    jobs.update({f"{what} {name}": slurm_job_resources(m.timeout_s, 1, **kw)
+    jobs.update({f"{what} {name}": slurm_job_resources([m.timeout_s], 1, **kw)
                  for what, names in (("health check", [h.name for h in m.health_checks]),
                                      ("probe", [p.name for p in m.probes])) for name in names})
     return {k: {**v, **{x: y for x, y in extra.items() if x not in v}} for k, v in jobs.items()}

@@ -140,6 +140,7 @@ _SERVE_MODEL_RULE = ("the model is serve_cmd's positional argument ('vllm serve 
 BENCH_OWNED = ("base-url", "host", "port", "save-result", "save-detailed", "result-dir", "result-filename",
                "ready-check-timeout-sec")
 _RESULT_FILES = "specsim's runner saves the bench's result, with each request's output, in the run's own directory"
+_BENCH_ADDRESS = "specsim's runner points the bench at its own server (--base-url)"
 #: why each option of SERVE_OWNED / BENCH_OWNED is refused (what the runner gives instead: runner.py)
 _OWNED_WHY = {
     ("serve", "host"): "specsim's runner serves on 127.0.0.1 and sends its requests there",
@@ -154,9 +155,7 @@ _OWNED_WHY = {
                      "on HTTPS nothing would answer it, and the start would be reported not healthy after "
                      "server_start_timeout_s" for o in ("ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "ssl-cert-reqs",
                                                         "ssl-ciphers", "enable-ssl-refresh")},
-    ("bench", "base-url"): "specsim's runner points the bench at its own server (--base-url)",
-    ("bench", "host"): "specsim's runner points the bench at its own server (--base-url)",
-    ("bench", "port"): "specsim's runner points the bench at its own server (--base-url)",
+    ("bench", "base-url"): _BENCH_ADDRESS, ("bench", "host"): _BENCH_ADDRESS, ("bench", "port"): _BENCH_ADDRESS,
     ("bench", "save-result"): _RESULT_FILES, ("bench", "save-detailed"): _RESULT_FILES,
     ("bench", "result-dir"): _RESULT_FILES, ("bench", "result-filename"): _RESULT_FILES,
     ("bench", "ready-check-timeout-sec"): "specsim's runner waits for the server itself before the bench starts "
@@ -799,8 +798,6 @@ def _cmd_options(cmd: Sequence[str], table: Mapping, where: str, owned: Sequence
             if opt not in table:
                 raise SpecsimValueError(f"{where}: {tok}", f"not an option of `{where.split('.')[-1]}` in vLLM 0.32",
                                         opt, _suggest(opt, table) or None)
-            if opt in owned:
-                raise SpecsimValueError(f"{where}: --{opt}", _owned_rule(opt, table))
             kind = table[opt][0] if isinstance(table[opt], tuple) else table[opt]
             if kind == "flag" and eq:  # argparse: "ignored explicit argument" (store_true, BooleanOptionalAction)
                 raise SpecsimValueError(f"{where}: {tok}", f"--{opt} is a flag and takes no value: vLLM 0.32's parser "

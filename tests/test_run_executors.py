@@ -860,12 +860,21 @@ def test_slurm_lost_job_keeps_the_runs_it_recorded_and_its_servers_log(fake_env)
     assert not _no_fake_processes()
 
 
-def test_slurm_parameters_replace_the_derived_resources(fake_env):
+def test_slurm_parameters_replace_the_derived_resources(fake_env, capsys):
     """``timeout_min`` / ``cpus_per_task`` given as Slurm parameters crashed every submit ("multiple
     values for keyword argument"); now they replace what specsim derives, the record says so, and
-    cpus_per_task sets the cores the server binds its threads to."""
+    cpus_per_task sets the cores the server binds its threads to.  A ``timeout_min`` below what the job's
+    cells may take is warned of (a new-user trial: Slurm would end the job with a cell still in its timeout)."""
     pytest.importorskip("submitit")
+    from specsim.runs.executors import slurm_job_resources
+    from specsim.runs.sweep_files import load_matrix
+
     m = _matrix(fake_env["tmp"])
+    g = next(g for g in load_matrix(m).groups if any(c.run_label == "baseline-c1" for c in g.cells))
+    needs = slurm_job_resources([c.timeout_s for c in g.cells if c.run_label == "baseline-c1"], g.gpus,
+                                platform="cpu", cpus=1, cluster="local",
+                                start_timeout_s=load_matrix(m).server_start_timeout_s)["timeout_min"]
+    assert needs > 7
     res = run_matrix(m, runs_dir=fake_env["tmp"] / "slurm", install=fake_env["install"], stamp="S11",
                      progress=False, executor="slurm", only=["baseline-c1"],
                      slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit",
@@ -876,6 +885,9 @@ def test_slurm_parameters_replace_the_derived_resources(fake_env):
     jid = p["executor"]["submitit_job_id"]  # links the record to submitit's files of its job
     assert jid and list((fake_env["tmp"] / "submitit").glob(f"{jid}_*")), jid
     assert p["env"]["VLLM_CPU_OMP_THREADS_BIND"] == "0"  # one core: vLLM's CPU worker binds its threads to it
+    err = capsys.readouterr().err
+    assert (f"specsim: WARNING: --slurm-param timeout_min=7 is below what 1 job(s) may take (their cells' "
+            f"timeouts + the server's start timeout + 5 min): server {g.name} ({needs} min); Slurm may end") in err, err
 
 
 def test_slurm_local_cluster_runs_one_job_at_a_time(fake_env, monkeypatch):
@@ -1215,6 +1227,10 @@ def test_run_matrix_exits_1_when_a_run_failed_and_names_the_resume(fake_env):
     failed = ", ".join(f"fake-E1-{s}-t0.8-c2" for s in ("baseline", "ngram-n2", "ngram-n3"))
     assert f"specsim: 3 of 7 runs failed ({failed}; the error is in each run's provenance.json and runs.csv); " \
            "re-run them with --stamp E1 --resume" in err
+    # and why, once for the runs that failed alike: the error's first line, without the log it names
+    reasons = err.split("re-run them with --stamp E1 --resume\n", 1)[1].splitlines()
+    assert reasons[0].startswith(f"  {failed}: vllm bench serve exited with code 2"), reasons
+    assert reasons[0].endswith("Error: connection refused") and "; log " not in reasons[0], reasons
     # the manifest's runs.csv holds each run's whole error, as its provenance.json does (it kept the first
     # line, cut at 300 characters, with its double quotes turned into single ones)
     import pandas as pd

@@ -556,6 +556,17 @@ def test_a_slurm_dry_run_shows_what_each_job_asks_for(tmp_path, capsys):
     assert slow_jobs[f"server {g.name}"]["timeout_min"] == jobs[f"server {g.name}"]["timeout_min"] + 50
     job["health_timeout_s"] = 3600  # the executor reads it from the job, as the runner makes it
     assert ex.resources(job)["timeout_min"] == slow_jobs[f"server {g.name}"]["timeout_min"]
+    assert main([*argv, "--json"]) == 0  # without a timeout_min of the user's, nothing to warn of
+    assert json.loads(capsys.readouterr().out)["slurm_timeout_short"] is None
+    # a timeout_min below what a job may take is warned of, naming each such job and what it needs
+    assert main([*argv, "--slurm-param", "timeout_min=16", "--json"]) == 0
+    short = json.loads(capsys.readouterr().out)["slurm_timeout_short"]
+    assert short == [{"job": k, "timeout_min": 16, "needs_min": v["timeout_min"]} for k, v in jobs.items()
+                     if v["timeout_min"] > 16] and short, (short, jobs)
+    assert main([*argv, "--slurm-param", "timeout_min=16"]) == 0
+    out = capsys.readouterr().out
+    assert ("\n  WARNING: --slurm-param timeout_min=16 is below what " f"{len(short)} job(s) may take") in out, out
+    assert f"{short[0]['job']} ({short[0]['needs_min']} min)" in out
     # other executors: no Slurm jobs
     assert main(["run-matrix", "--matrix", "smoke", "--dry-run", "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     assert json.loads(capsys.readouterr().out)["slurm_jobs"] is None

@@ -12,6 +12,7 @@ import _thread
 import datetime as _dt
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -423,6 +424,10 @@ def test_session_server_fails_to_start_records_failed_runs_with_log(fakes):
         prov = _provenance(fakes["runs"] / rid)
         assert prov["status"] == "failed" and "exited with code 3" in prov["error"]
         assert "cannot load model" in (fakes["runs"] / rid / "server.log").read_text()
+        # how long the start took before it failed: the figure the error gives (the record's duration_seconds
+        # is the recording's, the cell never ran)
+        after = float(re.search(r"\(after ([0-9.]+) s\)", prov["error"]).group(1))
+        assert prov["server_start_failed_after_seconds"] == pytest.approx(after, abs=0.05)
     assert not (fakes["pids"] / "bench.pid").exists()  # no bench was started
     assert sorted(p.name for p in fakes["runs"].iterdir()) == ["r-c1", "r-c4"]
 
@@ -431,6 +436,7 @@ def test_session_health_timeout_records_failed(fakes):
     res = serve_and_bench(_server_cmd(fakes, "never"), [BenchPlan("t", _bench_cmd(fakes, "ok"))],
                           runs_dir=fakes["runs"], health_timeout_s=1.0, stop_timeout_s=0.5)
     assert res[0].status == "failed" and "not healthy within 1 s" in res[0].error
+    assert 1.0 < _provenance(fakes["runs"] / "t")["server_start_failed_after_seconds"] < 30
     assert _wait_gone(_pid(fakes, "server")) and _wait_gone(_pid(fakes, "child"))
 
 

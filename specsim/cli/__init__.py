@@ -461,11 +461,25 @@ def _cmd_run_matrix(args) -> int:
               + "; ".join(f"{rid}: {why}" for rid, why in greedy_failed) + "): their outputs differ from the "
               "baseline's (checks.json in each run; the runs are recorded ok, and --resume keeps them)",
               file=sys.stderr)
-    if failed := [r.run_id for r in results if r.status == "failed"]:
-        print(f"specsim: {len(failed)} of {len(results)} runs failed ({', '.join(failed)}; the error is in each "
-              f"run's provenance.json and runs.csv); re-run them with --stamp {stamp} --resume", file=sys.stderr)
+    if failed := [r for r in results if r.status == "failed"]:
+        print(f"specsim: {len(failed)} of {len(results)} runs failed ({', '.join(r.run_id for r in failed)}; the "
+              f"error is in each run's provenance.json and runs.csv); re-run them with --stamp {stamp} --resume"
+              + "".join(f"\n  {', '.join(ids)}: {why}" for why, ids in _failure_reasons(failed)), file=sys.stderr)
         return 1
     return 1 if greedy_failed else 0
+
+
+def _failure_reasons(failed) -> list[tuple[str, list[str]]]:
+    """``[(reason, run ids)]`` of failed runs, in order of first appearance: each error's first line up to
+    the log it names (``"; log <path>"``: the path and the log's tail stay in the record), without a leading
+    ``RunError:``, at most 300 characters; runs failed alike (the cells of one server that did not start)
+    share a reason."""
+    out: dict[str, list[str]] = {}
+    for r in failed:
+        why = (r.error or "no error recorded").splitlines()[0].split("; log ")[0].strip()
+        why = why.removeprefix("RunError: ")  # the recorder's name of specsim's own error says nothing here
+        out.setdefault(why if len(why) <= 300 else why[:297] + "...", []).append(r.run_id)
+    return list(out.items())
 
 
 def _cmd_validate(args) -> int:
@@ -687,8 +701,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the cells, the servers they need and the estimated device-hours (from the "
                         "recorded run times under --runs-dir); start nothing")
     p.add_argument("--executor", choices=["local", "ray", "slurm"], default="local",
-                   help="local: one server at a time here; ray: each serve config as a Ray task (pip install "
-                        "'specsim[ray]'); slurm: each as a Slurm job through submitit (pip install 'specsim[slurm]')")
+                   help="local: here, benches one server at a time (a matrix's concurrent_server_starts may "
+                        "start two servers together; no bench runs while one starts); ray: each serve config as a "
+                        "Ray task (pip install 'specsim[ray]'); slurm: each as a Slurm job through submitit (pip "
+                        "install 'specsim[slurm]')")
     p.add_argument("--slurm-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a submitit / Slurm parameter for --executor slurm (e.g. slurm_partition=gpu, timeout_min=120, "
                         "cluster=local; VALUE read as JSON where it parses); repeatable")

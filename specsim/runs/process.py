@@ -553,6 +553,9 @@ class Server:
         self.stop_timeout_s = float(stop_timeout_s)
         self.proc: "_Guarded | None" = None
         self.startup_seconds: float | None = None
+        #: seconds from launch to the failure that ended the start (the process exited, or
+        #: ``health_timeout_s`` passed); None unless :meth:`check_ready` raised
+        self.start_failed_after_seconds: float | None = None
         self.returncode: int | None = None
         #: seconds the last stop took (SIGINT to the group's end); None before a stop
         self.stop_seconds: float | None = None
@@ -643,13 +646,15 @@ class Server:
             raise RunError("server not launched")
         if self.proc.poll() is not None:
             st = _guard_status(self._status) or {}
+            self.start_failed_after_seconds = time.monotonic() - self._t0
             raise RunError(
                 f"server exited with code {st.get('returncode', self.proc.returncode)} before /health answered "
-                f"(after {time.monotonic() - self._t0:.1f} s){_log_excerpt(self.log_path)}")
+                f"(after {self.start_failed_after_seconds:.1f} s){_log_excerpt(self.log_path)}")
         if self._healthy():
             self.startup_seconds = time.monotonic() - self._t0
             return True
         if time.monotonic() - self._t0 > self.health_timeout_s:
+            self.start_failed_after_seconds = time.monotonic() - self._t0
             raise RunError(
                 f"server not healthy within {self.health_timeout_s:g} s at {self.url}/health"
                 f"{_log_excerpt(self.log_path)}")

@@ -491,7 +491,8 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
     with ``resume``, ``matrix_changed_since_stamp`` (the matrix files that differ from the recorded runs').
     With ``executor="slurm"``, ``slurm`` (``cluster`` and ``slurm_parameters``, as :func:`run_matrix` takes
     them) gives what each job would ask Slurm for (``slurm_jobs``: :func:`specsim.runs.executors.slurm_job_resources`
-    with the ``--slurm-param`` values it would pass besides).
+    with the ``--slurm-param`` values it would pass besides) and ``slurm_timeout_short``: the jobs whose
+    ``--slurm-param timeout_min`` is below what their cells may take (the text's WARNING; None where none).
 
     Raises
     ------
@@ -559,12 +560,15 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
             text += ("\n(the vllm bench sweep commands above run the whole matrix; --only / --resume select in "
                      "specsim only)") if m.vllm_sweep_commands() else ""
     jobs = _slurm_jobs(todo, plat, slurm or {}) if executor == "slurm" else None
+    short = _slurm_time_short(todo, plat, slurm or {}) if executor == "slurm" else []
     if jobs:
         text += ("\n\nSlurm jobs (what each asks for; a --slurm-param value replaces what specsim derives):\n"
                  + "\n".join(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in res.items())
                              for name, res in jobs.items()))
+        if short:
+            text += "\n  WARNING: " + _slurm_time_short_text(short)
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
-            "slurm_jobs": jobs,
+            "slurm_jobs": jobs, "slurm_timeout_short": short or None,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
             "nothing_to_run": todo.n_runs() == 0,
             "run_ids": ids or None, "matrix_changed_since_stamp": changed,
@@ -589,6 +593,30 @@ def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
                  for what, names in (("health check", [h.name for h in m.health_checks]),
                                      ("probe", [p.name for p in m.probes])) for name in names})
     return {k: {**v, **{x: y for x, y in extra.items() if x not in v}} for k, v in jobs.items()}
+
+
+def _slurm_time_short(m: SweepMatrix, platform: str, slurm: dict) -> list[dict]:
+    """The jobs of ``m`` whose ``--slurm-param timeout_min`` is below what specsim derives for them
+    (:func:`specsim.runs.executors.slurm_job_resources`: the cells' timeouts + the server's start timeout +
+    5 min): ``[{"job", "timeout_min" (given), "needs_min" (derived)}]``, [] where none is given or it suffices.
+    Slurm may then end a job while a cell is still within its own timeout; it is not refused (a cell
+    rarely takes its whole timeout)."""
+    params = dict(slurm.get("slurm_parameters") or {})
+    given = params.pop("timeout_min", None)
+    if not isinstance(given, (int, float)) or isinstance(given, bool):
+        return []  # none given (submitit's own check refuses a timeout_min of another type)
+    derived = _slurm_jobs(m, platform, {**slurm, "slurm_parameters": params})
+    return [{"job": job, "timeout_min": given, "needs_min": res["timeout_min"]}
+            for job, res in derived.items() if res["timeout_min"] > given]
+
+
+def _slurm_time_short_text(short: list[dict]) -> str:
+    """One warning line for :func:`_slurm_time_short`'s jobs."""
+    return (f"--slurm-param timeout_min={short[0]['timeout_min']} is below what {len(short)} job(s) may take "
+            "(their cells' timeouts + the server's start timeout + 5 min): "
+            + ", ".join(f"{x['job']} ({x['needs_min']} min)" for x in short)
+            + "; Slurm may end such a job while a cell is within its timeout (its cells not yet recorded are then "
+              "recorded failed)")
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,
@@ -792,6 +820,8 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
     plat, plat_why = detect_platform(platform or m.platform, build=build, build_reason=build_why)
     todo = pending_matrix(sel, plan)  # what this invocation runs (not what it keeps)
     nothing_to_run = todo.n_runs() == 0
+    if executor == "slurm" and not nothing_to_run and (short := _slurm_time_short(todo, plat, slurm or {})):
+        print(f"specsim: WARNING: {_slurm_time_short_text(short)}", file=sys.stderr)
     if nothing_to_run:  # a resume with every run recorded: no Ray cluster / Slurm job for nothing
         ex = make_executor("local", runs_dir)
     else:

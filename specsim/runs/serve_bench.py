@@ -306,9 +306,10 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
     -------
     list of RunResult
         One per plan.  If the server does not start, every plan is recorded as failed with the
-        error and the server log, and the results are returned (no exception).  A bench cell that
-        fails with any error is recorded as failed (its files, ``server.log`` and the traceback in
-        its provenance) and the next cell runs.
+        error, the server log and ``server_start_failed_after_seconds`` (launch to the failure, seconds;
+        the record's ``duration_seconds`` is its recording's), and the results are returned (no
+        exception).  A bench cell that fails with any error is recorded as failed (its files,
+        ``server.log`` and the traceback in its provenance) and the next cell runs.
 
     Raises
     ------
@@ -339,9 +340,12 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
             if server is None:
                 srv.start()
         except RunError as e:
+            # the cells did not run: their records' duration_seconds is the recording's; how long the start
+            # took before it failed is the server's
+            failed_prov = {**base_prov, "server_start_failed_after_seconds": srv.start_failed_after_seconds}
             for p in plans:
                 results.append(_record_failed(p, runs_dir=runs_dir, error=e, server_log=server_log,
-                                              base_prov=base_prov, server_cmd=cmd))
+                                              base_prov=failed_prov, server_cmd=cmd))
                 if progress is not None:
                     progress.update(1)
             return results

@@ -697,6 +697,41 @@ def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(caps
     assert "--header takes KEY=VALUE" in err, err
 
 
+@pytest.mark.parametrize("record,bench_extra,refused", [
+    ({"backend": "openai-chat"}, "", "cell baseline/c4: --endpoint: --backend openai-chat (its record's) posts to an "
+     "endpoint ending in 'chat/completions'; the endpoint is vLLM's default, which vLLM 0.32's benchmark refuses"),
+    ({"endpoint": "/v1/responses"}, "", "cell baseline/c4: --endpoint: --backend vllm (bench_cmd's) posts to an "
+     "endpoint ending in 'completions'; the endpoint is its record's"),
+    ({}, " --backend openai-responses", "--backend openai-responses (bench_cmd's) posts to an endpoint ending in "
+     "'responses'; the endpoint is vLLM's default"),
+    ({"backend": "openai-embeddings"}, "", "cell baseline/c4: --backend: benchmarks a pooling model"),
+    ({"backend": "openai-chat", "endpoint": "/v1/chat/completions"}, "", None),
+    ({}, " --backend openai-chat --endpoint /v1/chat/completions", None),
+])
+def test_a_backend_its_endpoint_does_not_fit_is_refused_before_any_server_starts(capsys, tmp_path, record,
+                                                                                 bench_extra, refused):
+    """A new-user trial listed it among the things not checked: vLLM 0.32's benchmark checks that the endpoint
+    fits the backend (``_validate_api_url``) only when the bench starts, after its server has started; a pooling
+    backend measures no generation at all.  A later --backend replaces bench_cmd's (argparse keeps the last)."""
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    mine = tmp_path / "m"
+    shutil.copytree(resolve_matrix("smoke"), mine)
+    if bench_extra:
+        side = json.loads((mine / SIDECAR).read_text())
+        side["bench_cmd"] = side["bench_cmd"].replace(" --backend vllm", "") + bench_extra
+        (mine / SIDECAR).write_text(json.dumps(side))
+    bench_params = json.loads((mine / "bench_params.json").read_text())
+    bench_params["c4"].update(record)
+    (mine / "bench_params.json").write_text(json.dumps(bench_params))
+    rc = cli_main(["run-matrix", "--matrix", str(mine), "--dry-run", "--runs-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    if refused is None:
+        assert rc == 0, err
+    else:
+        assert rc == 2 and refused in err, err
+
+
 def test_a_record_header_that_would_drop_one_of_bench_cmd_s_headers_is_refused(capsys, tmp_path):
     """A new-user trial: with ``--header A=1 B=2`` in bench_cmd and a record's ``header``, vLLM's sweep writes the
     record's value over ``A=1`` only: A was silently dropped (and the dry run, redacting the values, could not

@@ -1241,6 +1241,19 @@ def _split_cmd(value: Any, field_name: str, head: tuple[str, ...]) -> list[str]:
 #: (``pd.read_csv``) in ``vllm/benchmarks/datasets/datasets.py``; ``hf`` takes hub ids
 LOCAL_FILE_DATASETS = ("custom", "sharegpt", "burstgpt")
 
+#: ``vllm bench serve --backend``: the endpoint suffixes each generating backend posts to, as vLLM 0.32's
+#: benchmark checks them when the bench starts ("... URL must end with one of: ...",
+#: vllm/benchmarks/lib/endpoint_request_func.py ``_validate_api_url``); its default ``--endpoint`` is
+#: ``/v1/completions`` (vllm/benchmarks/serve.py)
+BENCH_BACKEND_ENDPOINTS = {"vllm": ("completions",), "openai": ("completions",),
+                           "openai-chat": ("chat/completions",), "openai-responses": ("responses",),
+                           "openai-audio": ("transcriptions", "translations")}
+#: the other backends vLLM 0.32's benchmark offers are pooling ones (``POOLING_BACKENDS`` there): embeddings,
+#: scores, no generated tokens, so nothing a speculative-decoding cell measures
+_POOLING_WHY = ("benchmarks a pooling model (embeddings or scores: vLLM 0.32's POOLING_BACKENDS), which "
+                "generates no tokens: speculative decoding, its acceptance counters and the greedy judge do not "
+                "apply")
+
 
 def _local_path(value: str, root: Path, models_dir: Path | None) -> Path | None:
     """The local path a path-like value names, or None for a hub id (``org/name`` that is not here)."""
@@ -1713,6 +1726,7 @@ def load_matrix(name_or_path: str | os.PathLike, *, models_dir: str | os.PathLik
                         f"--temperature: vLLM 0.32's `vllm bench serve` then sends none and the server samples at "
                         f"its default (not greedy); give \"temperature\": 0 for greedy (or the temperature to sample "
                         f"at) in {sw['bench_params']}, or --temperature in bench_cmd", None, [">= 0 and <= 2"])
+                _check_backend_endpoint(f"cell {sname}/{bname}", bp, bench_base)
                 g["cells"].append({"bench": bname, "params": bp})
                 n_cells += 1
         if not n_cells:
@@ -1990,6 +2004,27 @@ def _seed_picks_prompts(bp: Mapping[str, Any], bench_base: Mapping[str, Any]) ->
     if name.startswith("random") or name == "prefix_repetition":
         return True
     return not bool(bp.get("disable_shuffle", bench_base.get("disable-shuffle", False)))
+
+
+def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mapping[str, Any]) -> None:
+    """Refuse a cell whose ``--backend`` vLLM 0.32's benchmark would refuse with its ``--endpoint`` (the
+    record's, else bench_cmd's, else vLLM's defaults ``openai`` and ``/v1/completions``): checked there only when
+    the bench starts, after its server started (:data:`BENCH_BACKEND_ENDPOINTS`); and a pooling backend."""
+    backend = str(bp.get("backend", bench_base.get("backend", "openai")))
+    endpoint = str(bp.get("endpoint", bench_base.get("endpoint", "/v1/completions")))
+    whose = ("its record's" if "backend" in bp else "bench_cmd's" if "backend" in bench_base else "the default")
+    if backend not in BENCH_BACKEND_ENDPOINTS:
+        raise SpecsimValueError(f"{where}: --backend", _POOLING_WHY, backend, list(BENCH_BACKEND_ENDPOINTS))
+    suffixes = BENCH_BACKEND_ENDPOINTS[backend]
+    if not endpoint.endswith(suffixes):
+        given = ("its record's" if "endpoint" in bp else "bench_cmd's" if "endpoint" in bench_base
+                 else "vLLM's default")
+        raise SpecsimValueError(
+            f"{where}: --endpoint", f"--backend {backend} ({whose}) posts to an endpoint ending in "
+            f"{' or '.join(repr(x) for x in suffixes)}; the endpoint is {given}, which vLLM 0.32's benchmark refuses "
+            "when the bench starts, after the server started (vllm/benchmarks/lib/endpoint_request_func.py): give "
+            "an --endpoint that fits the backend, or the backend that fits the endpoint", endpoint,
+            [f"/v1/{x}" for x in suffixes])
 
 
 def _extra_body(value: Any) -> Mapping[str, Any]:

@@ -46,10 +46,14 @@ log = logging.getLogger(__name__)
 def default_paths(out_dir: str | os.PathLike | None = None, figures_dir: str | os.PathLike | None = None) -> dict:
     """Where the main job writes: ``{"out", "figures", "calibration", "validation", "runs"}`` (Paths or None).
 
-    In a source checkout: ``data/reproduction``, ``figures/``, the package's ``specsim/data/calibration``,
-    ``data/validation`` and the recorded runs ``data/runs``.  Elsewhere ``out_dir`` is required;
-    calibrations go to ``out_dir/calibration``, figures to ``out_dir/figures``, and the validation
-    (which needs the recorded runs of a checkout) is skipped.
+    In a source checkout without ``out_dir``: ``data/reproduction``, ``figures/``, the package's
+    ``specsim/data/calibration``, ``data/validation`` and the recorded runs ``data/runs``.  With ``out_dir``
+    everything it writes goes under it (``out_dir/calibration``, ``out_dir/figures`` unless ``figures_dir``
+    is given, ``out_dir/validation`` from the checkout's recorded runs): a run told where to write never
+    replaces the shipped calibration, which every later prediction reads (until 2026-12-07 a checkout's
+    ``--out`` moved only the tables).  Elsewhere ``out_dir`` is required; calibrations go to
+    ``out_dir/calibration``, figures to ``out_dir/figures``, and the validation (which needs the recorded
+    runs of a checkout) is skipped.
 
     Raises
     ------
@@ -58,8 +62,13 @@ def default_paths(out_dir: str | os.PathLike | None = None, figures_dir: str | o
     """
     if is_source_checkout():
         root = project_dir()
-        out = Path(out_dir) if out_dir is not None else project_data_path("reproduction")
-        return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else root / "figures",
+        if out_dir is not None:
+            out = Path(out_dir)
+            return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else out / "figures",
+                    "calibration": out / "calibration", "validation": out / "validation",
+                    "runs": project_data_path("runs")}
+        return {"out": project_data_path("reproduction"),
+                "figures": Path(figures_dir) if figures_dir is not None else root / "figures",
                 "calibration": data_path("calibration"), "validation": project_data_path("validation"),
                 "runs": project_data_path("runs")}
     if out_dir is None:
@@ -85,11 +94,7 @@ def quick_paths(out_dir: str | os.PathLike | None, figures_dir: str | os.PathLik
     if out_dir is None:
         raise SpecsimValueError("--out", "is required with --quick (a quick run skips the secondary splits; "
                                 "written over data/reproduction it would drop them from summary.json)")
-    out = Path(out_dir)
-    full = default_paths(out)
-    return {"out": out, "figures": Path(figures_dir) if figures_dir is not None else out / "figures",
-            "calibration": out / "calibration", "validation": out / "validation" if full["runs"] else None,
-            "runs": full["runs"]}
+    return default_paths(out_dir, figures_dir)  # with out_dir, everything goes under it
 
 
 @dataclass(frozen=True)
@@ -115,16 +120,18 @@ def run_main_job(figures_dir: str | os.PathLike | None = None, out_dir: str | os
                  quick: bool = False, show_progress: bool = True) -> MainJobResult:
     """Reproduce the published tables, fit and write the shipped calibration, regenerate every figure.
 
-    Order matters in a source checkout: the tuning study reads the shipped calibration, which this run has
-    just written (an installed copy's tuning study reads its shipped calibration; this run's goes to ``out_dir``).
+    Order matters in a source checkout without ``out_dir``: the tuning study reads the shipped calibration,
+    which this run has just written (with ``out_dir``, and in an installed copy, the tuning study reads the
+    shipped calibration; this run's goes to ``out_dir/calibration``).
 
     Parameters
     ----------
     figures_dir, out_dir : path, optional
         See :func:`default_paths`.
     quick : bool
-        Skip the secondary splits (leave-one-target-out, two smallest N).  Everything then goes under
-        ``out_dir`` (:func:`quick_paths`), so a quick run never replaces the full outputs.
+        Skip the secondary splits (fit on GSM8K, fit on the two smallest N; the headline
+        leave-one-target-out stays).  Everything then goes under ``out_dir`` (:func:`quick_paths`), so a
+        quick run never replaces the full outputs.
     show_progress : bool
         A progress bar on stderr (tqdm, where installed).
 

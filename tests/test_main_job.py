@@ -8,7 +8,7 @@ import pytest
 from specsim.catalog import project_data_path, project_dir
 from specsim.cli import main as cli_main
 from specsim.errors import SpecsimValueError
-from specsim.main_job import quick_paths, run_main_job
+from specsim.main_job import default_paths, quick_paths, run_main_job
 
 
 def test_quick_needs_out(capsys):
@@ -29,3 +29,19 @@ def test_quick_run_writes_only_under_out(tmp_path):
     full = json.loads(before[checkout[0]])
     assert set(quick) < set(full)  # the keys a quick run skips are the full run's secondary splits
     assert (tmp_path / "q" / "calibration").is_dir() and (tmp_path / "q" / "validation" / "summary.json").is_file()
+
+
+def test_out_in_a_checkout_moves_everything_it_writes_under_out(tmp_path):
+    """A new-user trial: ``specsim reproduce --out DIR --figures DIR2`` in a checkout wrote its tables under DIR
+    but rewrote the shipped calibration (``specsim/data/calibration``, which every later prediction reads) and
+    ``data/validation`` in place.  With ``--out`` everything goes under it; only the plain run writes the tree."""
+    out = tmp_path / "o"
+    paths = default_paths(out)
+    assert paths == {"out": out, "figures": out / "figures", "calibration": out / "calibration",
+                     "validation": out / "validation", "runs": project_data_path("runs")}
+    assert default_paths(out, tmp_path / "f")["figures"] == tmp_path / "f"
+    assert quick_paths(out) == paths
+    plain = default_paths()
+    assert plain["calibration"] == project_dir() / "specsim" / "data" / "calibration"
+    assert (plain["out"], plain["validation"], plain["figures"]) == (
+        project_data_path("reproduction"), project_data_path("validation"), project_dir() / "figures")

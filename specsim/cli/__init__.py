@@ -641,12 +641,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("reproduce", help="main job: reproduce the published tables, regenerate figures/")
-    p.add_argument("--figures", help="figures directory (default: the checkout's figures/, else OUT/figures)")
-    p.add_argument("--out", help="directory of the reproduction tables (default: the checkout's data/reproduction; "
-                                 "required for an installed copy, which then writes its calibrations to OUT/calibration)")
+    p.add_argument("--figures", help="figures directory (default: OUT/figures with --out, else the checkout's "
+                                     "figures/)")
+    p.add_argument("--out", help="write everything under OUT: tables, calibrations (OUT/calibration), figures "
+                                 "(OUT/figures) and, in a checkout, the validation (OUT/validation); default: the "
+                                 "checkout's data/reproduction, specsim/data/calibration, data/validation and "
+                                 "figures/; required for an installed copy")
     p.add_argument("--quick", action="store_true",
-                   help="skip the secondary splits (leave-one-target-out, two smallest N); needs --out, and "
-                        "writes everything (calibrations, figures, validation) under it")
+                   help="skip the secondary splits (fit on GSM8K, fit on the two smallest N; the headline "
+                        "leave-one-target-out stays); needs --out, and writes everything (calibrations, figures, "
+                        "validation) under it")
     p.add_argument("--json", action="store_true", help="print the summary and the files written as JSON")
     p.set_defaults(func=_cmd_reproduce)
 

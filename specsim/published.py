@@ -62,6 +62,23 @@ def published_methods(target) -> list[str]:
     return sorted({_PUBLISHED_TO_VLLM.get(m, m) for m in labels})
 
 
+def published_dataset(dataset: str) -> str:
+    """``dataset`` as the published appendix names it (``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``,
+    ``"MBPP"``) or ``"mix"``, matched in any case (``"gsm8k"`` is ``"GSM8K"``).
+
+    Raises
+    ------
+    SpecsimValueError
+        A name that is none of these, for any target (``field="dataset"``; lists them).
+    """
+    names = ["mix", *sorted(_published_table()["dataset"].unique())]
+    by_case = {n.lower(): n for n in names}
+    if not isinstance(dataset, str) or dataset.strip().lower() not in by_case:
+        raise SpecsimValueError("dataset", "no published acceptance for this dataset, for any target (the "
+                                "appendix's datasets, any case, or mix: their equal-weight mixture)", dataset, names)
+    return by_case[dataset.strip().lower()]
+
+
 def published_profile(target, method: str, dataset: str = "mix") -> AcceptanceProfile:
     """Per-position acceptance of the published appendix sweeps (``specsim/data/published/amd_specdec_n_sweeps.csv``,
     source ``vllm-amd-specdec-post``; MI300X, vLLM 0.23.1rc1).
@@ -77,7 +94,8 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
         vLLM method (``"dflash"``, ``"eagle3"``, ``"dspark"``, ``"mtp"``; for Gemma 4 ``"mtp"``
         is the assistant drafter, published as ``mtp_gemma4_assistant``).
     dataset : str
-        ``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``, ``"MBPP"`` or ``"mix"`` (default): the
+        ``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``, ``"MBPP"`` (any case: :func:`published_dataset`) or
+        ``"mix"`` (default): the
         equal-weight mixture of the four, whose survival curve is the mean of theirs
         (a workload drawing each dataset with probability 1/4); its ``range`` is the pointwise
         min / max over the datasets (workload spread, not sampling error).
@@ -94,6 +112,7 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
         ``target`` / ``method`` / ``dataset`` without published rows (lists what exists).
     """
 
+    dataset = published_dataset(dataset)
     tname = _norm_name(getattr(target, "name", target))
     d = _published_table()
     d = d[d["target_model"].map(_norm_name) == tname]

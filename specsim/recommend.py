@@ -46,7 +46,7 @@ from specsim.predict import (
     with_expert_parallel,
     with_measured_table,
 )
-from specsim.published import published_methods, published_profile
+from specsim.published import published_dataset, published_methods, published_profile
 from specsim.vllm.config import SPECULATIVE_METHODS, parse_speculative_config
 from specsim.vllm.schedule import speculative_config
 
@@ -1071,7 +1071,9 @@ def recommend(
         Lower / upper acceptance used for the interval when the profile has no counts; a dict is
         keyed by method as ``acceptance`` is.
     dataset : str
-        Published dataset for the default acceptance (``"mix"`` = equal mixture of the four).
+        Published dataset for the default acceptance (``"mix"`` = equal mixture of the four; any case,
+        :func:`specsim.published.published_dataset`).  A name no target has is refused; one with no rows
+        for a (target, method) excludes that method.
     draft, drafter :
         Draft checkpoint / ready drafter, as :func:`specsim.predict.predict` (one method only).
     latency : LatencyModel, Calibration or path, optional
@@ -1185,6 +1187,9 @@ def recommend(
         raise SpecsimValueError("max_model_len", f"must be >= isl + osl = {isl + osl}", max_model_len)
     if gpu_memory_utilization is None:
         gpu_memory_utilization = DEFAULT_GPU_MEMORY_UTILIZATION
+    # a name no target has is the caller's typo, refused (it excluded every method, exit 0); one this target has
+    # no rows for excludes the method, as before
+    dataset = published_dataset(dataset)
 
     if method is None:
         if drafter is not None:

@@ -243,6 +243,27 @@ def test_published_mix_gives_a_dataset_range():
     assert "over datasets" in prof.range_note
 
 
+def test_a_dataset_no_target_has_is_refused_and_any_case_is_taken(capsys):
+    """A new-user trial: ``recommend --dataset GSM9K`` (or ``gsm8k``) excluded every method for "no acceptance
+    profile" and exited 0; a typo now exits 2 naming the datasets, and the appendix's names match in any case."""
+    from specsim.cli import main
+
+    argv = ["recommend", "--target", "Qwen3-8B", "--hardware", "MI300X", "--concurrency", "1,8"]
+    assert main([*argv, "--dataset", "GSM9K"]) == 2
+    err = capsys.readouterr().err
+    assert "dataset: no published acceptance for this dataset, for any target" in err
+    assert "(got 'GSM9K'); allowed: mix, GSM8K, HumanEval, MATH500, MBPP" in err, err
+    with pytest.raises(SpecsimValueError, match="dataset"):
+        recommend("Qwen3-8B", hardware="MI300X", concurrency=[1], dataset="GSM9K")
+    # any case: the same profile as the appendix's own name
+    lower, upper = published_profile("Qwen3-8B", "dflash", "gsm8k"), published_profile("Qwen3-8B", "dflash", "GSM8K")
+    assert lower.label == upper.label and np.array_equal(lower.acceptance.cumulative(8), upper.acceptance.cumulative(8))
+    assert main([*argv, "--dataset", "gsm8k", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--dataset", "GSM8K", "--json"]) == 0
+    assert out == json.loads(capsys.readouterr().out)
+
+
 # ------------------------------------------------------------------ marginal rule
 def test_marginal_cutoff_by_hand():
     # N=1: MAL 1.9, T/MAL = 0.5263, gain 0.5 x 0.5263 = 0.263 > dT 0.1 -> extend

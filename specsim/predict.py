@@ -2214,10 +2214,15 @@ def _draft_precision_named(r: Scenario):
     """Re-raise a hardware's "no peak FLOP/s for this precision" refusal that concerns the DRAFT's
     precision (``Drafter.draft_precision``: a quantized draft checkpoint as stored, bf16 for a draft
     behind a quantized target) under the field ``drafter.precision``, instead of blaming the
-    ``precision`` the user asked for the target (which that hardware supports)."""
+    ``precision`` the user asked for the target (which that hardware supports).  One that concerns the target's
+    precision when none was given says that it is the target's serving precision, the default."""
     try:
         yield
     except SpecsimValueError as exc:
+        if exc.field == "precision" and r.precision is None and exc.value == getattr(r.target, "weight_dtype", None):
+            raise SpecsimValueError(
+                "precision", f"not given, so the target's serving precision ({exc.value}, its checkpoint's dtype) is "
+                f"used, and {exc.rule}: give precision= / --precision", exc.value, exc.allowed) from exc
         dp = getattr(r.drafter, "draft_precision", None)
         dprec = dp(r.precision) if callable(dp) else None
         if exc.field != "precision" or r.precision is None or dprec is None or exc.value != dprec \

@@ -1286,6 +1286,25 @@ def test_fp8_on_a_gpu_without_fp8_units_is_weight_only_and_said():
     assert any(a.startswith("mxfp4 weights on A100") for a in oss.assumptions)
 
 
+@pytest.mark.parametrize("call", ["predict", "sweep"])
+def test_a_default_precision_the_hardware_lacks_says_it_was_the_default(call):
+    """A new-user trial: ``predict --target SmolLM2-135M-Instruct --hardware cpu`` without ``--precision`` was
+    refused as "hardware 'cpu-2core-avx2' has no peak FLOP/s for this precision (got 'bf16')": bf16 was never
+    given; it is the target's serving precision, the default.  A precision given keeps the plain refusal."""
+    fn = predict if call == "predict" else specsim.sweep
+    args = ("SmolLM2-135M-Instruct", "ngram", 3 if call == "predict" else [3])
+    with pytest.raises(SpecsimValueError) as ei:
+        fn(*args, hardware="cpu", acceptance=0.7)
+    e = ei.value
+    assert (e.field, e.value, e.allowed) == ("precision", "bf16", ["fp32"])
+    assert e.rule.startswith("not given, so the target's serving precision (bf16, its checkpoint's dtype) is used, "
+                             "and hardware 'cpu-2core-avx2' has no peak FLOP/s for this precision"), e.rule
+    with pytest.raises(SpecsimValueError) as ei:
+        fn(*args, hardware="cpu", acceptance=0.7, precision="bf16")
+    assert ei.value.rule == "hardware 'cpu-2core-avx2' has no peak FLOP/s for this precision"
+    fn(*args, hardware="cpu", acceptance=0.7, precision="fp32")  # what the message asks for predicts
+
+
 def test_calibration_scope_and_overhead_terms_print_no_none_and_no_femtoseconds():
     """A new-user trial: a transferred calibration's scope read "at an inferred concurrency None",
     and MI300X's fitted fixed_s (2.1e-15 s, a bound of the fit) printed as "fixed_s 2.077e-09 us"."""

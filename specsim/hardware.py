@@ -278,13 +278,14 @@ _SPEC_FILE_REQUIRED = ("name", "vendor", "hbm_bytes", "mem_bandwidth_bytes_per_s
 def hardware_from_file(path) -> Hardware:
     """An accelerator the catalog does not ship, from a JSON spec file.
 
-    The file is one JSON object with the columns of ``specsim/data/hardware.csv`` as keys, units in
-    the names: ``name``, ``vendor``, ``hbm_bytes`` (bytes), ``mem_bandwidth_bytes_per_s``, at least one
-    dense ``peak_{bf16,fp16,fp8,fp4,fp32}_flops_per_s`` (FLOP/s, no sparsity), ``source`` (the
-    datasheet the numbers come from) and optionally ``link_bandwidth_bytes_per_s`` (per-GPU
-    all-reduce link bandwidth, bytes/s; needed for TP > 1), ``kind`` (``"gpu"``, default, or
-    ``"cpu"``), ``architecture``, ``compute_units``, ``clock_hz``, ``power_w``, ``notes``.  No
-    calibration ships for such a part: predictions use datasheet priors and say so.
+    The file is one JSON object with the columns of ``specsim/data/hardware.csv`` (but ``aliases``,
+    the catalog's other names for a part it ships) as keys, units in the names: ``name``,
+    ``vendor``, ``hbm_bytes`` (bytes), ``mem_bandwidth_bytes_per_s``, at least one dense
+    ``peak_{bf16,fp16,fp8,fp4,fp32}_flops_per_s`` (FLOP/s, no sparsity), ``source`` (the datasheet
+    the numbers come from) and optionally ``link_bandwidth_bytes_per_s`` (per-GPU all-reduce link
+    bandwidth, bytes/s; needed for TP > 1), ``kind`` (``"gpu"``, default, or ``"cpu"``),
+    ``architecture``, ``compute_units``, ``clock_hz``, ``power_w``, ``notes``.  No calibration ships
+    for such a part: predictions use datasheet priors and say so.
 
     Parameters
     ----------
@@ -321,7 +322,11 @@ def hardware_from_file(path) -> Hardware:
         raise SpecsimValueError("hardware", f"{p}: must hold one JSON object of hardware.csv columns", type(d).__name__)
     unknown = sorted(set(d) - set(SPEC_FILE_KEYS))
     if unknown:
-        raise SpecsimValueError("hardware", f"{p}: unknown keys {unknown}", unknown, SPEC_FILE_KEYS)
+        # hardware.csv's aliases column is the catalog's other names for a shipped part; a spec file's part is
+        # named by its file (and its name) only
+        why = (": aliases are the catalog's other names for a part it ships; a spec file's part is given by the file "
+               "(its name is the part's name): drop the key" if unknown == ["aliases"] else "")
+        raise SpecsimValueError("hardware", f"{p}: unknown keys {unknown}{why}", unknown, SPEC_FILE_KEYS)
     missing = [k for k in _SPEC_FILE_REQUIRED if d.get(k) is None]
     if missing:
         raise SpecsimValueError("hardware", f"{p}: missing required keys {missing} (required: "

@@ -199,6 +199,8 @@ def test_hardware_from_a_spec_file(tmp_path):
 
 @pytest.mark.parametrize("over, field, words", [
     ({"peak_fp9_flops_per_s": 1.0}, "hardware", "unknown keys"),
+    # a row of hardware.csv copied whole (a new-user trial): says why its aliases column is not a spec file's
+    ({"aliases": "MyGPU"}, "hardware", "unknown keys ['aliases']: aliases are the catalog's other names for a part"),
     ({"source": None}, "hardware", "missing"),
     ({"peak_bf16_flops_per_s": None, "peak_fp8_flops_per_s": None}, "hardware", "at least one dense peak"),
     ({"name": "mi300x"}, "hardware", "shipped accelerator 'MI300X'"),

@@ -16,7 +16,7 @@ from specsim.predict import (
     MeasuredBaseline,
     constant_acceptance,
 )
-from specsim.vllm.detect import read_counts, read_drafting, run_temperature
+from specsim.vllm.detect import KINDS, read_counts, read_drafting, run_temperature
 
 ACCEPTANCE_FLAGS = ("--acceptance ALPHA, --cumulative P1,P2,..., --conditional A1,A2,..., --mal MAL@N, "
                     "--acceptance-from FILE")
@@ -30,8 +30,8 @@ _HARDWARE_HELP = ("a name or alias in specsim/data/hardware.csv, case-insensitiv
 def add_acceptance_from_args(g) -> None:
     """Add ``--acceptance-from FILE`` and ``--before FILE`` to an argparse group."""
     g.add_argument("--acceptance-from", metavar="FILE",
-                   help="measured acceptance from any file `specsim ingest` reads (Prometheus /metrics scrape, "
-                        "vLLM log, vllm bench serve JSON, LLM.get_metrics() JSON)")
+                   help="measured acceptance from any file `specsim ingest` reads, its format detected from the "
+                        "content: " + "; ".join(KINDS.values()))
     g.add_argument("--before", metavar="FILE",
                    help="with --acceptance-from a Prometheus scrape: the scrape taken before the run (differenced)")
 

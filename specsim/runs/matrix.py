@@ -1,9 +1,9 @@
 """The parts of a matrix of real-run cells (layer 4, runs): speculative configurations, server entries,
 health checks and probes, and :class:`Matrix`, the Python form the GPU runbook builds.
 
-The named matrices (``cpu-validation``, ``smoke``, ``verify-cost``) are ``vllm bench sweep``
-parameter files under ``data/matrices/`` (:mod:`specsim.runs.sweep_files`); a :class:`Matrix` is
-written as such files by :func:`specsim.runs.sweep_files.matrix_to_sweep_files`.
+The named matrices (``cpu-validation``, ``cpu-validation-fast``, ``smoke``, ``verify-cost``) are
+``vllm bench sweep`` parameter files under ``data/matrices/`` (:mod:`specsim.runs.sweep_files`); a
+:class:`Matrix` is written as such files by :func:`specsim.runs.sweep_files.matrix_to_sweep_files`.
 
 Details, derivations and sources: ``docs/modules/specsim.runs.matrix.md``.
 """

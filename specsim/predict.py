@@ -241,7 +241,7 @@ class Prediction:
         return json.dumps(self.to_dict(), **kw)
 
     def summary(self) -> str:
-        """A readable multi-line summary."""
+        """A readable multi-line summary (an assumption that is also a warning is printed once, as the WARNING)."""
         lat = "calibrated" if self.latency_calibrated else "uncalibrated"
         lines = [
             f"{self.target} | method={self.method} N={self.num_speculative_tokens} | {self.hardware} TP={self.tp} "
@@ -281,7 +281,8 @@ class Prediction:
         if self.acceptance_extrapolated:
             lines.append("  acceptance          extrapolated beyond the measured positions (parametric fit)")
         for a in self.assumptions:
-            lines.append(f"  assumption          {a}")
+            if a not in self.warnings:  # printed once, as the WARNING below (``assumptions`` keeps every one)
+                lines.append(f"  assumption          {a}")
         for w in self.warnings:
             lines.append(f"  WARNING             {w}")
         return "\n".join(lines)

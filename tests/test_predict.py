@@ -664,6 +664,19 @@ def test_prediction_json_round_trip_and_summary():
     assert specsim.predict is predict
 
 
+def test_summary_prints_a_warning_once_though_it_is_an_assumption_too():
+    """A new-user trial: on an uncalibrated part (B300) the summary printed the zero-overhead note twice, as an
+    assumption and as a WARNING; ``assumptions`` still holds every one (the JSON keeps both lists)."""
+    p = predict("Qwen3-8B", "eagle3", 3, hardware="B300", acceptance=ACC, concurrency=4)
+    both = [w for w in p.warnings if w in p.assumptions]
+    assert both and any("no stack calibration ships for B300 SXM" in w for w in both)
+    s = p.summary()
+    for w in both:
+        assert s.count(w) == 1 and f"  WARNING             {w}" in s
+    for a in p.assumptions:
+        assert a in s
+
+
 # --------------------------------------------------------------------------------------------
 # partial drafts (ngram: steps without a suffix match draft nothing; drafts may be shorter than N)
 

@@ -45,3 +45,33 @@ def test_out_in_a_checkout_moves_everything_it_writes_under_out(tmp_path):
     assert plain["calibration"] == project_dir() / "specsim" / "data" / "calibration"
     assert (plain["out"], plain["validation"], plain["figures"]) == (
         project_data_path("reproduction"), project_data_path("validation"), project_dir() / "figures")
+
+
+def test_reproduce_prints_the_headline_and_its_goals_not_the_whole_summary(monkeypatch, capsys):
+    """A new-user trial: ``specsim reproduce`` printed the whole summary as JSON (~1700 lines) before the seed table;
+    it now prints the headline split, each goal against its measured value, the seed table and where summary.json
+    is (``--json`` still prints everything).  The committed summary stands in for a run (the job takes minutes)."""
+    import types
+    from pathlib import Path
+
+    import specsim.cli as cli
+
+    summary = json.loads((project_data_path("reproduction") / "summary.json").read_text())
+    res = types.SimpleNamespace(summary=summary, written=(Path("a.png"), Path("t.csv")),
+                                paths={"out": Path("OUT"), "figures": Path("FIG")})
+    monkeypatch.setattr(cli, "run_main_job", lambda **kw: res)
+    assert cli_main(["reproduce"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    med, mx = summary["held_out_median_abs_rel_error"], summary["held_out_max_abs_rel_error"]
+    assert out[0] == (f"leave-one-target-out (headline): {summary['held_out_rows']} held-out rows, median |ratio "
+                      f"error| {med:.1%}, max {mx:.1%}; best N exact {summary['held_out_best_n_exact']}, within one "
+                      f"step {summary['held_out_best_n_within_one_step']}")
+    goals = [x for x in out if x.startswith("  goal ")]
+    assert len(goals) == len(summary["goals"])
+    for k, met in summary["goal_met"].items():
+        line = next(x for x in goals if x.startswith(f"  goal {k}: "))
+        assert line.endswith("(met)" if met else "(NOT met)"), line
+    assert len(out) < len(summary["seed_table"]) + len(goals) + 6
+    assert out[-2] == f"the whole summary: {Path('OUT') / 'summary.json'} (--json prints it)"
+    assert cli_main(["reproduce", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["summary"] == summary

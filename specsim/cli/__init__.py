@@ -247,8 +247,16 @@ def _cmd_reproduce(args) -> int:
     if args.json:
         print(json.dumps({"summary": summary, "written": [str(w) for w in res.written]}, indent=2, default=float))
         return 0
-    print(json.dumps({k: v for k, v in summary.items() if k != "seed_table"}, indent=2, default=float))
+    # the headline and its goals; the whole summary (~1700 lines of JSON) is summary.json (--json prints it)
+    print(f"{summary['split']} (headline): {summary['held_out_rows']} held-out rows, median |ratio error| "
+          f"{summary['held_out_median_abs_rel_error']:.1%}, max {summary['held_out_max_abs_rel_error']:.1%}; best N "
+          f"exact {summary['held_out_best_n_exact']}, within one step {summary['held_out_best_n_within_one_step']}")
+    for k, goal in summary.get("goals", {}).items():
+        got = summary["measured"].get(k)
+        print(f"  goal {k}: {goal} -> measured {got:.4g} ({'met' if summary['goal_met'].get(k) else 'NOT met'})"
+              if isinstance(got, float) else f"  goal {k}: {goal} -> measured {got}")
     print(pd.DataFrame(summary["seed_table"]).to_string(index=False))
+    print(f"the whole summary: {res.paths['out'] / 'summary.json'} (--json prints it)")
     n_png = sum(1 for w in res.written if w.suffix == ".png")
     print(f"wrote {n_png} figures to {res.paths['figures']}/ and {len(res.written) - n_png} tables and "
           f"calibrations (tables in {res.paths['out']}/)")

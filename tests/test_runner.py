@@ -34,6 +34,13 @@ FAKE_SERVER = textwrap.dedent('''
     port, mode, piddir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     open(os.path.join(piddir, "server.pid"), "w").write(str(os.getpid()))
     print("fake server starting", mode, flush=True)
+    if os.environ.get("FAKE_RDZV_DIR"):  # vLLM's FileStore rendezvous files, named in its log as vLLM 0.32 names them
+        import uuid
+        for name in (f"vllm_dist_{uuid.uuid4().hex}", "vllm_dist_not-vllms"):
+            path = os.path.join(os.environ["FAKE_RDZV_DIR"], name)
+            open(path, "w").write("filestore")
+            print(f"(EngineCore pid={os.getpid()}) INFO [cpu_worker.py:94] world_size=1 rank=0 "
+                  f"distributed_init_method=file://{path} backend=gloo", flush=True)
     if mode == "exit":
         print("fatal: cannot load model", flush=True)
         sys.exit(3)
@@ -430,6 +437,38 @@ def test_session_server_fails_to_start_records_failed_runs_with_log(fakes):
         assert prov["server_start_failed_after_seconds"] == pytest.approx(after, abs=0.05)
     assert not (fakes["pids"] / "bench.pid").exists()  # no bench was started
     assert sorted(p.name for p in fakes["runs"].iterdir()) == ["r-c1", "r-c4"]
+
+
+@pytest.mark.parametrize("mode", ["ok", "exit"])
+def test_a_server_s_rendezvous_file_is_removed_once_it_ended_and_no_other(fakes, monkeypatch, tmp_path, mode):
+    """vLLM 0.32 leaves ``<tmp>/vllm_dist_<uuid hex>`` (its FileStore rendezvous, named in its log) behind at every
+    engine start: the files piled up in the temporary directory.  Once the server (started or failed) has ended,
+    the file its log names is removed; one of another name, or one no log of it names (a server beside it), stays."""
+    rdzv = tmp_path / "rdzv"
+    rdzv.mkdir()
+    other = rdzv / ("vllm_dist_" + "ab" * 16)  # another engine's
+    other.write_text("filestore")
+    monkeypatch.setenv("FAKE_RDZV_DIR", str(rdzv))
+    stats: dict = {}
+    res = serve_and_bench(_server_cmd(fakes, mode), [BenchPlan("r", _bench_cmd(fakes, "ok"))], runs_dir=fakes["runs"],
+                          health_timeout_s=30, stop_timeout_s=1.0, server_stats=stats)
+    assert res[0].status == ("ok" if mode == "ok" else "failed")
+    left = sorted(p.name for p in rdzv.iterdir())
+    assert left == sorted([other.name, "vllm_dist_not-vllms"]), left
+    if mode == "ok":
+        assert len(stats["removed_files"]) == 1 and stats["removed_files"][0].startswith(str(rdzv / "vllm_dist_"))
+    # an offline engine (health check, probe) run by run_command: removed whether it succeeds or fails
+    for rc in (0, 1):
+        f = rdzv / f"vllm_dist_{rc:032x}"
+        code = (f"open({str(f)!r}, 'w').write('x'); print('distributed_init_method=file://{f} backend=gloo'); "
+                f"raise SystemExit({rc})")
+        if rc:
+            with pytest.raises(RunError, match="exited with code 1"):
+                run_command([PY, "-c", code], log_path=tmp_path / f"w{rc}.log")
+        else:
+            run_command([PY, "-c", code], log_path=tmp_path / f"w{rc}.log")
+        assert not f.exists()
+    assert other.exists()
 
 
 def test_session_health_timeout_records_failed(fakes):

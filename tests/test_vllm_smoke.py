@@ -108,11 +108,14 @@ def test_smoke_greedy_outputs_identical_to_baseline(smoke_runs):
 def test_smoke_servers_leave_no_ipc_socket_behind(smoke_runs, server_tmp):
     """vLLM 0.32 left about seven ZMQ IPC sockets in the temporary directory per server start
     (VLLM_RPC_BASE_PATH, vllm/utils/network_utils.py); the guardian now gives each server a directory for them
-    that goes with it.  (vLLM's distributed-init file, ``vllm_dist_*``, still stays: it is made in the
-    temporary directory itself, which the servers keep, as they keep their hub download locks there.)"""
+    that goes with it.  vLLM's FileStore rendezvous file, ``<tmp>/vllm_dist_<hex>``, which it names in its log and
+    left behind too, is removed once its server has ended (``server_end.removed_files``)."""
     import stat
 
-    assert list(server_tmp.glob("vllm_dist_*")), "the servers did not use this temporary directory"
+    runs_dir, runs = smoke_runs
+    removed = {f for r in runs.values() for f in _prov(r)["server_end"]["removed_files"]}
+    # one per server, made in the temporary directory the servers were given (so they used it)
+    assert len(removed) == 2 and all(f.startswith(str(server_tmp / "vllm_dist_")) for f in removed), removed
     left = [p for p in server_tmp.rglob("*")
-            if stat.S_ISSOCK(p.lstat().st_mode) or p.name.startswith("specsim-rpc-")]
+            if stat.S_ISSOCK(p.lstat().st_mode) or p.name.startswith(("specsim-rpc-", "vllm_dist_"))]
     assert not left, left

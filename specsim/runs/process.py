@@ -308,6 +308,34 @@ def _log_excerpt(log_path: str | os.PathLike) -> str:
     return f": {cause}; log {log_path} (its last lines):\n{tail}" if cause else f"; log {log_path}:\n{tail}"
 
 
+#: the FileStore rendezvous file a vLLM engine names in its log (``distributed_init_method=file://...``): vLLM 0.32
+#: makes it ``<tempdir>/vllm_dist_<uuid4 hex>`` (vllm/utils/network_utils.py ``get_file_store_init_method``, used
+#: by the uniproc and multiprocessing executors) and leaves it behind when its processes end
+_RENDEZVOUS_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]{32})(?![0-9A-Za-z_])")
+
+
+def remove_rendezvous_files(log_path: str | os.PathLike) -> list[str]:
+    """Remove the FileStore rendezvous files (2.4 KB each) that the vLLM process logging to ``log_path`` named,
+    once its processes have ended: only files called ``vllm_dist_<32 hex digits>`` named in that log, so
+    another engine's (a server started beside it) is never touched.
+
+    Returns
+    -------
+    list of str
+        The paths removed (none when the log names none or they are gone).  Raises nothing.
+    """
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return []
+    removed = []
+    for path in dict.fromkeys(_RENDEZVOUS_FILE.findall(text)):
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            removed.append(path)
+    return removed
+
+
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -564,6 +592,8 @@ class Server:
         self.exit_status: dict | None = None
         #: signals this object sent to the group when stopping it, in order
         self.signals_sent: list[str] = []
+        #: vLLM's rendezvous files its log named, removed once the group ended (:func:`remove_rendezvous_files`)
+        self.removed_files: list[str] = []
         self._status: Path | None = None
         self._log = None
         self._t0 = 0.0
@@ -696,6 +726,8 @@ class Server:
             _close_pipe(self.proc)
             if self._log is not None and not self._log.closed:
                 self._log.close()
+            if not _group_members(self.proc.pid):  # every process of it gone: nothing uses the files any more
+                self.removed_files += remove_rendezvous_files(self.log_path)
         return self.returncode
 
     def __enter__(self) -> "Server":
@@ -813,35 +845,38 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with open(log_path, "ab", buffering=0) as log:
-        if not Path(str(cmd[0])).exists() and not shutil.which(str(cmd[0])):
-            raise RunError(f"cannot start {cmd[0]!r}: no such file or command")
-        try:
-            proc, status = _guarded_popen(cmd, stdout=log, env=env, cwd=cwd)
-        except OSError as e:
-            raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc, stop_timeout_s)
-            _close_pipe(proc)
-            _guard_status(status)
-            raise RunError(f"{command_name(cmd)} timed out after {timeout_s:g} s; log {log_path}:\n"
-                           f"{_tail(log_path)}") from None
-        except BaseException:
-            with deferred_interrupts():  # a second Ctrl-C does not leave the group running
+    try:
+        with open(log_path, "ab", buffering=0) as log:
+            if not Path(str(cmd[0])).exists() and not shutil.which(str(cmd[0])):
+                raise RunError(f"cannot start {cmd[0]!r}: no such file or command")
+            try:
+                proc, status = _guarded_popen(cmd, stdout=log, env=env, cwd=cwd)
+            except OSError as e:
+                raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
                 _kill_group(proc, stop_timeout_s)
                 _close_pipe(proc)
                 _guard_status(status)
-            raise
-        # the leader is done; make sure nothing it started lingers in the group
-        if _group_members(proc.pid):
-            _kill_group(proc, stop_timeout_s)
-        _close_pipe(proc)
-        st = _guard_status(status)
-        rc = st["returncode"] if st is not None else proc.returncode
-        if usage is not None:
-            usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
+                raise RunError(f"{command_name(cmd)} timed out after {timeout_s:g} s; log {log_path}:\n"
+                               f"{_tail(log_path)}") from None
+            except BaseException:
+                with deferred_interrupts():  # a second Ctrl-C does not leave the group running
+                    _kill_group(proc, stop_timeout_s)
+                    _close_pipe(proc)
+                    _guard_status(status)
+                raise
+            # the leader is done; make sure nothing it started lingers in the group
+            if _group_members(proc.pid):
+                _kill_group(proc, stop_timeout_s)
+            _close_pipe(proc)
+            st = _guard_status(status)
+            rc = st["returncode"] if st is not None else proc.returncode
+            if usage is not None:
+                usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
+    finally:  # an offline vLLM engine (health check, probe) leaves its rendezvous file too: the group has
+        remove_rendezvous_files(log_path)  # ended here, whatever ended it
     if rc != 0:
         raise RunError(f"{command_name(cmd)} exited with code {rc}{_log_excerpt(log_path)}")
     return time.monotonic() - t0

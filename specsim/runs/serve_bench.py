@@ -246,7 +246,7 @@ def _server_end(srv: Server) -> dict:
             sig = _signal.Signals(-rc).name
     return {"startup_seconds": srv.startup_seconds, "stop_seconds": srv.stop_seconds, "returncode": rc,
             "stop_signal": sig, "stop_signals_sent": list(getattr(srv, "signals_sent", [])),
-            "stopped_at": utc_now()}
+            "removed_files": list(getattr(srv, "removed_files", [])), "stopped_at": utc_now()}
 
 
 def new_server(server_cmd: Sequence[str], *, runs_dir: str | os.PathLike, port: int | None = None,
@@ -293,8 +293,9 @@ def serve_and_bench(server_cmd: Sequence[str], plans: Sequence[BenchPlan], *, ru
     server_stats : dict, optional
         Filled with how the server ended: ``startup_seconds``, ``stop_seconds`` (first stop signal
         to the end of its process group), ``returncode`` (negative: the signal that ended it),
-        ``stop_signal`` (the signal that ended it, or None for a normal exit) and ``stopped_at``
-        (UTC).
+        ``stop_signal`` (the signal that ended it, or None for a normal exit), ``removed_files`` (vLLM's
+        rendezvous files its log named, removed once it ended:
+        :func:`specsim.runs.process.remove_rendezvous_files`) and ``stopped_at`` (UTC).
 
     server : Server, optional
         A server already started for ``server_cmd`` (:func:`new_server`, then

@@ -1215,6 +1215,29 @@ def test_a_resume_of_a_stamp_with_nothing_recorded_says_it_starts_a_new_invocati
     assert "specsim: WARNING: fake changed since the runs of --stamp W1 were recorded (bench_params.json differ)" in err
 
 
+def test_runs_of_servers_refused_alike_share_one_reason_line_whatever_their_start_took():
+    """A real-run trial: the reason line was the error's first line, which holds the start's "(after X s)", so four
+    servers vLLM refused for the same reason gave three lines (10.6, 11.1, 12.4 s).  They share one now, with the
+    range of the start times; the log path and the RunError: prefix are left out; other errors keep their line."""
+    from types import SimpleNamespace as Run
+
+    from specsim.cli import _failure_reasons
+
+    refused = ("RunError: server exited with code 1 before /health answered (after {} s): pydantic ValidationError: "
+               "max_num_batched_tokens (16) must be greater than or equal to max_num_seqs (32); log /r/{}/server.log "
+               "(its last lines):\n...")
+    runs = [Run(run_id=f"s{i}", error=refused.format(t, i)) for i, t in enumerate(("10.6", "12.4", "10.6", "11.1"))]
+    runs.insert(1, Run(run_id="b", error="RunError: vllm bench serve exited with code 2: Error: x; log /r/b/bench.log"))
+    got = _failure_reasons(runs)
+    assert got == [
+        ("server exited with code 1 before /health answered (after 10.6-12.4 s): pydantic ValidationError: "
+         "max_num_batched_tokens (16) must be greater than or equal to max_num_seqs (32)", ["s0", "s1", "s2", "s3"]),
+        ("vllm bench serve exited with code 2: Error: x", ["b"])]
+    one = _failure_reasons(runs[:1])
+    assert one[0][0].startswith("server exited with code 1 before /health answered (after 10.6 s): pydantic")
+    assert _failure_reasons([Run(run_id="n", error=None)]) == [("no error recorded", ["n"])]
+
+
 def test_run_matrix_exits_1_when_a_run_failed_and_names_the_resume(fake_env):
     """The matrix goes on past a failed cell, but the command used to exit 0: a script or CI job took a
     matrix with failed cells for a clean one."""

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import sys
 import warnings
 from importlib import metadata
@@ -480,14 +481,25 @@ def _cmd_run_matrix(args) -> int:
 def _failure_reasons(failed) -> list[tuple[str, list[str]]]:
     """``[(reason, run ids)]`` of failed runs, in order of first appearance: each error's first line up to
     the log it names (``"; log <path>"``: the path and the log's tail stay in the record), without a leading
-    ``RunError:``, at most 300 characters; runs failed alike (the cells of one server that did not start)
-    share a reason."""
+    ``RunError:``, at most 300 characters; runs failed alike share a reason (the cells of servers that vLLM
+    refused alike, whose "(after X s)" then gives the range of their start times)."""
     out: dict[str, list[str]] = {}
+    after: dict[str, list[str]] = {}  # a failed start's "(after X s)": the runs of servers refused alike share a line
     for r in failed:
         why = (r.error or "no error recorded").splitlines()[0].split("; log ")[0].strip()
         why = why.removeprefix("RunError: ")  # the recorder's name of specsim's own error says nothing here
-        out.setdefault(why if len(why) <= 300 else why[:297] + "...", []).append(r.run_id)
-    return list(out.items())
+        m = re.search(r" \(after ([0-9.]+) s\)", why)
+        if m:
+            why = why[:m.start()] + " (after {} s)" + why[m.end():]
+            after.setdefault(why, []).append(m.group(1))
+        out.setdefault(why, []).append(r.run_id)
+    lines = []
+    for why, ids in out.items():
+        if why in after:
+            secs = sorted(set(after[why]), key=float)
+            why = why.replace("{}", secs[0] if len(secs) == 1 else f"{secs[0]}-{secs[-1]}", 1)
+        lines.append((why if len(why) <= 300 else why[:297] + "...", ids))
+    return lines
 
 
 def _cmd_validate(args) -> int:

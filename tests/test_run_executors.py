@@ -849,6 +849,9 @@ def test_slurm_lost_job_keeps_the_runs_it_recorded_and_its_servers_log(fake_env)
         first = _prov(runs / f"fake-S12-{g}-c1")
         ex = first["executor"]
         assert ex["kind"] == "slurm" and ex["job_returned"] is False and ex["job_id"] and ex["pid"], ex
+        # the keys a returned job's records carry (a real-run trial: a script reading them broke on the lost ones)
+        assert ex["submitit_job_id"] == ex["job_id"] and ex["slurm_job_id"] is None  # the local cluster: no Slurm id
+        assert set(ex["resources"]) == {"timeout_min", "cpus_per_task"}, ex
         assert (runs / f"fake-S12-{g}-c1" / "bench.json").exists()
         lost = runs / f"fake-S12-{g}-c2"
         assert res[f"{g}-c2"].status == "failed" and _prov(lost)["executor"]["job_error"], _prov(lost)["executor"]
@@ -888,6 +891,35 @@ def test_slurm_parameters_replace_the_derived_resources(fake_env, capsys):
     err = capsys.readouterr().err
     assert (f"specsim: WARNING: --slurm-param timeout_min=7 is below what 1 job(s) may take (their cells' "
             f"timeouts + the server's start timeout + 5 min): server {g.name} ({needs} min); Slurm may end") in err, err
+
+
+def test_slurm_s_time_limit_signal_stops_a_job_as_scancel_does(fake_env, monkeypatch):
+    """A real-run trial: submitit's signal before Slurm's time limit (SIGUSR2, ``signal_delay_s`` before it; the local
+    cluster sends it too) raised submitit's UncompletedJobError through the cell whose server was starting: its
+    record held no server.log, no server_end and only "FailedJobError: Job (task=0) failed during processing".
+    Now it stops the job as scancel's SIGTERM does: the cell in flight recorded "interrupted (SIGUSR2) while this
+    run's server was starting", with its server's log and stop, the cells after it naming the time limit."""
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("FAKE_SERVE_DELAY", "40")  # still starting when the signal comes, ~8 s in
+    m = _matrix(fake_env["tmp"])
+    runs = fake_env["tmp"] / "runs"
+    res = {r.run_id.removeprefix("fake-U1-"): r for r in run_matrix(
+        m, runs_dir=runs, install=fake_env["install"], stamp="U1", progress=False, executor="slurm",
+        only=["baseline"], slurm={"cluster": "local", "folder": fake_env["tmp"] / "submitit",
+                                  "slurm_parameters": {"timeout_min": 1, "signal_delay_s": 52}})}
+    assert sorted(res) == ["baseline-c1", "baseline-t0.8-c2"] and all(r.status == "failed" for r in res.values())
+    first = _prov(runs / "fake-U1-baseline-c1")
+    assert first["error"] == ("interrupted (SIGUSR2) while this run's server was starting or before its bench "
+                              "began"), first["error"]
+    assert "fake vllm serve" in (runs / "fake-U1-baseline-c1" / "server.log").read_text()
+    assert first["server_end"]["stop_signals_sent"][0] == "SIGINT", first["server_end"]
+    assert first["executor"]["kind"] == "slurm" and first["executor"]["submitit_job_id"], first["executor"]
+    assert _prov(runs / "fake-U1-baseline-t0.8-c2")["error"] == (
+        "interrupted (SIGUSR2: submitit's signal before Slurm's time limit, or a preemption) before this run started")
+    end = time.monotonic() + 30
+    while _no_fake_processes() and time.monotonic() < end:
+        time.sleep(0.5)
+    assert not _no_fake_processes()
 
 
 def test_slurm_local_cluster_runs_one_job_at_a_time(fake_env, monkeypatch):

@@ -673,6 +673,7 @@ def _packed_job(job: dict, where: dict | None = None) -> dict:
         returned = True
         return {"runs": packed, "results": res, "server_end": out["server_end"],
                 "interrupted": out.get("interrupted", False),
+                "interrupt_signal": getattr(out.get("interrupt"), "signal", None),
                 "executor": {"host": out["host"], "pid": out["pid"], **(where or {})}}
     finally:
         try:
@@ -831,7 +832,10 @@ def _slurm_job(job: dict) -> dict:
     otherwise ignore until Slurm's SIGKILL; on the local cluster :meth:`SlurmExecutor.cancel_all`
     sends SIGTERM through submitit's controller, and SIGINT (blocked in that controller and so, by
     inheritance, in this job: ``SlurmExecutor._controller_blocks_sigint``) is unblocked and handled
-    here."""
+    here.  submitit's preemption signal (``SUBMITIT_PREEMPT_SIGNAL``, default SIGUSR2: sent
+    ``signal_delay_s`` before Slurm's time limit, and on a preemption) stops it the same way: submitit's own
+    handler would raise its UncompletedJobError through the running cell (recorded without its server's log or
+    stop) or requeue the job over its recorded runs."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
     try:  # submitit's own job id (on the local cluster the controller's pid): its .submitit/<id>_* files
@@ -840,9 +844,17 @@ def _slurm_job(job: dict) -> dict:
         submitit_id = str(submitit.JobEnvironment().job_id)
     except Exception:  # noqa: BLE001 - not under submitit (called directly): no id to link to
         submitit_id = None
-    with stop_signals_as_interrupt(("SIGINT", "SIGTERM")):
+    with stop_signals_as_interrupt(("SIGINT", "SIGTERM", submitit_preempt_signal())):
         return _packed_job(job, {"kind": "slurm", "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
                                  "submitit_job_id": submitit_id, "resources": job.get("slurm_resources")})
+
+
+def submitit_preempt_signal() -> str:
+    """The signal submitit sends a job ``signal_delay_s`` before Slurm's time limit and on a preemption:
+    ``SIG`` + ``$SUBMITIT_PREEMPT_SIGNAL``, default ``SIGUSR2`` (submitit/core/job_environment.py); SIGUSR2 for a
+    name the signal module lacks (submitit itself refuses that one)."""
+    name = "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2").strip().upper().removeprefix("SIG")
+    return name if isinstance(getattr(signal, name, None), signal.Signals) else "SIGUSR2"
 
 
 #: seconds to wait for a TCP connection to a ``--ray-address`` before refusing it
@@ -1289,6 +1301,7 @@ class SlurmExecutor:
         self._cpus = int(cpus or slurm_cpus(self.extra))
         self._pending: dict = {}
         self._staging: dict = {}  # job -> its driver-side staging directory (_driver_staging)
+        self._resources: dict = {}  # job -> what it asked Slurm for (the records of a job that did not return)
         # the local cluster runs every submitted job at once on this host: one job at a time there
         self._one_at_a_time = self.cluster == "local"
         self._queue: list[tuple[dict, Any]] = []  # (job, tag) not yet submitted
@@ -1320,6 +1333,7 @@ class SlurmExecutor:
                 j = self.ex.submit(_slurm_job, job)
                 self._pending[j] = tag  # tracked before a Ctrl-C held back meanwhile is delivered
                 self._staging[j] = staging
+                self._resources[j] = job["slurm_resources"]
         except BaseException:
             if not any(v is staging for v in self._staging.values()):
                 shutil.rmtree(staging, ignore_errors=True)
@@ -1358,10 +1372,14 @@ class SlurmExecutor:
                 out = []
                 for j in done:
                     tag, staging = self._pending.pop(j), self._staging.pop(j, None)
+                    res = self._resources.pop(j, None)
                     try:
                         out.append((tag, j.result()))
                     except Exception as exc:  # noqa: BLE001 - a failed / lost job is recorded as failed
-                        out.append((tag, _lost_job(staging, exc, self.kind, {"job_id": str(j.job_id)})))
+                        # the keys a returned job's records carry (_slurm_job), job_id as before
+                        ids = {"job_id": str(j.job_id), "submitit_job_id": str(j.job_id),
+                               "slurm_job_id": str(j.job_id) if self.cluster == "slurm" else None, "resources": res}
+                        out.append((tag, _lost_job(staging, exc, self.kind, ids)))
                     else:  # its runs came back as bytes (the job removed the directory where it saw it)
                         if staging is not None:
                             shutil.rmtree(staging, ignore_errors=True)

@@ -600,11 +600,13 @@ def _slurm_time_short(m: SweepMatrix, platform: str, slurm: dict) -> list[dict]:
     (:func:`specsim.runs.executors.slurm_job_resources`: the cells' timeouts + the server's start timeout +
     5 min): ``[{"job", "timeout_min" (given), "needs_min" (derived)}]``, [] where none is given or it suffices.
     Slurm may then end a job while a cell is still within its own timeout; it is not refused (a cell
-    rarely takes its whole timeout)."""
+    rarely takes its whole timeout).  ``timeout_min=0`` on Slurm itself is no limit (sbatch ``--time=0``)."""
     params = dict(slurm.get("slurm_parameters") or {})
     given = params.pop("timeout_min", None)
     if not isinstance(given, (int, float)) or isinstance(given, bool):
         return []  # none given (submitit's own check refuses a timeout_min of another type)
+    if given == 0 and (slurm.get("cluster") or "slurm") == "slurm":
+        return []  # sbatch --time=0: no time limit (where the partition allows it)
     derived = _slurm_jobs(m, platform, {**slurm, "slurm_parameters": params})
     return [{"job": job, "timeout_min": given, "needs_min": res["timeout_min"]}
             for job, res in derived.items() if res["timeout_min"] > given]
@@ -615,8 +617,9 @@ def _slurm_time_short_text(short: list[dict]) -> str:
     return (f"--slurm-param timeout_min={short[0]['timeout_min']} is below what {len(short)} job(s) may take "
             "(their cells' timeouts + the server's start timeout + 5 min): "
             + ", ".join(f"{x['job']} ({x['needs_min']} min)" for x in short)
-            + "; Slurm may end such a job while a cell is within its timeout (its cells not yet recorded are then "
-              "recorded failed)")
+            + "; Slurm may end such a job while a cell is within its timeout, and submitit signals it signal_delay_s "
+              "before the limit (90 s by default; 30 s on the local cluster): the job then stops, its cells not yet "
+              "recorded recorded failed")
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,
@@ -646,6 +649,17 @@ def _error_text(e: BaseException) -> str:
 # --------------------------------------------------------------------------------------------
 # stops: Ctrl-C, SIGTERM
 # --------------------------------------------------------------------------------------------
+
+def _job_stop_why(signame: str | None) -> str:
+    """Why a remote job (Ray task, Slurm job) stopped, by the stop signal it received (None: cancelled)."""
+    from specsim.runs.executors import submitit_preempt_signal
+
+    if signame is None or signame in ("SIGTERM", "SIGINT"):
+        return "the job was cancelled"
+    if signame == submitit_preempt_signal():
+        return f"{signame}: submitit's signal before Slurm's time limit, or a preemption"
+    return signame
+
 
 def _interrupt_name(e: BaseException | None) -> str:
     # a StopSignal names itself; one that Ray's ray.wait replaced by a plain KeyboardInterrupt (the
@@ -930,7 +944,7 @@ def run_matrix(matrix: str | os.PathLike | SweepMatrix, *, runs_dir: Path | None
                     err = out["error"]
                 elif out.get("interrupted"):  # the first unrecorded cell was running (its server starting)
                     how = (f"interrupted ({_interrupt_name(out.get('interrupt'))})" if ex.kind == "local"
-                           else "interrupted (the job was cancelled)")
+                           else f"interrupted ({_job_stop_why(out.get('interrupt_signal'))})")
                     err = (f"{how} while this run's server was starting or before its bench began"
                            if i == 0 and in_flight else f"{how} before this run started")
                 else:

@@ -390,6 +390,25 @@ def test_a_token_given_in_the_matrix_or_the_environment_is_recorded_nowhere(fake
     assert matrix_changes(runs, load_matrix(m), "S7") == ["bench_params.json"]  # a real change is still seen
 
 
+def test_a_matrix_fixed_after_a_failure_and_resumed_is_no_change_for_later_resumes(fake_env):
+    """A real-run trial: after a failed cell was fixed in the matrix and re-run by ``--resume``, every later resume of
+    the stamp warned that the matrix had changed, "the kept ones the old": the failed attempt, which no resume keeps,
+    was compared too.  Only the runs a resume keeps count; an edit since they were recorded is still seen."""
+    from specsim.runs.runner import matrix_changes
+    from specsim.runs.sweep_files import load_matrix
+
+    runs = fake_env["tmp"] / "runs"
+    m = _matrix(fake_env["tmp"], env={"FAKE_BENCH_FAIL": "1"})  # a setting of the matrix that fails its c1 cell
+    kw = dict(runs_dir=runs, install=fake_env["install"], stamp="F1", progress=False, only=["baseline-c1"])
+    assert [r.status for r in run_matrix(m, **kw)] == ["failed"]
+    assert matrix_changes(runs, load_matrix(m), "F1") == []  # nothing a resume would keep
+    m = _matrix(fake_env["tmp"], env={})  # fixed
+    assert [(r.run_id, r.status) for r in run_matrix(m, resume=True, **kw)] == [("fake-F1-baseline-c1-retry1", "ok")]
+    assert matrix_changes(runs, load_matrix(m), "F1") == []
+    m = _matrix(fake_env["tmp"], env={"EDITED": "1"})
+    assert matrix_changes(runs, load_matrix(m), "F1") == ["specsim.json"]
+
+
 # ---- Ray (local cluster) ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -252,8 +252,10 @@ def stamp_recorded(runs_dir: Path, matrix: str, stamp: str) -> bool:
 
 
 def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
-    """The files of ``m`` whose content differs from what the runs recorded under ``stamp`` recorded: a
-    ``--resume`` with an edited matrix mixes two definitions in one invocation.
+    """The files of ``m`` whose content differs from what the runs a ``--resume`` of ``stamp`` would keep
+    (:func:`plan_runs`) recorded: a ``--resume`` with an edited matrix mixes two definitions in one invocation.
+    Attempts it would not keep (a failed run, retried; the manifests) do not count: a matrix fixed after a
+    failure and resumed to the end does not warn on every later resume (a real-run trial).
 
     Parameters
     ----------
@@ -267,9 +269,9 @@ def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
     Returns
     -------
     list of str
-        Names of the files that differ from, or are missing in, any record's
+        Names of the files that differ from, or are missing in, any kept record's
         ``provenance["matrix"]["files"]``, in name order per record; empty when they match or nothing
-        is recorded.  Unreadable records are passed over; raises nothing beyond reading ``m``'s files.
+        would be kept.  Unreadable records are passed over; raises nothing beyond reading ``m``'s files.
         A file holding a secret (an ``--hf-token`` value: recorded as ``<redacted>``,
         :func:`specsim.runs.provenance.redact_run`) matches its record redacted or as given (a run
         recorded before secrets were redacted).
@@ -277,7 +279,8 @@ def matrix_changes(runs_dir: Path, m: SweepMatrix, stamp: str) -> list[str]:
     now = {f: json.loads((m.root / f).read_text()) for f in m.files}
     hidden = redact(now, secret_values(now))  # as runs record them since secrets are redacted; before, as given
     changed: dict[str, None] = {}
-    for p in _stamp_records(runs_dir, m.name, stamp):
+    kept = [k.path for _, k in plan_runs(m, Path(runs_dir), f"{m.name}-{stamp}", True).values() if k is not None]
+    for p in kept:
         was = (_recorded_prov(p).get("matrix") or {}).get("files")
         if not isinstance(was, dict):
             continue

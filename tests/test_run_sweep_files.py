@@ -707,6 +707,12 @@ def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(caps
     ({"backend": "openai-embeddings"}, "", "cell baseline/c4: --backend: benchmarks a pooling model"),
     ({"backend": "openai-chat", "endpoint": "/v1/chat/completions"}, "", None),
     ({}, " --backend openai-chat --endpoint /v1/chat/completions", None),
+    # the chat API over the custom dataset without --skip-chat-template: every prompt templated twice (a real-run
+    # trial); the shipped matrices skip it
+    ({"backend": "openai-chat", "endpoint": "/v1/chat/completions"}, "-no-skip",
+     "cell baseline/c4: --skip-chat-template: --backend openai-chat sends each prompt as a chat message"),
+    ({"backend": "openai-chat", "endpoint": "/v1/chat/completions", "skip_chat_template": True}, "-no-skip", None),
+    ({"endpoint": "/v1/completions"}, "-no-skip", None),  # completions: the client's template is the only one
 ])
 def test_a_backend_its_endpoint_does_not_fit_is_refused_before_any_server_starts(capsys, tmp_path, record,
                                                                                  bench_extra, refused):
@@ -717,7 +723,11 @@ def test_a_backend_its_endpoint_does_not_fit_is_refused_before_any_server_starts
 
     mine = tmp_path / "m"
     shutil.copytree(resolve_matrix("smoke"), mine)
-    if bench_extra:
+    if bench_extra == "-no-skip":
+        side = json.loads((mine / SIDECAR).read_text())
+        side["bench_cmd"] = side["bench_cmd"].replace(" --skip-chat-template", "")
+        (mine / SIDECAR).write_text(json.dumps(side))
+    elif bench_extra:
         side = json.loads((mine / SIDECAR).read_text())
         side["bench_cmd"] = side["bench_cmd"].replace(" --backend vllm", "") + bench_extra
         (mine / SIDECAR).write_text(json.dumps(side))

@@ -1250,6 +1250,8 @@ BENCH_BACKEND_ENDPOINTS = {"vllm": ("completions",), "openai": ("completions",),
                            "openai-audio": ("transcriptions", "translations")}
 #: the other backends vLLM 0.32's benchmark offers are pooling ones (``POOLING_BACKENDS`` there): embeddings,
 #: scores, no generated tokens, so nothing a speculative-decoding cell measures
+#: the backends that post chat messages (the server applies the chat template)
+_CHAT_BACKENDS = ("openai-chat", "openai-responses")
 _POOLING_WHY = ("benchmarks a pooling model (embeddings or scores: vLLM 0.32's POOLING_BACKENDS), which "
                 "generates no tokens: speculative decoding, its acceptance counters and the greedy judge do not "
                 "apply")
@@ -2009,7 +2011,8 @@ def _seed_picks_prompts(bp: Mapping[str, Any], bench_base: Mapping[str, Any]) ->
 def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mapping[str, Any]) -> None:
     """Refuse a cell whose ``--backend`` vLLM 0.32's benchmark would refuse with its ``--endpoint`` (the
     record's, else bench_cmd's, else vLLM's defaults ``openai`` and ``/v1/completions``): checked there only when
-    the bench starts, after its server started (:data:`BENCH_BACKEND_ENDPOINTS`); and a pooling backend."""
+    the bench starts, after its server started (:data:`BENCH_BACKEND_ENDPOINTS`); a pooling backend; and a chat
+    backend over the custom dataset without ``--skip-chat-template`` (each prompt templated twice)."""
     backend = str(bp.get("backend", bench_base.get("backend", "openai")))
     endpoint = str(bp.get("endpoint", bench_base.get("endpoint", "/v1/completions")))
     whose = ("its record's" if "backend" in bp else "bench_cmd's" if "backend" in bench_base else "the default")
@@ -2025,6 +2028,15 @@ def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mappi
             "when the bench starts, after the server started (vllm/benchmarks/lib/endpoint_request_func.py): give "
             "an --endpoint that fits the backend, or the backend that fits the endpoint", endpoint,
             [f"/v1/{x}" for x in suffixes])
+    dataset = str(bp.get("dataset_name", bench_base.get("dataset-name", "random")))
+    if backend in _CHAT_BACKENDS and dataset == "custom" and not bp.get(
+            "skip_chat_template", bench_base.get("skip-chat-template", False)):
+        raise SpecsimValueError(
+            f"{where}: --skip-chat-template", f"--backend {backend} sends each prompt as a chat message, which the "
+            "server puts in the model's chat template; without --skip-chat-template vLLM 0.32's custom dataset has "
+            "put it in that template already (vllm/benchmarks/datasets/datasets.py CustomDataset.sample), so every "
+            "prompt would be templated twice: give --skip-chat-template (bench_cmd, or skip_chat_template: true in the "
+            "record)", None, ["--skip-chat-template"])
 
 
 def _extra_body(value: Any) -> Mapping[str, Any]:

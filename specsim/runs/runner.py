@@ -621,8 +621,8 @@ def _slurm_time_short_text(short: list[dict]) -> str:
             "(their cells' timeouts + the server's start timeout + 5 min): "
             + ", ".join(f"{x['job']} ({x['needs_min']} min)" for x in short)
             + "; Slurm may end such a job while a cell is within its timeout, and submitit signals it signal_delay_s "
-              "before the limit (90 s by default; 30 s on the local cluster): the job then stops, its cells not yet "
-              "recorded recorded failed")
+              "before the limit (90 s by default; 30 s on the local cluster): the job then stops, and the cells it has "
+              "not recorded are recorded failed")
 
 
 def _record_plain(run_id: str, runs_dir: Path, prov: dict, *, skip: str | None = None,

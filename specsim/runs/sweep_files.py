@@ -1248,10 +1248,10 @@ LOCAL_FILE_DATASETS = ("custom", "sharegpt", "burstgpt")
 BENCH_BACKEND_ENDPOINTS = {"vllm": ("completions",), "openai": ("completions",),
                            "openai-chat": ("chat/completions",), "openai-responses": ("responses",),
                            "openai-audio": ("transcriptions", "translations")}
-#: the other backends vLLM 0.32's benchmark offers are pooling ones (``POOLING_BACKENDS`` there): embeddings,
-#: scores, no generated tokens, so nothing a speculative-decoding cell measures
 #: the backends that post chat messages (the server applies the chat template)
 _CHAT_BACKENDS = ("openai-chat", "openai-responses")
+#: the other backends vLLM 0.32's benchmark offers are pooling ones (``POOLING_BACKENDS`` there): embeddings,
+#: scores, no generated tokens, so nothing a speculative-decoding cell measures
 _POOLING_WHY = ("benchmarks a pooling model (embeddings or scores: vLLM 0.32's POOLING_BACKENDS), which "
                 "generates no tokens: speculative decoding, its acceptance counters and the greedy judge do not "
                 "apply")

@@ -62,6 +62,12 @@ def published_methods(target) -> list[str]:
     return sorted({_PUBLISHED_TO_VLLM.get(m, m) for m in labels})
 
 
+@lru_cache(maxsize=1)
+def _published_datasets() -> tuple[str, ...]:
+    """The appendix's datasets, sorted (read once: :func:`published_dataset` runs before every profile)."""
+    return tuple(sorted(_published_table()["dataset"].unique()))
+
+
 def published_dataset(dataset: str) -> str:
     """``dataset`` as the published appendix names it (``"GSM8K"``, ``"MATH500"``, ``"HumanEval"``,
     ``"MBPP"``) or ``"mix"``, matched in any case (``"gsm8k"`` is ``"GSM8K"``).
@@ -71,7 +77,7 @@ def published_dataset(dataset: str) -> str:
     SpecsimValueError
         A name that is none of these, for any target (``field="dataset"``; lists them).
     """
-    names = ["mix", *sorted(_published_table()["dataset"].unique())]
+    names = ["mix", *_published_datasets()]
     by_case = {n.lower(): n for n in names}
     if not isinstance(dataset, str) or dataset.strip().lower() not in by_case:
         raise SpecsimValueError("dataset", "no published acceptance for this dataset, for any target (the "

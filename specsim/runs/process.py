@@ -114,6 +114,9 @@ class _Guarded:
             raise OSError(f"the guardian did not start (launcher exit {launcher.returncode})") from exc
         self.returncode: int | None = None
         self.signals_sent: list[str] = []
+        self._log_path = getattr(stdout, "name", None)  # the file its output goes to (vLLM's log)
+        #: vLLM's rendezvous files its log named, removed at :meth:`close` (:func:`remove_rendezvous_files`)
+        self.removed_files: list[str] = []
 
     def _remove_rpc_dir(self) -> None:
         """Remove the child's IPC socket directory (:func:`_rpc_dir`), once the guardian is gone: it removes
@@ -147,11 +150,14 @@ class _Guarded:
         return self.returncode
 
     def close(self) -> None:
-        """Close the parent-death pipe (idempotent)."""
+        """Close the parent-death pipe (idempotent); where every process of the group has ended, remove the
+        rendezvous files its log names (:func:`remove_rendezvous_files`: nothing uses them any more)."""
         if self._w is not None:
             with contextlib.suppress(OSError):
                 os.close(self._w)
             self._w = None
+        if isinstance(self._log_path, str) and not _group_members(self.pid):
+            self.removed_files += remove_rendezvous_files(self._log_path)
 
 
 #: the longest path of a Unix socket on every platform vLLM binds them on (``sun_path``: 108 bytes on Linux,
@@ -592,8 +598,6 @@ class Server:
         self.exit_status: dict | None = None
         #: signals this object sent to the group when stopping it, in order
         self.signals_sent: list[str] = []
-        #: vLLM's rendezvous files its log named, removed once the group ended (:func:`remove_rendezvous_files`)
-        self.removed_files: list[str] = []
         self._status: Path | None = None
         self._log = None
         self._t0 = 0.0
@@ -726,9 +730,12 @@ class Server:
             _close_pipe(self.proc)
             if self._log is not None and not self._log.closed:
                 self._log.close()
-            if not _group_members(self.proc.pid):  # every process of it gone: nothing uses the files any more
-                self.removed_files += remove_rendezvous_files(self.log_path)
         return self.returncode
+
+    @property
+    def removed_files(self) -> list[str]:
+        """vLLM's rendezvous files its log named, removed once its group had ended (:meth:`_Guarded.close`)."""
+        return list(getattr(self.proc, "removed_files", []))
 
     def __enter__(self) -> "Server":
         return self.start()
@@ -845,38 +852,35 @@ def run_command(cmd: Sequence[str], *, log_path: str | os.PathLike, env: dict[st
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    try:
-        with open(log_path, "ab", buffering=0) as log:
-            if not Path(str(cmd[0])).exists() and not shutil.which(str(cmd[0])):
-                raise RunError(f"cannot start {cmd[0]!r}: no such file or command")
-            try:
-                proc, status = _guarded_popen(cmd, stdout=log, env=env, cwd=cwd)
-            except OSError as e:
-                raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
+    with open(log_path, "ab", buffering=0) as log:
+        if not Path(str(cmd[0])).exists() and not shutil.which(str(cmd[0])):
+            raise RunError(f"cannot start {cmd[0]!r}: no such file or command")
+        try:
+            proc, status = _guarded_popen(cmd, stdout=log, env=env, cwd=cwd)
+        except OSError as e:
+            raise RunError(f"cannot start {cmd[0]!r}: {e}") from e
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc, stop_timeout_s)
+            _close_pipe(proc)
+            _guard_status(status)
+            raise RunError(f"{command_name(cmd)} timed out after {timeout_s:g} s; log {log_path}:\n"
+                           f"{_tail(log_path)}") from None
+        except BaseException:
+            with deferred_interrupts():  # a second Ctrl-C does not leave the group running
                 _kill_group(proc, stop_timeout_s)
                 _close_pipe(proc)
                 _guard_status(status)
-                raise RunError(f"{command_name(cmd)} timed out after {timeout_s:g} s; log {log_path}:\n"
-                               f"{_tail(log_path)}") from None
-            except BaseException:
-                with deferred_interrupts():  # a second Ctrl-C does not leave the group running
-                    _kill_group(proc, stop_timeout_s)
-                    _close_pipe(proc)
-                    _guard_status(status)
-                raise
-            # the leader is done; make sure nothing it started lingers in the group
-            if _group_members(proc.pid):
-                _kill_group(proc, stop_timeout_s)
-            _close_pipe(proc)
-            st = _guard_status(status)
-            rc = st["returncode"] if st is not None else proc.returncode
-            if usage is not None:
-                usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
-    finally:  # an offline vLLM engine (health check, probe) leaves its rendezvous file too: the group has
-        remove_rendezvous_files(log_path)  # ended here, whatever ended it
+            raise
+        # the leader is done; make sure nothing it started lingers in the group
+        if _group_members(proc.pid):
+            _kill_group(proc, stop_timeout_s)
+        _close_pipe(proc)
+        st = _guard_status(status)
+        rc = st["returncode"] if st is not None else proc.returncode
+        if usage is not None:
+            usage["cpu_seconds"] = st.get("child_cpu_seconds") if st is not None else None
     if rc != 0:
         raise RunError(f"{command_name(cmd)} exited with code {rc}{_log_excerpt(log_path)}")
     return time.monotonic() - t0

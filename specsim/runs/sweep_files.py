@@ -2015,11 +2015,11 @@ def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mappi
     backend over the custom dataset without ``--skip-chat-template`` (each prompt templated twice)."""
     backend = str(bp.get("backend", bench_base.get("backend", "openai")))
     endpoint = str(bp.get("endpoint", bench_base.get("endpoint", "/v1/completions")))
-    whose = ("its record's" if "backend" in bp else "bench_cmd's" if "backend" in bench_base else "the default")
     if backend not in BENCH_BACKEND_ENDPOINTS:
         raise SpecsimValueError(f"{where}: --backend", _POOLING_WHY, backend, list(BENCH_BACKEND_ENDPOINTS))
     suffixes = BENCH_BACKEND_ENDPOINTS[backend]
     if not endpoint.endswith(suffixes):
+        whose = "its record's" if "backend" in bp else "bench_cmd's" if "backend" in bench_base else "the default"
         given = ("its record's" if "endpoint" in bp else "bench_cmd's" if "endpoint" in bench_base
                  else "vLLM's default")
         raise SpecsimValueError(

@@ -4,6 +4,7 @@ which recorded runs a resume keeps, retry names, the Slurm executor without Slur
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -390,6 +391,35 @@ def test_cli_a_failed_greedy_check_is_in_the_last_line_and_the_exit_status(tmp_p
     out, err = capsys.readouterr()
     assert out.startswith("2 runs: 2 ok\n") and "greedy check" not in out and not err, (out, err)
 
+
+
+def test_cli_json_gives_the_stamp_and_what_the_last_lines_say(tmp_path, monkeypatch, capsys):
+    """A new-user trial: `run-matrix --json` printed the run list only, so a script had no stamp to resume or
+    validate with (none given: run-matrix makes one) and no grouped reasons for the failed runs."""
+    import specsim.cli as cli
+    from specsim.runs.recorder import RunResult
+
+    def results(m, **kw):
+        rs = _greedy_results(tmp_path, 3)
+        err = "RunError: vLLM server exited with code 1 (after 9.5 s); log /x/server.log\nTraceback ..."
+        return rs + [RunResult(f"smoke-{kw['stamp']}-ngram-n5-c{c}", tmp_path / f"f{c}", "failed", err) for c in (1, 4)]
+
+    monkeypatch.setattr(cli, "run_matrix", results)
+    assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path), "--json"]) == 1
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    stamp = d["stamp"]
+    assert re.fullmatch(r"\d{8}T\d{6}", stamp), stamp
+    assert d["matrix"] == "smoke" and d["runs_dir"] == str(tmp_path) and d["kept"] == 0
+    assert d["status_counts"] == {"failed": 2, "ok": 2}
+    assert d["failed"] == [{"reason": "vLLM server exited with code 1 (after 9.5 s)",
+                            "run_ids": [f"smoke-{stamp}-ngram-n5-c1", f"smoke-{stamp}-ngram-n5-c4"]}]
+    assert d["greedy_check_failed"] == [{"run_id": "smoke-G-ngram-n3-c4",
+                                         "why": "3/4 outputs identical to smoke-G-baseline-c4"}]
+    assert [r["run_id"] for r in d["runs"]][:2] == ["smoke-G-baseline-c4", "smoke-G-ngram-n3-c4"]
+    want = f"specsim validate --matrix smoke --stamp {stamp} --runs-dir {tmp_path}" if load_matrix("smoke").probes else None
+    assert d["validate_command"] == want
+    assert "2 of 4 runs failed" in err  # stderr says it as without --json
 
 def _git(repo: Path, *a: str) -> str:
     return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *a], cwd=repo, check=True,

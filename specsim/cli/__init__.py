@@ -352,6 +352,8 @@ def _ingest_one(raw: str, args) -> int:
 
 
 def _cmd_run_matrix(args) -> int:
+    from collections import Counter
+
     from specsim.catalog import project_data_path
     from specsim.runs.process import stop_signals_as_interrupt
     from specsim.runs.runner import (
@@ -448,20 +450,26 @@ def _cmd_run_matrix(args) -> int:
         return 143 if signame == "SIGTERM" else 130
     # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too
     greedy_failed = greedy_check_failures(results)
-    if args.json:
-        print(json.dumps([dataclasses.asdict(r) for r in results], indent=2, default=str))
+    failed = [r for r in results if r.status == "failed"]
+    validate_cmd = (f"specsim validate --matrix {args.matrix} --stamp {stamp}"  # validate fits the matrix's own probe
+                    + ("" if args.runs_dir is None else f" --runs-dir {args.runs_dir}")) if m.probes else None
+    counts = dict(sorted(Counter(r.status for r in results).items()))
+    n_kept = sum(r.kept for r in results)
+    if args.json:  # what the last lines say, for a script: the stamp to resume or validate, why runs failed
+        print(json.dumps({"matrix": m.name, "stamp": stamp, "runs_dir": str(rd), "status_counts": counts,
+                          "kept": n_kept,
+                          "failed": [{"reason": why, "run_ids": ids} for why, ids in _failure_reasons(failed)],
+                          "greedy_check_failed": [{"run_id": rid, "why": why} for rid, why in greedy_failed],
+                          "validate_command": validate_cmd, "runs": [dataclasses.asdict(r) for r in results]},
+                         indent=2, default=str))
     else:
-        from collections import Counter
-
-        n_kept = sum(r.kept for r in results)
-        print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in sorted(Counter(r.status for r in results).items()))
+        print(f"{len(results)} runs: " + ", ".join(f"{v} {k}" for k, v in counts.items())
               + (f"; greedy check FAILED in {len(greedy_failed)} ({', '.join(rid for rid, _ in greedy_failed)})"
                  if greedy_failed else "")
               + (("; all kept from earlier (--resume): nothing ran" if n_kept == len(results) else
                   f"; {n_kept} kept from earlier (--resume), {len(results) - n_kept} run now") if n_kept else "")
               + f"\nrecorded under {rd} as {m.name}-{stamp}-*: "
-              + (f"`specsim validate --matrix {args.matrix} --stamp {stamp}"  # validate fits the matrix's own probe
-                 f"{'' if args.runs_dir is None else ' --runs-dir ' + args.runs_dir}` judges them, " if m.probes else "")
+              + (f"`{validate_cmd}` judges them, " if validate_cmd else "")
               + f"`--stamp {stamp} --resume` re-runs what failed")
     # the matrix went on past them (each is recorded with its error); the exit status still says so, as a
     # test runner's does, so that a script or CI job does not take a matrix with failed cells for a clean one
@@ -470,7 +478,7 @@ def _cmd_run_matrix(args) -> int:
               + "; ".join(f"{rid}: {why}" for rid, why in greedy_failed) + "): their outputs differ from the "
               "baseline's (checks.json in each run; the runs are recorded ok, and --resume keeps them)",
               file=sys.stderr)
-    if failed := [r for r in results if r.status == "failed"]:
+    if failed:
         print(f"specsim: {len(failed)} of {len(results)} runs failed ({', '.join(r.run_id for r in failed)}; the "
               f"error is in each run's provenance.json and runs.csv); re-run them with --stamp {stamp} --resume"
               + "".join(f"\n  {', '.join(ids)}: {why}" for why, ids in _failure_reasons(failed)), file=sys.stderr)

@@ -1447,6 +1447,13 @@ def predict(
     -------
     Prediction
 
+    Warns
+    -----
+    UserWarning
+        When N reaches beyond the positions the acceptance profile measured
+        (``acceptance_extrapolated``): the text of :func:`extrapolation_warning`, also in
+        ``Prediction.warnings``, as :func:`sweep` warns.
+
     Raises
     ------
     SpecsimValueError
@@ -1496,7 +1503,7 @@ def predict(
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
     health = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in health_terms(out, concurrency, osl).items()}
     extrap = acceptance_extrapolated(r.acceptance, n_used) if n_used > 0 else False
-    return Prediction(
+    pred = Prediction(
         target=r.target.name,
         method=r.method,
         num_speculative_tokens=n_used,
@@ -1547,6 +1554,9 @@ def predict(
         drafted_fraction=float(drafted_fraction),
         mean_proposal_tokens=None if mean_proposal_tokens is None else float(mean_proposal_tokens),
     )
+    if extrap:  # as sweep warns (README: "predict and sweep warn"); also in pred.warnings
+        warnings.warn(extrapolation_warning(r.acceptance, [n_used]), UserWarning, stacklevel=2)
+    return pred
 
 
 def _anchored(r: Scenario, baseline, baseline_concurrency, *, tp, concurrency, isl, osl, overhead

@@ -4,6 +4,7 @@ valid but the number misleads, a WARNING in the summary and ``warnings`` in ``--
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -374,9 +375,23 @@ def test_a_list_of_rates_is_one_profile_in_predict_sweep_and_best_n_and_extrapol
     two = sweep("Qwen3-8B", "eagle3", [3], acceptance=[MEASURED3, Acceptance.from_rates([0.7, 0.5, 0.3])], **kw)
     assert len(two) == 2
     assert not p.acceptance_extrapolated and not any("extrapolated" in w for w in p.warnings)
-    far = predict("Qwen3-8B", "eagle3", 5, acceptance=rates, **kw)
+    # a Python warning too, naming the caller's line, as sweep's (README: "predict and sweep warn"; a
+    # new-user trial: predict put it in .warnings only)
+    with pytest.warns(UserWarning, match=r"acceptance extrapolated beyond the 3 measured position\(s\) for N = 5") as rec:
+        far = predict("Qwen3-8B", "eagle3", 5, acceptance=rates, **kw)
+    assert [w.filename for w in rec if "extrapolated" in str(w.message)] == [__file__]
     assert far.acceptance_extrapolated and any(w.startswith("acceptance extrapolated beyond the 3 measured")
                                                and "N = 5" in w for w in far.warnings), far.warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # within the measured positions: no warning
+        predict("Qwen3-8B", "eagle3", 3, acceptance=rates, **kw)
+
+
+def test_cli_predict_prints_the_extrapolation_warning_once(capsys):
+    rc, out, err = run(["predict", "--target", "Qwen3-8B", "--method", "eagle3", "-n", "5",
+                        "--cumulative", "0.8,0.6,0.45"], capsys)
+    said = (out + err).count("acceptance extrapolated beyond the 3 measured position(s)")
+    assert rc == 0 and said == 1 and "UserWarning" not in err, (out, err)
 
 
 def test_cli_sweep_prints_the_extrapolation_warning_once(capsys):

@@ -98,15 +98,16 @@ def _cmd_predict(args) -> int:
                                 "--speculative-config gives it")
     acc = acceptance_from_args(args, required=not _synthetic_config(args))
     b, conc, isl, osl = _point(args, args.concurrency, 1)
-    pred = predict(
-        resolve_target(args.target), args.method, args.num_speculative_tokens, hardware=args.hardware, tp=args.tp,
-        precision=args.precision, concurrency=conc, isl=isl, osl=osl, acceptance=acc,
-        draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
-        temperature_assumption=args.temperature_assumption, baseline=b,
-        vllm_version=args.vllm_version, platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
-        expert_parallel=args.expert_parallel,
-        **drafting_from_args(args, _predicted_n(args)),
-    )
+    with warnings.catch_warnings():  # predict's UserWarning is also in pred.warnings, printed below once
+        warnings.filterwarnings("ignore", message="acceptance extrapolated", category=UserWarning)
+        pred = predict(
+            resolve_target(args.target), args.method, args.num_speculative_tokens, hardware=args.hardware,
+            tp=args.tp, precision=args.precision, concurrency=conc, isl=isl, osl=osl, acceptance=acc,
+            draft=args.draft, speculative_config=args.speculative_config, temperature=args.temperature,
+            temperature_assumption=args.temperature_assumption, baseline=b, vllm_version=args.vllm_version,
+            platform=args.platform, latency=_latency_table(args.latency_table, args.tp),
+            expert_parallel=args.expert_parallel, **drafting_from_args(args, _predicted_n(args)),
+        )
     extra = (acceptance_model_warnings(args, pred.target) + baseline_model_warnings(args, pred.target)
              + latency_table_model_warnings(args.latency_table, pred.target))
     if extra:  # shown with the prediction's own warnings (and in --json)

@@ -245,6 +245,9 @@ def test_interrupted_cell_under_ray_leaves_no_server(cluster, tmp_path, monkeypa
     stop_sigs = set(s["signals_received"]) | set(s["signals_sent"])
     assert stop_sigs & {"SIGINT", "SIGTERM"}, s
     assert s["orphaned"] is force  # force: the worker died, the guardian stopped the server itself
+    if force:  # and removed the rendezvous file its log names, which the dead worker could not (it stayed)
+        assert len(s["removed_files"]) == 1 and "/vllm_dist_" in s["removed_files"][0], s
+        assert not Path(s["removed_files"][0]).exists()
     assert s["stop_seconds"] is not None
     # the cell is recorded as failed, by the driver, with the executor and when it was stopped
     rec = json.loads((runs / "interrupt-I-baseline-c1" / "provenance.json").read_text())

@@ -1593,6 +1593,61 @@ def test_an_orphaned_guardian_removes_its_status_file(tmp_path):
     _wait_for(lambda: not list((tmp_path / "tmp").glob("specsim-guard-*")), 10)
 
 
+
+def test_an_orphaned_guardian_removes_the_rendezvous_files_its_log_names(tmp_path):
+    """The last notes: a vLLM rendezvous file (``<tmp>/vllm_dist_<hex>``, named in the server's log) stayed where
+    the process that stopped its server was killed (``ray.cancel(force=True)``, the OOM killer): the starter
+    removes it once the group has ended, and the guardian, which stopped the group, did not.  Now the guardian
+    does, once the rest of the group has ended too, and only the files that log names."""
+    rdzv = tmp_path / "rdzv"
+    rdzv.mkdir()
+    mine, other = rdzv / ("vllm_dist_" + "c" * 32), rdzv / ("vllm_dist_" + "d" * 32)
+    other.write_text("another engine's")
+    server = ("import subprocess, sys, time\n"
+              f"open({str(mine)!r}, 'w').write('filestore')\n"
+              f"print('world_size=1 rank=0 distributed_init_method=file://{mine} backend=gloo', flush=True)\n"
+              # an engine-core-like child of the same group that outlives the server (it ignores SIGINT) and,
+              # stopped by SIGTERM a second later, notes whether the file was still there when it ended
+              "subprocess.Popen([sys.executable, '-c', 'import os, signal, sys, time; "
+              "signal.signal(signal.SIGINT, signal.SIG_IGN); "
+              "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), open(sys.argv[2], \"w\").write("
+              "str(os.path.exists(sys.argv[1]))), os._exit(0))); time.sleep(60)', "
+              f"{str(mine)!r}, {str(tmp_path / 'seen')!r}])\n"
+              "time.sleep(60)\n")
+    code = ("from specsim.runs.process import _Guarded; import subprocess, sys, time\n"
+            f"log = open({str(tmp_path / 'server.log')!r}, 'wb')\n"
+            f"g = _Guarded([sys.executable, '-c', {server!r}], stdout=log, env=None, cwd=None)\n"
+            "print(g.pid, flush=True); time.sleep(60)\n")
+    (tmp_path / "copy").mkdir()
+    env = {**os.environ, "SPECSIM_GUARD_GRACE_S": "3", "SPECSIM_GUARD_STATUS_COPY": str(tmp_path / "copy")}
+    starter = subprocess.Popen([REAL_PY, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    pgid = int(starter.stdout.readline())
+    _wait_for(lambda: "distributed_init_method" in (tmp_path / "server.log").read_text(), 30)
+    # as a Ray driver removes a killed worker's staging directory, the server's log with it: the guardian reads
+    # the log it writes to all the same
+    (tmp_path / "server.log").unlink()
+    starter.kill()  # the starter dies (SIGKILL): the guardian stops the server, then removes its file
+    starter.wait()
+    _wait_for(lambda: list((tmp_path / "copy").glob("guard-*.json")), 30)
+    st = json.loads(next((tmp_path / "copy").glob("guard-*.json")).read_text())
+    assert st["orphaned"] is True and st["removed_files"] == [str(mine)], st
+    assert not mine.exists() and other.read_text() == "another engine's"
+    from specsim.runs._guard import _group_members
+
+    assert _group_members(pgid) == []
+    assert (tmp_path / "seen").read_text() == "True"  # the file was removed after the group had ended
+    # a starter that lives removes them itself (the guardian is not orphaned): none listed by the guardian
+    from specsim.runs.process import _Guarded
+
+    mine.write_text("filestore")
+    with open(tmp_path / "server2.log", "wb") as log:
+        g = _Guarded([REAL_PY, "-c", f"print('distributed_init_method=file://{mine} ', flush=True)"], stdout=log,
+                     env=None, cwd=None)
+        g.wait(30)
+        g.close()
+    assert g.removed_files == [str(mine)] and not mine.exists()
+    g.status_path.unlink(missing_ok=True)
+
 def test_a_guarded_child_s_ipc_sockets_go_with_it(tmp_path):
     """vLLM 0.32 binds its ZMQ IPC sockets in VLLM_RPC_BASE_PATH (default: the temporary directory) and leaves
     them there: about seven files in /tmp per server start.  Each guarded child gets a directory of its own for

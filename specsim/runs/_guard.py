@@ -16,6 +16,11 @@ end) and ``ended`` (UTC); with ``SPECSIM_GUARD_STATUS_COPY=DIR`` a copy goes to 
 The starter reads and removes ``STATUS``; when the starter died first (``orphaned``) the guardian
 removes it itself (nobody else would: it is a temporary file).
 
+``removed_files``: when the starter died first, the guardian also stops the rest of the group (SIGTERM)
+and, once it has ended (at most the grace period later), removes the vLLM rendezvous files named in the
+child's log, ``SPECSIM_GUARD_LOG`` (set by the starter; :func:`remove_rendezvous_files`), as the starter
+would have; the paths removed are in ``removed_files``.
+
 ``SPECSIM_GUARD_RPC_DIR`` (set by the starter, :class:`specsim.runs.process._Guarded`, with
 ``VLLM_RPC_BASE_PATH`` naming the same directory) is removed, with what is in it, when the child has ended
 or could not be started; the child does not see that variable.  The starter removes it too when it finds
@@ -24,19 +29,88 @@ Standard library only: it runs under any interpreter.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) pids of process group ``pgid`` (Linux /proc; falls back to killpg 0)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # pragma: no cover - non-Linux
+        try:
+            os.killpg(pgid, 0)
+            return [pgid]
+        except (ProcessLookupError, PermissionError):
+            return []
+    out = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may contain spaces/parentheses
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
+            out.append(int(d.name))
+    return out
+
+
+#: the FileStore rendezvous file a vLLM engine names in its log (``distributed_init_method=file://...``): vLLM 0.32
+#: makes it ``<tempdir>/vllm_dist_<uuid4 hex>`` (vllm/utils/network_utils.py ``get_file_store_init_method``, used
+#: by the uniproc and multiprocessing executors) and leaves it behind when its processes end
+_RENDEZVOUS_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]{32})(?![0-9A-Za-z_])")
+
+
+def remove_rendezvous_files(log_path: str | os.PathLike) -> list[str]:
+    """Remove the FileStore rendezvous files (2.4 KB each) that the vLLM process logging to ``log_path`` named,
+    once its processes have ended: only files called ``vllm_dist_<32 hex digits>`` named in that log, so
+    another engine's (a server started beside it) is never touched.
+
+    Returns
+    -------
+    list of str
+        The paths removed (none when the log names none or they are gone).  Raises nothing.
+    """
+    return _remove(rendezvous_files_named(log_path))
+
+
+def rendezvous_files_named(log_path: str | os.PathLike, fd: int | None = None) -> list[str]:
+    """The rendezvous files (:data:`_RENDEZVOUS_FILE`) the log at ``log_path`` names, each once; where that path
+    cannot be read (a run's staging directory removed under a server still writing to it), the file open as
+    descriptor ``fd`` of this process (Linux ``/proc/self/fd``: readable after its name is gone)."""
+    for src in (log_path, None if fd is None else f"/proc/self/fd/{fd}"):
+        if src is None:
+            continue
+        try:
+            return list(dict.fromkeys(_RENDEZVOUS_FILE.findall(Path(src).read_text(errors="replace"))))
+        except OSError:
+            continue
+    return []
+
+
+def _remove(paths: list[str]) -> list[str]:
+    removed = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            removed.append(path)
+    return removed
 
 
 def main(argv: list[str]) -> int:
@@ -58,6 +132,7 @@ def main(argv: list[str]) -> int:
     for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, on_signal)
     rpc_dir = os.environ.pop("SPECSIM_GUARD_RPC_DIR", None)  # the child's IPC sockets: removed with it
+    log_path = os.environ.pop("SPECSIM_GUARD_LOG", None)  # the child's log: the rendezvous files it names
     try:
         child = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                  preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL)
@@ -111,10 +186,25 @@ def main(argv: list[str]) -> int:
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)  # the child and the descendants it waited for
+    stop_seconds = round(time.monotonic() - first_stop[0], 3) if first_stop else None
+    removed: list[str] = []
+    if orphaned.is_set():
+        # nobody waits for the rest of the group: end what the child left behind, and (once it has ended, at
+        # most the grace period later) the rendezvous files the log names, which the starter would have removed.
+        # The log is read now, while it is still there: this process's standard output is that file
+        named = [] if log_path is None else rendezvous_files_named(log_path, fd=1)
+        pgid = os.getpgid(0)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        end = time.monotonic() + grace
+        while set(_group_members(pgid)) - {os.getpid()} and time.monotonic() < end:
+            time.sleep(0.1)
+        removed = _remove(named)
     status = {"cmd": cmd[:3], "child_pid": child.pid, "returncode": rc, "end_signal": end_signal,
               "child_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 3), "signals_received": received,
-              "orphaned": orphaned.is_set(), "signals_sent": sent,
-              "stop_seconds": round(time.monotonic() - first_stop[0], 3) if first_stop else None, "ended": _now()}
+              "orphaned": orphaned.is_set(), "signals_sent": sent, "stop_seconds": stop_seconds, "ended": _now(),
+              "removed_files": removed}
     tmp = status_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(status, f)
@@ -130,13 +220,6 @@ def main(argv: list[str]) -> int:
         try:
             os.unlink(status_path)
         except OSError:
-            pass
-        # nobody waits for the rest of the group: end what the child left behind
-        pgid = os.getpgid(0)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
             pass
     return 128 - rc if rc < 0 else rc
 

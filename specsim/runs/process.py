@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from specsim.errors import RunError
+from specsim.runs._guard import _group_members, remove_rendezvous_files
 
 # --------------------------------------------------------------------------------------------
 # processes
@@ -34,28 +35,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) pids of process group ``pgid`` (Linux /proc; falls back to killpg 0)."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # pragma: no cover - non-Linux
-        try:
-            os.killpg(pgid, 0)
-            return [pgid]
-        except (ProcessLookupError, PermissionError):
-            return []
-    out = []
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may contain spaces/parentheses
-        rest = stat[stat.rfind(")") + 2:].split()
-        if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
-            out.append(int(d.name))
-    return out
 
 
 #: signals a child gets back at their default disposition, unblocked (see :func:`_reset_child_signals`)
@@ -93,6 +72,9 @@ class _Guarded:
         r, self._w = os.pipe()  # the guardian's stdin: end-of-file when this process dies
         try:
             self.rpc_dir, env = _rpc_dir(env)
+            log_path = getattr(stdout, "name", None)  # the file its output goes to (vLLM's log)
+            if isinstance(log_path, str):  # the guardian removes the rendezvous files it names, if this process dies
+                env = {**(os.environ if env is None else env), "SPECSIM_GUARD_LOG": os.path.abspath(log_path)}
             launcher = subprocess.Popen([sys.executable, str(GUARD), "--detach", status, "--", *[str(c) for c in cmd]],
                                         stdin=r, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                         start_new_session=True, preexec_fn=_reset_child_signals)
@@ -114,7 +96,7 @@ class _Guarded:
             raise OSError(f"the guardian did not start (launcher exit {launcher.returncode})") from exc
         self.returncode: int | None = None
         self.signals_sent: list[str] = []
-        self._log_path = getattr(stdout, "name", None)  # the file its output goes to (vLLM's log)
+        self._log_path = log_path
         #: vLLM's rendezvous files its log named, removed at :meth:`close` (:func:`remove_rendezvous_files`)
         self.removed_files: list[str] = []
 
@@ -314,32 +296,6 @@ def _log_excerpt(log_path: str | os.PathLike) -> str:
     return f": {cause}; log {log_path} (its last lines):\n{tail}" if cause else f"; log {log_path}:\n{tail}"
 
 
-#: the FileStore rendezvous file a vLLM engine names in its log (``distributed_init_method=file://...``): vLLM 0.32
-#: makes it ``<tempdir>/vllm_dist_<uuid4 hex>`` (vllm/utils/network_utils.py ``get_file_store_init_method``, used
-#: by the uniproc and multiprocessing executors) and leaves it behind when its processes end
-_RENDEZVOUS_FILE = re.compile(r"distributed_init_method=file://(/\S*/vllm_dist_[0-9a-f]{32})(?![0-9A-Za-z_])")
-
-
-def remove_rendezvous_files(log_path: str | os.PathLike) -> list[str]:
-    """Remove the FileStore rendezvous files (2.4 KB each) that the vLLM process logging to ``log_path`` named,
-    once its processes have ended: only files called ``vllm_dist_<32 hex digits>`` named in that log, so
-    another engine's (a server started beside it) is never touched.
-
-    Returns
-    -------
-    list of str
-        The paths removed (none when the log names none or they are gone).  Raises nothing.
-    """
-    try:
-        text = Path(log_path).read_text(errors="replace")
-    except OSError:
-        return []
-    removed = []
-    for path in dict.fromkeys(_RENDEZVOUS_FILE.findall(text)):
-        with contextlib.suppress(OSError):
-            os.remove(path)
-            removed.append(path)
-    return removed
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

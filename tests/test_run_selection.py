@@ -602,6 +602,45 @@ def test_a_slurm_dry_run_shows_what_each_job_asks_for(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["slurm_jobs"] is None
 
 
+
+def test_a_ray_dry_run_shows_what_each_task_asks_for(tmp_path, monkeypatch, capsys):
+    """The last notes: the dry run did not show the Ray resources (Slurm's it shows).  A server on a GPU platform
+    asks for its tensor x pipeline x data parallel GPUs and one CPU, a judge one GPU; on the CPU the cores of
+    the smallest alive node, which only the cluster knows (None in the dry run)."""
+    from specsim.runs.executors import RayExecutor
+    from specsim.runs.sweep_files import SIDECAR, resolve_matrix
+
+    tp2 = tmp_path / "tp2"
+    shutil.copytree(resolve_matrix("smoke"), tp2)
+    serve = json.loads((tp2 / "serve_params.json").read_text())
+    name = next(iter(serve))
+    serve[name] = {**serve[name], "tensor_parallel_size": 2, "pipeline_parallel_size": 3}
+    (tp2 / "serve_params.json").write_text(json.dumps(serve))
+    side = json.loads((tp2 / SIDECAR).read_text())
+    (tp2 / SIDECAR).write_text(json.dumps({**side, "name": "tp2"}))
+    m = load_matrix(tp2)
+    monkeypatch.setattr(runner, "vllm_build", lambda install: (None, "no vLLM environment"))  # not refused
+    want = {f"server {g.name}": {"num_gpus": 6 if g.name == name else 1, "num_cpus": 1} for g in m.groups}
+    want.update({f"health check {h.name}": {"num_gpus": 1, "num_cpus": 1} for h in m.health_checks})
+    want.update({f"probe {p.name}": {"num_gpus": 1, "num_cpus": 1} for p in m.probes})
+    assert len(m.groups) >= 2
+    for plat in ("cuda", "rocm"):
+        text, data = runner.dry_run(tp2, executor="ray", platform=plat, runs_dir=tmp_path / "runs")
+        assert data["ray_tasks"] == want, data["ray_tasks"]
+        assert f"\nRay tasks (what each asks for):\n  server {name}: num_gpus=6, num_cpus=1\n" in text, text
+    # what the run itself asks for (the executor's own computation; no cluster needed on a GPU platform)
+    ex = object.__new__(RayExecutor)
+    ex.platform = "cuda"
+    assert ex.resources({"gpus": 6}) == want[f"server {name}"]
+    text, data = runner.dry_run(tp2, executor="ray", platform="cpu", runs_dir=tmp_path / "runs")
+    assert data["ray_tasks"] == {k: {"num_cpus": None} for k in want}
+    assert "the cores of the smallest alive node are read from the cluster" in text
+    assert f"  server {name}: num_cpus=<the smallest node's cores>" in text
+    ex.platform, ex.cpus = "cpu", lambda: 7  # a cluster whose smallest node has 7 cores
+    assert ex.resources({"gpus": 6}) == {"num_cpus": 7}
+    # other executors: no Ray tasks
+    assert runner.dry_run(tp2, executor="local", platform="cpu", runs_dir=tmp_path / "runs")[1]["ray_tasks"] is None
+
 @pytest.mark.parametrize("params,what", [
     (["cluster=nonsense"], "--slurm-param cluster: is not one of submitit's clusters (got 'nonsense'); "
                            "allowed: slurm, local, debug"),

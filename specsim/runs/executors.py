@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 from specsim.errors import MissingExtraError, RunError, SpecsimValueError
 from specsim.runs.offline import run_offline
@@ -45,7 +45,7 @@ from specsim.runs.serve_bench import BenchPlan, serve_and_bench
 
 __all__ = ["EXECUTORS", "execute_job", "pack_runs", "import_run", "LocalExecutor", "RayExecutor", "SlurmExecutor",
            "make_executor", "check_slurm_parameters", "slurm_cpus", "slurm_job_resources", "SUBMITIT_CLUSTERS",
-           "sweep_stale_staging"]
+           "sweep_stale_staging", "ray_task_resources"]
 
 EXECUTORS = ("local", "ray", "slurm")
 
@@ -1032,9 +1032,7 @@ class RayExecutor:
         return int(min(cpus))
 
     def resources(self, job: dict) -> dict:
-        if self.platform in ("cuda", "rocm"):
-            return {"num_gpus": int(job.get("gpus", 1)), "num_cpus": 1}
-        return {"num_cpus": self.cpus()}
+        return ray_task_resources(int(job.get("gpus", 1)), platform=self.platform, cpus=self.cpus)
 
     def submit(self, job: dict, tag: Any) -> Any:
         res = job.get("ray_resources") or self.resources(job)
@@ -1200,6 +1198,30 @@ def check_slurm_parameters(cluster: str | None, slurm_parameters: dict | None = 
             why = "; ".join(x.strip() for x in str(exc).splitlines() if x.strip()) or type(exc).__name__
             raise SpecsimValueError("--slurm-param", f"submitit refuses it: {why}", params) from exc
     return cl
+
+
+def ray_task_resources(gpus: int, *, platform: str, cpus: Callable[[], int] | None = None) -> dict:
+    """What one :class:`RayExecutor` task asks Ray for (its ``.options``), for one job.
+
+    Parameters
+    ----------
+    gpus : int
+        GPUs its server needs (tensor x pipeline x data parallel size; 1 for a judge).
+    platform : str
+        ``"cuda"`` / ``"rocm"``: ``num_gpus`` = ``gpus`` and one CPU; any other (the CPU platform):
+        ``num_cpus`` = the cores of the smallest alive node, so that two servers never share cores.
+    cpus : callable, optional
+        Returns those cores (:meth:`RayExecutor.cpus`, which asks the cluster); called on the CPU
+        platform only.  None (a dry run, which reaches no cluster): ``num_cpus`` None there.
+
+    Returns
+    -------
+    dict
+        ``num_gpus`` and ``num_cpus``, or ``num_cpus`` alone.  Raises what ``cpus`` raises.
+    """
+    if platform in ("cuda", "rocm"):
+        return {"num_gpus": int(gpus), "num_cpus": 1}
+    return {"num_cpus": None if cpus is None else int(cpus())}
 
 
 def slurm_cpus(slurm_parameters: dict | None = None) -> int:

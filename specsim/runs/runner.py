@@ -570,14 +570,37 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
                              for name, res in jobs.items()))
         if short:
             text += "\n  WARNING: " + _slurm_time_short_text(short)
+    tasks = _ray_tasks(todo, plat) if executor == "ray" else None
+    if tasks:  # num_cpus None: the cores of the smallest alive node, which only the cluster knows
+        unknown = "<the smallest node's cores>"
+        shown = {name: ", ".join(f"{k}={unknown if v is None else v}" for k, v in res.items())
+                 for name, res in tasks.items()}
+        text += ("\n\nRay tasks (what each asks for" + ("" if plat in ("cuda", "rocm") else
+                 "; the cores of the smallest alive node are read from the cluster when the run starts")
+                 + "):\n" + "\n".join(f"  {name}: {res}" for name, res in shown.items()))
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
-            "slurm_jobs": jobs, "slurm_timeout_short": short or None,
+            "slurm_jobs": jobs, "slurm_timeout_short": short or None, "ray_tasks": tasks,
             "stamp": stamp, "resume": resume, "kept": [{"run_id": k.run_id, "status": k.status} for k in kept],
             "nothing_to_run": todo.n_runs() == 0,
             "run_ids": ids or None, "matrix_changed_since_stamp": changed,
             "vllm_sweep_commands": m.vllm_sweep_commands(), "platform": plat,
             "platform_reason": plat_why}
     return text, data
+
+
+def _judge_jobs(m: SweepMatrix) -> list[str]:
+    """The names of ``m``'s offline judges as jobs: ``health check <name>``, ``probe <name>`` (one GPU each)."""
+    return [f"health check {h.name}" for h in m.health_checks] + [f"probe {p.name}" for p in m.probes]
+
+
+def _ray_tasks(m: SweepMatrix, platform: str) -> dict[str, dict]:
+    """``{job: what its Ray task asks for}`` (:func:`specsim.runs.executors.ray_task_resources`, without the
+    cluster: ``num_cpus`` None on the CPU platform) for the servers, health checks and probes of ``m``."""
+    from specsim.runs.executors import ray_task_resources
+
+    tasks = {f"server {g.name}": ray_task_resources(g.gpus, platform=platform) for g in m.groups}
+    tasks.update({name: ray_task_resources(1, platform=platform) for name in _judge_jobs(m)})
+    return tasks
 
 
 def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
@@ -592,9 +615,7 @@ def _slurm_jobs(m: SweepMatrix, platform: str, slurm: dict) -> dict[str, dict]:
     jobs = {f"server {g.name}": slurm_job_resources([c.timeout_s for c in g.cells], g.gpus, **kw,
                                                     start_timeout_s=m.server_start_timeout_s)
             for g in m.groups}
-    jobs.update({f"{what} {name}": slurm_job_resources([m.timeout_s], 1, **kw)
-                 for what, names in (("health check", [h.name for h in m.health_checks]),
-                                     ("probe", [p.name for p in m.probes])) for name in names})
+    jobs.update({name: slurm_job_resources([m.timeout_s], 1, **kw) for name in _judge_jobs(m)})
     return {k: {**v, **{x: y for x, y in extra.items() if x not in v}} for k, v in jobs.items()}
 
 

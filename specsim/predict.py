@@ -1497,7 +1497,7 @@ def predict(
         ov_src += (f"; host_step_s and host_per_seq_s then x {anchor['host_time_scale']:.4g} by the baseline anchor "
                    f"(used: host_step_s {overhead.host_step_s * 1e6:.4g} us, host_per_seq_s "
                    f"{overhead.host_per_seq_s * 1e6:.4g} us)")
-    with _draft_precision_named(r):
+    with _precision_refusal_explained(r):
         out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                        mean_proposal_tokens=mean_proposal_tokens)
     vals = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in out.items()}
@@ -2221,7 +2221,7 @@ def _check_deployment(r: Scenario, *, tp: int, isl: int, osl: int, concurrency: 
 
 
 @contextlib.contextmanager
-def _draft_precision_named(r: Scenario):
+def _precision_refusal_explained(r: Scenario):
     """Re-raise a hardware's "no peak FLOP/s for this precision" refusal that concerns the DRAFT's
     precision (``Drafter.draft_precision``: a quantized draft checkpoint as stored, bf16 for a draft
     behind a quantized target) under the field ``drafter.precision``, instead of blaming the
@@ -2699,7 +2699,7 @@ def sweep(
             r = replace(r, target_time_scale=k)
             ov = scaled_host_overhead(ov, anchor_rec["host_time_scale"])
             stack_warnings.update(dict.fromkeys(anchor_factor_warning(anchor_rec) + anchor_scope_warning(anchor_rec)))
-        with _draft_precision_named(r):
+        with _precision_refusal_explained(r):
             out = _evaluate_shared(r, n_used, C, I, O, tp_i, ov, shared_plans, drafted_fraction=drafted_fraction,
                                    mean_proposal_tokens=mean_proposal_tokens)
         cols: dict[str, Any] = {

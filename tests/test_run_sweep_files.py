@@ -713,6 +713,13 @@ def test_a_header_that_is_not_key_value_is_refused_before_any_server_starts(caps
      "cell baseline/c4: --skip-chat-template: --backend openai-chat sends each prompt as a chat message"),
     ({"backend": "openai-chat", "endpoint": "/v1/chat/completions", "skip_chat_template": True}, "-no-skip", None),
     ({"endpoint": "/v1/completions"}, "-no-skip", None),  # completions: the client's template is the only one
+    # the audio backend over a text dataset: its first request fails, after the server started (the last notes)
+    ({"backend": "openai-audio", "endpoint": "/v1/audio/transcriptions"}, "",
+     "cell baseline/c4: --dataset-name: --backend openai-audio posts each request's audio for transcription, and the "
+     "custom dataset gives none"),
+    ({"backend": "openai-audio", "endpoint": "/v1/audio/transcriptions", "dataset_name": "random"}, "",
+     "and the random dataset gives none"),
+    ({"backend": "openai-audio", "endpoint": "/v1/audio/transcriptions", "dataset_name": "custom_audio"}, "", None),
 ])
 def test_a_backend_its_endpoint_does_not_fit_is_refused_before_any_server_starts(capsys, tmp_path, record,
                                                                                  bench_extra, refused):

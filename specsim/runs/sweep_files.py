@@ -1250,6 +1250,11 @@ BENCH_BACKEND_ENDPOINTS = {"vllm": ("completions",), "openai": ("completions",),
                            "openai-audio": ("transcriptions", "translations")}
 #: the backends that post chat messages (the server applies the chat template)
 _CHAT_BACKENDS = ("openai-chat", "openai-responses")
+#: the ``--dataset-name`` values whose requests can carry audio, which ``--backend openai-audio`` posts (it refuses
+#: a request without: "multi_modal_content must be a dict containing 'audio' or 'audio_path'",
+#: vllm/benchmarks/lib/endpoint_request_func.py): ``CustomAudioDataset`` and, with an ASR dataset path, ``hf``
+#: (``ASRDataset``, vllm/benchmarks/datasets/datasets.py); ``random-mm`` does not support audio yet there
+_AUDIO_DATASETS = ("custom_audio", "hf")
 #: the other backends vLLM 0.32's benchmark offers are pooling ones (``POOLING_BACKENDS`` there): embeddings,
 #: scores, no generated tokens, so nothing a speculative-decoding cell measures
 _POOLING_WHY = ("benchmarks a pooling model (embeddings or scores: vLLM 0.32's POOLING_BACKENDS), which "
@@ -2011,8 +2016,9 @@ def _seed_picks_prompts(bp: Mapping[str, Any], bench_base: Mapping[str, Any]) ->
 def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mapping[str, Any]) -> None:
     """Refuse a cell whose ``--backend`` vLLM 0.32's benchmark would refuse with its ``--endpoint`` (the
     record's, else bench_cmd's, else vLLM's defaults ``openai`` and ``/v1/completions``): checked there only when
-    the bench starts, after its server started (:data:`BENCH_BACKEND_ENDPOINTS`); a pooling backend; and a chat
-    backend over the custom dataset without ``--skip-chat-template`` (each prompt templated twice)."""
+    the bench starts, after its server started (:data:`BENCH_BACKEND_ENDPOINTS`); a pooling backend; the audio
+    backend over a dataset without audio (:data:`_AUDIO_DATASETS`); and a chat backend over the custom dataset
+    without ``--skip-chat-template`` (each prompt templated twice)."""
     backend = str(bp.get("backend", bench_base.get("backend", "openai")))
     endpoint = str(bp.get("endpoint", bench_base.get("endpoint", "/v1/completions")))
     if backend not in BENCH_BACKEND_ENDPOINTS:
@@ -2029,6 +2035,12 @@ def _check_backend_endpoint(where: str, bp: Mapping[str, Any], bench_base: Mappi
             "an --endpoint that fits the backend, or the backend that fits the endpoint", endpoint,
             [f"/v1/{x}" for x in suffixes])
     dataset = str(bp.get("dataset_name", bench_base.get("dataset-name", "random")))
+    if backend == "openai-audio" and dataset not in _AUDIO_DATASETS:
+        raise SpecsimValueError(
+            f"{where}: --dataset-name", f"--backend {backend} posts each request's audio for transcription, and the "
+            f"{dataset} dataset gives none: vLLM 0.32's benchmark fails its first request, after the server started "
+            "(vllm/benchmarks/lib/endpoint_request_func.py): give an audio dataset, or a backend that posts text",
+            dataset, list(_AUDIO_DATASETS))
     if backend in _CHAT_BACKENDS and dataset == "custom" and not bp.get(
             "skip_chat_template", bench_base.get("skip-chat-template", False)):
         raise SpecsimValueError(

@@ -377,7 +377,8 @@ def test_a_list_of_rates_is_one_profile_in_predict_sweep_and_best_n_and_extrapol
     assert not p.acceptance_extrapolated and not any("extrapolated" in w for w in p.warnings)
     # a Python warning too, naming the caller's line, as sweep's (README: "predict and sweep warn"; a
     # new-user trial: predict put it in .warnings only)
-    with pytest.warns(UserWarning, match=r"acceptance extrapolated beyond the 3 measured position\(s\) for N = 5") as rec:
+    said = r"acceptance extrapolated beyond the 3 measured position\(s\) for N = 5"
+    with pytest.warns(UserWarning, match=said) as rec:
         far = predict("Qwen3-8B", "eagle3", 5, acceptance=rates, **kw)
     assert [w.filename for w in rec if "extrapolated" in str(w.message)] == [__file__]
     assert far.acceptance_extrapolated and any(w.startswith("acceptance extrapolated beyond the 3 measured")

@@ -417,7 +417,8 @@ def test_cli_json_gives_the_stamp_and_what_the_last_lines_say(tmp_path, monkeypa
     assert d["greedy_check_failed"] == [{"run_id": "smoke-G-ngram-n3-c4",
                                          "why": "3/4 outputs identical to smoke-G-baseline-c4"}]
     assert [r["run_id"] for r in d["runs"]][:2] == ["smoke-G-baseline-c4", "smoke-G-ngram-n3-c4"]
-    want = f"specsim validate --matrix smoke --stamp {stamp} --runs-dir {tmp_path}" if load_matrix("smoke").probes else None
+    want = f"specsim validate --matrix smoke --stamp {stamp} --runs-dir {tmp_path}"
+    want = want if load_matrix("smoke").probes else None
     assert d["validate_command"] == want
     assert "2 of 4 runs failed" in err  # stderr says it as without --json
 

@@ -310,6 +310,12 @@ def test_cli_interrupt_prints_one_line_and_exits_130(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err == ("specsim: interrupted (SIGINT): 3 runs recorded, the interrupted cell recorded as failed; "
                    "resume with --stamp 20261201T120000 --resume\n")
+    # with --json, stdout gives a script the stamp to resume with (a review: it printed nothing)
+    assert main(["run-matrix", "--matrix", "smoke", "--json", "--runs-dir", "/x"]) == 130
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"matrix": "smoke", "stamp": "20261201T120000", "runs_dir": "/x",
+                               "interrupted": "SIGINT", "recorded": 3}
+    assert err.startswith("specsim: interrupted (SIGINT): 3 runs recorded")
 
 
 def test_cli_a_sigterm_before_any_run_started_exits_143(monkeypatch, capsys):
@@ -405,9 +411,12 @@ def test_cli_json_gives_the_stamp_and_what_the_last_lines_say(tmp_path, monkeypa
         return rs + [RunResult(f"smoke-{kw['stamp']}-ngram-n5-c{c}", tmp_path / f"f{c}", "failed", err) for c in (1, 4)]
 
     monkeypatch.setattr(cli, "run_matrix", results)
+    tmp_path = tmp_path / "a b"  # the validate command stays one command (a review: it was not quoted)
+    tmp_path.mkdir()
     assert main(["run-matrix", "--matrix", "smoke", "--runs-dir", str(tmp_path), "--json"]) == 1
     out, err = capsys.readouterr()
     d = json.loads(out)
+    assert "2 of 4 runs failed" in err  # stderr says it as without --json
     stamp = d["stamp"]
     assert re.fullmatch(r"\d{8}T\d{6}", stamp), stamp
     assert d["matrix"] == "smoke" and d["runs_dir"] == str(tmp_path) and d["kept"] == 0
@@ -417,10 +426,14 @@ def test_cli_json_gives_the_stamp_and_what_the_last_lines_say(tmp_path, monkeypa
     assert d["greedy_check_failed"] == [{"run_id": "smoke-G-ngram-n3-c4",
                                          "why": "3/4 outputs identical to smoke-G-baseline-c4"}]
     assert [r["run_id"] for r in d["runs"]][:2] == ["smoke-G-baseline-c4", "smoke-G-ngram-n3-c4"]
-    want = f"specsim validate --matrix smoke --stamp {stamp} --runs-dir {tmp_path}"
-    want = want if load_matrix("smoke").probes else None
-    assert d["validate_command"] == want
-    assert "2 of 4 runs failed" in err  # stderr says it as without --json
+    assert not load_matrix("smoke").probes and d["validate_command"] is None  # nothing for validate to fit
+    tmp_path = tmp_path / "c d"  # the results' directories again, elsewhere
+    tmp_path.mkdir()
+    assert main(["run-matrix", "--matrix", "cpu-validation-fast", "--runs-dir", str(tmp_path), "--stamp", "S",
+                 "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["matrix"] == "cpu-validation-fast" and d["stamp"] == "S"
+    assert d["validate_command"] == f"specsim validate --matrix cpu-validation-fast --stamp S --runs-dir '{tmp_path}'"
 
 def _git(repo: Path, *a: str) -> str:
     return subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", *a], cwd=repo, check=True,

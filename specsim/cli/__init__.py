@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import warnings
 from importlib import metadata
@@ -443,17 +444,23 @@ def _cmd_run_matrix(args) -> int:
     except MatrixInterrupted as e:
         print(f"specsim: interrupted ({e.signal}): {e.recorded} runs recorded, the interrupted cell recorded as "
               f"failed; resume with --stamp {e.stamp} --resume", file=sys.stderr)
+        if args.json:  # a script gets the stamp to resume with here too
+            print(json.dumps({"matrix": m.name, "stamp": e.stamp, "runs_dir": str(rd), "interrupted": e.signal,
+                              "recorded": e.recorded}, indent=2))
         return 143 if e.signal == "SIGTERM" else 130
     except KeyboardInterrupt as e:  # before any run started (a Ray cluster's ray.wait drops the StopSignal's name)
         # stop_signal_received() would be None here: the with block has ended
         signame = getattr(e, "signal", None) or (received[0] if received else None) or "SIGINT"
         print(f"specsim: interrupted ({signame}) before any run started; nothing recorded", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"matrix": m.name, "stamp": stamp, "runs_dir": str(rd), "interrupted": signame,
+                              "recorded": 0}, indent=2))
         return 143 if signame == "SIGTERM" else 130
     # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too
     greedy_failed = greedy_check_failures(results)
     failed = [r for r in results if r.status == "failed"]
-    validate_cmd = (f"specsim validate --matrix {args.matrix} --stamp {stamp}"  # validate fits the matrix's own probe
-                    + ("" if args.runs_dir is None else f" --runs-dir {args.runs_dir}")) if m.probes else None
+    validate_cmd = shlex.join(["specsim", "validate", "--matrix", args.matrix, "--stamp", stamp, *(
+        () if args.runs_dir is None else ("--runs-dir", args.runs_dir))]) if m.probes else None  # on its own probe
     counts = dict(sorted(Counter(r.status for r in results).items()))
     n_kept = sum(r.kept for r in results)
     if args.json:  # what the last lines say, for a script: the stamp to resume or validate, why runs failed

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -1598,20 +1599,25 @@ def test_an_orphaned_guardian_removes_the_rendezvous_files_its_log_names(tmp_pat
     """The last notes: a vLLM rendezvous file (``<tmp>/vllm_dist_<hex>``, named in the server's log) stayed where
     the process that stopped its server was killed (``ray.cancel(force=True)``, the OOM killer): the starter
     removes it once the group has ended, and the guardian, which stopped the group, did not.  Now the guardian
-    does, once the rest of the group has ended too, and only the files that log names."""
+    does, once the rest of the group has ended too, and only the files that log named when the starter died
+    (a review: a later writer's line could name another engine's live file)."""
     rdzv = tmp_path / "rdzv"
     rdzv.mkdir()
     mine, other = rdzv / ("vllm_dist_" + "c" * 32), rdzv / ("vllm_dist_" + "d" * 32)
     other.write_text("another engine's")
-    server = ("import subprocess, sys, time\n"
+    server = ("import signal, subprocess, sys, time\n"
               f"open({str(mine)!r}, 'w').write('filestore')\n"
+              # a line the log gets after the starter died: not read (here the server's own, on its SIGINT)
+              f"signal.signal(signal.SIGINT, lambda *a: (print('distributed_init_method=file://{other} x', "
+              "flush=True), sys.exit(0)))\n"
               f"print('world_size=1 rank=0 distributed_init_method=file://{mine} backend=gloo', flush=True)\n"
               # an engine-core-like child of the same group that outlives the server (it ignores SIGINT) and,
               # stopped by SIGTERM a second later, notes whether the file was still there when it ended
               "subprocess.Popen([sys.executable, '-c', 'import os, signal, sys, time; "
               "signal.signal(signal.SIGINT, signal.SIG_IGN); "
               "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1), open(sys.argv[2], \"w\").write("
-              "str(os.path.exists(sys.argv[1]))), os._exit(0))); time.sleep(60)', "
+              "str(os.path.exists(sys.argv[1]))), os._exit(0))); print(\"member ready\", flush=True); "
+              "time.sleep(60)', "
               f"{str(mine)!r}, {str(tmp_path / 'seen')!r}])\n"
               "time.sleep(60)\n")
     code = ("from specsim.runs.process import _Guarded; import subprocess, sys, time\n"
@@ -1622,7 +1628,7 @@ def test_an_orphaned_guardian_removes_the_rendezvous_files_its_log_names(tmp_pat
     env = {**os.environ, "SPECSIM_GUARD_GRACE_S": "3", "SPECSIM_GUARD_STATUS_COPY": str(tmp_path / "copy")}
     starter = subprocess.Popen([REAL_PY, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
     pgid = int(starter.stdout.readline())
-    _wait_for(lambda: "distributed_init_method" in (tmp_path / "server.log").read_text(), 30)
+    _wait_for(lambda: "member ready" in (tmp_path / "server.log").read_text(), 30)  # its handlers are set
     # as a Ray driver removes a killed worker's staging directory, the server's log with it: the guardian reads
     # the log it writes to all the same
     (tmp_path / "server.log").unlink()
@@ -1647,6 +1653,41 @@ def test_an_orphaned_guardian_removes_the_rendezvous_files_its_log_names(tmp_pat
         g.close()
     assert g.removed_files == [str(mine)] and not mine.exists()
     g.status_path.unlink(missing_ok=True)
+
+
+def test_an_orphaned_guardian_whose_output_is_a_pipe_stops_the_group_and_reads_nothing(tmp_path):
+    """A review of the change above: with its output a pipe (``stdout=sys.stdout`` of a starter piped to a
+    reader) the orphaned guardian read that pipe for rendezvous files, which never ends (it holds a write end
+    itself): it hung, left a member that ignores SIGINT running, wrote no status and took the reader's lines."""
+    member = ("import signal, sys, time; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+              "for i in range(120):\n    print('line', i, flush=True); time.sleep(0.25)\n")
+    server = ("import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', {member!r}])\n"
+              "time.sleep(60)\n")
+    code = ("from specsim.runs.process import _Guarded; import sys, time\n"
+            f"g = _Guarded([sys.executable, '-c', {server!r}], stdout=sys.stdout, env=None, cwd=None)\n"
+            "print('pgid', g.pid, flush=True); time.sleep(60)\n")
+    (tmp_path / "copy").mkdir()
+    env = {**os.environ, "SPECSIM_GUARD_GRACE_S": "2", "SPECSIM_GUARD_STATUS_COPY": str(tmp_path / "copy")}
+    starter = subprocess.Popen([REAL_PY, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(starter.stdout), daemon=True)
+    reader.start()
+    _wait_for(lambda: sum(x.startswith("line") for x in lines) >= 4, 30)
+    pgid = int(next(x for x in lines if x.startswith("pgid")).split()[1])
+    starter.kill()
+    starter.wait()
+    seen = sum(x.startswith("line") for x in lines)
+    _wait_for(lambda: list((tmp_path / "copy").glob("guard-*.json")), 20)  # it ended, and said how
+    st = json.loads(next((tmp_path / "copy").glob("guard-*.json")).read_text())
+    assert st["orphaned"] is True and st["removed_files"] == [], st
+    from specsim.runs._guard import _group_members
+
+    _wait_for(lambda: _group_members(pgid) == [], 10)  # the member that ignores SIGINT was stopped (SIGTERM)
+    reader.join(10)
+    assert not reader.is_alive()  # every writer of the pipe has ended: the guardian and the whole group
+    assert seen >= 4
+
 
 def test_a_guarded_child_s_ipc_sockets_go_with_it(tmp_path):
     """vLLM 0.32 binds its ZMQ IPC sockets in VLLM_RPC_BASE_PATH (default: the temporary directory) and leaves

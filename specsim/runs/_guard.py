@@ -17,9 +17,10 @@ The starter reads and removes ``STATUS``; when the starter died first (``orphane
 removes it itself (nobody else would: it is a temporary file).
 
 ``removed_files``: when the starter died first, the guardian also stops the rest of the group (SIGTERM)
-and, once it has ended (at most the grace period later), removes the vLLM rendezvous files named in the
-child's log, ``SPECSIM_GUARD_LOG`` (set by the starter; :func:`remove_rendezvous_files`), as the starter
-would have; the paths removed are in ``removed_files``.
+and, once all of it has ended (it waits the grace period at most), removes the vLLM rendezvous files that
+the child's log named when the starter died (:func:`remove_rendezvous_files`), as the starter would have.
+That log is the guardian's standard output where it is a regular file and ``SPECSIM_GUARD_LOG`` (set by
+the starter) names it; the paths removed are in ``removed_files``.
 
 ``SPECSIM_GUARD_RPC_DIR`` (set by the starter, :class:`specsim.runs.process._Guarded`, with
 ``VLLM_RPC_BASE_PATH`` naming the same directory) is removed, with what is in it, when the child has ended
@@ -36,6 +37,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -61,11 +63,11 @@ def _group_members(pgid: int) -> list[int]:
         if not d.name.isdigit():
             continue
         try:
-            stat = (d / "stat").read_text()
+            fields = (d / "stat").read_text()
         except OSError:
             continue
         # pid (comm) state ppid pgrp ...; comm may contain spaces/parentheses
-        rest = stat[stat.rfind(")") + 2:].split()
+        rest = fields[fields.rfind(")") + 2:].split()
         if len(rest) >= 3 and int(rest[2]) == pgid and rest[0] != "Z":
             out.append(int(d.name))
     return out
@@ -85,23 +87,46 @@ def remove_rendezvous_files(log_path: str | os.PathLike) -> list[str]:
     Returns
     -------
     list of str
-        The paths removed (none when the log names none or they are gone).  Raises nothing.
+        The paths removed (none when the log names none, is no regular file or they are gone).  Raises nothing.
     """
-    return _remove(rendezvous_files_named(log_path))
+    return _remove(_named_in(log_path))
 
 
-def rendezvous_files_named(log_path: str | os.PathLike, fd: int | None = None) -> list[str]:
-    """The rendezvous files (:data:`_RENDEZVOUS_FILE`) the log at ``log_path`` names, each once; where that path
-    cannot be read (a run's staging directory removed under a server still writing to it), the file open as
-    descriptor ``fd`` of this process (Linux ``/proc/self/fd``: readable after its name is gone)."""
-    for src in (log_path, None if fd is None else f"/proc/self/fd/{fd}"):
-        if src is None:
-            continue
+def _named_in(path: str | os.PathLike, limit: int | None = None) -> list[str]:
+    """The rendezvous files (:data:`_RENDEZVOUS_FILE`) the regular file ``path`` names in its first ``limit``
+    bytes (all: None), each once; none where it is no regular file (a pipe or a terminal would block the read)
+    or cannot be read."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return []
+        with open(path, "rb") as f:
+            text = f.read(-1 if limit is None else limit).decode(errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(_RENDEZVOUS_FILE.findall(text)))
+
+
+def _own_log(log_path: str | None) -> tuple[str, int] | None:
+    """Where the child's log -- this process's standard output, which the child writes too -- can be read, and
+    its size now: ``/proc/self/fd/1`` (Linux; readable after its name is gone, as when a killed Ray worker's
+    staging directory was removed), else ``log_path`` where it is that same file.  None where the starter named
+    no log or standard output is no regular file."""
+    if log_path is None:
+        return None
+    try:
+        out = os.fstat(1)
+    except OSError:
+        return None
+    if not stat.S_ISREG(out.st_mode):
+        return None
+    for src in ("/proc/self/fd/1", log_path):
         try:
-            return list(dict.fromkeys(_RENDEZVOUS_FILE.findall(Path(src).read_text(errors="replace"))))
+            st = os.stat(src)
         except OSError:
             continue
-    return []
+        if (st.st_dev, st.st_ino) == (out.st_dev, out.st_ino):
+            return src, out.st_size
+    return None
 
 
 def _remove(paths: list[str]) -> list[str]:
@@ -123,6 +148,7 @@ def main(argv: list[str]) -> int:
     first_stop: list[float] = []
     sent: list[str] = []
     orphaned = threading.Event()
+    own_log: list[tuple[str, int] | None] = []  # where the child's log is read, and how much (when orphaned)
 
     def on_signal(signum, _frame):
         received.append(signal.Signals(signum).name)
@@ -150,6 +176,8 @@ def main(argv: list[str]) -> int:
             pass
         if child.poll() is not None:
             return
+        # the log's part written until now: what the child's engine named (not what a later writer appends)
+        own_log.append(_own_log(log_path))
         orphaned.set()
         if not first_stop:
             first_stop.append(time.monotonic())
@@ -189,18 +217,18 @@ def main(argv: list[str]) -> int:
     stop_seconds = round(time.monotonic() - first_stop[0], 3) if first_stop else None
     removed: list[str] = []
     if orphaned.is_set():
-        # nobody waits for the rest of the group: end what the child left behind, and (once it has ended, at
-        # most the grace period later) the rendezvous files the log names, which the starter would have removed.
-        # The log is read now, while it is still there: this process's standard output is that file
-        named = [] if log_path is None else rendezvous_files_named(log_path, fd=1)
+        # nobody waits for the rest of the group: end what the child left behind and, once it has ended (at most
+        # the grace period later; not while any of it runs), the rendezvous files the log named when the starter
+        # died, which the starter would have removed
         pgid = os.getpgid(0)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
         end = time.monotonic() + grace
-        while set(_group_members(pgid)) - {os.getpid()} and time.monotonic() < end:
+        while (left := set(_group_members(pgid)) - {os.getpid()}) and time.monotonic() < end:
             time.sleep(0.1)
-        removed = _remove(named)
+        if not left and own_log and own_log[0] is not None:
+            removed = _remove(_named_in(*own_log[0]))
     status = {"cmd": cmd[:3], "child_pid": child.pid, "returncode": rc, "end_signal": end_signal,
               "child_cpu_seconds": round(ru.ru_utime + ru.ru_stime, 3), "signals_received": received,
               "orphaned": orphaned.is_set(), "signals_sent": sent, "stop_seconds": stop_seconds, "ended": _now(),

@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,18 @@ def _reset_child_signals() -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
+def _log_file(stdout) -> str | None:
+    """The absolute path of ``stdout`` where it is a regular file opened by name (a server's log), else None (a
+    pipe, a terminal, ``/dev/null``, ``subprocess.DEVNULL``): only such a file is read for the rendezvous files
+    it names (a read of a pipe or a terminal would block, or take what another reader waits for)."""
+    name = getattr(stdout, "name", None)
+    try:
+        regular = isinstance(name, str) and stat.S_ISREG(os.fstat(stdout.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return os.path.abspath(name) if regular else None
+
+
 #: the guardian script every child is started under (:mod:`specsim.runs._guard`)
 GUARD = Path(__file__).resolve().parent / "_guard.py"
 
@@ -72,9 +85,9 @@ class _Guarded:
         r, self._w = os.pipe()  # the guardian's stdin: end-of-file when this process dies
         try:
             self.rpc_dir, env = _rpc_dir(env)
-            log_path = getattr(stdout, "name", None)  # the file its output goes to (vLLM's log)
-            if isinstance(log_path, str):  # the guardian removes the rendezvous files it names, if this process dies
-                env = {**(os.environ if env is None else env), "SPECSIM_GUARD_LOG": os.path.abspath(log_path)}
+            log_path = _log_file(stdout)  # the file its output goes to (vLLM's log)
+            if log_path is not None:  # the guardian removes the rendezvous files it names, if this process dies
+                env = {**(os.environ if env is None else env), "SPECSIM_GUARD_LOG": log_path}
             launcher = subprocess.Popen([sys.executable, str(GUARD), "--detach", status, "--", *[str(c) for c in cmd]],
                                         stdin=r, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                         start_new_session=True, preexec_fn=_reset_child_signals)
@@ -182,10 +195,10 @@ def _rpc_dir(env: dict[str, str] | None) -> tuple[str | None, dict[str, str] | N
 
 def _alive(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return False
-    return stat[stat.rfind(")") + 2] != "Z"
+    return fields[fields.rfind(")") + 2] != "Z"
 
 
 def _guarded_popen(cmd: Sequence[str], *, stdout, env: dict[str, str] | None, cwd) -> tuple["_Guarded", Path]:
@@ -323,8 +336,8 @@ def _group_cpu_seconds(pgid: int) -> float:
     tot = 0
     for pid in _group_members(pgid):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            rest = stat[stat.rfind(")") + 2:].split()
+            fields = Path(f"/proc/{pid}/stat").read_text()
+            rest = fields[fields.rfind(")") + 2:].split()
             tot += int(rest[11]) + int(rest[12])  # utime, stime (fields 14, 15)
     return tot / _CLK_TCK
 

@@ -469,7 +469,8 @@ FEW_DECODE_STEPS = 4.0
 
 
 def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, mal: float | None = None,
-                        break_even: float | None = None, osl: int | None = None) -> tuple[str, ...]:
+                        break_even: float | None = None, osl: int | None = None,
+                        n: int | None = None) -> tuple[str, ...]:
     """Warnings a prediction must show, not only record (``Prediction.warnings``).
 
     - sampling temperature > 0 from acceptance measured at another temperature or at an unknown
@@ -478,7 +479,8 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
       e.g. a schedule's k = 0) or near-zero acceptance (``mal - 1 <``
       :data:`NEAR_ZERO_ACCEPTED_PER_STEP`), naming the break-even MAL;
     - a throughput ratio below 1 (speculation is predicted slower than none: below break-even),
-      naming the MAL and the break-even MAL;
+      naming the MAL and the break-even MAL, and, with ``n`` (the N modelled), saying so where the
+      break-even MAL exceeds N + 1, the most tokens a step commits (MAL counts the bonus token);
     - with ``osl``: :func:`short_output_warning`.
     """
     out = []
@@ -508,8 +510,11 @@ def prediction_warnings(r: Scenario, throughput_ratio: float | None = None, *, m
     if throughput_ratio is not None and np.isfinite(throughput_ratio) and throughput_ratio < 1.0:
         why = "" if mal is None or break_even is None else \
             f" (MAL {mal:.3f} < break-even MAL {_fmt_mal(break_even).strip()})"
+        unreachable = "" if n is None or break_even is None or not break_even > n + 1 else \
+            (f"; no acceptance reaches that break-even at N = {n}: a step commits at most N + 1 = {n + 1} tokens, "
+             "so the modelled cost of speculating exceeds anything it can save here")
         out.append(f"below break-even: throughput ratio {throughput_ratio:.3f}x < 1{why}, speculation is predicted "
-                   "slower than no speculation at this operating point")
+                   f"slower than no speculation at this operating point{unreachable}")
     if osl is not None and mal is not None:
         w = short_output_warning(osl, mal)
         if w:
@@ -1533,11 +1538,11 @@ def predict(
         acceptance_extrapolated=extrap,
         temperature=r.temperature,
         warnings=prediction_warnings(r, vals["throughput_ratio"], mal=vals["mal"], break_even=health["break_even_mal"],
-                                     osl=osl)
+                                     osl=osl, n=n_used)
         + feas + ov_warn + _stack_warning(r.latency, vllm_version, platform) + ep_warn
         + (allreduce_prior_warning(r.latency, tp) if anchor is None else ())
         + plausibility_warnings(vals, anchor) + table_scale_warning(r)
-        + partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens)
+        + partial_drafting_warning(r, drafted_fraction, mean_proposal_tokens) + schedule_clamp_warning(r, concurrency)
         + ((extrapolation_warning(r.acceptance, [n_used]),) if extrap else ()),  # KV overflow: shown, not only recorded
         assumptions=r.assumptions + n_notes + _partial_assumptions(drafted_fraction, mean_proposal_tokens) + feas
         + a_notes + ov_warn,
@@ -1630,6 +1635,20 @@ def _n_source(r: Scenario, concurrency: int, n_used: int) -> tuple[str, tuple[st
                   "1 token per step); still paid: the drafter's KV-sync pass over the new token (lookup: the scan), "
                   "its prefill pass and the fixed speculative overhead",)
     return "schedule", notes
+
+
+def schedule_clamp_warning(r: Scenario, concurrency: int) -> tuple[str, ...]:
+    """A WARNING where the config's ``num_speculative_tokens_per_batch_size`` asks for more draft tokens at
+    this batch size than its ``num_speculative_tokens``: vLLM 0.32 clamps k to N without a word
+    (``v1/spec_decode/dynamic/utils.py`` ``build_dynamic_sd_schedule_lookup``), as modelled; empty otherwise."""
+    cfg = r.speculative_config
+    k = None if cfg is None else cfg.schedule_k(int(concurrency))
+    if k is None or k <= cfg.num_speculative_tokens:
+        return ()
+    return (f"the schedule asks for k={k} at batch size {concurrency}, above num_speculative_tokens "
+            f"{cfg.num_speculative_tokens}: vLLM 0.32 drafts {cfg.num_speculative_tokens} there without saying so "
+            "(v1/spec_decode/dynamic/utils.py build_dynamic_sd_schedule_lookup), as modelled; raise "
+            "num_speculative_tokens to draft more",)
 
 
 def precision_label(target, precision: str | None) -> str:
@@ -2004,8 +2023,9 @@ def plausibility_warnings(vals: Mapping[str, float], anchor: dict | None) -> tup
     return tuple(out)
 
 
-_OVERHEAD_DOMINANT_WHY = ("the calibration's per-sequence speculative terms were fitted at one load and dominate "
-                          "here -- an extrapolation")
+_OVERHEAD_DOMINANT_WHY = ("the calibration's per-sequence speculative terms dominate here; they were fitted on the "
+                          "calibration's own targets at one load, so for another target, or another concurrency, "
+                          "they are an extrapolation")
 
 
 def overhead_dominant_concurrencies(out: Mapping[str, Any], concurrency, shape) -> list[int]:

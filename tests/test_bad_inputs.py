@@ -672,3 +672,32 @@ def test_partial_drafting_inputs_that_are_not_numbers_are_refused_by_name(kw, fi
         with pytest.raises(SpecsimValueError) as ei:
             call()
         assert ei.value.field == field and "must be a number" in str(ei.value)
+
+
+def test_a_break_even_above_n_plus_one_is_said_to_be_out_of_reach():
+    """A new-user trial: at concurrency 512 on MI300X, N = 1 was 'below break-even (MAL 1.800 < break-even MAL
+    7.716)' as if better acceptance could reach it; a step commits at most N + 1 tokens (MAL counts the bonus
+    token), so none can, and the warning now says so, only where it is so."""
+    far = predict("Llama-3.1-8B-Instruct", "eagle3", 1, hardware="MI300X", concurrency=512, acceptance=0.8)
+    assert far.throughput_ratio < 1 and far.break_even_mal > 1 + 1
+    [w] = [w for w in far.warnings if w.startswith("below break-even")]
+    assert w.endswith("no acceptance reaches that break-even at N = 1: a step commits at most N + 1 = 2 tokens, so "
+                      "the modelled cost of speculating exceeds anything it can save here"), w
+    near = predict("Qwen3-8B", "eagle3", 3, hardware="MI300X", concurrency=64, acceptance=0.7)
+    assert near.throughput_ratio < 1 and near.mal < near.break_even_mal <= 3 + 1
+    [w] = [w for w in near.warnings if w.startswith("below break-even")]
+    assert "no acceptance reaches" not in w, w
+
+
+def test_a_schedule_k_above_num_speculative_tokens_is_warned_of():
+    """A new-user trial: a num_speculative_tokens_per_batch_size entry k = 5 with num_speculative_tokens 3 was
+    modelled as N = 3 (vLLM 0.32 clamps it silently), and only an assumption named the N used."""
+    cfg = {"method": "eagle3", "model": "RedHatAI/Qwen3-8B-speculator.eagle3", "num_speculative_tokens": 3,
+           "num_speculative_tokens_per_batch_size": [[1, 8, 5], [9, 64, 2]]}
+    p = predict("Qwen3-8B", speculative_config=cfg, acceptance=0.7, concurrency=4)
+    assert p.num_speculative_tokens == 3 and p.configured_num_speculative_tokens == 3
+    said = [w for w in p.warnings if w.startswith("the schedule asks for k=5 at batch size 4, above "
+                                                  "num_speculative_tokens 3: vLLM 0.32 drafts 3 there")]
+    assert len(said) == 1, p.warnings
+    q = predict("Qwen3-8B", speculative_config=cfg, acceptance=0.7, concurrency=16)  # k = 2 <= 3
+    assert q.num_speculative_tokens == 2 and not any("the schedule asks" in w for w in q.warnings)

@@ -166,17 +166,30 @@ class SpeculativeConfig:
         SpecsimValueError
             If ``batch_size`` < 1.
         """
+        k = self.schedule_k(batch_size)
+        return self.num_speculative_tokens if k is None else min(self.num_speculative_tokens, k)
+
+    def schedule_k(self, batch_size: int) -> int | None:
+        """The schedule's own k at a batch size, before vLLM clamps it to N (:meth:`n_for_batch_size`): the k of
+        the range containing ``batch_size``, gaps and the tail carrying the previous range's k forward; None
+        without a schedule.
+
+        Raises
+        ------
+        SpecsimValueError
+            If ``batch_size`` < 1.
+        """
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise SpecsimValueError("batch_size", "must be an int >= 1", batch_size)
         sched = self.num_speculative_tokens_per_batch_size
         if sched is None:
-            return self.num_speculative_tokens
+            return None
         k = sched[0][2]
         for start, _end, kk in sched:
             if start > batch_size:
                 break
             k = kk
-        return min(self.num_speculative_tokens, k)
+        return k
 
     @property
     def builds_draft_model(self) -> bool:

@@ -257,6 +257,9 @@ def load_hardware(name: str) -> Hardware:
     if isinstance(name, os.PathLike) or (isinstance(name, str) and name.strip().lower().endswith(".json")):
         return hardware_from_file(name)
     index, names = _index(str(data_path("hardware.csv")))
+    if not isinstance(name, str):  # None, a number: the message said "unknown hardware name" and showed no value
+        raise SpecsimValueError("hardware", f"must be an accelerator name, a hardware spec file (.json) or a "
+                                f"Hardware, not {type(name).__name__} {name!r}", None, names)
     hw = index.get(_norm(name))
     if hw is None and isinstance(name, str) and name in _FROM_FILES:  # read from a spec file in this process
         return _FROM_FILES[name]

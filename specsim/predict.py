@@ -1367,8 +1367,10 @@ def predict(
         when ``speculative_config`` gives it.
     num_speculative_tokens : int
         Proposal length N (>= 1).  Optional when ``speculative_config`` gives it.
-    hardware : str or Hardware
-        Accelerator name from ``specsim/data/hardware.csv`` (``"MI300X"``, ``"MI355X"``, ``"H100"``, ...).
+    hardware : str, path or Hardware
+        Accelerator name from ``specsim/data/hardware.csv`` (``"MI300X"``, ``"MI355X"``, ``"H100"``, ...;
+        any case), or a hardware spec JSON file for a part the catalog does not ship
+        (:func:`specsim.hardware.hardware_from_file`), or a :class:`~specsim.hardware.Hardware`.
     tp : int
         Tensor-parallel degree of the target.
     precision : str, optional

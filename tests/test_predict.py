@@ -578,6 +578,14 @@ def test_unknown_hardware_lists_allowed():
     assert {"MI300X", "MI355X"} <= set(e.allowed)
 
 
+@pytest.mark.parametrize("hw,shown", [(None, "NoneType None"), (300, "int 300")])
+def test_hardware_that_is_no_name_says_what_it_got(hw, shown):
+    """A new-user trial: hardware=None said 'unknown hardware name' without the value given."""
+    e = _err(hardware=hw)
+    assert e.field == "hardware" and f"a hardware spec file (.json) or a Hardware, not {shown}" in str(e), str(e)
+    assert {"MI300X", "MI355X"} <= set(e.allowed)
+
+
 @pytest.mark.parametrize("n", [0, -1, 2.5, True])
 def test_bad_n(n):
     assert _err(num_speculative_tokens=n).field == "num_speculative_tokens"

@@ -125,12 +125,11 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
     if d.empty:
         raise SpecsimValueError("target", "no published acceptance for this target", tname,
                                 sorted(_published_table()["target_model"].unique()))
-    labels = [m for m in d["method"].unique() if m == method] or \
-             [m for m in d["method"].unique() if _PUBLISHED_TO_VLLM.get(m) == method]
-    if not labels:
+    label = _method_label(d, method)
+    if label is None:
         raise SpecsimValueError("method", f"no published acceptance for {tname} with this method", method,
                                 published_methods(tname))
-    d = d[d["method"] == labels[0]]
+    d = d[d["method"] == label]
     datasets = sorted(d["dataset"].unique()) if dataset == "mix" else [dataset]
     if dataset != "mix" and dataset not in set(d["dataset"]):
         raise SpecsimValueError("dataset", "no published rows for this dataset", dataset,
@@ -153,6 +152,47 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
     hi = Acceptance.from_rates(stack.max(axis=0), kind="cumulative", label=label + " max")
     note = f"acceptance range = min/max over datasets {', '.join(datasets)} (workload spread, not sampling error)"
     return AcceptanceProfile(acc, (lo, hi), note, label, src)
+
+
+def _method_label(d: pd.DataFrame, method: str) -> str | None:
+    """The appendix's method label of vLLM ``method`` among the rows ``d``: the same string, else the label that
+    maps to it (:data:`_PUBLISHED_TO_VLLM`); None where no row has either."""
+    labels = [m for m in d["method"].unique() if m == method] or \
+             [m for m in d["method"].unique() if _PUBLISHED_TO_VLLM.get(m) == method]
+    return labels[0] if labels else None
+
+
+def published_n_note(target, method: str, dataset: str = "mix") -> str | None:
+    """What :func:`published_profile`'s one row (the largest N) says at the smaller N the appendix also
+    published: the MAL its first N positions give beside the MAL that N's own row measured (for ``"mix"``, each
+    the mean over the four datasets).  Published MAL = 1 + the sum of the cumulative per-position rates.
+
+    Returns
+    -------
+    str or None
+        An assumption line where the appendix has rows at smaller N, else None.
+
+    Raises
+    ------
+    SpecsimValueError
+        As :func:`published_profile`.
+    """
+    prof = published_profile(target, method, dataset)  # the same rows, refused alike
+    dataset = published_dataset(dataset)
+    d = _published_table()
+    d = d[d["target_model"].map(_norm_name) == _norm_name(getattr(target, "name", target))]
+    d = d[d["method"] == _method_label(d, method)]
+    if dataset != "mix":
+        d = d[d["dataset"] == dataset]
+    n_max = int(d["num_speculative_tokens"].max())
+    smaller = sorted(int(n) for n in d["num_speculative_tokens"].unique() if n < n_max)
+    if not smaller:
+        return None
+    used = [float(prof.acceptance.mal(n)) for n in smaller]
+    own = [float(d[d["num_speculative_tokens"] == n]["mean_acceptance_length"].mean()) for n in smaller]
+    pairs = ", ".join(f"N={n}: {u:.2f} (row {o:.2f})" for n, u, o in zip(smaller, used, own))
+    return (f"acceptance: the published N={n_max} row's per-position rates at every N; at the N it also published "
+            f"its first N positions give MAL {pairs} -- a drafter's acceptance can change with N")
 
 
 #: published method label -> (vLLM method string, draft checkpoint template or None = seed default)

@@ -46,7 +46,7 @@ from specsim.predict import (
     with_expert_parallel,
     with_measured_table,
 )
-from specsim.published import published_dataset, published_methods, published_profile
+from specsim.published import published_dataset, published_methods, published_n_note, published_profile
 from specsim.vllm.config import SPECULATIVE_METHODS, parse_speculative_config
 from specsim.vllm.schedule import speculative_config
 
@@ -1256,6 +1256,9 @@ def recommend(
                 excluded.append((meth, f"no acceptance profile ({e})"))
                 continue
             acc, rng, rnote = prof.acceptance, prof.range, prof.range_note
+            n_note = published_n_note(tgt, meth, dataset)  # one row's rates at every N: what they give at others
+        else:
+            n_note = None
         try:
             r = resolve_inputs(tgt, meth, None, hardware=hw, precision=precision, acceptance=acc, draft=draft,
                                drafter=drafter, latency=latency, temperature=temperature,
@@ -1360,6 +1363,8 @@ def recommend(
             m = replace(m, concurrency_cap=cap, assumptions=(cap_note, *m.assumptions))
         if anchor_note is not None:
             m = replace(m, assumptions=(anchor_note, *m.assumptions))
+        if n_note is not None:
+            m = replace(m, assumptions=(*m.assumptions, n_note))
         recs.append(m)
     recs.sort(key=lambda m: -float(np.mean([p.throughput_ratio for p in m.points])) if m.points else 0.0)
     return Recommendation(

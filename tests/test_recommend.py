@@ -243,6 +243,29 @@ def test_published_mix_gives_a_dataset_range():
     assert "over datasets" in prof.range_note
 
 
+def test_recommend_says_what_the_one_published_row_gives_at_the_other_published_n():
+    """A new-user trial: recommend chose dspark N = 13 from the N = 15 row's per-position rates, while the appendix
+    shows this drafter's acceptance changing with N (MAL 7.63 at N = 11, 7.17 at N = 15), and nothing said that one
+    row stood for every N.  Checked against the CSV read here: MAL = 1 + the sum of the first N cumulative rates."""
+    with open(data_path("published", "amd_specdec_n_sweeps.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["target_model"].endswith("/Qwen3-8B") and r["method"] == "dspark"
+                and r["dataset"] == "GSM8K"]
+    by_n = {int(r["num_speculative_tokens"]): r for r in rows}
+    n_max = max(by_n)
+    rates = [float(x) for x in by_n[n_max]["per_position_acceptance_cumulative"].split(";")]
+    want = ", ".join(f"N={n}: {1 + sum(rates[:n]):.2f} (row {float(by_n[n]['mean_acceptance_length']):.2f})"
+                     for n in sorted(by_n) if n < n_max)
+    assert n_max == 15 and len(by_n) == 4
+    rec = recommend("Qwen3-8B", hardware="MI300X", method="dspark", dataset="gsm8k", concurrency=[1, 8])
+    [m] = rec.methods
+    said = [a for a in m.assumptions if a.startswith(f"acceptance: the published N={n_max} row's per-position")]
+    assert said == [f"acceptance: the published N={n_max} row's per-position rates at every N; at the N it also "
+                    f"published its first N positions give MAL {want} -- a drafter's acceptance can change with N"]
+    # acceptance given by the caller: no such line
+    rec = recommend("Qwen3-8B", hardware="MI300X", method="dspark", concurrency=[1, 8],
+                    acceptance=published_profile("Qwen3-8B", "dspark", "gsm8k").acceptance)
+    assert not any("row's per-position" in a for a in rec.methods[0].assumptions)
+
 def test_a_dataset_no_target_has_is_refused_and_any_case_is_taken(capsys):
     """A new-user trial: ``recommend --dataset GSM9K`` (or ``gsm8k``) excluded every method for "no acceptance
     profile" and exited 0; a typo now exits 2 naming the datasets, and the appendix's names match in any case."""

@@ -118,22 +118,8 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
         ``target`` / ``method`` / ``dataset`` without published rows (lists what exists).
     """
 
-    dataset = published_dataset(dataset)
-    tname = _norm_name(getattr(target, "name", target))
-    d = _published_table()
-    d = d[d["target_model"].map(_norm_name) == tname]
-    if d.empty:
-        raise SpecsimValueError("target", "no published acceptance for this target", tname,
-                                sorted(_published_table()["target_model"].unique()))
-    label = _method_label(d, method)
-    if label is None:
-        raise SpecsimValueError("method", f"no published acceptance for {tname} with this method", method,
-                                published_methods(tname))
-    d = d[d["method"] == label]
+    tname, dataset, d = _published_rows(target, method, dataset)
     datasets = sorted(d["dataset"].unique()) if dataset == "mix" else [dataset]
-    if dataset != "mix" and dataset not in set(d["dataset"]):
-        raise SpecsimValueError("dataset", "no published rows for this dataset", dataset,
-                                ["mix", *sorted(d["dataset"].unique())])
     curves, ns = [], []
     for ds in datasets:
         rows = d[d["dataset"] == ds]
@@ -154,6 +140,27 @@ def published_profile(target, method: str, dataset: str = "mix") -> AcceptancePr
     return AcceptanceProfile(acc, (lo, hi), note, label, src)
 
 
+def _published_rows(target, method: str, dataset: str) -> tuple[str, str, pd.DataFrame]:
+    """(target's short name, the dataset's name as the appendix writes it, the appendix's rows of that target
+    and method, all datasets for ``"mix"``); refused as :func:`published_profile` says."""
+    dataset = published_dataset(dataset)
+    tname = _norm_name(getattr(target, "name", target))
+    table = _published_table()
+    d = table[table["target_model"].map(_norm_name) == tname]
+    if d.empty:
+        raise SpecsimValueError("target", "no published acceptance for this target", tname,
+                                sorted(table["target_model"].unique()))
+    label = _method_label(d, method)
+    if label is None:
+        raise SpecsimValueError("method", f"no published acceptance for {tname} with this method", method,
+                                published_methods(tname))
+    d = d[d["method"] == label]
+    if dataset != "mix" and dataset not in set(d["dataset"]):
+        raise SpecsimValueError("dataset", "no published rows for this dataset", dataset,
+                                ["mix", *sorted(d["dataset"].unique())])
+    return tname, dataset, d if dataset == "mix" else d[d["dataset"] == dataset]
+
+
 def _method_label(d: pd.DataFrame, method: str) -> str | None:
     """The appendix's method label of vLLM ``method`` among the rows ``d``: the same string, else the label that
     maps to it (:data:`_PUBLISHED_TO_VLLM`); None where no row has either."""
@@ -162,10 +169,18 @@ def _method_label(d: pd.DataFrame, method: str) -> str | None:
     return labels[0] if labels else None
 
 
-def published_n_note(target, method: str, dataset: str = "mix") -> str | None:
+def published_n_note(target, method: str, dataset: str = "mix", profile: AcceptanceProfile | None = None
+                     ) -> str | None:
     """What :func:`published_profile`'s one row (the largest N) says at the smaller N the appendix also
     published: the MAL its first N positions give beside the MAL that N's own row measured (for ``"mix"``, each
     the mean over the four datasets).  Published MAL = 1 + the sum of the cumulative per-position rates.
+
+    Parameters
+    ----------
+    target, method, dataset
+        As :func:`published_profile`.
+    profile : AcceptanceProfile, optional
+        :func:`published_profile` of the same three, where the caller has it (else it is made here).
 
     Returns
     -------
@@ -177,13 +192,8 @@ def published_n_note(target, method: str, dataset: str = "mix") -> str | None:
     SpecsimValueError
         As :func:`published_profile`.
     """
-    prof = published_profile(target, method, dataset)  # the same rows, refused alike
-    dataset = published_dataset(dataset)
-    d = _published_table()
-    d = d[d["target_model"].map(_norm_name) == _norm_name(getattr(target, "name", target))]
-    d = d[d["method"] == _method_label(d, method)]
-    if dataset != "mix":
-        d = d[d["dataset"] == dataset]
+    _, _, d = _published_rows(target, method, dataset)
+    prof = profile if profile is not None else published_profile(target, method, dataset)
     n_max = int(d["num_speculative_tokens"].max())
     smaller = sorted(int(n) for n in d["num_speculative_tokens"].unique() if n < n_max)
     if not smaller:

@@ -1256,7 +1256,7 @@ def recommend(
                 excluded.append((meth, f"no acceptance profile ({e})"))
                 continue
             acc, rng, rnote = prof.acceptance, prof.range, prof.range_note
-            n_note = published_n_note(tgt, meth, dataset)  # one row's rates at every N: what they give at others
+            n_note = published_n_note(tgt, meth, dataset, prof)  # one row's rates at every N: what they give at others
         else:
             n_note = None
         try:

@@ -434,6 +434,10 @@ def _cmd_run_matrix(args) -> int:
     # the stamp is fixed here so that the last lines can name it (run_matrix's own default)
     stamp = args.stamp or new_stamp()
     received: list[str] = []  # the stop signals the block received (read after it: its own record is gone)
+
+    def stopped(at: str, signame: str, recorded: int) -> dict:  # --json of an interrupted invocation
+        return {"matrix": m.name, "stamp": at, "runs_dir": str(rd), "interrupted": signame, "recorded": recorded}
+
     try:
         # Ctrl-C and timeout / scancel stop it alike, recorded as "interrupted (SIGINT)" / "(SIGTERM)";
         # a repeated one does not cut the stop and its records short
@@ -445,16 +449,14 @@ def _cmd_run_matrix(args) -> int:
         print(f"specsim: interrupted ({e.signal}): {e.recorded} runs recorded, the interrupted cell recorded as "
               f"failed; resume with --stamp {e.stamp} --resume", file=sys.stderr)
         if args.json:  # a script gets the stamp to resume with here too
-            print(json.dumps({"matrix": m.name, "stamp": e.stamp, "runs_dir": str(rd), "interrupted": e.signal,
-                              "recorded": e.recorded}, indent=2))
+            print(json.dumps(stopped(e.stamp, e.signal, e.recorded), indent=2))
         return 143 if e.signal == "SIGTERM" else 130
     except KeyboardInterrupt as e:  # before any run started (a Ray cluster's ray.wait drops the StopSignal's name)
         # stop_signal_received() would be None here: the with block has ended
         signame = getattr(e, "signal", None) or (received[0] if received else None) or "SIGINT"
         print(f"specsim: interrupted ({signame}) before any run started; nothing recorded", file=sys.stderr)
         if args.json:
-            print(json.dumps({"matrix": m.name, "stamp": stamp, "runs_dir": str(rd), "interrupted": signame,
-                              "recorded": 0}, indent=2))
+            print(json.dumps(stopped(stamp, signame, 0), indent=2))
         return 143 if signame == "SIGTERM" else 130
     # a greedy-identity check that failed leaves its run ok (a verdict, in its checks.json): said here too
     greedy_failed = greedy_check_failures(results)

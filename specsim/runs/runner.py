@@ -575,8 +575,9 @@ def dry_run(matrix: str | os.PathLike | SweepMatrix, *, only: Sequence[str] | No
         unknown = "<the smallest node's cores>"
         shown = {name: ", ".join(f"{k}={unknown if v is None else v}" for k, v in res.items())
                  for name, res in tasks.items()}
-        text += ("\n\nRay tasks (what each asks for" + ("" if plat in ("cuda", "rocm") else
-                 "; the cores of the smallest alive node are read from the cluster when the run starts")
+        read_later = any(v is None for res in tasks.values() for v in res.values())
+        text += ("\n\nRay tasks (what each asks for" + ("; the cores of the smallest alive node are read from the "
+                 "cluster when the run starts" if read_later else "")
                  + "):\n" + "\n".join(f"  {name}: {res}" for name, res in shown.items()))
     data = {**dry_run_json(todo, sub_est, executor), "matrix": m.name, "only": list(only) if only else None,
             "slurm_jobs": jobs, "slurm_timeout_short": short or None, "ray_tasks": tasks,

@@ -106,8 +106,8 @@ def test_fit_does_not_move_with_rounding(sweeps):
     baselines times (1 +- 1e-13) -- a change far below what the terms are fitted from, as another
     CPU's kernels round -- move every term by at most 1e-6 relatively (1e-12 absolutely for terms
     fitted to their zero bound).  Fitted on the hard max directly, the solver stopped on the rows at
-    the ridge point wherever rounding took it: this moved ``moe_pad_tokens`` by 8.6e-6 and
-    ``fixed_s`` by 0.3 % (FIT_CONTINUATION_P says how it is fitted now)."""
+    the ridge point wherever rounding took it, and this test failed (``bandwidth`` moved 2.4e-6;
+    FIT_CONTINUATION_P says how it is fitted now)."""
     mask = np.ones(len(sweeps), bool)
     a, loss_a = fit_stack(sweeps, mask, concurrency=64)
     for eps in (1e-13, -3e-14):

@@ -93,10 +93,11 @@ SMOOTH_P = None
 #: last stopped, and the tolerance of each (``ftol = xtol = gtol`` of ``scipy.optimize.least_squares``).
 #: Fitted on the hard max directly, the solver stopped on the two verification rows that sit on the
 #: ridge point (first-order optimality up to 0.19, ``ftol`` met), where rounding took it: a fresh fit on
-#: another host moved the MI300X terms by up to 4.2e-5 relatively (2026-12-07), and the same data
-#: times (1 + 1e-13) by up to 2.9e-4.  On the smooth roofs it converges: residuals times
-#: (1 + 1e-14 x noise) move the terms by at most 3e-7 relatively (1e-12: 1e-5), and it reaches a lower
-#: hard-max loss (ratio RMS log error 0.130013 against 0.130033 at concurrency 64).  p = 1024
+#: another host moved the MI300X terms by up to 4.2e-5 relatively (2026-12-07), and the published
+#: ratios times (1 + 3e-14) moved moe_pad_tokens by 8.6e-6 and fixed_s (1.9e-9 s) by 0.3 %.  On the
+#: smooth roofs it converges: residuals times (1 + 1e-14 x standard normal noise) move the terms by at
+#: most 3e-7 relatively (noise of 1e-12: 1e-5), and it reaches a lower hard-max loss (ratio RMS log
+#: error 0.130013 against 0.130033 at concurrency 64).  p = 1024
 #: over-estimates a forward by at most 2^(1/1024) - 1 = 0.07 % (at the ridge point only).
 FIT_CONTINUATION_P = (64.0, 256.0, 1024.0)
 FIT_TOL = 1e-12

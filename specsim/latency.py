@@ -213,6 +213,17 @@ class ForwardCounts:
                                 for k in ForwardCounts.FIELDS})
 
 
+def microseconds_text(seconds: float, digits: int = 3) -> str:
+    """``seconds`` as microseconds for a summary line: ``"81.6 us"`` (``digits`` significant digits).
+
+    A nonzero value below a nanosecond -- a fitted term at its zero bound, whose exact value moves
+    with every refit -- reads ``"~0 us (2.6e-15 s)"``, not ``"2.62e-09 us"``.
+    """
+    if seconds and abs(seconds) < 1e-9:
+        return f"~0 us ({seconds:.1e} s)"
+    return f"{seconds * 1e6:.{digits}g} us"
+
+
 def pnorm_roof(memory_s, compute_s, p: float):
     """The smooth roofline ``(memory^p + compute^p)^(1/p)`` (seconds, broadcast shape), computed
     scaled by the larger term so it cannot overflow; over-estimates the hard max by at most
@@ -524,13 +535,16 @@ class Roofline:
                               kv_precision=kv_precision)["total_s"]
 
     def describe(self) -> str:
+        """One line: the hardware, whether calibrated, the efficiencies and the per-forward seconds
+        (:func:`microseconds_text`), and the source."""
         e = self.efficiency
         kind = ("calibrated" if self.calibrated else
                 "transferred calibration (fitted on other hardware)" if self.calibration is not None
                 else "datasheet-only (uncalibrated priors)")
         s = (f"Roofline on {getattr(self.hardware, 'name', '?')} [{kind}]: eta_bw={e.bandwidth:.3g}, "
-             f"eta_f={e.compute:.3g}, fixed={e.fixed_s * 1e6:.3g} us/forward, "
-             f"per_layer={e.per_layer_s * 1e6:.3g} us, allreduce_latency={e.allreduce_latency_s * 1e6:.3g} us")
+             f"eta_f={e.compute:.3g}, fixed={microseconds_text(e.fixed_s)}/forward, "
+             f"per_layer={microseconds_text(e.per_layer_s)}, "
+             f"allreduce_latency={microseconds_text(e.allreduce_latency_s)}")
         if self.smooth_p is not None:
             s += f", smooth max p={self.smooth_p:g}"
         return s + (f"; source: {self.source}" if self.source else "")

@@ -44,7 +44,7 @@ from specsim.engine import (
 )
 from specsim.errors import SpecsimValueError
 from specsim.hardware import Hardware, load_hardware
-from specsim.latency import read_latency_table
+from specsim.latency import microseconds_text, read_latency_table
 from specsim.memory import memory_budget
 from specsim.vllm.config import parse_speculative_config
 
@@ -1191,9 +1191,7 @@ def _check_anchor_physical(r: Scenario, b: MeasuredBaseline, k: float, rec: Mapp
 
 
 def _describe_overhead(ov: SpecOverhead) -> str:
-    # a fitted term below a nanosecond (a bound hit in the fit) is zero for every purpose: printed so
-    terms = [f"{k} {v * 1e6:.4g} us" if abs(v) >= 1e-9 else f"{k} ~0 us ({v:.1e} s)"
-             for k, v in asdict(ov).items() if v]
+    terms = [f"{k} {microseconds_text(v, 4)}" for k, v in asdict(ov).items() if v]
     return ", ".join(terms) if terms else "zero"
 
 
@@ -1502,8 +1500,8 @@ def predict(
                                              isl=isl, osl=osl, overhead=overhead)
     if anchor is not None and anchor["host_time_scale"] != 1.0:
         ov_src += (f"; host_step_s and host_per_seq_s then x {anchor['host_time_scale']:.4g} by the baseline anchor "
-                   f"(used: host_step_s {overhead.host_step_s * 1e6:.4g} us, host_per_seq_s "
-                   f"{overhead.host_per_seq_s * 1e6:.4g} us)")
+                   f"(used: host_step_s {microseconds_text(overhead.host_step_s, 4)}, host_per_seq_s "
+                   f"{microseconds_text(overhead.host_per_seq_s, 4)})")
     with _precision_refusal_explained(r):
         out = evaluate(r, n_used, concurrency, isl, osl, tp, overhead, drafted_fraction=drafted_fraction,
                        mean_proposal_tokens=mean_proposal_tokens)

@@ -235,6 +235,14 @@ def test_describe_says_calibrated_or_not(mi300x):
     assert "[calibrated]" in Roofline(mi300x, calibrated=True).describe()
 
 
+def test_describe_prints_a_term_at_its_zero_bound_as_zero(mi300x):
+    """The MI300X refit of 2026-12-07 put fixed_s at 2.6e-15 s (its zero bound): the calibration's
+    line read "fixed=2.62e-09 us/forward"."""
+    d = Roofline(mi300x, Efficiency(fixed_s=2.6e-15, allreduce_latency_s=8.16e-5), calibrated=True).describe()
+    assert "fixed=~0 us (2.6e-15 s)/forward" in d and "e-09 us" not in d
+    assert "per_layer=0 us" in d and "allreduce_latency=81.6 us" in d
+
+
 def test_linear_attention_writes_one_state_per_verified_position():
     """Gated DeltaNet (Qwen3.6-35B-A3B): a verification step of q tokens writes q recurrent states per
     sequence (vLLM keeps one slot per draft token to roll back), a decode or prefill step one; a

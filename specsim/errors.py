@@ -109,3 +109,9 @@ class MissingExtraError(SpecsimError, ImportError):
     def __init__(self, what: str, package: str, extra: str):
         self.package, self.extra = package, extra
         super().__init__(f"{what} needs the optional package {package}: pip install 'specsim[{extra}]'")
+
+
+class FitNotConvergedWarning(UserWarning):
+    """A fit stopped on its evaluation budget before meeting its tolerances: its result depends on
+    the solver's path (and so on rounding), not on the data alone
+    (``specsim.studies.reproduce.fit_stack``)."""

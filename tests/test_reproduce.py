@@ -28,6 +28,7 @@ from specsim.studies.curves import default_reproduction, model_curve, sweep_curv
 from specsim.studies.reproduce import (
     FIT_TERMS,
     GOALS,
+    _SCALE,
     AppendixPlans,
     _best_n_table,
     _error_summary,
@@ -102,12 +103,13 @@ def test_fit_ignores_held_out_rows_and_sees_fit_rows(sweeps):
 
 
 def test_fit_does_not_move_with_rounding(sweeps):
-    """The fit is a function of its data, not of the rounding on the way: the published ratios and
-    baselines times (1 +- 1e-13) -- a change far below what the terms are fitted from, as another
-    CPU's kernels round -- move every term by at most 1e-6 relatively (1e-12 absolutely for terms
-    fitted to their zero bound).  Fitted on the hard max directly, the solver stopped on the rows at
-    the ridge point wherever rounding took it, and this test failed (``bandwidth`` moved 2.4e-6;
-    FIT_CONTINUATION_P says how it is fitted now)."""
+    """The fit is a function of its data, not of the rounding on the way: the published ratios times
+    1 + 1e-13 (then 1 - 3e-14) and the baselines times 1 - 1e-13 (then 1 + 3e-14) -- far below what
+    the terms are fitted from, as another CPU's kernels round -- move every term by at most 1e-6
+    relatively; a term at its zero bound by at most 1e-9 of its fit scale (1e-12 s for seconds per
+    forward).  Fitted on the hard max directly, the solver stopped on the rows at the ridge point
+    wherever rounding took it, and this test failed (``bandwidth`` moved 2.4e-6); now the largest
+    move is ~2e-7, what the solver's tolerance leaves (FIT_CONTINUATION_P says how it is fitted)."""
     mask = np.ones(len(sweeps), bool)
     a, loss_a = fit_stack(sweeps, mask, concurrency=64)
     for eps in (1e-13, -3e-14):
@@ -116,8 +118,18 @@ def test_fit_does_not_move_with_rounding(sweeps):
         moved["baseline_output_tok_per_s"] *= 1.0 - eps
         b, loss_b = fit_stack(moved, mask, concurrency=64)
         for k in FIT_TERMS:
-            assert b.terms[k] == pytest.approx(a.terms[k], rel=1e-6, abs=1e-12), (eps, k)
+            assert b.terms[k] == pytest.approx(a.terms[k], rel=1e-6, abs=1e-9 * _SCALE[k]), (eps, k)
         assert loss_b == pytest.approx(loss_a, rel=1e-9)
+
+
+def test_fit_that_runs_out_of_evaluations_warns(sweeps, monkeypatch):
+    """A stage stopped by its evaluation budget returns a point its path chose: said, not silent."""
+    import specsim.studies.reproduce as reproduce_module
+    from specsim.errors import FitNotConvergedWarning
+
+    monkeypatch.setattr(reproduce_module, "FIT_MAX_NFEV", 2)
+    with pytest.warns(FitNotConvergedWarning, match="p = 64 roof stopped unconverged after 2 evaluations"):
+        fit_stack(sweeps, np.ones(len(sweeps), bool), concurrency=64)
 
 
 def test_loto_prediction_does_not_move_when_its_own_rows_move(rep, sweeps):
@@ -410,7 +422,7 @@ def test_seed_table_check_reports_summary_and_appendix(rep, sweeps):
 def test_loto_regression_guard(rep):
     """Guards, NOT the goals (the goals and the measured values are in summary.json and the README):
     leave-one-target-out median |ratio error| < 0.25 and best N within one grid step in >= 80 % of
-    the 56 sweeps.  Why 0.25: the measured median is ~0.17; a broken split, a unit error or a
+    the 56 sweeps.  Why 0.25: the measured median is 0.21 (0.214 before the 2026-12-07 refit); a broken split, a unit error or a
     drafter cost off by a factor moves it far above that."""
     assert rep.summary["measured"]["ratio_median_abs_rel_error"] < 0.25
     b = rep.best_n
@@ -568,7 +580,9 @@ def test_parameter_table_lists_every_term_with_its_source(rep):
     shipped MI300X.json by at most 1.3e-6 relatively in every term above 1e-12 s, and by 3.6e-4
     relatively (3e-13 s absolutely) in the two terms fitted to their zero bound (fixed_s,
     spec_fixed_s); on 2026-12-07, on an fc-v1300 host, by 4.2e-5 (compute), before the fit went through
-    smooth roofs to the hard max (test_fit_does_not_move_with_rounding)."""
+    smooth roofs to the hard max (test_fit_does_not_move_with_rounding).  The absolute tolerance is
+    1e-9 of each term's fit scale (1e-12 s for seconds per forward), so a term at its zero bound passes
+    and ``dequant_s_per_weight`` (~6e-13 s per weight) is still compared relatively."""
     from specsim.calibration import load_calibration
     from specsim.studies.reproduce import PRIOR_TERMS, calibration_record, parameter_table
 
@@ -578,7 +592,7 @@ def test_parameter_table_lists_every_term_with_its_source(rep):
     cal = load_calibration("MI300X")
     for k in STACK_TERMS:
         assert t.loc[k, "value"] == pytest.approx(mine[k], rel=1e-12)
-        assert t.loc[k, "value"] == pytest.approx(cal["terms"][k], rel=1e-5, abs=1e-12)
+        assert t.loc[k, "value"] == pytest.approx(cal["terms"][k], rel=1e-5, abs=1e-9 * _SCALE[k])
         assert t.loc[k, "source"]
     for k in FIT_TERMS:
         assert "fitted" in t.loc[k, "source"] or "prior" in t.loc[k, "source"]

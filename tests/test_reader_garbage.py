@@ -334,3 +334,24 @@ def test_mutated_spec_lines(pick):
             _check_identities(r.counts)
         for c in _counts(log):
             _check_identities(c)
+
+
+def test_a_sweep_summary_cut_inside_a_row_is_refused(tmp_path):
+    """Found by test_truncated_samples_read_shorter_or_raise (2026-12-07): exp2/summary.csv cut at byte
+    2142, inside its second row, lost that row's speculative_config cell; pandas read the row with the
+    cell empty, so the dynamic-schedule run it had skipped was counted (211 draft tokens where the whole
+    file gives 114).  Cut at a line end, the file reads as the rows it keeps."""
+    from specsim.errors import DataError
+    from specsim.vllm.sweep import read_sweep_summary_runs
+
+    src = Path(__file__).parent / "data" / "samples" / "sweep" / "results" / "exp2" / "summary.csv"
+    data = src.read_bytes()
+    cut = tmp_path / "summary.csv"
+    cut.write_bytes(data[:2142])
+    with pytest.raises(DataError, match="row 1: .* of the header's .* cells"):
+        read_sweep_summary_runs(cut)
+    with pytest.raises(SpecsimError):
+        sv.read_counts(cut)
+    cut.write_bytes(data[:data.index(b"\n", data.index(b"\n") + 1) + 1])  # the header and the first row
+    assert len(read_sweep_summary_runs(cut)) == 1
+    assert len(read_sweep_summary_runs(src)) == 2

@@ -24,6 +24,7 @@ they are uncensored and otherwise refuses, pointing at per-request metrics
 from __future__ import annotations
 
 import ast
+import csv
 import json
 import math
 import os
@@ -335,8 +336,16 @@ def _csv_records(path: str | os.PathLike) -> tuple[list[dict], str]:
     src = os.path.basename(p)
     try:
         df = pd.read_csv(p, index_col=0)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        with open(p, newline="", encoding="utf-8") as fh:
+            widths = [len(r) for r in csv.reader(fh) if r]
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise DataError(f"{src}: not a readable CSV: {exc}") from exc
+    # pandas fills a row's missing trailing cells with NaN: a file cut inside its last row would read
+    # as a run without the cells cut off (its speculative_config, say), not as the truncated file it is
+    short = [i for i, w in enumerate(widths[1:]) if w < widths[0]]
+    if short:
+        raise DataError(f"{src} row {short[0]}: {widths[1 + short[0]]} of the header's {widths[0]} cells "
+                        "(a file cut off inside a row, or a malformed row)")
     out = []
     for i, (_, row) in enumerate(df.iterrows()):
         rec = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}

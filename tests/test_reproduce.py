@@ -422,8 +422,8 @@ def test_seed_table_check_reports_summary_and_appendix(rep, sweeps):
 def test_loto_regression_guard(rep):
     """Guards, NOT the goals (the goals and the measured values are in summary.json and the README):
     leave-one-target-out median |ratio error| < 0.25 and best N within one grid step in >= 80 % of
-    the 56 sweeps.  Why 0.25: the measured median is 0.21 (0.214 before the 2026-12-07 refit); a broken split, a unit error or a
-    drafter cost off by a factor moves it far above that."""
+    the 56 sweeps.  Why 0.25: the measured median is 0.21 (0.214 before the 2026-12-07 refit); a broken
+    split, a unit error or a drafter cost off by a factor moves it far above that."""
     assert rep.summary["measured"]["ratio_median_abs_rel_error"] < 0.25
     b = rep.best_n
     assert len(b) == 56

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import io
 import json
 import math
 import os
@@ -335,9 +336,10 @@ def _csv_records(path: str | os.PathLike) -> tuple[list[dict], str]:
     p = os.fspath(path)
     src = os.path.basename(p)
     try:
-        df = pd.read_csv(p, index_col=0)
         with open(p, newline="", encoding="utf-8") as fh:
-            widths = [len(r) for r in csv.reader(fh) if r]
+            text = fh.read()
+        df = pd.read_csv(io.StringIO(text), index_col=0)
+        widths = [len(r) for r in csv.reader(io.StringIO(text)) if r]
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, csv.Error) as exc:
         raise DataError(f"{src}: not a readable CSV: {exc}") from exc
     # pandas fills a row's missing trailing cells with NaN: a file cut inside its last row would read

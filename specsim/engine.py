@@ -197,6 +197,13 @@ class LastPositionLogits:
     def __getattr__(self, name):
         return getattr(self._model, name)
 
+    @property
+    def counts_identity(self):
+        """Counts depend on the wrapped model only (``specsim.latency.shared_counts``)."""
+        from specsim.latency import counts_identity
+
+        return ("last-position logits", counts_identity(self._model))
+
     def step_flops(self, batch, q, context):
         try:
             return self._model.step_flops(batch, q, context, sampled=1.0)

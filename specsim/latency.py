@@ -6,8 +6,10 @@ Details, derivations and sources: ``docs/modules/specsim.latency.md``.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import pandas as pd
@@ -17,6 +19,49 @@ from specsim.errors import SpecsimValueError
 
 PRECISIONS = ("bf16", "fp16", "fp8", "mxfp4", "int4", "fp32")
 _ACT_BYTES = {"fp32": 4.0}  # activation bytes per element; every other precision runs bf16/fp16 activations
+
+
+#: the memo of :func:`shared_counts` in force (None outside one)
+_SHARED_COUNTS: ContextVar[dict | None] = ContextVar("specsim_shared_counts", default=None)
+
+
+@contextmanager
+def shared_counts() -> Iterator[dict]:
+    """Within the block, a :class:`Roofline` computes the hardware-independent counts of a forward
+    (weight and KV bytes, FLOPs, experts touched) once per model object and input values, and
+    reuses them: for a fit that calls ``predict()`` on the same runs for every trial of its terms.
+
+    The same arithmetic on the same inputs, so the results are bit-identical to those without the
+    block.  Keys hold the model object (so its ``id`` is not reused while the block lasts); a model
+    must not be mutated inside the block (``ModelSpec`` is frozen).  Nested blocks share the outer
+    memo; it is dropped when the outermost block ends.  Inputs of more than 4096 values are not
+    memoised.
+
+    Yields
+    ------
+    dict
+        The memo (for inspection; its keys are internal).
+    """
+    memo = _SHARED_COUNTS.get()
+    if memo is not None:
+        yield memo
+        return
+    memo = {}
+    token = _SHARED_COUNTS.set(memo)
+    try:
+        yield memo
+    finally:
+        _SHARED_COUNTS.reset(token)
+
+
+def counts_identity(model: Any) -> Any:
+    """What a model's counts are memoised under in :func:`shared_counts`: ``id(model)``, or the
+    ``counts_identity`` a view class defines (e.g. ``("last-position logits", <identity of the wrapped
+    model>)``), so that a view made anew for every call shares the counts of the same view of the same
+    model.  A view defining it must keep its wrapped model alive (the memo holds the view)."""
+    if getattr(type(model), "counts_identity", None) is None:
+        return id(model)
+    return model.counts_identity
 
 
 def _check_precision(name: str, value: str) -> str:
@@ -434,10 +479,13 @@ class Roofline:
         _check_precision("precision", precision)
         kvp = default_kv_precision(precision) if kv_precision is None else _check_precision("kv_precision", kv_precision)
         key = phys = None
-        if natural and memo is not None:
+        if memo is None:
+            memo = _SHARED_COUNTS.get()
+        if memo is not None:
             arrs = tuple(np.asarray(x, dtype=float) for x in (batch, q, context))
             if all(a.size <= 4096 for a in arrs):
-                key = (id(model), tp, byte_precision, precision, kvp) + tuple((a.shape, a.tobytes()) for a in arrs)
+                key = ((counts_identity(model), bool(natural), tp, byte_precision, precision, kvp)
+                       + tuple((a.shape, a.tobytes()) for a in arrs))
                 phys = memo.get(key)
         if phys is None:
             if natural:
@@ -472,6 +520,17 @@ class Roofline:
                     "kv_bytes": kv_bytes, "flops": flops, "expert_elems": expert_elems, "pad_flops": pad_flops}
             if key is not None:
                 memo[key] = phys
+        hw = self.hardware
+        if key is not None:  # the whole result, per hardware object (kept alive here) and EP switch
+            done = phys.setdefault("forward counts", {})
+            fkey = (id(hw), self.expert_parallel)
+            if fkey not in done:
+                done[fkey] = (hw,) + self._hardware_counts(model, phys, tp, byte_precision, precision, natural)
+            return done[fkey][1:]
+        return self._hardware_counts(model, phys, tp, byte_precision, precision, natural)
+
+    def _hardware_counts(self, model, phys, tp, byte_precision, precision, natural):
+        """:meth:`_counts` from the hardware-independent counts ``phys`` on: ``(ForwardCounts, shape)``."""
         b, shape, tokens, expert_elems = phys["b"], phys["shape"], phys["tokens"], phys["expert_elems"]
         n_moe, _, k_exp, _ = _moe_shape(model)
         w_bytes, kv_bytes, flops, pad_flops = phys["w_bytes"], phys["kv_bytes"], phys["flops"], phys["pad_flops"]

@@ -290,3 +290,35 @@ def test_expert_parallel_replaces_the_moe_all_reduce_with_two_all_to_alls():
     x = rl.counts(d, tp=2, precision="bf16", batch=8, q=1, context=128)
     y = ep.counts(d, tp=2, precision="bf16", batch=8, q=1, context=128)
     assert x.allreduce_calls == y.allreduce_calls and float(x.allreduce_wire_s) == float(y.allreduce_wire_s)
+
+
+def test_shared_counts_reuses_counts_of_fresh_views_and_changes_no_value(mi300x):
+    """``shared_counts`` (the validation fit predicts the same runs on every trial of its terms): inside the
+    block a view made anew per call (prefill's LastPositionLogits, validation's SampledView) shares one memo
+    entry per (view kind, model, inputs, hardware); every value is bit-identical to the unmemoised one, a view
+    never gets the bare model's counts (their lm_head FLOPs differ) and another hardware gets its own."""
+    from specsim.engine import LastPositionLogits
+    from specsim.latency import _SHARED_COUNTS, shared_counts
+    from specsim.studies.validation import SampledView
+
+    m = load_model("Qwen3.6-35B-A3B")  # MoE: expert counts and padding FLOPs too
+    other_hw = load_hardware("H100")
+    kw = dict(tp=2, precision="bf16", batch=np.array([1.0, 8.0, 64.0]), q=np.array([[1.0], [4.0]]), context=2048.0)
+    kinds = [lambda: m, lambda: LastPositionLogits(m), lambda: SampledView(m, "last"), lambda: SampledView(m, "all")]
+    plain = {(i, hw.name): Roofline(hw).breakdown(make(), **kw) for i, make in enumerate(kinds)
+             for hw in (mi300x, other_hw)}
+    assert not np.array_equal(plain[(0, "MI300X")]["compute_s"], plain[(1, "MI300X")]["compute_s"])
+    assert _SHARED_COUNTS.get() is None
+    with shared_counts() as memo:
+        for _ in range(3):  # the same inputs again: hits, with fresh views every time
+            for i, make in enumerate(kinds):
+                for hw in (mi300x, other_hw):
+                    got = Roofline(hw).breakdown(make(), **kw)
+                    for k, v in plain[(i, hw.name)].items():
+                        assert np.array_equal(got[k], v), (i, hw.name, k)
+        with shared_counts() as inner:  # nested: the same memo
+            assert inner is memo
+        # one entry per kind of view (SampledView "all" and the bare model are two keys of equal counts)
+        assert len(memo) == len(kinds)
+        assert all(len(e["forward counts"]) == 2 for e in memo.values())  # one per hardware
+    assert _SHARED_COUNTS.get() is None  # nothing is memoised outside the block

@@ -23,7 +23,7 @@ from specsim.drafters import get_drafter
 from specsim.engine import SpecOverhead, evaluate, prefill_seconds
 from specsim.errors import DataError, SpecsimValueError, _one_swap
 from specsim.hardware import load_hardware
-from specsim.latency import Efficiency, Roofline
+from specsim.latency import Efficiency, Roofline, counts_identity, shared_counts
 from specsim.predict import predict, resolve_inputs
 from specsim.runs import matrix as _m
 from specsim.runs.records import load_health_checks, load_probe, load_runs, pair_runs
@@ -72,6 +72,11 @@ class SampledView:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
+
+    @property
+    def counts_identity(self) -> tuple:
+        """Counts depend on the wrapped model and ``sampled`` only (``specsim.latency.shared_counts``)."""
+        return ("sampled view", self.sampled, counts_identity(self._model))
 
     def step_flops(self, batch: Any, q: Any, context: Any) -> np.ndarray:
         """FLOPs of one forward (see ``ModelSpec.step_flops``) with 1 or q sampled positions."""
@@ -858,6 +863,7 @@ def predict_with_library(row: Mapping, lat: CpuLatency, fit: LibraryFit, *, targ
             "predicted_base_tpot_s": p.baseline_tpot_s}
 
 
+@shared_counts()  # every trial of the terms predicts the same runs: their counts once
 def fit_library_overheads(pairs: pd.DataFrame, lat: CpuLatency, *, fit_families: Sequence[str] = ("selfdraft",),
                           lookup_fit_n: Sequence[int] = (1,), target: Any = None, models_dir: Path | None = None,
                           exclude_contended: bool = True) -> LibraryFit:
@@ -1041,6 +1047,7 @@ def _one_edit(a: str, b: str) -> bool:
     return a[i + 1:] == b[i:] if len(a) > len(b) else a[i:] == b[i + 1:]
 
 
+@shared_counts()  # every trial of the terms predicts the same runs: their counts once
 def validate(runs_dir: str | os.PathLike | None = None, *, matrix: str | None = HEADLINE_MATRIX,
              stamp: str | None = None, fit_families: Sequence[str] = ("selfdraft",),
              overhead_params: Sequence[str] = ("draft_pass_overhead_s", "spec_fixed_s", "spec_per_token_s"),

@@ -1,7 +1,7 @@
 """Every notebook in notebooks/ executes headless, top to bottom, without an error.
 
 One parametrized test per notebook (nbclient, a fresh ``python3`` kernel of this interpreter,
-working directory = notebooks/).  The per-cell timeout is a hang guard, not a speed goal (speed
+working directory = notebooks/); none may change or remove a recorded run (``data/runs``).  The per-cell timeout is a hang guard, not a speed goal (speed
 goals live in benchmarks/); the notebooks themselves are kept short (logic in specsim).
 """
 from __future__ import annotations
@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from recorded_runs import tree_hash, unchanged  # noqa: E402  (tests/ is on sys.path)
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+RUNS = ROOT / "data" / "runs"
 CELL_TIMEOUT_S = 600
 
 
@@ -45,7 +48,9 @@ def test_notebook_executes(path, monkeypatch, tmp_path):
     )
     # the kernel must be this interpreter (the project's environment), not whatever "python3" is on PATH
     client.kernel_manager_class = _this_python_kernel_manager()
+    before = tree_hash(RUNS)
     client.execute()
+    assert unchanged(before, tree_hash(RUNS)), f"{path.name} changed or removed a recorded run"
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     assert code_cells, f"{path.name} has no code cells"
     assert all(c.get("execution_count") for c in code_cells), "a code cell did not run"

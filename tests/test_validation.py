@@ -8,7 +8,6 @@ run has been recorded.  Error cases use small run directories written here in vL
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -25,6 +24,8 @@ from specsim.plots.validation import make_validation_figures
 from specsim.runs import records as R
 from specsim.runs import runbook as RB
 from specsim.studies import validation as V
+
+from recorded_runs import tree_hash, unchanged  # noqa: E402  (tests/ is on sys.path)
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "data" / "runs"
@@ -43,24 +44,6 @@ def _have_recorded() -> bool:
 
 recorded = pytest.mark.skipif(not _have_recorded(), reason="no verification-cost probe / paired spec run recorded "
                                                           "in data/runs yet (run `make validate-cpu`)")
-
-
-def _tree_hash(root: Path) -> dict[str, str]:
-    """sha256 of every file of every completed run directory (``.tmp-*`` runs in progress skipped)."""
-    out = {}
-    for d in sorted(root.iterdir()):
-        if d.name.startswith("."):
-            continue
-        for p in sorted(d.rglob("*")) if d.is_dir() else [d]:
-            if p.is_file():
-                out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
-    return out
-
-
-def _unchanged(before: dict[str, str], after: dict[str, str]) -> bool:
-    """Every file recorded before is still there, byte for byte (runs recorded meanwhile by the
-    runner may add files; none may change or vanish)."""
-    return all(after.get(k) == v for k, v in before.items())
 
 
 def _copy_runs(dst: Path) -> Path:
@@ -431,11 +414,11 @@ def test_headline_model_is_predict_and_its_absolute_errors_are_reported(result):
 
 @recorded
 def test_outputs_figures_and_nothing_recorded_modified(tmp_path, result):
-    before = _tree_hash(RUNS)
+    before = tree_hash(RUNS)
     res = V.validate(RUNS)
     files = V.write_outputs(res, tmp_path / "val")
     figs = make_validation_figures(tmp_path / "fig", res)
-    assert _unchanged(before, _tree_hash(RUNS))
+    assert unchanged(before, tree_hash(RUNS))
     names = {p.name for p in files}
     assert {"errors.csv", "runs.csv", "summary.json", "best_n.csv"} <= names
     assert all(p.name.startswith("validation_") and p.stat().st_size > 1000 for p in figs)
@@ -561,23 +544,6 @@ def test_gpu_run_switch_defaults_off(monkeypatch):
     runs = [c for c in code if "run_runbook(" in c]
     assert runs and all("gpu_run_decision()" in c for c in runs)
     assert not any("RUN_ON_GPU = True" in c for c in code)
-
-
-# ------------------------------------------------------------------------------------------
-# notebooks execute (recorded data by default)
-
-@pytest.mark.parametrize("nb_name", ["02_validate_vllm_cpu.ipynb", "03_amd_gpu_runbook.ipynb"])
-def test_notebooks_execute(nb_name, tmp_path, monkeypatch):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    if nb_name.startswith("02") and not _have_recorded():
-        pytest.skip("no recorded runs to validate")
-    monkeypatch.delenv("SPECSIM_RUN_GPU", raising=False)  # the kernel inherits it: never a GPU run from a test
-    before = _tree_hash(RUNS)
-    nb = nbformat.read(REPO / "notebooks" / nb_name, as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
-    assert _unchanged(before, _tree_hash(RUNS))
 
 
 def test_runbook_plan_configs_are_valid_vllm_json():

@@ -27,13 +27,14 @@ _SHARED_COUNTS: ContextVar[dict | None] = ContextVar("specsim_shared_counts", de
 
 @contextmanager
 def shared_counts() -> Iterator[dict]:
-    """Within the block, a :class:`Roofline` computes the hardware-independent counts of a forward
-    (weight and KV bytes, FLOPs, experts touched) once per model object and input values, and
-    reuses them: for a fit that calls ``predict()`` on the same runs for every trial of its terms.
+    """Within the block, a :class:`Roofline` computes the counts of a forward once per model object
+    and input values (weight and KV bytes, FLOPs, experts touched; per hardware object and expert-
+    parallel switch the dequantization and all-reduce counts too) and reuses them: for a fit that
+    calls ``predict()`` on the same runs for every trial of its terms.
 
     The same arithmetic on the same inputs, so the results are bit-identical to those without the
-    block.  Keys hold the model object (so its ``id`` is not reused while the block lasts); a model
-    must not be mutated inside the block (``ModelSpec`` is frozen).  Nested blocks share the outer
+    block.  Entries hold the model and hardware objects (so their ``id`` is not reused while the
+    block lasts); neither may be mutated inside the block (``ModelSpec`` and ``Hardware`` are frozen).  Nested blocks share the outer
     memo; it is dropped when the outermost block ends.  Inputs of more than 4096 values are not
     memoised.
 

@@ -34,9 +34,9 @@ def shared_counts() -> Iterator[dict]:
 
     The same arithmetic on the same inputs, so the results are bit-identical to those without the
     block.  Entries hold the model and hardware objects (so their ``id`` is not reused while the
-    block lasts); neither may be mutated inside the block (``ModelSpec`` and ``Hardware`` are frozen).  Nested blocks share the outer
-    memo; it is dropped when the outermost block ends.  Inputs of more than 4096 values are not
-    memoised.
+    block lasts); neither may be mutated inside the block (``ModelSpec`` and ``Hardware`` are
+    frozen).  Nested blocks share the outer memo; it is dropped when the outermost block ends.
+    Inputs of more than 4096 values are not memoised.
 
     Yields
     ------

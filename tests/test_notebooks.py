@@ -1,8 +1,9 @@
 """Every notebook in notebooks/ executes headless, top to bottom, without an error.
 
 One parametrized test per notebook (nbclient, a fresh ``python3`` kernel of this interpreter,
-working directory = notebooks/); none may change or remove a recorded run (``data/runs``).  The per-cell timeout is a hang guard, not a speed goal (speed
-goals live in benchmarks/); the notebooks themselves are kept short (logic in specsim).
+working directory = notebooks/); none may change or remove a recorded run (``data/runs``).  The
+per-cell timeout is a hang guard, not a speed goal (speed goals live in benchmarks/); the notebooks
+themselves are kept short (logic in specsim).
 """
 from __future__ import annotations
 

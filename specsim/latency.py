@@ -59,7 +59,18 @@ def counts_identity(model: Any) -> Any:
     """What a model's counts are memoised under in :func:`shared_counts`: ``id(model)``, or the
     ``counts_identity`` a view class defines (e.g. ``("last-position logits", <identity of the wrapped
     model>)``), so that a view made anew for every call shares the counts of the same view of the same
-    model.  A view defining it must keep its wrapped model alive (the memo holds the view)."""
+    model.  A view defining it must keep its wrapped model alive (the memo holds the view).
+
+    Parameters
+    ----------
+    model : ModelSpec-like
+        A model or a view of one.
+
+    Returns
+    -------
+    int or tuple
+        A hashable identity, valid while ``model`` (and what it wraps) is alive.
+    """
     if getattr(type(model), "counts_identity", None) is None:
         return id(model)
     return model.counts_identity
